@@ -1,0 +1,105 @@
+"""Check a compiled program against PyTorch eager on the workload's inputs (CPU reference)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from emmy.dtypes import DType, tolerance
+from emmy.errors import UserError
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    max_abs: float
+    max_rel: float
+    atol: float
+    rtol: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    outputs: tuple[OutputCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outputs)
+
+
+def to_numpy(t) -> np.ndarray:
+    """A torch tensor as numpy (bf16 widened to f32, which numpy lacks)."""
+    import torch
+
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.numpy()
+
+
+def flatten_tensors(value) -> list:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in flatten_tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in flatten_tensors(v)]
+    return []
+
+
+def program_inputs(graph, inputs: tuple) -> dict[str, np.ndarray]:
+    """Bind the workload's tensors and the model's parameters to the program's input names."""
+    import torch
+
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    if len(tensors) != len(graph.inputs):
+        raise UserError(f"the model takes {len(graph.inputs)} tensor inputs, "
+                        f"get_inputs() gave {len(tensors)}")
+    bound = {p.name: to_numpy(t) for p, t in zip(graph.inputs, tensors)}
+    bound.update({name: to_numpy(v) for name, v in graph.values.items()})
+    return bound
+
+
+def compare(names, dtypes, got: list[np.ndarray], expected: list) -> CheckReport:
+    """Compare each output with the eager result in float64, with a tolerance by dtype."""
+    checks = []
+    for name, dtype, g, e in zip(names, dtypes, got, expected):
+        ref = to_numpy(e).astype(np.float64)
+        val = np.asarray(g).astype(np.float64)
+        atol, rtol = tolerance(dtype)
+        if val.shape != ref.shape:
+            checks.append(OutputCheck(name, dtype, ref.shape, float("inf"), float("inf"),
+                                      atol, rtol, False))
+            continue
+        diff = np.abs(val - ref)
+        both_nan = np.isnan(val) & np.isnan(ref)
+        same_inf = np.isinf(val) & np.isinf(ref) & (np.sign(val) == np.sign(ref))
+        diff = np.where(both_nan | same_inf, 0.0, diff)
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        max_abs = float(diff.max()) if diff.size else 0.0
+        rel = diff / np.maximum(np.abs(ref), 1e-30)
+        max_rel = float(np.where(diff == 0, 0.0, rel).max()) if diff.size else 0.0
+        ok = bool(np.all(diff <= atol + rtol * np.abs(np.where(np.isfinite(ref), ref, 0.0))))
+        checks.append(OutputCheck(name, dtype, ref.shape, max_abs, max_rel, atol, rtol, ok))
+    return CheckReport(tuple(checks))
+
+
+def check_loop_program(workload, graph, loop_program) -> CheckReport:
+    """Run the Loop IR on the CPU and compare every output with PyTorch eager."""
+    import torch
+
+    from emmy.loop_ir.interp import run
+
+    with torch.no_grad():
+        expected = flatten_tensors(workload.model(*workload.inputs))
+    got = run(loop_program, program_inputs(graph, workload.inputs))
+    outs = loop_program.outputs
+    if len(expected) != len(outs):
+        raise UserError(f"the model returns {len(expected)} tensors; the program has {len(outs)}")
+    return compare([b.name for b in outs], [b.type.dtype for b in outs], got, expected)

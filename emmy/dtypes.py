@@ -1,0 +1,74 @@
+"""Element types, named once, with their torch, numpy and C spellings."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class DType(Enum):
+    F64 = "f64"
+    F32 = "f32"
+    F16 = "f16"
+    BF16 = "bf16"
+    I64 = "i64"
+    I32 = "i32"
+    BOOL = "bool"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.F64, DType.F32, DType.F16, DType.BF16)
+
+    @property
+    def itemsize(self) -> int:
+        return {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "bool": 1}[self.value]
+
+    @property
+    def c_name(self) -> str:
+        return {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16",
+                "i64": "long long", "i32": "int", "bool": "bool"}[self.value]
+
+    @property
+    def compute(self) -> "DType":
+        """The type arithmetic on this type is carried out in (half types compute in f32)."""
+        return DType.F32 if self in (DType.F16, DType.BF16) else self
+
+
+_FROM_TORCH = {
+    "torch.float64": DType.F64, "torch.float32": DType.F32, "torch.float16": DType.F16,
+    "torch.bfloat16": DType.BF16, "torch.int64": DType.I64, "torch.int32": DType.I32,
+    "torch.bool": DType.BOOL,
+}
+
+
+def from_torch(dtype) -> DType:
+    try:
+        return _FROM_TORCH[str(dtype)]
+    except KeyError:
+        raise ValueError(f"unsupported element type {dtype}; supported: "
+                         + ", ".join(sorted(k.removeprefix('torch.') for k in _FROM_TORCH))) from None
+
+
+def to_torch(dtype: DType):
+    import torch
+
+    return {DType.F64: torch.float64, DType.F32: torch.float32, DType.F16: torch.float16,
+            DType.BF16: torch.bfloat16, DType.I64: torch.int64, DType.I32: torch.int32,
+            DType.BOOL: torch.bool}[dtype]
+
+
+def to_numpy(dtype: DType):
+    """numpy has no bfloat16: bf16 values are held as float32 on the numpy side."""
+    import numpy as np
+
+    return {DType.F64: np.float64, DType.F32: np.float32, DType.F16: np.float16,
+            DType.BF16: np.float32, DType.I64: np.int64, DType.I32: np.int32,
+            DType.BOOL: np.bool_}[dtype]
+
+
+def tolerance(dtype: DType) -> tuple[float, float]:
+    """(atol, rtol) for comparing a result of this type against a reference."""
+    return {DType.F64: (1e-9, 1e-7), DType.F32: (1e-4, 1e-4), DType.F16: (1e-2, 1e-2),
+            DType.BF16: (5e-2, 5e-2)}.get(dtype, (0.0, 0.0))

@@ -1,0 +1,33 @@
+"""Two families of errors: the user's (bad input; exit code 2, no traceback) and ours (a broken
+invariant inside the compiler; a bug to report)."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input: a wrong file, flag, row or an unsupported op. The message says what would be
+    accepted. The command line prints it and exits with code 2."""
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base}\n  hint: {self.hint}" if self.hint else base
+
+
+class UnsupportedOp(UserError):
+    """An op the compiler cannot lower (names the op and, when known, the source line)."""
+
+    def __init__(self, op: str, *, source: str | None = None, detail: str | None = None):
+        where = f" at {source}" if source else ""
+        why = f": {detail}" if detail else ""
+        super().__init__(f"unsupported op `{op}`{where}{why}",
+                         hint="`emmy ops` lists the supported ops")
+        self.op = op
+        self.source = source
+
+
+class InternalError(Exception):
+    """A broken invariant inside the compiler: a bug in emmy, not in the input."""

@@ -1,0 +1,225 @@
+"""Integer index algebra shared by the IR stages.
+
+Every index expression is a `Lin`: a sum of integer multiples of atoms plus a constant.
+An atom is a loop/axis variable (`Sym`) or a floor division / modulo of a `Lin` by a
+positive constant (what reshapes produce). Constructors simplify as they build, so
+equal expressions compare equal once built with the same bounds:
+
+    (a0*16 + a1) // 16   -> a0        when 0 <= a1 < 16
+    (a0*16 + a1) %  16   -> a1        when 0 <= a1 < 16
+    x*1 + 0              -> x
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Union
+
+Bounds = Mapping[str, int]  # variable name -> extent; the variable ranges over 0..extent-1
+
+
+@dataclass(frozen=True, slots=True)
+class Sym:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class FloorDiv:
+    num: "Lin"
+    den: int
+
+
+@dataclass(frozen=True, slots=True)
+class Mod:
+    num: "Lin"
+    den: int
+
+
+Atom = Union[Sym, FloorDiv, Mod]
+
+
+@dataclass(frozen=True, slots=True)
+class Lin:
+    """sum(coef * atom for atom, coef in terms) + const; terms sorted, no zero coefficients."""
+
+    terms: tuple[tuple[Atom, int], ...] = ()
+    const: int = 0
+
+    def __add__(self, other: "Lin | int") -> "Lin":
+        other = lin(other)
+        acc: dict[Atom, int] = dict(self.terms)
+        for atom, coef in other.terms:
+            acc[atom] = acc.get(atom, 0) + coef
+        return _make(acc, self.const + other.const)
+
+    def __radd__(self, other: int) -> "Lin":
+        return self + other
+
+    def __sub__(self, other: "Lin | int") -> "Lin":
+        return self + lin(other) * -1
+
+    def __mul__(self, k: int) -> "Lin":
+        if not isinstance(k, int):
+            raise TypeError("index expressions are affine: multiply by an int only")
+        return _make({a: c * k for a, c in self.terms}, self.const * k)
+
+    __rmul__ = __mul__
+
+    def __str__(self) -> str:
+        return render(self)
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def free_vars(self) -> frozenset[str]:
+        out: set[str] = set()
+        for atom, _ in self.terms:
+            if isinstance(atom, Sym):
+                out.add(atom.name)
+            else:
+                out |= atom.num.free_vars()
+        return frozenset(out)
+
+
+def _make(acc: Mapping[Atom, int], const: int) -> Lin:
+    terms = tuple(sorted(((a, c) for a, c in acc.items() if c != 0), key=lambda t: _atom_key(t[0])))
+    return Lin(terms, const)
+
+
+def _atom_key(atom: Atom) -> tuple:
+    if isinstance(atom, Sym):
+        return (0, _var_order(atom.name))
+    kind = 1 if isinstance(atom, FloorDiv) else 2
+    return (kind, render(atom.num), atom.den)
+
+
+def _var_order(name: str) -> tuple:
+    head = name.rstrip("0123456789")
+    tail = name[len(head):]
+    return (head, int(tail) if tail else -1)
+
+
+def lin(x: "Lin | int | str | Atom") -> Lin:
+    """Coerce an int, a variable name or an atom to a `Lin`."""
+    if isinstance(x, Lin):
+        return x
+    if isinstance(x, bool):
+        raise TypeError("bool is not an index")
+    if isinstance(x, int):
+        return Lin((), x)
+    if isinstance(x, str):
+        return Lin(((Sym(x), 1),), 0)
+    return Lin(((x, 1),), 0)
+
+
+def var(name: str) -> Lin:
+    return lin(name)
+
+
+def bounds_of(e: Lin, bounds: Bounds) -> tuple[int, int]:
+    """Inclusive [lo, hi] of `e` given each variable's extent."""
+    lo = hi = e.const
+    for atom, coef in e.terms:
+        alo, ahi = _atom_bounds(atom, bounds)
+        if coef >= 0:
+            lo, hi = lo + coef * alo, hi + coef * ahi
+        else:
+            lo, hi = lo + coef * ahi, hi + coef * alo
+    return lo, hi
+
+
+def _atom_bounds(atom: Atom, bounds: Bounds) -> tuple[int, int]:
+    if isinstance(atom, Sym):
+        if atom.name not in bounds:
+            raise KeyError(f"no extent known for index variable {atom.name}")
+        return 0, bounds[atom.name] - 1
+    lo, hi = bounds_of(atom.num, bounds)
+    if isinstance(atom, FloorDiv):
+        return lo // atom.den, hi // atom.den
+    if lo >= 0 and hi < atom.den:
+        return lo, hi
+    return 0, atom.den - 1
+
+
+def floordiv(e: "Lin | int | str", d: int, bounds: Bounds) -> Lin:
+    e = lin(e)
+    if d <= 0:
+        raise ValueError("floordiv by a non-positive constant")
+    if d == 1:
+        return e
+    # Pull out the terms whose coefficient is a multiple of d; what remains must stay in [0, d).
+    whole = {a: c // d for a, c in e.terms if c % d == 0}
+    rest = _make({a: c for a, c in e.terms if c % d != 0}, e.const % d)
+    base = _make(whole, e.const // d)
+    lo, hi = bounds_of(rest, bounds)
+    if lo >= 0 and hi < d:
+        return base
+    if lo // d == hi // d:
+        return base + lo // d
+    return base + Lin(((FloorDiv(rest, d), 1),), 0)
+
+
+def mod(e: "Lin | int | str", d: int, bounds: Bounds) -> Lin:
+    e = lin(e)
+    if d <= 0:
+        raise ValueError("mod by a non-positive constant")
+    if d == 1:
+        return Lin()
+    rest = _make({a: c % d for a, c in e.terms if c % d != 0}, e.const % d)
+    lo, hi = bounds_of(rest, bounds)
+    if lo >= 0 and hi < d:
+        return rest
+    return Lin(((Mod(rest, d), 1),), 0)
+
+
+def substitute(e: Lin, env: Mapping[str, Lin], bounds: Bounds) -> Lin:
+    """Replace variables by expressions; `bounds` gives the extents of the new variables."""
+    out = Lin((), e.const)
+    for atom, coef in e.terms:
+        if isinstance(atom, Sym):
+            out = out + (env[atom.name] if atom.name in env else lin(atom)) * coef
+        elif isinstance(atom, FloorDiv):
+            out = out + floordiv(substitute(atom.num, env, bounds), atom.den, bounds) * coef
+        else:
+            out = out + mod(substitute(atom.num, env, bounds), atom.den, bounds) * coef
+    return out
+
+
+def evaluate(e: Lin, env: Mapping[str, object]):
+    """Evaluate with ints or numpy integer arrays bound to the variables."""
+    total = e.const
+    for atom, coef in e.terms:
+        if isinstance(atom, Sym):
+            val = env[atom.name]
+        elif isinstance(atom, FloorDiv):
+            val = evaluate(atom.num, env) // atom.den
+        else:
+            val = evaluate(atom.num, env) % atom.den
+        total = total + coef * val
+    return total
+
+
+def render(e: "Lin | Atom") -> str:
+    """C-compatible text (all values non-negative where // and % appear, so C and Python agree)."""
+    if isinstance(e, Sym):
+        return e.name
+    if isinstance(e, FloorDiv):
+        return f"({render(e.num)} / {e.den})"
+    if isinstance(e, Mod):
+        return f"({render(e.num)} % {e.den})"
+    parts: list[str] = []
+    for atom, coef in e.terms:
+        text = render(atom)
+        mag = abs(coef)
+        piece = text if mag == 1 else f"{text}*{mag}"
+        if not parts:
+            parts.append(piece if coef > 0 else f"-{piece}")
+        else:
+            parts.append(f" + {piece}" if coef > 0 else f" - {piece}")
+    if e.const or not parts:
+        if not parts:
+            parts.append(str(e.const))
+        else:
+            parts.append(f" + {e.const}" if e.const > 0 else f" - {-e.const}")
+    return "".join(parts)

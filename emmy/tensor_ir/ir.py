@@ -1,0 +1,165 @@
+"""Tensor IR: framework-neutral tensor primitives in SSA form.
+
+A program is a list of named definitions in dependency order. Each definition produces one
+tensor of a known `TensorType`. Broadcasting, transposes, reshapes, slices and flips are
+explicit `IndexMap`s (no arithmetic); a matrix product is an elementwise product of two
+index-mapped operands followed by a `Reduce(sum)` over the contracted axis.
+
+Index expressions use the output's axis variables `a0, a1, …` (see `axis_var`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping, Union
+
+from emmy.dtypes import DType
+from emmy.symbolic import Lin
+from emmy.torch_ir.ir import InputKind, TensorType
+
+__all__ = ["EwOp", "ReduceOp", "Scalar", "Input", "Elementwise", "Cast", "IndexMap", "Reduce",
+           "Scan", "Iota", "Def", "Program", "axis_var", "TensorType", "InputKind", "ARITY",
+           "COMMUTATIVE"]
+
+
+def axis_var(i: int) -> str:
+    """Name of the i-th output axis in IndexMap expressions."""
+    return f"a{i}"
+
+
+class EwOp(Enum):
+    # unary
+    NEG = "neg"; ABS = "abs"; EXP = "exp"; LOG = "log"; LOG1P = "log1p"; EXPM1 = "expm1"
+    SQRT = "sqrt"; RSQRT = "rsqrt"; SIN = "sin"; COS = "cos"; TANH = "tanh"
+    SIGMOID = "sigmoid"; ERF = "erf"; FLOOR = "floor"; CEIL = "ceil"; SIGN = "sign"
+    RECIPROCAL = "reciprocal"; NOT = "not"
+    # binary
+    ADD = "add"; SUB = "sub"; MUL = "multiply"; DIV = "divide"; POW = "pow"
+    MAX = "maximum"; MIN = "minimum"
+    LT = "lt"; LE = "le"; GT = "gt"; GE = "ge"; EQ = "eq"; NE = "ne"; AND = "and"; OR = "or"
+    # ternary
+    WHERE = "where"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_UNARY = {EwOp.NEG, EwOp.ABS, EwOp.EXP, EwOp.LOG, EwOp.LOG1P, EwOp.EXPM1, EwOp.SQRT,
+          EwOp.RSQRT, EwOp.SIN, EwOp.COS, EwOp.TANH, EwOp.SIGMOID, EwOp.ERF, EwOp.FLOOR,
+          EwOp.CEIL, EwOp.SIGN, EwOp.RECIPROCAL, EwOp.NOT}
+ARITY: Mapping[EwOp, int] = {op: 1 if op in _UNARY else 3 if op is EwOp.WHERE else 2 for op in EwOp}
+COMMUTATIVE = frozenset({EwOp.ADD, EwOp.MUL, EwOp.MAX, EwOp.MIN, EwOp.EQ, EwOp.NE, EwOp.AND, EwOp.OR})
+COMPARISON = frozenset({EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE, EwOp.AND, EwOp.OR,
+                        EwOp.NOT})
+
+
+class ReduceOp(Enum):
+    SUM = "sum"; PROD = "prod"; MAX = "max"; MIN = "min"; ARGMAX = "argmax"; ARGMIN = "argmin"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Scalar:
+    """A literal operand of an elementwise op (broadcast to the output's shape)."""
+
+    value: float | int | bool
+    dtype: DType
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+
+Operand = Union[str, Scalar]  # a str names another definition
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """A program input: a tensor argument, or a parameter / buffer / constant shown as load(...)."""
+
+    name: str
+    type: TensorType
+    kind: InputKind = InputKind.INPUT
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Elementwise:
+    name: str
+    type: TensorType
+    op: EwOp
+    args: tuple[Operand, ...]  # every str operand has exactly `type.shape`
+
+
+@dataclass(frozen=True, slots=True)
+class Cast:
+    name: str
+    type: TensorType
+    arg: str
+
+
+@dataclass(frozen=True, slots=True)
+class IndexMap:
+    """out[a0, …] = arg[index[0], index[1], …]: transpose, broadcast, reshape, slice, flip."""
+
+    name: str
+    type: TensorType
+    arg: str
+    index: tuple[Lin, ...]  # one expression per axis of `arg`, over the output axes a0, a1, …
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    """Reduce `arg` over `axes`; the output drops those axes. argmax/argmin give i64 positions."""
+
+    name: str
+    type: TensorType
+    op: ReduceOp
+    arg: str
+    axes: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scan:
+    """Running reduction along `axis` (cumsum, cumprod, …), optionally reversed / exclusive."""
+
+    name: str
+    type: TensorType
+    op: ReduceOp  # SUM, PROD, MAX or MIN
+    arg: str
+    axis: int
+    reverse: bool = False
+    exclusive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Iota:
+    """out[a0, …] = a<axis>: the position along one axis, as a value (masks, one-hot gathers)."""
+
+    name: str
+    type: TensorType
+    axis: int
+
+
+Def = Union[Input, Elementwise, Cast, IndexMap, Reduce, Scan, Iota]
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    name: str
+    defs: tuple[Def, ...]
+    outputs: tuple[str, ...]
+    # Values of PARAM/BUFFER/CONSTANT inputs by name (torch tensors); not part of identity.
+    values: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def get(self, name: str) -> Def:
+        for d in self.defs:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    @property
+    def inputs(self) -> tuple[Input, ...]:
+        return tuple(d for d in self.defs if isinstance(d, Input))

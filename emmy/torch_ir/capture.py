@@ -1,0 +1,171 @@
+"""Capture an nn.Module with torch.export into Torch IR (a 1:1 mirror of the exported ops)."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any
+
+from emmy.dtypes import DType, from_torch
+from emmy.errors import UserError
+from emmy.torch_ir.ir import Arg, Graph, InputKind, Node, Placeholder, Ref, TensorType
+
+_KINDS = {"PARAMETER": InputKind.PARAM, "BUFFER": InputKind.BUFFER,
+          "CONSTANT_TENSOR": InputKind.CONSTANT, "USER_INPUT": InputKind.INPUT}
+
+
+def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | None = None) -> Graph:
+    """Export `model(*inputs)` and mirror the exported graph, one node per op."""
+    ep = _export(model, inputs)
+    sig = {spec.arg.name: spec for spec in ep.graph_signature.input_specs
+           if hasattr(spec.arg, "name")}
+    names = _readable_names(ep, sig)
+    placeholders: list[Placeholder] = []
+    nodes: list[Node] = []
+    values: dict[str, Any] = {}
+    outputs: tuple[Ref, ...] = ()
+    for fx_node in ep.graph.nodes:
+        if fx_node.op == "placeholder":
+            spec = sig.get(fx_node.name)
+            if spec is None:
+                continue  # a non-tensor input specialized away by export
+            kind = _KINDS.get(spec.kind.name)
+            if kind is None:
+                raise UserError(f"unsupported export input kind {spec.kind.name} for {fx_node.name}")
+            ph = Placeholder(names.get(fx_node.name, fx_node.name), kind, _tensor_type(fx_node.meta["val"], fx_node.name),
+                             spec.target)
+            placeholders.append(ph)
+            if kind is not InputKind.INPUT:
+                values[ph.name] = _state_value(ep, spec.target).detach()
+        elif fx_node.op == "call_function":
+            nodes.append(Node(name=fx_node.name, op=op_name(fx_node.target),
+                              args=tuple(_arg(a, names) for a in fx_node.args),
+                              kwargs=tuple((k, _arg(v, names)) for k, v in fx_node.kwargs.items()),
+                              type=_value_type(fx_node.meta.get("val"), fx_node.name),
+                              source=_source_line(fx_node.meta.get("stack_trace"), origin)))
+        elif fx_node.op == "output":
+            outputs = tuple(Ref(names.get(r.name, r.name)) for r in _flatten_outputs(fx_node.args[0]))
+    return Graph(name=name, placeholders=tuple(placeholders), nodes=tuple(nodes), outputs=outputs,
+                 values=values)
+
+
+def op_name(target: Any) -> str:
+    """`aten.add.Tensor` -> "add.Tensor", `aten.rms_norm.default` -> "rms_norm"."""
+    if getattr(target, "__name__", None) == "getitem" and not hasattr(target, "_schema"):
+        return "getitem"
+    name = getattr(target, "_name", None) or str(target)  # "aten::add.Tensor"
+    name = name.split("::", 1)[-1]
+    overload = getattr(target, "_overloadname", "default")
+    base = name.split(".")[0]
+    return base if overload in ("default", "") else f"{base}.{overload}"
+
+
+def _export(model, inputs):
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return torch.export.export(model, tuple(inputs))
+        except Exception as e:  # torch's own error types vary by version
+            raise UserError(_export_message(e)) from None
+
+
+def _export_message(e: Exception) -> str:
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    data_dependent = ("data-dependent" in text or "GuardOnDataDependent" in type(e).__name__
+                      or "DataDependent" in text)
+    if data_dependent:
+        return ("torch.export failed: the model has a data-dependent shape or control flow "
+                f"(emmy compiles static shapes only): {first}")
+    return f"torch.export failed: {type(e).__name__}: {first}"
+
+
+def _state_value(ep, target: str):
+    if target in ep.state_dict:
+        return ep.state_dict[target]
+    return ep.constants[target]
+
+
+def _tensor_type(val: Any, what: str) -> TensorType:
+    import torch
+
+    if not isinstance(val, torch.Tensor):
+        raise UserError(f"`{what}` is not a tensor ({type(val).__name__}); emmy compiles tensor "
+                        "programs")
+    shape = []
+    for s in val.shape:
+        if not isinstance(s, int):
+            raise UserError(f"`{what}` has a symbolic shape {tuple(val.shape)}; emmy compiles "
+                            "static shapes only")
+        shape.append(s)
+    try:
+        dtype = from_torch(val.dtype)
+    except ValueError as e:
+        raise UserError(f"`{what}`: {e}") from None
+    return TensorType(tuple(shape), dtype)
+
+
+def _value_type(val: Any, what: str) -> TensorType | tuple[TensorType, ...] | None:
+    if val is None:
+        return None
+    if isinstance(val, (tuple, list)):
+        return tuple(_tensor_type(v, what) for v in val if v is not None)
+    return _tensor_type(val, what) if hasattr(val, "shape") else None
+
+
+def _readable_names(ep, sig) -> dict[str, str]:
+    """Name params, buffers and constants after their module attribute (`weight`, not `p_weight`)."""
+    taken = {n.name for n in ep.graph.nodes}
+    names: dict[str, str] = {}
+    for fx_name, spec in sig.items():
+        if spec.kind.name == "USER_INPUT" or not spec.target:
+            continue
+        wanted = re.sub(r"\W", "_", spec.target)
+        if wanted not in taken and wanted not in names.values():
+            names[fx_name] = wanted
+    return names
+
+
+def _arg(a: Any, names: dict[str, str]) -> Arg:
+    import torch
+
+    if hasattr(a, "op") and hasattr(a, "name") and hasattr(a, "meta"):  # an fx.Node
+        return Ref(names.get(a.name, a.name))
+    if isinstance(a, (list, tuple)):
+        return tuple(_arg(x, names) for x in a)
+    if isinstance(a, torch.dtype):
+        return from_torch(a)
+    if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
+        return str(a)
+    if isinstance(a, (int, float, bool, str)) or a is None:
+        return a
+    return str(a)
+
+
+def _flatten_outputs(out: Any):
+    if isinstance(out, (list, tuple)):
+        for o in out:
+            yield from _flatten_outputs(o)
+    elif out is not None and hasattr(out, "name"):
+        yield Ref(out.name)
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in \S+\n\s*(?P<code>.*)')
+
+
+def _source_line(stack: str | None, origin: str | None) -> str | None:
+    """The user's line that produced a node: the last frame outside torch's own files."""
+    if not stack:
+        return None
+    frames = [m for m in _FRAME.finditer(stack)
+              if "site-packages/torch" not in m["file"] and "/torch/" not in m["file"]]
+    if origin:
+        mine = [m for m in frames if m["file"] == origin]
+        frames = mine or frames
+    if not frames:
+        return None
+    m = frames[-1]
+    file = m["file"].rsplit("/", 1)[-1]
+    return f"{file}:{m['line']}: {m['code'].strip()}"

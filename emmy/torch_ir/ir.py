@@ -1,0 +1,91 @@
+"""Torch IR: the exported graph, one node per torch op, in the order torch.export gave it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping, Union
+
+from emmy.dtypes import DType
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    shape: tuple[int, ...]
+    dtype: DType
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A use of another value of the graph by name."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# An argument: a Ref, a literal (int, float, bool, str, None, DType), or a tuple of those.
+Arg = Union[Ref, int, float, bool, str, None, DType, tuple]
+
+
+class InputKind(Enum):
+    INPUT = "input"          # a tensor from get_inputs()
+    PARAM = "param"          # a parameter of the module: load("weight")
+    BUFFER = "buffer"        # a registered buffer (running_mean, …)
+    CONSTANT = "constant"    # a tensor constant lifted by torch.export
+
+
+@dataclass(frozen=True, slots=True)
+class Placeholder:
+    name: str
+    kind: InputKind
+    type: TensorType
+    target: str | None = None  # the module attribute path for params and buffers
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    name: str
+    op: str                                   # short aten name: "rms_norm", "linear", "add.Tensor"
+    args: tuple[Arg, ...]
+    kwargs: tuple[tuple[str, Arg], ...] = ()
+    type: TensorType | tuple[TensorType, ...] | None = None
+    source: str | None = None                 # "file.py:12: return self.norm(x)" when known
+
+    def kwarg(self, key: str, default: Any = None) -> Any:
+        return dict(self.kwargs).get(key, default)
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    name: str
+    placeholders: tuple[Placeholder, ...]
+    nodes: tuple[Node, ...]
+    outputs: tuple[Ref, ...]
+    # Values of params, buffers and constants by placeholder name (torch tensors); not part of
+    # the graph's identity, so excluded from comparison.
+    values: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def node(self, name: str) -> Node | Placeholder:
+        for p in self.placeholders:
+            if p.name == name:
+                return p
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    @property
+    def inputs(self) -> tuple[Placeholder, ...]:
+        return tuple(p for p in self.placeholders if p.kind is InputKind.INPUT)
