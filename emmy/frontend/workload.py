@@ -90,11 +90,16 @@ def load_expr(expr: str) -> Workload:
     module_text = ast.unparse(call.func)
     arg_texts = [ast.unparse(a) for a in call.args]
     module = _eval_user(module_text, scope)
+    if isinstance(module, type):
+        raise UserError(f"-c: `{expr.strip()}` builds a module but does not call it; write a "
+                        "module call such as `nn.RMSNorm(2048)(torch.randn(32, 2048))`")
     if not isinstance(module, nn.Module):
         module = _wrap_function(module, module_text)
     module.eval()
     torch.manual_seed(0)
     inputs = tuple(_eval_user(t, scope) for t in arg_texts)
+    if not inputs or not all(isinstance(x, torch.Tensor) for x in inputs):
+        raise UserError(f"-c: the call's arguments must be tensors, e.g. torch.randn(32, 2048)")
 
     def fresh_inputs():
         return tuple(_eval_user(t, scope) for t in arg_texts)

@@ -45,6 +45,9 @@ def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | Non
                               source=_source_line(fx_node.meta.get("stack_trace"), origin)))
         elif fx_node.op == "output":
             outputs = tuple(Ref(names.get(r.name, r.name)) for r in _flatten_outputs(fx_node.args[0]))
+            if not outputs or len(outputs) != len(_flat(fx_node.args[0])):
+                raise UserError("the model must return tensors (or a tuple of tensors); it "
+                                f"returns {fx_node.args[0]!r}")
     return Graph(name=name, placeholders=tuple(placeholders), nodes=tuple(nodes), outputs=outputs,
                  values=values)
 
@@ -97,8 +100,8 @@ def _tensor_type(val: Any, what: str) -> TensorType:
     shape = []
     for s in val.shape:
         if not isinstance(s, int):
-            raise UserError(f"`{what}` has a symbolic shape {tuple(val.shape)}; emmy compiles "
-                            "static shapes only")
+            raise UserError(f"`{what}` has a data-dependent shape {tuple(val.shape)}; emmy "
+                            "compiles static shapes only")
         shape.append(s)
     try:
         dtype = from_torch(val.dtype)
@@ -142,6 +145,12 @@ def _arg(a: Any, names: dict[str, str]) -> Arg:
     if isinstance(a, (int, float, bool, str)) or a is None:
         return a
     return str(a)
+
+
+def _flat(out: Any) -> list:
+    if isinstance(out, (list, tuple)):
+        return [x for o in out for x in _flat(o)]
+    return [out]
 
 
 def _flatten_outputs(out: Any):
