@@ -1,0 +1,60 @@
+"""The `emmy` command line: output and exit codes (0 ok, 1 check failed, 2 bad input)."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from emmy.cli import main
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_compile_torch_stage(capsys):
+    rc, out, _ = run(capsys, "compile", "-c", "nn.RMSNorm(2048)(torch.randn(32, 2048))", "--ir", "torch")
+    assert rc == 0
+    assert out.startswith("graph rmsnorm(x: f32[32,2048])")
+
+
+def test_no_workload_is_bad_input(capsys):
+    rc, _, err = run(capsys, "compile")
+    assert rc == 2 and "exactly one" in err
+
+
+def test_unknown_flag_is_bad_input(capsys):
+    rc, _, err = run(capsys, "compile", "-c", "x", "--frobnicate")
+    assert rc == 2 and "unrecognized arguments: --frobnicate" in err
+
+
+def test_unknown_stage_is_bad_input(capsys):
+    rc, _, err = run(capsys, "compile", "-c", "x", "--ir", "bogus")
+    assert rc == 2 and "invalid choice" in err
+
+
+def test_set_with_expression_is_bad_input(capsys):
+    rc, _, err = run(capsys, "compile", "-c", "nn.ReLU()(torch.randn(2))", "--set", "a=1")
+    assert rc == 2 and "--set" in err
+
+
+def test_bad_file_gives_message_without_traceback(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\n\nclass Model(:\n")
+    proc = subprocess.run([sys.executable, "-m", "emmy", "compile", str(bad)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "bad.py:3: syntax error" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("x = 1\n")
+    proc = subprocess.run([sys.executable, "-m", "emmy", "--debug", "compile", str(bad)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr and "no `Model` class" in proc.stderr
