@@ -1,42 +1,86 @@
 """The compiler's stages, in order. Each stage takes the previous stage's result.
 
-    workload --capture--> torch IR --decompose--> tensor IR --fuse+normalize--> loop IR
-
-Later stages (tile, kernel, cuda) append here as they are built.
+    workload --capture--> torch --decompose--> tensor --fuse+normalize--> loop
+             --lift+rows--> tile --materialize--> kernel --emit--> cuda
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 from emmy.frontend.workload import Workload
 
 
 @dataclass(frozen=True)
+class Options:
+    target: str = "sm_90a"
+    rows: Mapping[str, str] = field(default_factory=dict)   # kernel name ("" = only one) -> row
+
+
+@dataclass(frozen=True)
 class Stage:
     name: str
-    run: Callable[[Any], Any]      # previous stage's result -> this stage's result
-    show: Callable[[Any], str]     # this stage's result -> text
+    run: Callable[[Any, Options], Any]   # previous stage's result -> this stage's result
+    show: Callable[[Any], str]           # this stage's result -> text
 
 
-def _capture(w: Workload):
+@dataclass(frozen=True)
+class Scheduled:
+    """Tile IR with the row chosen for each kernel."""
+
+    program: Any          # TileProgram
+    rows: dict            # kernel name -> Row
+    target: Any           # Target
+
+
+@dataclass(frozen=True)
+class Materialized:
+    scheduled: Scheduled
+    kernels: tuple        # one KProgram per Tile IR kernel
+
+
+def _capture(w: Workload, o: Options):
     from emmy.torch_ir.capture import capture
 
     return capture(w.model, w.inputs, name=w.name,
                    origin=w.origin if w.origin != "<expr>" else None)
 
 
-def _to_tensor(graph):
+def _to_tensor(graph, o: Options):
     from emmy.tensor_ir.lower import lower
 
     return lower(graph)
 
 
-def _to_loop(program):
+def _to_loop(program, o: Options):
     from emmy.loop_ir.lower import lower
 
     return lower(program)
+
+
+def _to_tile(lp, o: Options) -> Scheduled:
+    from emmy.schedule.choose import choose_rows
+    from emmy.schedule.targets import get_target
+    from emmy.tile_ir.lift import lift_program
+
+    target = get_target(o.target)
+    tp = lift_program(lp)
+    return Scheduled(tp, choose_rows(tp, target, o.rows), target)
+
+
+def _to_kernel(s: Scheduled, o: Options) -> Materialized:
+    from emmy.kernel_ir.lower import lower_applied
+    from emmy.tile_ir.apply import apply_row
+
+    return Materialized(s, tuple(lower_applied(k.name, apply_row(k, s.rows[k.name], s.target))
+                                 for k in s.program.kernels))
+
+
+def _to_cuda(m: Materialized, o: Options):
+    from emmy.cuda.program import build_program
+
+    return build_program(m)
 
 
 def _show_torch(g) -> str:
@@ -57,22 +101,42 @@ def _show_loop(lp) -> str:
     return print_program(lp)
 
 
+def _show_tile(s: Scheduled) -> str:
+    from emmy.tile_ir.printer import print_program
+
+    return print_program(s.program, s.rows)
+
+
+def _show_kernel(m: Materialized) -> str:
+    from emmy.kernel_ir.printer import print_program
+
+    return "\n".join(print_program(k) for k in m.kernels)
+
+
+def _show_cuda(c) -> str:
+    return "\n".join(u.source for u in c.units)
+
+
 STAGES: tuple[Stage, ...] = (
     Stage("torch", _capture, _show_torch),
     Stage("tensor", _to_tensor, _show_tensor),
     Stage("loop", _to_loop, _show_loop),
+    Stage("tile", _to_tile, _show_tile),
+    Stage("kernel", _to_kernel, _show_kernel),
+    Stage("cuda", _to_cuda, _show_cuda),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)
 
 
-def compile_to(workload: Workload, stage: str) -> dict[str, Any]:
+def compile_to(workload: Workload, stage: str, options: Options | None = None) -> dict[str, Any]:
     """Run the stages up to and including `stage`; return every result by stage name."""
     if stage not in STAGE_NAMES:
         raise ValueError(f"unknown stage {stage!r}")
+    options = options or Options()
     results: dict[str, Any] = {}
     value: Any = workload
     for s in STAGES:
-        value = s.run(value)
+        value = s.run(value, options)
         results[s.name] = value
         if s.name == stage:
             break

@@ -22,17 +22,26 @@ Bounds = Mapping[str, int]  # variable name -> extent; the variable ranges over 
 class Sym:
     name: str
 
+    def free_vars(self) -> frozenset[str]:
+        return frozenset((self.name,))
+
 
 @dataclass(frozen=True, slots=True)
 class FloorDiv:
     num: "Lin"
     den: int
 
+    def free_vars(self) -> frozenset[str]:
+        return self.num.free_vars()
+
 
 @dataclass(frozen=True, slots=True)
 class Mod:
     num: "Lin"
     den: int
+
+    def free_vars(self) -> frozenset[str]:
+        return self.num.free_vars()
 
 
 Atom = Union[Sym, FloorDiv, Mod]
@@ -75,10 +84,7 @@ class Lin:
     def free_vars(self) -> frozenset[str]:
         out: set[str] = set()
         for atom, _ in self.terms:
-            if isinstance(atom, Sym):
-                out.add(atom.name)
-            else:
-                out |= atom.num.free_vars()
+            out |= atom.free_vars()
         return frozenset(out)
 
 

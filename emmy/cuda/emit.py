@@ -1,0 +1,160 @@
+"""Print Kernel IR as CUDA C++: one `extern "C" __global__` function per Kernel IR function.
+
+The source includes `emmy_kernel.cuh` (device functions by name, over the intrinsics header),
+so the same text compiles with NVRTC for the GPU and with g++ against the CPU emulation header.
+"""
+
+from __future__ import annotations
+
+from emmy.kernel_ir import ir as K
+from emmy.symbolic import Lin, render
+from emmy.tensor_ir.ir import ReduceOp
+
+_INFIX = {"add": "+", "sub": "-", "multiply": "*", "divide": "/", "lt": "<", "le": "<=",
+          "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+_FUNCS = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "floor",
+          "ceil", "sigmoid", "reciprocal", "abs", "sign", "maximum", "minimum", "pow"}
+_OPS = {ReduceOp.SUM: "EmSum", ReduceOp.PROD: "EmProd", ReduceOp.MAX: "EmMax",
+        ReduceOp.MIN: "EmMin"}
+_ARG = {ReduceOp.ARGMAX: "true", ReduceOp.ARGMIN: "false"}
+
+
+def emit_program(p: K.KProgram) -> str:
+    """The CUDA source of every function a kernel's row launches."""
+    head = [f"// emmy: kernel {p.name}", '#include "emmy_kernel.cuh"', ""]
+    return "\n".join(head + [emit_function(f) for f in p.functions])
+
+
+def emit_function(f: K.KFunction) -> str:
+    params = ", ".join(
+        f"{p.ctype}* __restrict__ {p.name}" if p.is_output else f"const {p.ctype}* __restrict__ {p.name}"
+        for p in f.params)
+    lines = [f"// row: {f.row}",
+             f"// launch: grid {f.grid}, block {f.threads}, dynamic shared memory {f.shared_bytes} B",
+             f'extern "C" __global__ void __launch_bounds__({f.threads}) {f.name}({params}) {{',
+             "  const int tid = threadIdx.x;",
+             "  const long long bid = blockIdx.x;"]
+    if f.shared_bytes:
+        lines.append("  extern __shared__ __align__(16) unsigned char emmy_smem[];")
+    lines += _block(f.body, 1)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _block(stmts, depth: int) -> list[str]:
+    out: list[str] = []
+    for s in stmts:
+        out += [("  " * depth) + line for line in _stmt(s, depth)]
+    return out
+
+
+def _ix(e: Lin) -> str:
+    return render(e)
+
+
+def _stmt(s: K.KStmt, depth: int) -> list[str]:
+    match s:
+        case K.Index(name=n, expr=e, wide=wide):
+            return [f"const {'long long' if wide else 'int'} {n} = {_ix(e)};"]
+        case K.Let():
+            return _let(s)
+        case K.Set(name=n, value=v):
+            return [f"{n} = {v};"]
+        case K.Fold():
+            return [_fold(s)]
+        case K.For(var=v, start=a, stop=b, step=st, body=body, unroll=unroll):
+            head = [f"#pragma unroll"] if unroll else []
+            return head + [f"for (int {v} = {_ix(a)}; {v} < {_ix(b)}; {v} += {st}) {{",
+                           *_inner(body, depth), "}"]
+        case K.If(cond=c, body=body):
+            return [f"if ({c}) {{", *_inner(body, depth), "}"]
+        case K.GlobalLoad(names=names, ctype=c, buffer=b, offset=off):
+            if len(names) == 1:
+                return [f"const {c} {names[0]} = em_cvt<{c}>({b}[{_ix(off)}]);"]
+            return [f"{c} {', '.join(names)};", f"em_vload({b} + ({_ix(off)}), {', '.join(names)});"]
+        case K.GlobalStore(buffer=b, elem=t, offset=off, values=vals):
+            if len(vals) == 1:
+                return [f"{b}[{_ix(off)}] = em_cvt<{t}>({vals[0]});"]
+            return [f"em_vstore({b} + ({_ix(off)}), {', '.join(vals)});"]
+        case K.SharedArray(name=n, ctype=c, start=start):
+            return [f"{c}* {n} = reinterpret_cast<{c}*>(emmy_smem + {start});"]
+        case K.SharedLoad(names=names, ctype=c, array=a, index=i):
+            return [f"const {c} {n} = {a}[{_ix(i + j)}];" for j, n in enumerate(names)]
+        case K.SharedStore(array=a, index=i, values=vals):
+            return [f"{a}[{_ix(i + j)}] = {v};" for j, v in enumerate(vals)]
+        case K.CpAsync(array=a, index=i, buffer=b, offset=off, count=n):
+            return [f"em_cp_async<sizeof({b}[0]) * {n}>({a} + ({_ix(i)}), {b} + ({_ix(off)}));"]
+        case K.CpAsyncWaitAll():
+            return ["em_cp_async_wait_all();"]
+        case K.Barrier(scope=scope):
+            return ["__syncthreads();" if scope == "block" else "__syncwarp();"]
+        case K.LaneCombine():
+            return _combine(s)
+        case K.ScanLanes(value=v, op=op, ctype=c, carry=carry, incl=incl, excl=excl):
+            return [f"{c} {incl}, {excl};", f"em_warp_scan<{_OPS[op]}>({v}, {carry}, {incl}, {excl});"]
+        case K.AtomicAdd(buffer=b, elem=t, offset=off, value=v):
+            return [f"atomicAdd({b} + ({_ix(off)}), em_cvt<{t}>({v}));"]
+        case K.Comment(text=t):
+            return [f"// {t}"]
+    raise AssertionError(f"no CUDA for {s!r}")
+
+
+def _inner(body, depth: int) -> list[str]:
+    return ["  " + line for line in _block(body, 0)]
+
+
+def _let(s: K.Let) -> list[str]:
+    c, n, a = s.ctype, s.name, s.args
+    const = "" if s.mutable else "const "
+    match s.op:
+        case "identity":
+            op = ReduceOp(a[0])
+            if op in _ARG:
+                init = "em_lowest" if op is ReduceOp.ARGMAX else "em_highest"
+                return [f"{c} {n}_v = {init}<{c}>();", f"long long {n}_p = -1;"]
+            return [f"{const}{c} {n} = {_OPS[op]}::identity<{c}>();"]
+        case "argpos":
+            return [f"const long long {n} = {a[0]}_p < 0 ? 0 : {a[0]}_p;"]
+        case "copy" | "literal":
+            return [f"{const}{c} {n} = {a[0]};"]
+        case "cast" | "index":
+            return [f"{const}{c} {n} = static_cast<{c}>({a[0]});"]
+        case "where":
+            return [f"{const}{c} {n} = {a[0]} ? {c}({a[1]}) : {c}({a[2]});"]
+        case "neg":
+            return [f"{const}{c} {n} = -{a[0]};"]
+        case "not":
+            return [f"{const}{c} {n} = !{a[0]};"]
+        case op if op in _INFIX:
+            return [f"{const}{c} {n} = {c}({a[0]} {_INFIX[op]} {a[1]});"]
+        case op if op in _FUNCS:
+            cast = [f"{c}({x})" for x in a]
+            return [f"{const}{c} {n} = em_{op}({', '.join(cast)});"]
+    raise AssertionError(f"no CUDA for op {s.op}")
+
+
+def _fold(s: K.Fold) -> str:
+    if s.op in _ARG:
+        flag = _ARG[s.op]
+        if s.position is None:  # merge another accumulator
+            return f"em_arg_update<{flag}>({s.acc}_v, {s.acc}_p, {s.value}_v, {s.value}_p);"
+        return f"em_arg_update<{flag}>({s.acc}_v, {s.acc}_p, {s.value}, (long long)({_ix(s.position)}));"
+    return f"{s.acc} = {_OPS[s.op]}::apply({s.acc}, {s.value});"
+
+
+def _combine(s: K.LaneCombine) -> list[str]:
+    out = []
+    for name, op, _ in s.accs:
+        if op in _ARG:
+            flag = _ARG[op]
+            if s.lanes <= 32:
+                out.append(f"em_warp_allreduce_arg<{flag}>({name}_v, {name}_p);")
+            else:
+                out.append(f"em_block_allreduce_arg<{flag}>({name}_v, {name}_p, "
+                           f"{s.scratch}, {s.lanes});")
+        elif s.lanes <= 32:
+            out.append(f"{name} = em_warp_allreduce<{_OPS[op]}>({name});")
+        else:
+            fn = "em_block_tree" if s.method == "smem" else "em_block_allreduce"
+            out.append(f"{name} = {fn}<{_OPS[op]}>({name}, {s.scratch}, {s.lanes});")
+    return out

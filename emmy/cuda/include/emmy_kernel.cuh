@@ -1,0 +1,176 @@
+// emmy_kernel.cuh: the device functions emitted kernels call by name. Everything here is
+// plain CUDA C++ over the intrinsics of emmy_intrinsics.cuh, so the same text builds with
+// NVRTC for the GPU and with g++ against the CPU emulation header.
+#pragma once
+#include "emmy_intrinsics.cuh"
+
+#define EM_FULL 0xffffffffu
+
+// --- types and conversions ---------------------------------------------------------------
+template <class A, class B> struct em_same { static constexpr bool value = false; };
+template <class A> struct em_same<A, A> { static constexpr bool value = true; };
+
+template <class To, class From> EMMY_FN To em_cvt(From x) {
+  if constexpr (em_same<From, To>::value) return x;
+  else if constexpr (em_same<From, __half>::value) return static_cast<To>(__half2float(x));
+  else if constexpr (em_same<From, __nv_bfloat16>::value) return static_cast<To>(__bfloat162float(x));
+  else if constexpr (em_same<To, __half>::value) return __float2half_rn(static_cast<float>(x));
+  else if constexpr (em_same<To, __nv_bfloat16>::value) return __float2bfloat16_rn(static_cast<float>(x));
+  else return static_cast<To>(x);
+}
+
+template <int V, class T> struct alignas(sizeof(T) * V) EmVec { T x[V]; };
+
+// V consecutive elements (one vector access), converted to the compute type of each output.
+template <class T, class... C> EMMY_FN void em_vload(const T* p, C&... out) {
+  constexpr int V = sizeof...(C);
+  const EmVec<V, T> v = *reinterpret_cast<const EmVec<V, T>*>(p);
+  int i = 0;
+  ((out = em_cvt<C>(v.x[i++])), ...);
+}
+
+template <class T, class... C> EMMY_FN void em_vstore(T* p, C... in) {
+  constexpr int V = sizeof...(C);
+  EmVec<V, T> v;
+  int i = 0;
+  ((v.x[i++] = em_cvt<T>(in)), ...);
+  *reinterpret_cast<EmVec<V, T>*>(p) = v;
+}
+
+template <int BYTES> EMMY_FN void em_cp_async(void* smem, const void* gmem) {
+  if constexpr (BYTES == 16) cp_async_16(smem, gmem);
+  else if constexpr (BYTES == 8) cp_async_8(smem, gmem);
+  else cp_async_4(smem, gmem);
+}
+
+EMMY_FN void em_cp_async_wait_all() {
+  cp_async_commit();
+  cp_async_wait_all();
+}
+
+// --- element-wise math (float and double overloads; NaN propagates like torch) -------------
+#define EM_UNARY(name, f32, f64)                              \
+  EMMY_FN float name(float x) { return f32; }                 \
+  EMMY_FN double name(double x) { return f64; }
+EM_UNARY(em_exp, expf(x), exp(x))
+EM_UNARY(em_log, logf(x), log(x))
+EM_UNARY(em_log1p, log1pf(x), log1p(x))
+EM_UNARY(em_expm1, expm1f(x), expm1(x))
+EM_UNARY(em_sqrt, sqrtf(x), sqrt(x))
+EM_UNARY(em_rsqrt, rsqrtf(x), 1.0 / sqrt(x))
+EM_UNARY(em_sin, sinf(x), sin(x))
+EM_UNARY(em_cos, cosf(x), cos(x))
+EM_UNARY(em_tanh, tanhf(x), tanh(x))
+EM_UNARY(em_erf, erff(x), erf(x))
+EM_UNARY(em_floor, floorf(x), floor(x))
+EM_UNARY(em_ceil, ceilf(x), ceil(x))
+EM_UNARY(em_sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
+EM_UNARY(em_reciprocal, 1.0f / x, 1.0 / x)
+#undef EM_UNARY
+
+template <class T> EMMY_FN T em_abs(T x) { return x < T(0) ? -x : x; }
+template <class T> EMMY_FN T em_sign(T x) { return T((x > T(0)) - (x < T(0))); }
+template <class T> EMMY_FN T em_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
+template <class T> EMMY_FN T em_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
+EMMY_FN float em_pow(float a, float b) { return powf(a, b); }
+EMMY_FN double em_pow(double a, double b) { return pow(a, b); }
+
+// --- reductions: an op is a type with identity() and apply() --------------------------------
+template <class T> EMMY_FN T em_lowest() {
+  if constexpr (em_same<T, float>::value) return -EMMY_INF_F32;
+  else if constexpr (em_same<T, double>::value) return -static_cast<double>(EMMY_INF_F32);
+  else return static_cast<T>(1ull << (8 * sizeof(T) - 1));  // most negative two's complement
+}
+template <class T> EMMY_FN T em_highest() {
+  if constexpr (em_same<T, float>::value) return EMMY_INF_F32;
+  else if constexpr (em_same<T, double>::value) return static_cast<double>(EMMY_INF_F32);
+  else return static_cast<T>(~(1ull << (8 * sizeof(T) - 1)));
+}
+
+struct EmSum  { template <class T> static EMMY_FN T identity() { return T(0); }
+                template <class T> static EMMY_FN T apply(T a, T b) { return a + b; } };
+struct EmProd { template <class T> static EMMY_FN T identity() { return T(1); }
+                template <class T> static EMMY_FN T apply(T a, T b) { return a * b; } };
+struct EmMax  { template <class T> static EMMY_FN T identity() { return em_lowest<T>(); }
+                template <class T> static EMMY_FN T apply(T a, T b) { return em_maximum(a, b); } };
+struct EmMin  { template <class T> static EMMY_FN T identity() { return em_highest<T>(); }
+                template <class T> static EMMY_FN T apply(T a, T b) { return em_minimum(a, b); } };
+
+// Every lane of the warp gets the combination of all 32 lanes' values (butterfly).
+template <class Op, class T> EMMY_FN T em_warp_allreduce(T x) {
+  for (int o = 16; o > 0; o >>= 1) x = Op::apply(x, __shfl_xor_sync(EM_FULL, x, o));
+  return x;
+}
+
+// Every thread of a block of `lanes` threads gets the combination of all values: warps
+// combine by shuffles, then each warp's result goes through shared memory.
+template <class Op, class T> EMMY_FN T em_block_allreduce(T x, unsigned char* scratch, int lanes) {
+  T* s = reinterpret_cast<T*>(scratch);
+  x = em_warp_allreduce<Op>(x);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = x;
+  __syncthreads();
+  T r = s[0];
+  for (int i = 1; i < lanes / 32; ++i) r = Op::apply(r, s[i]);
+  return r;
+}
+
+// The same through a shared-memory tree (log2(lanes) halving steps).
+template <class Op, class T> EMMY_FN T em_block_tree(T x, unsigned char* scratch, int lanes) {
+  T* s = reinterpret_cast<T*>(scratch);
+  const int t = threadIdx.x;
+  __syncthreads();
+  s[t] = x;
+  __syncthreads();
+  for (int w = lanes / 2; w > 0; w >>= 1) {
+    if (t < w) s[t] = Op::apply(s[t], s[t + w]);
+    __syncthreads();
+  }
+  return s[0];
+}
+
+// Inclusive and exclusive scan of one value per lane, continuing from `carry`; `carry`
+// becomes the last lane's inclusive value.
+template <class Op, class T> EMMY_FN void em_warp_scan(T v, T& carry, T& incl, T& excl) {
+  const int lane = threadIdx.x % 32;
+  T x = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    T y = __shfl_up_sync(EM_FULL, x, o);
+    if (lane >= o) x = Op::apply(y, x);
+  }
+  T prev = __shfl_up_sync(EM_FULL, x, 1);
+  excl = lane == 0 ? carry : Op::apply(carry, prev);
+  incl = Op::apply(carry, x);
+  carry = __shfl_sync(EM_FULL, incl, 31);
+}
+
+// argmax / argmin: (value, position) pairs; position -1 means "nothing seen"; ties keep the
+// lowest position, so the first occurrence wins as in torch.
+template <bool Max, class T> EMMY_FN bool em_arg_better(T v, long long p, T bv, long long bp) {
+  if (p < 0) return false;
+  if (bp < 0) return true;
+  if (Max ? v > bv : v < bv) return true;
+  return v == bv && p < bp;
+}
+template <bool Max, class T> EMMY_FN void em_arg_update(T& bv, long long& bp, T v, long long p) {
+  if (em_arg_better<Max>(v, p, bv, bp)) { bv = v; bp = p; }
+}
+template <bool Max, class T> EMMY_FN void em_warp_allreduce_arg(T& v, long long& p) {
+  for (int o = 16; o > 0; o >>= 1) {
+    T ov = __shfl_xor_sync(EM_FULL, v, o);
+    long long op = __shfl_xor_sync(EM_FULL, p, o);
+    em_arg_update<Max>(v, p, ov, op);
+  }
+}
+template <bool Max, class T> EMMY_FN void em_block_allreduce_arg(T& v, long long& p,
+                                                                 unsigned char* scratch, int lanes) {
+  T* sv = reinterpret_cast<T*>(scratch);
+  long long* sp = reinterpret_cast<long long*>(scratch + 8 * lanes);
+  em_warp_allreduce_arg<Max>(v, p);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) { sv[threadIdx.x / 32] = v; sp[threadIdx.x / 32] = p; }
+  __syncthreads();
+  v = sv[0];
+  p = sp[0];
+  for (int i = 1; i < lanes / 32; ++i) em_arg_update<Max>(v, p, sv[i], sp[i]);
+}

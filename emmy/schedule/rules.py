@@ -1,0 +1,222 @@
+"""Legality: named rules, each a small predicate that returns a plain-English reason or None.
+
+The same rules build the space (an option is offered only if every rule of its key passes
+given the decisions before it) and check a proposed row, so a listed row is never refused and
+a refused row is never listed. Each rule sees the decisions made so far (`ctx.work`, …).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from emmy.schedule.decisions import Reduce, Stage, Tile, Work
+from emmy.schedule.facts import Facts
+from emmy.schedule.targets import Target
+from emmy.tensor_ir.ir import ReduceOp
+from emmy.tile_ir.ir import KernelKind
+
+KIB = 1024
+
+
+@dataclass(frozen=True)
+class Ctx:
+    kernel: str
+    facts: Facts
+    target: Target
+    work: Work | None = None
+    tile: Tile | None = None
+    reduce: Reduce | None = None
+    stage: Stage | None = None
+    cut: bool | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    key: str
+    check: Callable[[Ctx], str | None]
+
+
+def _kib(n: int) -> str:
+    return f"{n / KIB:g} KiB" if n >= KIB else f"{n} B"
+
+
+# --- WORK -----------------------------------------------------------------------------------
+
+def threads_per_block(c: Ctx) -> str | None:
+    if c.work.threads > c.target.max_threads_per_block:
+        return (f"{c.work.threads} threads > {c.target.max_threads_per_block} per block "
+                f"on {c.target.name}")
+    return None
+
+
+def map_is_per_thread(c: Ctx) -> str | None:
+    if c.facts.kind is KernelKind.MAP and c.work.mode != "thread":
+        return (f"kernel `{c.kernel}` is a map (no fold along an axis): each thread computes "
+                "its own elements; use thread:T")
+    return None
+
+
+def scan_modes(c: Ctx) -> str | None:
+    if c.facts.kind is KernelKind.SCAN and c.work.mode == "block":
+        return "a scan runs one job per thread or per warp (thread:T or warp:W)"
+    return None
+
+
+def lanes_fit_the_axis(c: Ctx) -> str | None:
+    longest = max((e for _, e in c.facts.axes), default=1)
+    if c.work.mode == "block" and c.work.lanes > longest:
+        return (f"{c.work.lanes} threads share one job but its longest axis has {longest} "
+                "elements; choose at most that many")
+    return None
+
+
+# --- TILE -----------------------------------------------------------------------------------
+
+def vector_bytes(c: Ctx) -> str | None:
+    width = c.tile.vec * c.facts.widest
+    if width > 16:
+        return (f"v{c.tile.vec} of {c.facts.widest}-byte elements is {width} bytes; a vector "
+                "access moves at most 16 bytes")
+    return None
+
+
+def vector_divides_axis(c: Ctx) -> str | None:
+    for var, extent in c.facts.axes:
+        if extent % c.tile.vec:
+            return f"axis {var} has {extent} elements, not a multiple of the vector width {c.tile.vec}"
+    return None
+
+
+def vector_aligned(c: Ctx) -> str | None:
+    for a in c.facts.accesses:
+        if a.stride == 1 and a.aligned % c.tile.vec:
+            return (f"`{a.buffer}` is accessed from offsets that are multiples of {a.aligned} "
+                    f"element(s), not of {c.tile.vec}: v{c.tile.vec} accesses need aligned starts")
+    return None
+
+
+def scan_vector(c: Ctx) -> str | None:
+    if c.facts.kind is KernelKind.SCAN and c.tile.vec != 1:
+        return "a scan steps one element per lane (v1)"
+    return None
+
+
+# --- REDUCE ---------------------------------------------------------------------------------
+
+_METHODS = {"thread": ("serial",), "warp": ("shuffle",), "block": ("shuffle", "smem", "split")}
+
+
+def method_fits_work(c: Ctx) -> str | None:
+    allowed = _METHODS[c.work.mode]
+    if c.reduce.method not in allowed:
+        spelled = " or ".join("split:K:atomic|combine" if m == "split" else m for m in allowed)
+        return (f"{c.reduce.method} does not fit WORK={c.work.mode}:{c.work.count} "
+                f"({c.work.lanes} lane(s) per job); use {spelled}")
+    return None
+
+
+def scan_methods(c: Ctx) -> str | None:
+    if c.facts.kind is KernelKind.SCAN and c.reduce.method == "smem":
+        return "scans combine lanes with shuffles (serial or shuffle)"
+    return None
+
+
+def split_needs_pure_reduction(c: Ctx) -> str | None:
+    if c.reduce.method == "split" and c.facts.split_ops is None:
+        return (f"kernel `{c.kernel}` reads its reduction again inside the same job (an output "
+                "pass or a scan), so the reduction cannot be shared across blocks")
+    return None
+
+
+def split_ops(c: Ctx) -> str | None:
+    if c.reduce.method != "split" or c.facts.split_ops is None:
+        return None
+    bad = [op for op in c.facts.split_ops if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN)]
+    if bad:
+        return f"{bad[0]} tracks positions; it is not split across blocks"
+    if c.reduce.combine == "atomic" and not c.facts.atomic_ok:
+        return ("atomic splits add f32 partial sums straight into the output, so the kernel must "
+                "store one f32 sum (or its multiple by a constant); use split:K:combine")
+    return None
+
+
+def split_fits_axis(c: Ctx) -> str | None:
+    if c.reduce.method != "split":
+        return None
+    longest = max(e for _, e in c.facts.axes)
+    k, v = c.reduce.split, c.tile.vec
+    if longest % (k * v):
+        return (f"{longest} elements do not split into {k} slices of whole v{v} vectors "
+                f"({k} × {v} must divide {longest})")
+    step = k * c.work.lanes * v
+    if step > longest:
+        return (f"{c.reduce.split} slices × {c.work.lanes} lanes × v{c.tile.vec} = {step} "
+                f"elements per step > the {longest} elements of the axis")
+    return None
+
+
+# --- STAGE ----------------------------------------------------------------------------------
+
+def stage_needs_lanes(c: Ctx) -> str | None:
+    if c.stage.kind == "smem" and c.work.mode == "thread":
+        return ("staging keeps a job's row in shared memory for the lanes that share it; "
+                "WORK=thread gives each job one thread; use direct")
+    return None
+
+
+def stage_shared_budget(c: Ctx) -> str | None:
+    if c.stage.kind != "smem":
+        return None
+    rows = c.work.jobs_per_block
+    need = rows * c.facts.reuse_row_bytes
+    limit = c.target.shared_per_block_optin
+    if need > limit:
+        return (f"{rows} row(s) × {_kib(c.facts.reuse_row_bytes)} = {_kib(need)} shared memory "
+                f"> {_kib(limit)} per block on {c.target.name} "
+                f"({_kib(c.target.shared_reserved_per_block)} reserved by the system)")
+    return None
+
+
+def stage_async(c: Ctx) -> str | None:
+    if not c.stage.is_async:
+        return None
+    if not c.target.has_cp_async:
+        return f"cp.async needs sm_80 or later; {c.target.name} has none"
+    sizes = {a.itemsize * c.tile.vec for a in c.facts.accesses if a.buffer in c.facts.reused}
+    bad = sorted(s for s in sizes if s not in (4, 8, 16))
+    if bad:
+        return (f"cp.async copies 4, 8 or 16 bytes; TILE=v{c.tile.vec}x{c.tile.n} copies "
+                f"{bad[0]} bytes per access")
+    return None
+
+
+# --- PLACE ----------------------------------------------------------------------------------
+
+def cut_leaves_nothing_to_stage(c: Ctx) -> str | None:
+    if c.cut and c.stage is not None and c.stage.kind == "smem":
+        return ("the output pass moves to a second kernel, so there is no second pass for "
+                "STAGE=smem to feed; use STAGE=direct")
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("work.threads_per_block", "WORK", threads_per_block),
+    Rule("work.map_is_per_thread", "WORK", map_is_per_thread),
+    Rule("work.scan_modes", "WORK", scan_modes),
+    Rule("work.lanes_fit_the_axis", "WORK", lanes_fit_the_axis),
+    Rule("tile.vector_bytes", "TILE", vector_bytes),
+    Rule("tile.vector_divides_axis", "TILE", vector_divides_axis),
+    Rule("tile.vector_aligned", "TILE", vector_aligned),
+    Rule("tile.scan_vector", "TILE", scan_vector),
+    Rule("reduce.method_fits_work", "REDUCE", method_fits_work),
+    Rule("reduce.scan_methods", "REDUCE", scan_methods),
+    Rule("reduce.split_needs_pure_reduction", "REDUCE", split_needs_pure_reduction),
+    Rule("reduce.split_ops", "REDUCE", split_ops),
+    Rule("reduce.split_fits_axis", "REDUCE", split_fits_axis),
+    Rule("stage.needs_lanes", "STAGE", stage_needs_lanes),
+    Rule("stage.shared_budget", "STAGE", stage_shared_budget),
+    Rule("stage.async", "STAGE", stage_async),
+    Rule("place.cut_leaves_nothing_to_stage", "PLACE", cut_leaves_nothing_to_stage),
+)

@@ -1,0 +1,171 @@
+"""The schedule space of a kernel: its decision points and the legal rows, built point by point.
+
+Each key offers its candidate values; a value is kept only when every rule of that key passes
+given the decisions already made, so the space never builds an illegal combination and
+`check` refuses exactly the rows the space does not list.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Iterator
+
+from emmy.schedule import decisions as dec
+from emmy.schedule.facts import Facts, facts
+from emmy.schedule.row import Row, make_row
+from emmy.schedule.rules import RULES, Ctx
+from emmy.schedule.targets import Target
+from emmy.tile_ir.ir import FoldKind, KernelKind, TileKernel
+
+_POW2 = (32, 64, 128, 256, 512, 1024)
+GRAMMAR: dict[str, tuple[str, ...]] = {
+    "WORK": (*(f"thread:{t}" for t in _POW2), *(f"warp:{w}" for w in (1, 2, 4, 8, 16, 32)),
+             *(f"block:{t}" for t in _POW2)),
+    "TILE": tuple(f"v{v}x{n}" for v in (1, 2, 4, 8) for n in (1, 2, 4)),
+    "REDUCE": ("serial", "shuffle", "smem",
+               *(f"split:{k}:{how}" for k in (2, 4, 8, 16, 32, 64, 128)
+                 for how in ("atomic", "combine"))),
+    "STAGE": ("direct", "smem", "smem:async"),
+    "PLACE": ("fuse", "cut"),
+}
+GRAMMAR_TEXT = {
+    "WORK": "thread:T | warp:W | block:T  (T threads per block in 32..1024, W warps in 1..32)",
+    "TILE": "vVxN  (V-element vector accesses, V in 1,2,4,8; N vectors per lane per step, 1,2,4)",
+    "REDUCE": "serial | shuffle | smem | split:K:atomic | split:K:combine  (K blocks per job, 2..128)",
+    "STAGE": "direct | smem | smem:async",
+    "PLACE": "fuse | cut",
+}
+_APPLY = {"WORK": "work", "TILE": "tile", "REDUCE": "reduce", "STAGE": "stage", "PLACE": "cut"}
+_READ = {"WORK": dec.read_work, "TILE": dec.read_tile, "REDUCE": dec.read_reduce,
+         "STAGE": dec.read_stage, "PLACE": lambda v: v == "cut"}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    rule: str
+    key: str
+    value: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}: {self.reason}  [{self.rule}]"
+
+
+def keys_for(f: Facts) -> tuple[str, ...]:
+    """The decision points that apply to a kernel of this shape."""
+    if f.kind is KernelKind.MAP:
+        return ("WORK", "TILE")
+    keys = ["WORK", "TILE", "REDUCE"]
+    if f.kind is KernelKind.ROW:
+        if f.reused:
+            keys.append("STAGE")
+        if has_edge(f):
+            keys.append("PLACE")
+    return tuple(keys)
+
+
+def has_edge(f: Facts) -> bool:
+    """A reduce fold feeding a later map fold: the edge PLACE=cut splits."""
+    kinds = f.fold_kinds
+    return FoldKind.REDUCE in kinds and FoldKind.MAP in kinds[kinds.index(FoldKind.REDUCE):]
+
+
+class Space:
+    def __init__(self, kernel: TileKernel, target: Target):
+        self.kernel = kernel
+        self.target = target
+        self.facts = facts(kernel)
+        self.keys = keys_for(self.facts)
+
+    def _ctx(self) -> Ctx:
+        return Ctx(self.kernel.name, self.facts, self.target)
+
+    def _apply(self, ctx: Ctx, key: str, value: str) -> Ctx:
+        return replace(ctx, **{_APPLY[key]: _READ[key](value)})
+
+    def _refusals(self, ctx: Ctx, key: str, value: str) -> list[Refusal]:
+        return [Refusal(r.name, key, value, reason) for r in RULES
+                if r.key == key and (reason := r.check(ctx)) is not None]
+
+    def options(self, key: str, ctx: Ctx) -> Iterator[tuple[str, Ctx]]:
+        """The values of `key` legal after the decisions in `ctx`, with the context they make."""
+        for value in GRAMMAR[key]:
+            nxt = self._apply(ctx, key, value)
+            if not self._refusals(nxt, key, value):
+                yield value, nxt
+
+    def rows(self) -> Iterator[Row]:
+        """Every legal row, depth first in key order."""
+        def walk(i: int, ctx: Ctx, chosen: dict[str, str]):
+            if i == len(self.keys):
+                yield make_row(chosen)
+                return
+            key = self.keys[i]
+            for value, nxt in self.options(key, ctx):
+                yield from walk(i + 1, nxt, {**chosen, key: value})
+        yield from walk(0, self._ctx(), {})
+
+    @cached_property
+    def all_rows(self) -> tuple[Row, ...]:
+        return tuple(self.rows())
+
+    def count(self) -> int:
+        return len(self.all_rows)
+
+    def sample(self, n: int, seed: int = 0) -> list[Row]:
+        """n distinct legal rows drawn uniformly (all of them when there are fewer)."""
+        rows = list(self.all_rows)
+        if n >= len(rows):
+            return rows
+        return random.Random(seed).sample(rows, n)
+
+    def decision_points(self) -> list[tuple[str, list[str]]]:
+        """Each key with the values some legal row takes."""
+        seen: dict[str, list[str]] = {k: [] for k in self.keys}
+        for row in self.all_rows:
+            for k, v in row.items:
+                if v not in seen[k]:
+                    seen[k].append(v)
+        return [(k, seen[k]) for k in self.keys]
+
+    def check(self, row: Row) -> list[Refusal]:
+        """Why the row is illegal for this kernel (empty when legal)."""
+        out: list[Refusal] = []
+        for k in row.keys:
+            if k not in self.keys:
+                out.append(Refusal("row.keys", k, row[k], f"{k} does not apply to kernel "
+                                   f"`{self.kernel.name}`; its decision points are "
+                                   f"{' '.join(self.keys)}"))
+        for k in self.keys:
+            if k not in row.keys:
+                out.append(Refusal("row.keys", k, "", f"missing; kernel `{self.kernel.name}` "
+                                   f"decides {' '.join(self.keys)}"))
+        if out:
+            return out
+        ctx = self._ctx()
+        for key in self.keys:
+            value = row[key]
+            if value not in GRAMMAR[key]:
+                out.append(Refusal("row.grammar", key, value,
+                                   f"not a {key} value; allowed: {GRAMMAR_TEXT[key]}"))
+                return out
+            ctx = self._apply(ctx, key, value)
+            out.extend(self._refusals(ctx, key, value))
+        return out
+
+    def default(self) -> Row:
+        """A reasonable legal row to use when none is given (the cost model refines this)."""
+        preferred = {"WORK": ("block:256", "warp:4", "thread:256"), "TILE": ("v4x1", "v2x1", "v1x1"),
+                     "REDUCE": ("shuffle", "serial"), "STAGE": ("direct",), "PLACE": ("fuse",)}
+        ctx = self._ctx()
+        chosen: dict[str, str] = {}
+        for key in self.keys:
+            legal = [v for v, _ in self.options(key, ctx)]
+            pick = next((v for v in preferred[key] if v in legal), legal[0] if legal else None)
+            if pick is None:
+                raise AssertionError(f"kernel {self.kernel.name}: no legal {key}")
+            chosen[key] = pick
+            ctx = self._apply(ctx, key, pick)
+        return make_row(chosen)

@@ -1,0 +1,141 @@
+"""Apply a row to a Tile IR kernel: the kernels it launches, each with its decisions.
+
+Most rows give one kernel. Two decisions give more, as new Tile IR kernels (the original is
+never changed):
+- PLACE=cut splits a job at its reduce -> map edge: the first kernel computes the statistics
+  and stores the values the output pass reads into a `stats` buffer; the second is a map kernel
+  over the output pass.
+- REDUCE=split:K splits each job's reduction over K blocks: a `partial` kernel whose grid has
+  an extra slice axis, then (combine) a `combine` kernel folding the K partials and running the
+  observer, or (atomic) the partial kernel adds straight into the zeroed output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from emmy.dtypes import DType
+from emmy.loop_ir.ir import Accum, Buffer, CastTo, Load, Store
+from emmy.schedule import decisions as dec
+from emmy.schedule.row import Row, make_row
+from emmy.schedule.targets import Target
+from emmy.symbolic import lin, var
+from emmy.tile_ir.ir import Axis, Fold, FoldKind, KernelKind, TileKernel
+from emmy.tile_ir.values import free, reads, substitute_item, value_types
+from emmy.torch_ir.ir import TensorType
+
+
+@dataclass(frozen=True)
+class Part:
+    kernel: TileKernel
+    row: Row
+    decisions: dec.Decisions
+
+
+@dataclass(frozen=True)
+class Applied:
+    parts: tuple[Part, ...]
+    temporaries: tuple[Buffer, ...]     # buffers the parts pass between them
+    zero_fill: tuple[str, ...]          # outputs to zero before the first part runs
+
+
+def apply_row(k: TileKernel, row: Row, target: Target) -> Applied:
+    """The kernels `row` makes of `k` (the row must be legal for `k`)."""
+    d = dec.read(row)
+    if d.cut:
+        first, second, stats = cut(k)
+        first_row = make_row({key: v for key, v in row.items if key not in ("STAGE", "PLACE")})
+        second_row = _map_row(second, d, target)
+        a = apply_row(first, first_row, target)
+        return Applied(a.parts + (Part(second, second_row, dec.read(second_row)),),
+                       a.temporaries + (stats,), a.zero_fill)
+    if d.reduce is not None and d.reduce.method == "split":
+        return split(k, row, d)
+    return Applied((Part(k, row, d),), (), ())
+
+
+def _map_row(k: TileKernel, d: dec.Decisions, target: Target) -> Row:
+    """The map kernel after a cut keeps the row's threads and the widest vector legal for it."""
+    from emmy.schedule.space import Space
+
+    space = Space(k, target)
+    threads = min(d.work.threads, target.max_threads_per_block)
+    for vec in (d.tile.vec, 4, 2, 1):
+        candidate = make_row({"WORK": f"thread:{threads}", "TILE": f"v{vec}x1"})
+        if vec <= d.tile.vec and not space.check(candidate):
+            return candidate
+    raise AssertionError("v1x1 is always legal for a map kernel")
+
+
+def cut(k: TileKernel) -> tuple[TileKernel, TileKernel, Buffer]:
+    """Split at the last fold (a map after a reduce): statistics kernel, output-pass kernel."""
+    last = max(i for i, item in enumerate(k.body) if isinstance(item, Fold))
+    out_pass: Fold = k.body[last]
+    before, after = k.body[:last], k.body[last + 1:]
+    types = value_types(before)
+    needed = [n for n in free((out_pass, *after)) if n in types]
+    jobs_shape = tuple(a.extent for a in k.grid)
+    stats_name = f"{k.name}_stats"
+    width = max(len(needed), 1)
+    wide = max((types[n] for n in needed), key=lambda t: t.itemsize, default=None)
+    stats_dtype = wide.compute if wide is not None and wide.is_float else (wide or DType.F32)
+    stats = Buffer(stats_name, TensorType((*jobs_shape, width), stats_dtype))
+    grid_index = tuple(var(a.var) for a in k.grid)
+    saves = tuple(Store(stats_name, (*grid_index, lin(j)), n)
+                  for j, n in enumerate(needed))
+    first = replace(k, name=f"{k.name}_stat", kind=KernelKind.ROW,
+                    outputs=(stats,), body=before + saves, atomic=False)
+    restores: list = []
+    for j, n in enumerate(needed):
+        loaded = f"{n}_s" if types[n] != stats_dtype else n
+        restores.append(Load(loaded, stats_name, (*grid_index, lin(j)), stats_dtype))
+        if loaded != n:
+            restores.append(CastTo(n, loaded, types[n]))
+    out_axis = out_pass.axis
+    second = replace(k, name=f"{k.name}_apply", kind=KernelKind.MAP,
+                     inputs=tuple(b for b in k.inputs if reads((out_pass, *after), b.name)) + (stats,),
+                     grid=k.grid + (out_axis,),
+                     body=tuple(restores) + out_pass.body + after, atomic=False)
+    return first, second, stats
+
+
+def split(k: TileKernel, row: Row, d: dec.Decisions) -> Applied:
+    """Share each job's reduction among K blocks (the row is legal, so the job is one reduce fold)."""
+    K = d.reduce.split
+    fold_i = next(i for i, item in enumerate(k.body) if isinstance(item, Fold))
+    fold: Fold = k.body[fold_i]
+    chunk = fold.axis.extent // K
+    s, j = f"{fold.axis.var}_slice", f"{fold.axis.var}_in"
+    bounds = {a.var: a.extent for a in k.grid} | {s: K, j: chunk}
+    env = {fold.axis.var: var(s) * chunk + var(j)}
+    sliced = Fold(FoldKind.REDUCE, Axis(j, chunk), fold.accs,
+                  tuple(substitute_item(i, env, bounds) for i in fold.body))
+    part_row = make_row({"WORK": row["WORK"], "TILE": row["TILE"], "REDUCE": "shuffle"})
+    grid = k.grid + (Axis(s, K),)
+    if d.reduce.combine == "atomic":
+        partial = replace(k, name=f"{k.name}_partial", grid=grid,
+                          body=k.body[:fold_i] + (sliced,) + k.body[fold_i + 1:], atomic=True)
+        return Applied((Part(partial, part_row, dec.read(part_row)),), (),
+                       tuple(b.name for b in k.outputs))
+    grid_index = tuple(var(a.var) for a in k.grid)
+    temps, saves, loads, accs = [], [], [], []
+    for init in fold.accs:
+        name = f"{k.name}_{init.acc}_partials"
+        t = Buffer(name, TensorType(tuple(a.extent for a in k.grid) + (K,), init.dtype))
+        temps.append(t)
+        saves.append(Store(name, (*grid_index, var(s)), init.acc))
+        loaded = f"{init.acc}_p"
+        loads.append(Load(loaded, name, (*grid_index, var("k")), init.dtype))
+        accs.append(Accum(init.acc, init.op, loaded))
+    partial = replace(k, name=f"{k.name}_partial", grid=grid, kind=KernelKind.ROW,
+                      outputs=tuple(temps), body=k.body[:fold_i] + (sliced, *saves))
+    combine_fold = Fold(FoldKind.REDUCE, Axis("k", K), fold.accs, tuple(loads) + tuple(accs))
+    combine = replace(k, name=f"{k.name}_combine", kind=KernelKind.ROW,
+                      inputs=tuple(temps) + tuple(b for b in k.inputs if reads(
+                          k.body[fold_i + 1:], b.name)),
+                      body=k.body[:fold_i] + (combine_fold,) + k.body[fold_i + 1:])
+    combine_row = make_row({"WORK": "thread:128", "TILE": "v1x1", "REDUCE": "serial"})
+    return Applied((Part(partial, part_row, dec.read(part_row)),
+                    Part(combine, combine_row, dec.read(combine_row))), tuple(temps), ())
+
+

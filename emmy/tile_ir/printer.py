@@ -1,0 +1,51 @@
+"""Print Tile IR: each kernel's grid and Fold tree, and the row applied to it."""
+
+from __future__ import annotations
+
+from emmy.loop_ir.printer import COMBINE, format_stmt
+from emmy.schedule.row import Row
+from emmy.tile_ir.ir import Fold, FoldKind, Item, TileKernel, TileProgram
+from emmy.tile_ir.values import value_types
+
+INDENT = "  "
+
+
+def print_program(tp: TileProgram, rows: dict[str, Row] | None = None,
+                  explain: dict[str, list[str]] | None = None) -> str:
+    """Every kernel, with the row applied to it when `rows` has one."""
+    rows, explain = rows or {}, explain or {}
+    return "\n".join(print_kernel(k, rows.get(k.name), explain.get(k.name, ()))
+                     for k in tp.kernels)
+
+
+def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
+    ins = ", ".join(f"{b.name}: {b.type}" for b in k.inputs)
+    outs = ", ".join(f"{b.name}: {b.type}" for b in k.outputs)
+    lines = [f"kernel {k.name}({ins}) -> ({outs})  # {k.kind}, id {k.identity}"]
+    types = {b.name: b.type.dtype for b in (*k.inputs, *k.outputs)} | value_types(k.body)
+    grid = " × ".join(f"{a.var} in 0..{a.extent}" for a in k.grid) or "(one job)"
+    lines.append(f"{INDENT}grid {grid}  ({k.jobs} job{'s' if k.jobs != 1 else ''})")
+    _items(k.body, 2, types, lines)
+    if row is not None:
+        lines.append(f"{INDENT}schedule: {row}")
+        lines += [f"{INDENT * 2}{e}" for e in explain]
+    return "\n".join(lines) + "\n"
+
+
+def _items(items: tuple[Item, ...], depth: int, types, lines: list[str]) -> None:
+    pad = INDENT * depth
+    for item in items:
+        if isinstance(item, Fold):
+            lines.append(pad + _fold_head(item))
+            _items(item.body, depth + 1, types, lines)
+        else:
+            lines.append(pad + format_stmt(item, types))
+
+
+def _fold_head(f: Fold) -> str:
+    rev = " reversed" if f.reverse else ""
+    head = f"{f.kind} {f.axis.var} in 0..{f.axis.extent}{rev}"
+    if f.kind is FoldKind.MAP:
+        return head
+    states = ", ".join(f"{i.acc} = init({COMBINE[i.op]}) : {i.dtype}" for i in f.accs)
+    return f"{head} into {states}" if states else head
