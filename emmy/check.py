@@ -90,16 +90,32 @@ def compare(names, dtypes, got: list[np.ndarray], expected: list) -> CheckReport
     return CheckReport(tuple(checks))
 
 
-def check_loop_program(workload, graph, loop_program) -> CheckReport:
-    """Run the Loop IR on the CPU and compare every output with PyTorch eager."""
+def eager_outputs(workload) -> list:
     import torch
 
+    with torch.no_grad():
+        return flatten_tensors(workload.model(*workload.inputs))
+
+
+def check_loop_program(workload, graph, loop_program) -> CheckReport:
+    """Run the Loop IR on the CPU (numpy reference) and compare every output with PyTorch eager."""
     from emmy.loop_ir.interp import run
 
-    with torch.no_grad():
-        expected = flatten_tensors(workload.model(*workload.inputs))
     got = run(loop_program, program_inputs(graph, workload.inputs))
-    outs = loop_program.outputs
+    return _compare_outputs(loop_program.outputs, got, eager_outputs(workload))
+
+
+def check_cuda_program(workload, graph, cuda_program):
+    """Run the emitted CUDA on the CPU emulator; (report, None) or (None, failed RunResult)."""
+    from emmy.runtime.cpu import run_program
+
+    result = run_program(cuda_program, program_inputs(graph, workload.inputs))
+    if not result.ok:
+        return None, result
+    return _compare_outputs(cuda_program.outputs, list(result.outputs), eager_outputs(workload)), result
+
+
+def _compare_outputs(outs, got, expected) -> CheckReport:
     if len(expected) != len(outs):
         raise UserError(f"the model returns {len(expected)} tensors; the program has {len(outs)}")
     return compare([b.name for b in outs], [b.type.dtype for b in outs], got, expected)

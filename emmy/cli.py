@@ -38,16 +38,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("compile", help="print an IR stage of a workload")
     _add_workload_args(comp)
-    comp.add_argument("--ir", default="loop", choices=(*STAGE_NAMES, "all"),
+    _add_schedule_args(comp)
+    comp.add_argument("--ir", default="loop", choices=(*STAGE_NAMES, "ptx", "all"),
                       help="the stage to print (default: loop; all: every stage in order)")
 
     run = sub.add_parser("run", help="run a workload's compiled program")
     _add_workload_args(run)
+    _add_schedule_args(run)
     run.add_argument("--check", action="store_true",
                      help="compare every output with PyTorch eager (exit 1 on a mismatch)")
+    run.add_argument("--engine", choices=("cuda", "loop"), default="cuda",
+                     help="cuda: the emitted CUDA (CPU emulation without a GPU); loop: the Loop "
+                          "IR reference interpreter")
+
+    space = sub.add_parser("space", help="list each kernel's decision points and legal rows")
+    _add_workload_args(space)
+    space.add_argument("--kernel", metavar="K", help="only this kernel")
+    space.add_argument("--target", default="sm_90a", help="sm_90a (H100/H200, default) or sm_80")
+    space.add_argument("--sample", type=int, default=5, metavar="N", help="sample rows to show")
+    space.add_argument("--json", action="store_true", help="print JSON")
 
     sub.add_parser("ops", help="list the torch ops the compiler supports")
     return parser
+
+
+def _add_schedule_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--row", help='a schedule row, e.g. "WORK=block:256 TILE=v4x1 REDUCE=shuffle"')
+    p.add_argument("--kernel", metavar="K", help="the kernel --row is for (when there are several)")
+    p.add_argument("--target", default="sm_90a", help="sm_90a (H100/H200, default) or sm_80")
+
+
+def _options(args):
+    from emmy.pipeline import Options
+
+    if args.kernel and not args.row:
+        raise UserError("--kernel names the kernel a --row is for; give --row too")
+    rows = {args.kernel or "": args.row} if args.row else {}
+    return Options(target=args.target, rows=rows)
 
 
 def load_workload(args):
@@ -66,8 +93,11 @@ def cmd_compile(args) -> int:
     from emmy.pipeline import STAGE_NAMES, compile_to, show
 
     workload = load_workload(args)
+    options = _options(args)
+    if args.ir == "ptx":
+        return _print_ptx(compile_to(workload, "cuda", options)["cuda"])
     last = STAGE_NAMES[-1] if args.ir == "all" else args.ir
-    results = compile_to(workload, last)
+    results = compile_to(workload, last, options)
     stages = STAGE_NAMES[: STAGE_NAMES.index(last) + 1] if args.ir == "all" else (last,)
     for i, stage in enumerate(stages):
         if args.ir == "all":
@@ -76,26 +106,90 @@ def cmd_compile(args) -> int:
     return EXIT_OK
 
 
+def _print_ptx(program) -> int:
+    from emmy.cuda.nvrtc import compile_cuda
+    from emmy.schedule.targets import get_target
+
+    target = get_target(program.target)
+    for unit in program.units:
+        result = compile_cuda(unit.source, target, ptx=True)
+        if not result.ok:
+            print(f"emmy: error: NVRTC failed on kernel {unit.kernel}:\n{result.log}", file=sys.stderr)
+            return EXIT_CHECK_FAILED
+        print(f"// kernel {unit.kernel}  row: {unit.row}")
+        print(result.ptx)
+    return EXIT_OK
+
+
 def cmd_run(args) -> int:
-    from emmy.check import check_loop_program
+    from emmy.check import check_cuda_program, check_loop_program
     from emmy.pipeline import compile_to
 
     workload = load_workload(args)
-    results = compile_to(workload, "loop")
+    options = _options(args)
+    if args.engine == "loop" and args.row:
+        raise UserError("--row schedules the CUDA kernels; the loop engine has no schedule")
+    results = compile_to(workload, "loop" if args.engine == "loop" else "cuda", options)
     lp = results["loop"]
-    print(f"{workload.name}: {len(lp.kernels)} kernel(s): "
-          + ", ".join(k.name for k in lp.kernels))
+    print(f"{workload.name}: {len(lp.kernels)} kernel(s)")
+    if args.engine == "cuda":
+        for unit in results["cuda"].units:
+            print(f"  {unit.kernel}: {unit.row}")
     if not args.check:
-        print("nothing to do without --check (the GPU runtime and --bench come with the CUDA backend)")
+        print("nothing to do without --check (GPU timing comes with the runtime)")
         return EXIT_OK
-    report = check_loop_program(workload, results["torch"], lp)
-    print("check: Loop IR on the CPU (numpy reference executor) vs PyTorch eager")
+    if args.engine == "loop":
+        report = check_loop_program(workload, results["torch"], lp)
+        print("check: Loop IR on the CPU (numpy reference executor) vs PyTorch eager")
+    else:
+        report, failed = check_cuda_program(workload, results["torch"], results["cuda"])
+        if report is None:
+            print(f"FAIL: {failed.failed}: {failed.status}\n{failed.log[-3000:]}")
+            return EXIT_CHECK_FAILED
+        print("check: emitted CUDA on the CPU (g++ + CUDA emulation; no GPU) vs PyTorch eager")
     for o in report.outputs:
         verdict = "ok" if o.ok else "MISMATCH"
         print(f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]  max abs err {o.max_abs:.3g}"
               f"  max rel err {o.max_rel:.3g}  (atol {o.atol:g}, rtol {o.rtol:g})  {verdict}")
     print("PASS" if report.ok else "FAIL")
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
+
+
+def cmd_space(args) -> int:
+    import json
+
+    from emmy.pipeline import compile_to
+    from emmy.schedule.space import Space
+    from emmy.schedule.targets import get_target
+
+    workload = load_workload(args)
+    target = get_target(args.target)
+    tp = compile_to(workload, "tile")["tile"].program
+    kernels = [k for k in tp.kernels if not args.kernel or k.name == args.kernel]
+    if not kernels:
+        raise UserError(f"no kernel `{args.kernel}`; the kernels are "
+                        + ", ".join(k.name for k in tp.kernels))
+    if args.sample < 0:
+        raise UserError("--sample takes a count >= 0")
+    report = []
+    for k in kernels:
+        space = Space(k, target)
+        report.append({"name": k.name, "kind": str(k.kind), "target": target.name,
+                       "count": space.count(),
+                       "decision_points": {key: vals for key, vals in space.decision_points()},
+                       "default": str(space.default()),
+                       "rows": [str(r) for r in space.sample(args.sample)]})
+    if args.json:
+        print(json.dumps({"kernels": report}, indent=2))
+        return EXIT_OK
+    for r in report:
+        print(f"kernel {r['name']}  ({r['kind']}, {r['target']}): {r['count']} legal rows")
+        for key, vals in r["decision_points"].items():
+            print(f"  {key:<7} {' '.join(vals)}")
+        print(f"  default: {r['default']}")
+        for row in r["rows"]:
+            print(f"  sample:  {row}")
+    return EXIT_OK
 
 
 def cmd_ops(args) -> int:
@@ -105,7 +199,7 @@ def cmd_ops(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"compile": cmd_compile, "run": cmd_run, "ops": cmd_ops}
+COMMANDS = {"compile": cmd_compile, "run": cmd_run, "space": cmd_space, "ops": cmd_ops}
 
 
 def main(argv: list[str] | None = None) -> int:

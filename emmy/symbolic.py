@@ -211,9 +211,9 @@ def render(e: "Lin | Atom") -> str:
     if isinstance(e, Sym):
         return e.name
     if isinstance(e, FloorDiv):
-        return f"({render(e.num)} / {e.den})"
+        return f"({_grouped(e.num)} / {e.den})"
     if isinstance(e, Mod):
-        return f"({render(e.num)} % {e.den})"
+        return f"({_grouped(e.num)} % {e.den})"
     parts: list[str] = []
     for atom, coef in e.terms:
         text = render(atom)
@@ -229,3 +229,9 @@ def render(e: "Lin | Atom") -> str:
         else:
             parts.append(f" + {e.const}" if e.const > 0 else f" - {-e.const}")
     return "".join(parts)
+
+
+def _grouped(e: Lin) -> str:
+    """A numerator of / or %: parenthesized when it is a sum, so C reads it as one operand."""
+    text = render(e)
+    return f"({text})" if len(e.terms) > 1 or (e.terms and e.const) else text

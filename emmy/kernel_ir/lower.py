@@ -135,6 +135,7 @@ def _lower_jobs(fn: _Fn) -> tuple[tuple[K.KStmt, ...], int]:
         head.append(K.Index("job", var("bid") * J + var("slot"), wide=True))
         fn.bounds |= {"slot": J}
     else:
+        head.append(K.Index("slot", lin(0)))
         head.append(K.Index("job", var("bid"), wide=True))
         fn.bounds["slot"] = 1
     head.append(K.Index("lane", mod(var("tid"), L, fn.bounds) if L < w.threads else var("tid")))
@@ -234,7 +235,7 @@ def _lane_fold(fn: _Fn, f: Fold) -> list[K.KStmt]:
         base = var(it) + n * L * V
         rename = {init.acc: chains[init.acc][n] for init in f.accs}
         group = _group(fn, f.body, f.axis.var, base, V, accs=rename,
-                       reverse_extent=E if f.reverse else None)
+                       reverse_extent=E if f.reverse else None, tag=f"_c{n}" if N > 1 else "")
         if E % (L * V * N) or n and E < L * V * N:
             step_body.append(K.If(f"{it} + {n * L * V} < {E}", tuple(group)))
         else:
@@ -328,8 +329,8 @@ def _reads(s) -> set[str]:
 # --- element groups -------------------------------------------------------------------------
 
 def _group(fn: _Fn, items: tuple[Item, ...], axis: str | None, base: Lin, V: int, *,
-           accs: dict[str, str] | None = None,
-           reverse_extent: int | None = None) -> list[K.KStmt]:
+           accs: dict[str, str] | None = None, reverse_extent: int | None = None,
+           tag: str = "") -> list[K.KStmt]:
     """V consecutive elements along `axis` from `base`: contiguous accesses become vectors."""
     accs = accs or {}
     local = set(value_types(items))
@@ -340,7 +341,7 @@ def _group(fn: _Fn, items: tuple[Item, ...], axis: str | None, base: Lin, V: int
         pos = base + v
         return {axis: lin(reverse_extent - 1) - pos if reverse_extent else pos}
     if V == 1:
-        return _stmts(fn, items, "", at(0), lane0_stores=False, accs=accs, axis=axis)
+        return _stmts(fn, items, tag, at(0), lane0_stores=False, accs=accs, local=local, axis=axis)
     vec_loads, vec_stores = {}, {}
     for s in items:
         if isinstance(s, (Load, Store)) and _contiguous(fn, s, axis) and not reverse_extent:
@@ -348,17 +349,17 @@ def _group(fn: _Fn, items: tuple[Item, ...], axis: str | None, base: Lin, V: int
     out: list[K.KStmt] = []
     for s in items:
         if id(s) in vec_loads:
-            names = tuple(f"{s.dst}_{v}" for v in range(V))
+            names = tuple(f"{s.dst}{tag}_{v}" for v in range(V))
             out += _load(fn, s, names, at(0), axis)
     rest = tuple(s for s in items if id(s) not in vec_loads and id(s) not in vec_stores)
     for v in range(V):
-        out += _stmts(fn, rest, f"_{v}", at(v), lane0_stores=False, accs=accs, local=local,
+        out += _stmts(fn, rest, f"{tag}_{v}", at(v), lane0_stores=False, accs=accs, local=local,
                       axis=axis)
     for s in items:
         if id(s) in vec_stores:
             idx = tuple(substitute(e, at(0), fn.bounds) for e in s.index)
             out.append(K.GlobalStore(s.buffer, _elem(fn, s.buffer), offset(idx, fn.shapes[s.buffer]),
-                                     tuple(f"{s.value}_{v}" for v in range(V))))
+                                     tuple(f"{s.value}{tag}_{v}" for v in range(V))))
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from emmy.loop_ir.ir import Accum, Compute, Load, Store
+from emmy.loop_ir.ir import Compute, Load, Store
 from emmy.symbolic import Lin, Sym, lin
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Fold, FoldKind, Item, KernelKind, TileKernel
@@ -100,17 +100,16 @@ def facts(k: TileKernel) -> Facts:
         axes_t = tuple((f.axis.var, f.axis.extent) for f in folds)
         accesses = [a for f in folds for a in _direct_accesses(f.body, f.axis.var, types)]
     reused: list[str] = []
-    row_bytes = 0
     seen_reduce: set[str] = set()
     for f in folds:
         if f.kind is FoldKind.REDUCE:
             seen_reduce |= _loads(f.body)
         elif f.kind is FoldKind.MAP:
-            for name in sorted(_loads(f.body) & seen_reduce):
-                if name not in reused:
-                    reused.append(name)
-                    row_bytes += f.axis.extent * types[name].dtype.itemsize
-    pure_reduction = bool(folds) and all(f.kind is FoldKind.REDUCE for f in folds)
+            reused += [n for n in sorted(_loads(f.body) & seen_reduce) if n not in reused]
+    # A staged row holds the buffer along the longest fold that reads it.
+    row_bytes = sum(max(f.axis.extent for f in folds if name in _loads(f.body))
+                    * types[name].dtype.itemsize for name in reused)
+    pure_reduction = len(folds) == 1 and folds[0].kind is FoldKind.REDUCE
     split_ops = tuple(i.op for f in folds for i in f.accs) if pure_reduction else None
     return Facts(kind=k.kind, jobs=k.jobs, axes=axes_t, accesses=tuple(accesses),
                  fold_kinds=tuple(f.kind for f in folds), reused=tuple(reused),
@@ -143,4 +142,4 @@ def _atomic_ok(k: TileKernel) -> bool:
                 continue
             case _:
                 return False
-    return all(k.outputs[0].type.dtype.value == "f32" for _ in (0,))
+    return all(b.type.dtype.value == "f32" for b in k.outputs)

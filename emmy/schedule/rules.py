@@ -170,11 +170,13 @@ def stage_shared_budget(c: Ctx) -> str | None:
     if c.stage.kind != "smem":
         return None
     rows = c.work.jobs_per_block
-    need = rows * c.facts.reuse_row_bytes
+    scratch = 16 * c.work.lanes if c.work.lanes > 32 else 0
+    need = rows * c.facts.reuse_row_bytes + 16 * len(c.facts.reused) + scratch
     limit = c.target.shared_per_block_optin
     if need > limit:
-        return (f"{rows} row(s) × {_kib(c.facts.reuse_row_bytes)} = {_kib(need)} shared memory "
-                f"> {_kib(limit)} per block on {c.target.name} "
+        extra = f" + {_kib(scratch)} for combining lanes" if scratch else ""
+        return (f"{rows} row(s) × {_kib(c.facts.reuse_row_bytes)}{extra} = {_kib(need)} shared "
+                f"memory > {_kib(limit)} per block on {c.target.name} "
                 f"({_kib(c.target.shared_reserved_per_block)} reserved by the system)")
     return None
 

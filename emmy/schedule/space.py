@@ -138,6 +138,9 @@ class Space:
                 out.append(Refusal("row.keys", k, row[k], f"{k} does not apply to kernel "
                                    f"`{self.kernel.name}`; its decision points are "
                                    f"{' '.join(self.keys)}"))
+            elif row[k] not in GRAMMAR[k]:
+                out.append(Refusal("row.grammar", k, row[k],
+                                   f"not a {k} value; allowed: {GRAMMAR_TEXT[k]}"))
         for k in self.keys:
             if k not in row.keys:
                 out.append(Refusal("row.keys", k, "", f"missing; kernel `{self.kernel.name}` "
@@ -146,13 +149,8 @@ class Space:
             return out
         ctx = self._ctx()
         for key in self.keys:
-            value = row[key]
-            if value not in GRAMMAR[key]:
-                out.append(Refusal("row.grammar", key, value,
-                                   f"not a {key} value; allowed: {GRAMMAR_TEXT[key]}"))
-                return out
-            ctx = self._apply(ctx, key, value)
-            out.extend(self._refusals(ctx, key, value))
+            ctx = self._apply(ctx, key, row[key])
+            out.extend(self._refusals(ctx, key, row[key]))
         return out
 
     def default(self) -> Row:

@@ -1,0 +1,115 @@
+// The main() of an emulated kernel run, generic over the kernel's signature, so one binary per
+// kernel source serves every shape: the launch (grid, block, dynamic shared memory) and the
+// arguments are read at run time.
+//
+//   ./program ARGS_FILE OUT_FILE KERNEL_NAME      (main() picks the kernel by name)
+//
+// ARGS_FILE (little endian): "EMMYARG1", grid u32[3], block u32[3], dynamic_smem u64, count u32,
+// then per argument a kind u32 and its value: 0 array (u64 byte count, bytes), 1 integer (i64),
+// 2 float (f64). OUT_FILE gets every array argument back, in order, as (u64 count, bytes).
+// Arrays live in their own pages, 256-byte aligned (as cudaMalloc) and ending as close to an
+// inaccessible page as that alignment allows, so most out-of-bounds accesses fault.
+#pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace emmy_emu {
+
+struct HarnessArg {
+    uint32_t kind = 0;
+    unsigned char* data = nullptr;  // arrays
+    uint64_t bytes = 0;
+    int64_t integer = 0;
+    double real = 0;
+};
+
+inline unsigned char* guarded_alloc(uint64_t bytes) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t body = (bytes + 255) / 256 * 256;
+    const size_t pages = (body + page - 1) / page + 1;
+    auto* base = static_cast<unsigned char*>(mmap(nullptr, pages * page, PROT_READ | PROT_WRITE,
+                                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (base == MAP_FAILED) fail("cannot allocate %llu bytes", (unsigned long long)bytes);
+    unsigned char* guard = base + (pages - 1) * page;
+    mprotect(guard, page, PROT_NONE);
+    return guard - body;
+}
+
+template <class T> inline T read_value(std::FILE* f) {
+    T v{};
+    if (std::fread(&v, sizeof v, 1, f) != 1) fail("argument file is truncated");
+    return v;
+}
+
+template <class P> inline P convert_arg(const HarnessArg& a, size_t index) {
+    if constexpr (std::is_pointer_v<P>) {
+        if (a.kind != 0) fail("argument %zu: the kernel takes a pointer, got a scalar", index);
+        return reinterpret_cast<P>(a.data);
+    } else {
+        if (a.kind == 0) fail("argument %zu: the kernel takes a scalar, got an array", index);
+        const double real = a.kind == 1 ? static_cast<double>(a.integer) : a.real;
+        if constexpr (std::is_integral_v<P>)
+            return a.kind == 1 ? static_cast<P>(a.integer) : static_cast<P>(real);
+        else if constexpr (std::is_floating_point_v<P>)
+            return static_cast<P>(real);
+        else
+            return P(static_cast<float>(real));  // __half, __nv_bfloat16
+    }
+}
+
+template <class... P, size_t... I>
+inline void launch_with(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                        const std::vector<HarnessArg>& args, std::index_sequence<I...>) {
+    launch(kernel, grid, block, smem, convert_arg<std::remove_cv_t<P>>(args[I], I)...);
+}
+
+template <class... P> inline int harness_main(int argc, char** argv, void (*kernel)(P...)) {
+    if (argc != 4) fail("usage: %s ARGS_FILE OUT_FILE KERNEL_NAME", argv[0]);
+    std::FILE* in = std::fopen(argv[1], "rb");
+    if (!in) fail("cannot open %s", argv[1]);
+    char magic[8];
+    if (std::fread(magic, 1, 8, in) != 8 || std::memcmp(magic, "EMMYARG1", 8) != 0)
+        fail("%s is not an argument file", argv[1]);
+    uint32_t dims[6];
+    for (auto& d : dims) d = read_value<uint32_t>(in);
+    const auto smem = read_value<uint64_t>(in);
+    const auto count = read_value<uint32_t>(in);
+    if (count != sizeof...(P))
+        fail("the kernel takes %zu arguments, %u were given", sizeof...(P), count);
+    std::vector<HarnessArg> args(count);
+    for (auto& a : args) {
+        a.kind = read_value<uint32_t>(in);
+        if (a.kind == 0) {
+            a.bytes = read_value<uint64_t>(in);
+            a.data = guarded_alloc(a.bytes);
+            if (a.bytes && std::fread(a.data, 1, a.bytes, in) != a.bytes)
+                fail("argument file is truncated");
+        } else if (a.kind == 1) {
+            a.integer = read_value<int64_t>(in);
+        } else {
+            a.real = read_value<double>(in);
+        }
+    }
+    std::fclose(in);
+    launch_with(kernel, dim3(dims[0], dims[1], dims[2]), dim3(dims[3], dims[4], dims[5]),
+                static_cast<size_t>(smem), args, std::index_sequence_for<P...>{});
+    std::fflush(stdout);
+    std::FILE* out = std::fopen(argv[2], "wb");
+    if (!out) fail("cannot write %s", argv[2]);
+    for (const auto& a : args) {
+        if (a.kind != 0) continue;
+        std::fwrite(&a.bytes, sizeof a.bytes, 1, out);
+        std::fwrite(a.data, 1, a.bytes, out);
+    }
+    return std::fclose(out) == 0 ? 0 : 1;
+}
+
+}  // namespace emmy_emu

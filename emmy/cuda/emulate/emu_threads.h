@@ -1,0 +1,457 @@
+// The CUDA execution model on the CPU: blocks, threads, barriers, warp collectives, launch.
+// Included by cuda_emulate.h.
+//
+// How it runs a grid:
+//   * Blocks are shared out to a few worker OS threads (EMMY_EMU_WORKERS, default: the number
+//     of cores); each worker runs one block at a time, to completion.
+//   * Inside a worker, each CUDA thread of the block is a fiber (ucontext) with its own stack
+//     (EMMY_EMU_STACK bytes, default 256 KiB, reserved lazily, with a guard page).
+//     Fibers switch only at __syncthreads, warp collectives and exit, so a block runs
+//     deterministically, and code that forgot a barrier reads stale data instead of racing.
+//   * `__shared__` is `static thread_local`: one copy per worker, i.e. per running block, shared
+//     by that block's fibers. Dynamic shared memory is one buffer per worker.
+//   * Threads that have exited count as arrived at later barriers (as on the hardware); when no
+//     thread can move on, the emulator reports a deadlock and exits with code 3.
+#pragma once
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+// The built-in index variables: per worker OS thread, switched with each fiber.
+inline thread_local uint3 threadIdx;
+inline thread_local uint3 blockIdx;
+inline thread_local dim3 blockDim;
+inline thread_local dim3 gridDim;
+constexpr int warpSize = 32;
+
+namespace emmy_emu {
+
+constexpr unsigned kWarp = 32;
+constexpr size_t kSlotBytes = 32;                 // largest value one lane can exchange
+constexpr size_t kMaxDynamicShared = 227 * 1024;  // sm_90a opt-in limit
+
+[[noreturn]] inline void fail(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::fputs("emmy-emulate: ", stderr);
+    std::vfprintf(stderr, fmt, ap);
+    std::fputc('\n', stderr);
+    va_end(ap);
+    std::fflush(stdout);
+    std::_Exit(3);
+}
+
+// A cp.async copy in flight: the source was read at issue, the shared memory is written when a
+// cp.async.wait_group covers its group (the latest moment the hardware may land it).
+struct AsyncCopy {
+    void* dst;
+    unsigned char data[16];
+    unsigned bytes;
+    unsigned group;
+};
+
+struct Fiber {
+    ucontext_t context;
+    uint3 index;          // threadIdx
+    unsigned linear = 0;  // x + y*Dx + z*Dx*Dy
+    bool done = false;
+    std::vector<AsyncCopy> async_copies;
+    unsigned async_groups = 0;  // cp.async.commit_group count: the uncommitted group's id
+};
+
+struct Warp {
+    unsigned live = 0;        // lanes that exist and have not exited
+    unsigned mask = 0;        // the mask named by the collective being gathered
+    unsigned arrived = 0;
+    unsigned generation = 0;  // bumped when a collective completes
+    alignas(16) unsigned char slots[2][kWarp * kSlotBytes];  // by generation parity
+};
+
+// One worker's block: its fibers, barrier state and stacks.
+struct Block {
+    std::vector<Fiber> fibers;
+    std::vector<Warp> warps;
+    ucontext_t scheduler;
+    Fiber* current = nullptr;
+    void (*body)(const void*) = nullptr;  // runs the kernel on the current thread
+    const void* body_context = nullptr;
+    unsigned live = 0, arrived = 0, generation = 0;  // __syncthreads
+    int counts[2] = {0, 0};                          // __syncthreads_count, by generation parity
+    unsigned stalled = 0;      // resumes in a row that found their wait unfinished
+    char* stacks = nullptr;
+    size_t stack_bytes = 0, mapped = 0;
+    std::vector<unsigned char> dynamic_shared;
+};
+
+inline thread_local Block* tl_block = nullptr;
+inline thread_local unsigned char* tl_dynamic_shared = nullptr;
+
+inline unsigned char* dynamic_shared() { return tl_dynamic_shared; }
+inline Block& block() { return *tl_block; }
+inline unsigned lane() { return block().current->linear % kWarp; }
+inline Warp& warp() { return block().warps[block().current->linear / kWarp]; }
+
+inline void yield() {
+    Block& b = block();
+    swapcontext(&b.current->context, &b.scheduler);
+}
+
+[[noreturn]] inline void deadlock() {
+    Block& b = block();
+    unsigned at_barrier = b.arrived, at_warp = 0;
+    for (auto& w : b.warps) at_warp += w.arrived;
+    fail("deadlock in block (%u,%u,%u): %u threads wait at __syncthreads, %u at a warp "
+         "collective, %u of %zu have exited (a barrier inside divergent code?)",
+         blockIdx.x, blockIdx.y, blockIdx.z, at_barrier, at_warp,
+         unsigned(b.fibers.size()) - b.live, b.fibers.size());
+}
+
+// Yield until `done()`; arriving counts as progress, a resume that finds nothing changed not.
+template <class Done> inline void wait_until(Done done) {
+    Block& b = block();
+    b.stalled = 0;
+    yield();
+    while (!done()) {
+        if (++b.stalled > 2 * b.live + 2) deadlock();
+        yield();
+    }
+    b.stalled = 0;
+}
+
+inline void release_block_barrier(Block& b) {
+    b.counts[(b.generation + 1) & 1] = 0;
+    b.arrived = 0;
+    b.generation++;
+    b.stalled = 0;
+}
+
+inline void release_warp(Warp& w) {
+    w.arrived = 0;
+    w.generation++;
+    block().stalled = 0;
+}
+
+inline unsigned warp_expected(const Warp& w) { return __builtin_popcount(w.mask & w.live); }
+
+// __syncthreads_count: the barrier, returning how many threads passed a non-zero predicate.
+inline int sync_block(int predicate) {
+    Block& b = block();
+    const unsigned gen = b.generation;
+    b.counts[gen & 1] += predicate != 0;
+    if (++b.arrived == b.live) release_block_barrier(b);
+    else wait_until([&] { return b.generation != gen; });
+    return b.counts[gen & 1];
+}
+
+// Every lane in `mask` puts `value` in its slot; returns all 32 slots once all have arrived.
+// The slots stay valid until this lane's next collective (they are double buffered).
+template <class T> inline const T* warp_exchange(unsigned mask, const T& value) {
+    static_assert(sizeof(T) <= kSlotBytes, "value too large for a warp exchange slot");
+    Warp& w = warp();
+    const unsigned me = lane(), gen = w.generation;
+    if (!(mask >> me & 1u))
+        fail("lane %u calls a warp collective with mask %#x that omits it", me, mask);
+    if (w.arrived == 0) w.mask = mask;
+    else if (w.mask != mask)
+        fail("lanes of one warp call collectives with masks %#x and %#x at once; not emulated",
+             w.mask, mask);
+    T* slots = reinterpret_cast<T*>(w.slots[gen & 1]);
+    std::memcpy(&slots[me], &value, sizeof(T));
+    if (++w.arrived == warp_expected(w)) release_warp(w);
+    else wait_until([&] { return w.generation != gen; });
+    return slots;
+}
+
+// cp.async on the CPU: issue reads the source now (zero-filling past `src_bytes`) ...
+inline void async_copy(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
+    Fiber& f = *block().current;
+    AsyncCopy c{dst, {}, bytes, f.async_groups};
+    if (src_bytes) std::memcpy(c.data, src, src_bytes < bytes ? src_bytes : bytes);
+    f.async_copies.push_back(c);
+}
+
+inline void async_commit() { block().current->async_groups++; }
+
+// ... and wait_group N lands every copy except those of the newest N committed groups
+// (N < 0: every copy, committed or not, as cp.async.wait_all does).
+inline void async_wait(int newest_pending) {
+    Fiber& f = *block().current;
+    const unsigned keep = newest_pending < 0 ? 0 : unsigned(newest_pending);
+    const unsigned limit =
+        newest_pending < 0 ? ~0u : (f.async_groups > keep ? f.async_groups - keep : 0);
+    size_t kept = 0;
+    for (const AsyncCopy& c : f.async_copies) {
+        if (c.group < limit) std::memcpy(c.dst, c.data, c.bytes);
+        else f.async_copies[kept++] = c;
+    }
+    f.async_copies.resize(kept);
+}
+
+inline void thread_exit() {
+    Block& b = block();
+    Fiber& f = *b.current;
+    Warp& w = warp();
+    async_wait(-1);
+    f.done = true;
+    b.live--;
+    w.live &= ~(1u << lane());
+    b.stalled = 0;
+    if (b.arrived && b.arrived == b.live) release_block_barrier(b);
+    if (w.arrived && w.arrived == warp_expected(w)) release_warp(w);
+}
+
+inline void fiber_main() {
+    block().body(block().body_context);
+    thread_exit();
+}  // returning resumes uc_link: the scheduler
+
+// --- running a grid ------------------------------------------------------------------------
+
+inline void on_fault(int sig) {
+    char msg[200];
+    int n = std::snprintf(msg, sizeof msg,
+                          "emmy-emulate: signal %d (invalid memory access or stack overflow) in "
+                          "block (%u,%u,%u) thread (%u,%u,%u)\n",
+                          sig, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y,
+                          threadIdx.z);
+    if (n > 0) (void)!write(2, msg, static_cast<size_t>(n));
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+// Faults are reported with the block and thread; an alternate stack lets a fiber's stack
+// overflow (into its guard page) be reported too.
+inline void install_fault_handler() {
+    static thread_local std::vector<char> alt(1 << 16);
+    stack_t ss{};
+    ss.ss_sp = alt.data();
+    ss.ss_size = alt.size();
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa{};
+    sa.sa_handler = on_fault;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGBUS, &sa, nullptr);
+}
+
+inline size_t env_size(const char* name, size_t fallback) {
+    const char* v = std::getenv(name);
+    return v && *v ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : fallback;
+}
+
+inline void map_stacks(Block& b, size_t threads) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    b.stack_bytes = (env_size("EMMY_EMU_STACK", 256 * 1024) + page - 1) / page * page;
+    const size_t each = b.stack_bytes + page;  // a guard page below each stack
+    b.mapped = each * threads;
+    void* p = mmap(nullptr, b.mapped, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) fail("cannot map %zu bytes of fiber stacks", b.mapped);
+    b.stacks = static_cast<char*>(p);
+    for (size_t i = 0; i < threads; ++i) mprotect(b.stacks + i * each, page, PROT_NONE);
+}
+
+inline void run_block(Block& b) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const unsigned n = static_cast<unsigned>(b.fibers.size());
+    b.live = n;
+    b.arrived = 0;
+    b.stalled = 0;
+    for (unsigned i = 0; i < b.warps.size(); ++i) {
+        const unsigned lanes = n - i * kWarp < kWarp ? n - i * kWarp : kWarp;
+        b.warps[i].live = lanes == kWarp ? ~0u : (1u << lanes) - 1;
+        b.warps[i].arrived = 0;
+    }
+    for (unsigned i = 0; i < n; ++i) {
+        Fiber& f = b.fibers[i];
+        f.done = false;
+        f.async_copies.clear();
+        f.async_groups = 0;
+        getcontext(&f.context);
+        f.context.uc_stack.ss_sp = b.stacks + i * (b.stack_bytes + page) + page;
+        f.context.uc_stack.ss_size = b.stack_bytes;
+        f.context.uc_link = &b.scheduler;
+        makecontext(&f.context, fiber_main, 0);
+    }
+    for (unsigned remaining = n; remaining;) {
+        for (Fiber& f : b.fibers) {
+            if (f.done) continue;
+            b.current = &f;
+            threadIdx = f.index;
+            swapcontext(&b.scheduler, &f.context);
+            remaining -= f.done;
+        }
+    }
+}
+
+// What every worker of one launch shares.
+struct Launch {
+    dim3 grid_dim, block_dim;
+    size_t dynamic_bytes;
+    void (*body)(const void*);
+    const void* body_context;
+    size_t next_block;  // taken with __atomic_fetch_add
+};
+
+inline void* run_worker(void* arg) {
+    Launch& l = *static_cast<Launch*>(arg);
+    install_fault_handler();
+    const dim3 g = l.grid_dim, k = l.block_dim;
+    const unsigned n = k.x * k.y * k.z;
+    Block b;
+    b.body = l.body;
+    b.body_context = l.body_context;
+    b.fibers.resize(n);
+    b.warps.resize((n + kWarp - 1) / kWarp);
+    for (unsigned i = 0; i < n; ++i) {
+        b.fibers[i].index = {i % k.x, (i / k.x) % k.y, i / (k.x * k.y)};
+        b.fibers[i].linear = i;
+    }
+    map_stacks(b, n);
+    b.dynamic_shared.assign(l.dynamic_bytes + 128, 0xff);  // poison: uninitialised floats are NaN
+    tl_dynamic_shared = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<uintptr_t>(b.dynamic_shared.data()) + 127) & ~uintptr_t(127));
+    tl_block = &b;
+    gridDim = g;
+    blockDim = k;
+    const size_t total = size_t(g.x) * g.y * g.z;
+    for (size_t i; (i = __atomic_fetch_add(&l.next_block, 1, __ATOMIC_SEQ_CST)) < total;) {
+        blockIdx = {unsigned(i % g.x), unsigned(i / g.x % g.y), unsigned(i / (size_t(g.x) * g.y))};
+        run_block(b);
+    }
+    tl_block = nullptr;
+    munmap(b.stacks, b.mapped);
+    return nullptr;
+}
+
+inline void run_grid(Launch& l) {
+    const dim3 g = l.grid_dim, k = l.block_dim;
+    const size_t threads = size_t(k.x) * k.y * k.z;
+    if (threads == 0 || threads > 1024 || k.z > 64)
+        fail("invalid block (%u,%u,%u): 1 to 1024 threads, z at most 64", k.x, k.y, k.z);
+    if (g.x == 0 || g.y == 0 || g.z == 0 || g.y > 65535 || g.z > 65535)
+        fail("invalid grid (%u,%u,%u)", g.x, g.y, g.z);
+    if (l.dynamic_bytes > kMaxDynamicShared)
+        fail("%zu bytes of dynamic shared memory > %zu", l.dynamic_bytes, kMaxDynamicShared);
+    const size_t total = size_t(g.x) * g.y * g.z;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t workers = env_size("EMMY_EMU_WORKERS", cores > 0 ? size_t(cores) : 1);
+    workers = workers < total ? workers : total;
+    if (workers <= 1) {
+        run_worker(&l);
+        return;
+    }
+    std::vector<pthread_t> pool(workers);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 16 << 20);  // room for large __shared__ thread-locals
+    for (auto& t : pool)
+        if (pthread_create(&t, &attr, run_worker, &l) != 0) fail("cannot start a worker thread");
+    for (auto& t : pool) pthread_join(t, nullptr);
+    pthread_attr_destroy(&attr);
+}
+
+// launch(kernel, grid, block, dynamic_smem, args...): run `kernel(args...)` on every thread.
+template <class... Params, class... Args>
+inline void launch(void (*kernel)(Params...), dim3 grid, dim3 blk, size_t dynamic_bytes,
+                   Args&&... args) {
+    static_assert(sizeof...(Params) == sizeof...(Args), "wrong number of kernel arguments");
+    const auto call = [kernel, args...] { kernel(args...); };  // each thread gets copies
+    using Call = decltype(call);
+    Launch l{grid, blk, dynamic_bytes,
+             [](const void* c) { (*static_cast<const Call*>(c))(); }, &call, 0};
+    run_grid(l);
+}
+
+}  // namespace emmy_emu
+
+// --- CUDA's names for the barrier and the warp collectives --------------------------------------
+inline void __syncthreads() { emmy_emu::sync_block(0); }
+inline int __syncthreads_count(int p) { return emmy_emu::sync_block(p); }
+inline int __syncthreads_and(int p) {
+    return emmy_emu::sync_block(p) == static_cast<int>(emmy_emu::block().live);
+}
+inline int __syncthreads_or(int p) { return emmy_emu::sync_block(p) != 0; }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emmy_emu::warp_exchange(mask, 0); }
+inline unsigned __activemask() { return emmy_emu::warp().live; }
+inline void __trap() {
+    emmy_emu::fail("__trap() in block (%u,%u,%u) thread (%u,%u,%u)", blockIdx.x, blockIdx.y,
+                   blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+}
+
+// Shuffles, as PTX shfl.sync defines them for a `width`-lane segment: idx wraps within the
+// segment; up/down give back the caller's value past the segment's start/end; xor may read an
+// earlier segment but not a later one.
+template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = warpSize) {
+    const T* all = emmy_emu::warp_exchange(mask, v);
+    const unsigned me = emmy_emu::lane(), base = me & ~unsigned(width - 1);
+    return all[base + (unsigned(src) & unsigned(width - 1))];
+}
+template <class T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
+    const T* all = emmy_emu::warp_exchange(mask, v);
+    const unsigned me = emmy_emu::lane(), base = me & ~unsigned(width - 1);
+    return me - base >= delta ? all[me - delta] : v;
+}
+template <class T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
+    const T* all = emmy_emu::warp_exchange(mask, v);
+    const unsigned me = emmy_emu::lane(), base = me & ~unsigned(width - 1);
+    return me - base + delta < unsigned(width) ? all[me + delta] : v;
+}
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = warpSize) {
+    const T* all = emmy_emu::warp_exchange(mask, v);
+    const unsigned me = emmy_emu::lane(), base = me & ~unsigned(width - 1);
+    const unsigned src = me ^ unsigned(lane_mask);
+    return src < base + unsigned(width) ? all[src] : v;
+}
+
+// Votes over the lanes in `mask` (lanes that have exited do not vote).
+inline unsigned __ballot_sync(unsigned mask, int p) {
+    const int* all = emmy_emu::warp_exchange(mask, p);
+    unsigned bits = 0;
+    for (unsigned l = 0; l < emmy_emu::kWarp; ++l)
+        if ((mask & emmy_emu::warp().live) >> l & 1u) bits |= unsigned(all[l] != 0) << l;
+    return bits;
+}
+inline int __all_sync(unsigned mask, int p) {
+    return __ballot_sync(mask, p) == (mask & emmy_emu::warp().live);
+}
+inline int __any_sync(unsigned mask, int p) { return __ballot_sync(mask, p) != 0; }
+
+namespace emmy_emu {
+template <class T, class Op> inline T reduce_sync(unsigned mask, T v, Op op) {
+    const T* all = warp_exchange(mask, v);
+    const unsigned use = mask & warp().live;
+    T r = v;
+    bool first = true;
+    for (unsigned l = 0; l < kWarp; ++l) {
+        if (!(use >> l & 1u)) continue;
+        r = first ? all[l] : op(r, all[l]);
+        first = false;
+    }
+    return r;
+}
+}  // namespace emmy_emu
+
+#define EMMY_EMU_REDUCE(NAME, EXPR)                                                            \
+    inline unsigned NAME(unsigned m, unsigned v) {                                             \
+        return emmy_emu::reduce_sync(m, v, [](unsigned a, unsigned b) { return EXPR; });       \
+    }                                                                                          \
+    inline int NAME(unsigned m, int v) {                                                       \
+        return emmy_emu::reduce_sync(m, v, [](int a, int b) { return EXPR; });                 \
+    }
+EMMY_EMU_REDUCE(__reduce_add_sync, a + b)
+EMMY_EMU_REDUCE(__reduce_min_sync, a < b ? a : b)
+EMMY_EMU_REDUCE(__reduce_max_sync, a > b ? a : b)
+#undef EMMY_EMU_REDUCE

@@ -1,0 +1,229 @@
+"""Run CUDA kernel source on the CPU: build it with g++ against cuda_emulate.h, launch, read back.
+
+`build_and_run(source, kernel, grid, block, dynamic_smem, args)` writes a harness around the
+source, compiles it into the on-disk cache (one program serves every `extern "C"` kernel of a
+source and every shape: the launch and the arguments are read at run time), runs it on the
+arguments (numpy arrays and scalars) and copies the arrays back in place. A compile error, a
+crash, a deadlock or a timeout comes back as an `EmulatorResult` with that status, never as an
+exception.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from emmy.cuda.cache import (EMULATE_DIR, INCLUDE_DIR, DiskCache, content_key, folder_hash,
+                             include_hash)
+
+CXX = os.environ.get("CXX", "g++")
+CXX_FLAGS = ("-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing")
+EXIT_EMULATOR_ERROR = 3          # cuda_emulate.h's fail(): deadlock, __trap, bad arguments
+_CACHE = DiskCache("emulate")
+_FORMAT = "1"
+
+Dim = int | tuple[int, ...]
+Arg = np.ndarray | int | float | bool | np.generic
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmulatorResult:
+    """The outcome of one emulated launch; `outputs` are the array arguments, updated."""
+
+    status: str                  # ok | compile_error | crash | timeout | error
+    log: str                     # the compiler's output, or what the program wrote to stderr
+    stdout: str = ""             # the kernel's printf output
+    outputs: tuple[np.ndarray, ...] = ()
+    build_seconds: float = 0.0   # 0 when the binary came from the cache
+    run_seconds: float = 0.0
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class Build:
+    """A compiled emulator program, or the reason there is none."""
+
+    binary: Path | None
+    log: str
+    seconds: float
+    cached: bool
+
+
+def build_and_run(source: str, kernel_name: str, grid: Dim, block: Dim, dynamic_smem: int = 0,
+                  args: Sequence[Arg] = (), *, timeout: float = 60.0,
+                  workers: int | None = None) -> EmulatorResult:
+    """Build `source` (cached), launch `kernel_name` on `args`, copy arrays back in place."""
+    built = build(source, kernel_name)
+    if built.binary is None:
+        return EmulatorResult(status="compile_error", log=built.log,
+                              build_seconds=built.seconds)
+    ran = _run(built.binary, kernel_name, grid, block, dynamic_smem, args, timeout=timeout,
+               workers=workers)
+    return EmulatorResult(status=ran.status, log=ran.log, stdout=ran.stdout, outputs=ran.outputs,
+                          build_seconds=0.0 if built.cached else built.seconds,
+                          run_seconds=ran.run_seconds, cached=built.cached)
+
+
+def build(source: str, kernel_name: str) -> Build:
+    """The emulator binary for `source` with `kernel_name` as its entry, from cache or g++."""
+    text = harness_source(source, kernel_name)
+    key = content_key(_FORMAT, text, " ".join(CXX_FLAGS), compiler_version(),
+                      folder_hash(EMULATE_DIR), include_hash())
+    final = _CACHE.path(key)
+    if final.exists():
+        return Build(final, "", 0.0, cached=True)
+    with tempfile.TemporaryDirectory(prefix="emmy-emu-") as tmp:
+        src = Path(tmp) / "harness.cpp"
+        src.write_text(text)
+        out = _CACHE.temp_path(key)
+        cmd = [CXX, *CXX_FLAGS, f"-I{EMULATE_DIR}", f"-I{INCLUDE_DIR}", "-o", str(out), str(src)]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        out.unlink(missing_ok=True)
+        return Build(None, proc.stderr, seconds, cached=False)
+    os.replace(out, final)
+    return Build(final, proc.stderr, seconds, cached=False)
+
+
+@cache
+def compiler_version() -> str:
+    """`g++ --version`'s first line (part of the cache key)."""
+    proc = subprocess.run([CXX, "--version"], capture_output=True, text=True)
+    return proc.stdout.splitlines()[0] if proc.stdout else CXX
+
+
+_EXTERN_SHARED = re.compile(
+    r"(?:__align__\s*\(\s*\d+\s*\)\s+)?extern\s+"
+    r"(?P<quals>(?:(?:__shared__|__align__\s*\(\s*\d+\s*\)|alignas\s*\(\s*\d+\s*\))\s+)+)"
+    r"(?P<type>[A-Za-z_][\w:<>, ]*?)\s*(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;")
+
+
+def rewrite_dynamic_shared(source: str) -> str:
+    """`extern __shared__ T name[];` -> a pointer to the block's dynamic shared memory."""
+    def pointer(m: re.Match) -> str:
+        if "__shared__" not in m.group("quals"):
+            return m.group(0)
+        t, name = m.group("type").strip(), m.group("name")
+        return f"{t}* const {name} = reinterpret_cast<{t}*>(emmy_emu::dynamic_shared());"
+    return _EXTERN_SHARED.sub(pointer, source)
+
+
+_C_KERNEL = re.compile(
+    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+'
+    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(?P<name>[A-Za-z_]\w*)\s*\(")
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def entry_points(source: str, kernel_name: str) -> tuple[str, ...]:
+    """`kernel_name` and every `extern "C"` kernel in `source`: one binary serves them all."""
+    found = _C_KERNEL.findall(_COMMENT.sub("", source))
+    return tuple(sorted({kernel_name, *found}))
+
+
+def harness_source(source: str, kernel_name: str) -> str:
+    """The whole C++ program: emulation header, the kernel source, a main() that dispatches on
+    the kernel's name."""
+    calls = "".join(f'    if (!std::strcmp(name, "{k}"))\n'
+                    f"        return emmy_emu::harness_main(argc, argv, &{k});\n"
+                    for k in entry_points(source, kernel_name))
+    return (f'#include "cuda_emulate.h"\n#line 1 "kernel.cu"\n{rewrite_dynamic_shared(source)}\n'
+            f'#include "emu_harness.h"\n'
+            f"int main(int argc, char** argv) {{\n"
+            f'    const char* name = argc > 3 ? argv[3] : "";\n{calls}'
+            f'    emmy_emu::fail("no kernel named `%s` in this program", name);\n}}\n')
+
+
+@dataclass(frozen=True, slots=True)
+class _Ran:
+    status: str
+    log: str
+    stdout: str
+    outputs: tuple[np.ndarray, ...]
+    run_seconds: float
+
+
+def _run(binary: Path, kernel_name: str, grid: Dim, block: Dim, dynamic_smem: int,
+         args: Sequence[Arg], *, timeout: float, workers: int | None) -> _Ran:
+    """Run a built program on `args`; arrays are copied back in place when it succeeds."""
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+    for a in arrays:
+        if not (a.flags.c_contiguous and a.flags.writeable):
+            raise ValueError("array arguments must be C-contiguous and writeable")
+    env = dict(os.environ)
+    if workers is not None:
+        env["EMMY_EMU_WORKERS"] = str(workers)
+    with tempfile.TemporaryDirectory(prefix="emmy-emu-run-") as tmp:
+        arg_file, out_file = Path(tmp) / "args.bin", Path(tmp) / "out.bin"
+        arg_file.write_bytes(encode_args(grid, block, dynamic_smem, args))
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run([str(binary), str(arg_file), str(out_file), kernel_name],
+                                  env=env, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            return _Ran("timeout", f"killed after {timeout:g} s\n{_text(e.stderr)}",
+                        _text(e.stdout), tuple(arrays), time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        stdout, stderr = _text(proc.stdout), _text(proc.stderr)
+        if proc.returncode != 0:
+            status = "error" if proc.returncode == EXIT_EMULATOR_ERROR else "crash"
+            why = stderr or f"exit status {proc.returncode}"
+            return _Ran(status, why, stdout, tuple(arrays), seconds)
+        decode_outputs(out_file.read_bytes(), arrays)
+    return _Ran("ok", stderr, stdout, tuple(arrays), seconds)
+
+
+def _dims(d: Dim) -> tuple[int, int, int]:
+    t = (d,) if isinstance(d, int) else tuple(d)
+    if not 1 <= len(t) <= 3:
+        raise ValueError(f"a launch dimension has 1 to 3 entries, got {d!r}")
+    return (*t, *(1,) * (3 - len(t)))  # type: ignore[return-value]
+
+
+def encode_args(grid: Dim, block: Dim, dynamic_smem: int, args: Sequence[Arg]) -> bytes:
+    """The argument file emu_harness.h reads."""
+    parts = [b"EMMYARG1", struct.pack("<6IQI", *_dims(grid), *_dims(block), dynamic_smem,
+                                      len(args))]
+    for a in args:
+        if isinstance(a, np.ndarray):
+            parts += [struct.pack("<IQ", 0, a.nbytes), a.tobytes()]
+        elif isinstance(a, (bool, int, np.integer, np.bool_)):
+            parts.append(struct.pack("<Iq", 1, int(a)))
+        elif isinstance(a, (float, np.floating)):
+            parts.append(struct.pack("<Id", 2, float(a)))
+        else:
+            raise TypeError(f"unsupported kernel argument of type {type(a).__name__}")
+    return b"".join(parts)
+
+
+def decode_outputs(data: bytes, arrays: Sequence[np.ndarray]) -> None:
+    """Copy the program's output file back into `arrays`, in order."""
+    pos = 0
+    for a in arrays:
+        (n,) = struct.unpack_from("<Q", data, pos)
+        pos += 8
+        if n != a.nbytes:
+            raise RuntimeError(f"emulator returned {n} bytes for an array of {a.nbytes}")
+        np.copyto(a, np.frombuffer(data, dtype=a.dtype, count=a.size, offset=pos).reshape(a.shape))
+        pos += n
+
+
+def _text(b: bytes | str | None) -> str:
+    if b is None:
+        return ""
+    return b if isinstance(b, str) else b.decode(errors="replace")

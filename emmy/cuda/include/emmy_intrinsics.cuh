@@ -1,0 +1,221 @@
+// emmy_intrinsics.cuh: the one helper header emitted CUDA includes.
+//
+// Each hardware intrinsic the emitter uses has a device version (inline PTX, under NVRTC/nvcc)
+// and a CPU version (under cuda_emulate.h, EMMY_EMULATE) that computes the same values with
+// the register layouts the PTX ISA documents, so the emulator checks the emitter's indexing.
+//
+//   cp.async    cp_async_4 / _8 / _16, cp_async_16_zfill, cp_async_commit,
+//               cp_async_wait<N>, cp_async_wait_all
+//   ldmatrix    ldmatrix_x1 / _x2 / _x4 and their _trans forms (m8n8, b16)
+//   mma.sync    mma_m16n8k16_f16f32, mma_m16n8k16_bf16f32  (row.col, f32 accumulate)
+//   packing     pack_f16x2, pack_bf16x2
+//   warps       warp_sum, warp_max, warp_min (butterfly; every lane gets the result)
+//   constants   EMMY_INF_F32
+#pragma once
+
+// Emitted source includes this header and nothing else; it brings the 16-bit float types and
+// the fixed-width integers (uint32_t, int64_t, ...) on both sides.
+#if defined(__CUDACC__)
+#include <cuda/std/cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#elif !defined(EMMY_EMULATE)
+#error "emmy_intrinsics.cuh: compile with NVRTC/nvcc, or include cuda_emulate.h first"
+#endif
+
+#define EMMY_FN __device__ __forceinline__
+
+// Float infinity both compilers accept (NVRTC has no INFINITY macro).
+#define EMMY_INF_F32 __int_as_float(0x7f800000)
+
+#if defined(__CUDACC__)
+EMMY_FN unsigned emmy_smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// cp.async: global -> shared copies that complete at a later cp.async.wait_group.
+// CPU: the source is read at issue and the destination written at the covering wait.
+// ---------------------------------------------------------------------------------------------
+#if defined(__CUDACC__)
+EMMY_FN void cp_async_16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
+                 :: "r"(emmy_smem_addr(smem)), "l"(gmem) : "memory");
+}
+// Copies the first `src_bytes` (0..16) bytes and zero-fills the rest; reads nothing when 0.
+EMMY_FN void cp_async_16_zfill(void* smem, const void* gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(emmy_smem_addr(smem)), "l"(gmem), "r"(src_bytes) : "memory");
+}
+EMMY_FN void cp_async_8(void* smem, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n"
+                 :: "r"(emmy_smem_addr(smem)), "l"(gmem) : "memory");
+}
+EMMY_FN void cp_async_4(void* smem, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n"
+                 :: "r"(emmy_smem_addr(smem)), "l"(gmem) : "memory");
+}
+EMMY_FN void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> EMMY_FN void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+EMMY_FN void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+#else
+inline void cp_async_16(void* smem, const void* gmem) { emmy_emu::async_copy(smem, gmem, 16, 16); }
+inline void cp_async_16_zfill(void* smem, const void* gmem, int src_bytes) {
+    emmy_emu::async_copy(smem, gmem, 16, static_cast<unsigned>(src_bytes));
+}
+inline void cp_async_8(void* smem, const void* gmem) { emmy_emu::async_copy(smem, gmem, 8, 8); }
+inline void cp_async_4(void* smem, const void* gmem) { emmy_emu::async_copy(smem, gmem, 4, 4); }
+inline void cp_async_commit() { emmy_emu::async_commit(); }
+template <int N> inline void cp_async_wait() { emmy_emu::async_wait(N); }
+inline void cp_async_wait_all() { emmy_emu::async_wait(-1); }
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// ldmatrix.sync.aligned.m8n8.xN[.trans].shared.b16: N 8x8 matrices of 16-bit elements.
+// Lane 8*j + r passes the shared address of row r of matrix j (lanes 0..8N-1 are read).
+// Register j of lane l holds matrix j's elements (row l/4, cols 2*(l%4), 2*(l%4)+1), lower
+// column in the low half; with .trans, (rows 2*(l%4), 2*(l%4)+1, col l/4) instead.
+// ---------------------------------------------------------------------------------------------
+template <int N, bool Trans> EMMY_FN void emmy_ldmatrix(unsigned (&r)[N], const void* row) {
+    static_assert(N == 1 || N == 2 || N == 4, "ldmatrix loads 1, 2 or 4 matrices");
+#if defined(__CUDACC__)
+    const unsigned a = emmy_smem_addr(row);
+    if constexpr (N == 1 && !Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+                     : "=r"(r[0]) : "r"(a) : "memory");
+    if constexpr (N == 1 && Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
+                     : "=r"(r[0]) : "r"(a) : "memory");
+    if constexpr (N == 2 && !Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                     : "=r"(r[0]), "=r"(r[1]) : "r"(a) : "memory");
+    if constexpr (N == 2 && Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                     : "=r"(r[0]), "=r"(r[1]) : "r"(a) : "memory");
+    if constexpr (N == 4 && !Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+    if constexpr (N == 4 && Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+#else
+    const void* const* rows = emmy_emu::warp_exchange(0xffffffffu, row);
+    const unsigned l = emmy_emu::lane();
+    for (int j = 0; j < N; ++j) {
+        const unsigned short* lo;
+        const unsigned short* hi;
+        if (!Trans) {
+            lo = static_cast<const unsigned short*>(rows[8 * j + l / 4]) + 2 * (l % 4);
+            hi = lo + 1;
+        } else {
+            lo = static_cast<const unsigned short*>(rows[8 * j + 2 * (l % 4)]) + l / 4;
+            hi = static_cast<const unsigned short*>(rows[8 * j + 2 * (l % 4) + 1]) + l / 4;
+        }
+        r[j] = unsigned(*lo) | (unsigned(*hi) << 16);
+    }
+#endif
+}
+#define EMMY_LDMATRIX(NAME, N, TRANS) \
+    EMMY_FN void NAME(unsigned (&r)[N], const void* row) { emmy_ldmatrix<N, TRANS>(r, row); }
+EMMY_LDMATRIX(ldmatrix_x1, 1, false)
+EMMY_LDMATRIX(ldmatrix_x2, 2, false)
+EMMY_LDMATRIX(ldmatrix_x4, 4, false)
+EMMY_LDMATRIX(ldmatrix_x1_trans, 1, true)
+EMMY_LDMATRIX(ldmatrix_x2_trans, 2, true)
+EMMY_LDMATRIX(ldmatrix_x4_trans, 4, true)
+#undef EMMY_LDMATRIX
+
+// ---------------------------------------------------------------------------------------------
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32: D(16x8) = A(16x16) B(16x8) + C.
+// With g = lane/4, t = lane%4 (PTX ISA, "Matrix Fragments for mma.m16n8k16"):
+//   A: 4 regs, 8 elements a0..a7: row g + 8*(i/2 % 2), col 2t + i%2 + 8*(i/4)
+//   B: 2 regs, 4 elements b0..b3: row (k) 2t + i%2 + 8*(i/2), col (n) g
+//   C, D: 4 floats c0..c3: row g + 8*(i/2), col 2t + i%2
+// Element 2m is the low half of register m. CPU: products summed in double, rounded once.
+// ---------------------------------------------------------------------------------------------
+#if !defined(__CUDACC__)
+namespace emmy_emu {
+struct MmaOperands { unsigned a[4]; unsigned b[2]; };
+
+template <float (*ToFloat)(uint16_t)>
+inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
+                         const float (&c)[4]) {
+    MmaOperands mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+    const MmaOperands* all = warp_exchange(0xffffffffu, mine);
+    auto half = [](unsigned reg, unsigned k) { return uint16_t(reg >> (16 * (k & 1))); };
+    auto a_at = [&](unsigned row, unsigned k) {   // lane 4*(row%8) + (k%8)/2 holds A[row][k]
+        return ToFloat(half(all[4 * (row & 7) + ((k & 7) >> 1)].a[(row >> 3) + 2 * (k >> 3)], k));
+    };
+    auto b_at = [&](unsigned k, unsigned n) {     // lane 4*n + (k%8)/2 holds B[k][n]
+        return ToFloat(half(all[4 * n + ((k & 7) >> 1)].b[k >> 3], k));
+    };
+    const unsigned g = lane() / 4, t = lane() % 4;
+    float out[4];
+    for (unsigned i = 0; i < 4; ++i) {
+        const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
+        double acc = c[i];
+        for (unsigned k = 0; k < 16; ++k) acc += double(a_at(row, k)) * double(b_at(k, col));
+        out[i] = float(acc);
+    }
+    for (unsigned i = 0; i < 4; ++i) d[i] = out[i];
+}
+}  // namespace emmy_emu
+#endif
+
+EMMY_FN void mma_m16n8k16_f16f32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
+                                 const float (&c)[4]) {
+#if defined(__CUDACC__)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+          "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#else
+    emmy_emu::mma_m16n8k16<emmy_emu::f16_bits_to_f32>(d, a, b, c);
+#endif
+}
+
+EMMY_FN void mma_m16n8k16_bf16f32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
+                                  const float (&c)[4]) {
+#if defined(__CUDACC__)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+          "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#else
+    emmy_emu::mma_m16n8k16<emmy_emu::bf16_bits_to_f32>(d, a, b, c);
+#endif
+}
+
+// Two floats rounded to 16 bits and packed into one register, `lo` in the low half.
+EMMY_FN unsigned pack_f16x2(float lo, float hi) {
+    return unsigned(__half_as_ushort(__float2half_rn(lo))) |
+           (unsigned(__half_as_ushort(__float2half_rn(hi))) << 16);
+}
+EMMY_FN unsigned pack_bf16x2(float lo, float hi) {
+    return unsigned(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+           (unsigned(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Warp reductions over `width` lanes (a power of two <= 32); all lanes of the segment get the
+// result. max/min on floats use fmaxf/fminf (a NaN operand is ignored).
+// ---------------------------------------------------------------------------------------------
+template <class T> EMMY_FN T warp_sum(T v, int width = 32) {
+    for (int o = width / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o, width);
+    return v;
+}
+template <class T> EMMY_FN T warp_max(T v, int width = 32) {
+    for (int o = width / 2; o > 0; o /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, o, width));
+    return v;
+}
+template <class T> EMMY_FN T warp_min(T v, int width = 32) {
+    for (int o = width / 2; o > 0; o /= 2) v = min(v, __shfl_xor_sync(0xffffffffu, v, o, width));
+    return v;
+}

@@ -1,0 +1,187 @@
+"""Decide which tensors are stored and which kernel computes each (fusion by inlining).
+
+Every value is a pure function of its index, so by default a value is inlined into each
+consumer, recomputed where needed. A tensor is stored (materialized) only when that is not
+possible or not wanted:
+
+- a program output is stored: the caller reads it;
+- a scan is stored unless its only consumers are elementwise ops that reach a single output at
+  the same positions: a scan runs in order along its axis, so other consumers read it from
+  memory. When the elementwise epilogue reaches one output, the output's kernel runs the scan.
+
+Outputs of the same shape that do not depend on each other through memory share one kernel
+(they are computed in the same loops and share their loads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from emmy.loop_ir.names import buffer_names, describe
+from emmy.tensor_ir.builder import operands
+from emmy.tensor_ir.ir import Cast, Def, Elementwise, IndexMap, Input, Program, Scan, axis_var
+from emmy import symbolic
+
+
+@dataclass(frozen=True, slots=True)
+class KernelPlan:
+    roots: tuple[str, ...]   # the tensors the kernel stores, in program order
+    scan: str | None = None  # the scan whose loop the kernel runs (one of the roots or absorbed)
+
+
+@dataclass(frozen=True, slots=True)
+class FusionPlan:
+    kernels: tuple[KernelPlan, ...]  # in an order where each kernel follows what it loads
+    stored: tuple[str, ...]          # every materialized non-input tensor, in program order
+    buffers: dict[str, str]          # stored tensor -> its buffer's name
+    notes: tuple[str, ...]
+
+
+def plan_fusion(p: Program) -> FusionPlan:
+    """Choose the stored tensors, absorb scan epilogues, group outputs into kernels."""
+    defs = {d.name: d for d in p.defs}
+    users = _users(p)
+    roots = [n for n in dict.fromkeys(p.outputs) if not isinstance(defs[n], Input)]
+    notes: list[Callable[[Callable[[str], str]], str]] = []  # rendered once buffers are named
+    scan_of: dict[str, str] = {}  # root -> the scan its kernel runs
+    for d in p.defs:
+        if not isinstance(d, Scan):
+            continue
+        if d.name in roots:
+            scan_of[d.name] = d.name
+            continue
+        target, why = _epilogue_root(d, defs, users, roots)
+        if target is not None and target not in scan_of:
+            scan_of[target] = d.name
+            notes.append(lambda at, d=d, t=target: (
+                f"scan `{d.name}` runs in the kernel of {at(t)}: its elementwise consumers read "
+                f"it at the same positions, so it is never stored"))
+            continue
+        if target is not None:
+            why = lambda at, t=target: f"the kernel of {at(t)} already runs scan `{scan_of[t]}`"
+        roots.append(d.name)
+        scan_of[d.name] = d.name
+        notes.append(lambda at, d=d, why=why: (
+            f"scan `{d.name}` is materialized as {at(d.name)}: a scan runs in order along its "
+            f"axis, so consumers read it from memory ({why(at)})"))
+    order = {d.name: i for i, d in enumerate(p.defs)}
+    roots.sort(key=order.__getitem__)
+    reads, touched = {}, {}
+    for r in roots:
+        reads[r], touched[r] = _reads(r, defs, set(roots))
+    groups = _group(roots, reads, touched, defs, scan_of)
+    kernels = tuple(KernelPlan(tuple(g), next((scan_of[r] for r in g if r in scan_of), None))
+                    for g in _order_groups(groups, reads, order))
+    names = buffer_names([defs[r] for r in roots], p.outputs, {d.name for d in p.inputs})
+    at = lambda n: f"`{names.get(n, n)}`"
+    return FusionPlan(kernels, tuple(roots), names, tuple(note(at) for note in notes))
+
+
+def _users(p: Program) -> dict[str, list[str]]:
+    users: dict[str, list[str]] = {d.name: [] for d in p.defs}
+    for d in p.defs:
+        for a in dict.fromkeys(operands(d)):
+            users[a].append(d.name)
+    return users
+
+
+def is_pointwise(d: Def) -> bool:
+    """Reads its operands at its own position (elementwise, cast, identity index_map)."""
+    if isinstance(d, (Elementwise, Cast)):
+        return True
+    if isinstance(d, IndexMap):
+        identity = tuple(symbolic.var(axis_var(i)) for i in range(len(d.type.shape)))
+        return d.index == identity
+    return False
+
+
+def _epilogue_root(scan: Scan, defs, users, roots):
+    """The one output a scan reaches through elementwise ops only; or None and why not (a
+    function of how to spell a stored tensor)."""
+    ends: list[str] = []
+    stack, seen = [scan.name], {scan.name}
+    while stack:
+        for u in users[stack.pop()]:
+            if not is_pointwise(defs[u]):
+                return None, lambda at, u=u: f"`{u}` ({describe(defs[u])}) reads it at other positions"
+            if u in roots and u not in ends:
+                ends.append(u)
+            elif u not in roots and u not in seen:
+                seen.add(u)
+                stack.append(u)
+    if not ends:
+        return None, lambda at: "nothing reads it"
+    if len(ends) > 1:
+        return None, lambda at: "its values reach several kernels: " + ", ".join(map(at, ends))
+    return ends[0], None
+
+
+def _reads(root: str, defs, stored: set[str]) -> tuple[dict[str, bool], set[str]]:
+    """What a root's kernel reads from memory (each with whether only at the root's own
+    positions), and every definition the kernel touches."""
+    out: dict[str, bool] = {}
+    stack = [(a, is_pointwise(defs[root])) for a in operands(defs[root])]
+    seen: set[tuple[str, bool]] = set()
+    while stack:
+        name, same = stack.pop()
+        if (name, same) in seen:
+            continue
+        seen.add((name, same))
+        d = defs[name]
+        if name in stored or isinstance(d, Input):
+            out[name] = out.get(name, True) and same
+            continue
+        stack += [(a, same and is_pointwise(d)) for a in operands(d)]
+    return out, {name for name, _ in seen}
+
+
+def _group(roots, reads, touched, defs, scan_of) -> list[list[str]]:
+    """Put outputs of one shape in one kernel when they share work (a load, a value) and
+    depend on each other only at the same positions."""
+    groups: list[list[str]] = []
+    for r in roots:
+        for g in groups:
+            if r not in scan_of and g[0] not in scan_of \
+                    and defs[g[0]].type.shape == defs[r].type.shape \
+                    and any(touched[r] & (touched[m] | {m}) for m in g) \
+                    and _can_share(g + [r], reads):
+                g.append(r)
+                break
+        else:
+            groups.append([r])
+    return groups
+
+
+def _can_share(group: list[str], reads) -> bool:
+    members = set(group)
+    for a in group:
+        for m, same in reads[a].items():
+            if m in members and not same:
+                return False  # read at other positions: it would have to be recomputed
+            if m not in members and members & _reaches(m, reads):
+                return False  # through another kernel: the group would wait on itself
+    return True
+
+
+def _reaches(name: str, reads) -> set[str]:
+    """The stored tensors `name` depends on, through any chain of kernels."""
+    out: set[str] = set()
+    stack = [name]
+    while stack:
+        for m in reads.get(stack.pop(), {}):
+            if m not in out:
+                out.add(m)
+                stack.append(m)
+    return out
+
+
+def _order_groups(groups, reads, order) -> list[list[str]]:
+    """Each group after the groups it loads from; otherwise in program order."""
+    owner = {r: i for i, g in enumerate(groups) for r in g}
+    deps = [{owner[m] for r in g for m in reads[r] if m in owner} - {i} for i, g in enumerate(groups)]
+    done: list[int] = []
+    while len(done) < len(groups):
+        ready = [i for i in range(len(groups)) if i not in done and deps[i] <= set(done)]
+        done.append(min(ready, key=lambda i: min(order[r] for r in groups[i])))
+    return [groups[i] for i in done]

@@ -1,0 +1,197 @@
+"""Express the elements of a kernel's stored tensors as one scalar expression DAG.
+
+Starting from `T[o0, o1, …]`, each producer is inlined at the index it is read at: an input or
+a tensor stored by another kernel becomes a load, an elementwise op or cast a scalar op, an
+index_map a substitution of its index expressions, an iota the value of an index, and a
+reduction a node that folds its operand over fresh loop variables `r0, r1, …`. Each node knows
+its free loop variables, which is what decides where the loop nest computes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from emmy import symbolic
+from emmy.dtypes import DType
+from emmy.errors import InternalError
+from emmy.symbolic import Lin
+from emmy.tensor_ir.ir import (Cast, Elementwise, EwOp, IndexMap, Iota, Program, Reduce,
+                               ReduceOp, Scalar, Scan, axis_var)
+
+
+@dataclass(frozen=True, slots=True)
+class NLoad:
+    buffer: str
+    index: tuple[Lin, ...]
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class NCompute:
+    op: EwOp
+    args: tuple[Union[int, Scalar], ...]  # node ids or literals
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class NCast:
+    arg: int
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class NIndex:
+    expr: Lin
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NReduce:
+    """Fold `value` over the loops (outermost first); argmax/argmin fold `position` too."""
+
+    op: ReduceOp
+    loops: tuple[tuple[str, int], ...]
+    value: int
+    position: Lin | None
+    dtype: DType   # the type of the folded values
+    source: str    # the Tensor IR definition, for notes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NScan:
+    """The running value of a scan along output variable `var`."""
+
+    op: ReduceOp
+    var: str
+    value: int
+    reverse: bool
+    exclusive: bool
+    dtype: DType
+    source: str
+
+
+Node = Union[NLoad, NCompute, NCast, NIndex, NReduce, NScan]
+
+
+class Dag:
+    """Interned nodes (equal nodes share one id) with their free loop variables."""
+
+    def __init__(self, extents: dict[str, int]):
+        self.nodes: list[Node] = []
+        self.free: list[frozenset[str]] = []
+        self.extents = extents  # every loop variable's extent
+        self._ids: dict[Node, int] = {}
+
+    def add(self, node: Node, free: frozenset[str]) -> int:
+        if node not in self._ids:
+            self._ids[node] = len(self.nodes)
+            self.nodes.append(node)
+            self.free.append(free)
+        return self._ids[node]
+
+    def reductions(self, roots: list[int]) -> list[int]:
+        """The reduction nodes reachable from `roots`, each once, in first-visit order."""
+        seen: dict[int, None] = {}
+        stack = list(reversed(roots))
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen[n] = None
+            stack.extend(reversed(_children(self.nodes[n])))
+        return [n for n in seen if isinstance(self.nodes[n], NReduce)]
+
+
+def _children(node: Node) -> list[int]:
+    match node:
+        case NCompute():
+            return [a for a in node.args if isinstance(a, int)]
+        case NCast():
+            return [node.arg]
+        case NReduce() | NScan():
+            return [node.value]
+    return []
+
+
+class Inliner:
+    """Builds the DAG of one kernel: `value(name, index)` is the node for `name[index]`."""
+
+    def __init__(self, p: Program, loaded: dict[str, str], scan: str | None,
+                 out_vars: tuple[str, ...], dag: Dag):
+        self.defs = {d.name: d for d in p.defs}
+        self.loaded = loaded            # read from memory (inputs, other kernels' tensors) -> buffer
+        self.scan = scan                # the scan this kernel runs, if any
+        self.out_vars = out_vars
+        self.dag = dag
+        self._memo: dict[tuple[str, tuple[Lin, ...]], int] = {}
+        self._fresh = 0
+
+    def value(self, name: str, index: tuple[Lin, ...]) -> int:
+        key = (name, index)
+        if key not in self._memo:
+            self._memo[key] = self._inline(name, index)
+        return self._memo[key]
+
+    def _inline(self, name: str, index: tuple[Lin, ...]) -> int:
+        d = self.defs[name]
+        dag = self.dag
+        if name in self.loaded:
+            free = frozenset().union(*(e.free_vars() for e in index))
+            return dag.add(NLoad(self.loaded[name], index, d.type.dtype), free)
+        match d:
+            case Elementwise():
+                args = tuple(self.value(a, index) if isinstance(a, str) else a for a in d.args)
+                free = frozenset().union(*(dag.free[a] for a in args if isinstance(a, int)))
+                return dag.add(NCompute(d.op, args, d.type.dtype), free)
+            case Cast():
+                arg = self.value(d.arg, index)
+                return dag.add(NCast(arg, d.type.dtype), dag.free[arg])
+            case IndexMap():
+                env = {axis_var(i): e for i, e in enumerate(index)}
+                inner = tuple(symbolic.substitute(e, env, dag.extents) for e in d.index)
+                return self.value(d.arg, inner)
+            case Iota():
+                expr = index[d.axis]
+                return dag.add(NIndex(expr, d.type.dtype), expr.free_vars())
+            case Reduce():
+                return self._reduce(d, index)
+            case Scan() if name == self.scan:
+                return self._scan(d, index)
+        raise InternalError(f"cannot inline `{name}` ({type(d).__name__}) into this kernel")
+
+    def _reduce(self, d: Reduce, index: tuple[Lin, ...]) -> int:
+        arg_shape = self.defs[d.arg].type.shape
+        loops, inner, kept = [], [], iter(index)
+        for axis, extent in enumerate(arg_shape):
+            if axis in d.axes:
+                var = f"r{self._fresh}"
+                self._fresh += 1
+                self.dag.extents[var] = extent
+                loops.append((var, extent))
+                inner.append(symbolic.var(var))
+            else:
+                inner.append(next(kept))
+        value = self.value(d.arg, tuple(inner))
+        position = None
+        if d.op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
+            position = symbolic.lin(0)
+            for var, extent in loops:  # the flat position, outermost loop first
+                position = position * extent + symbolic.var(var)
+        own = {v for v, _ in loops}
+        free = (self.dag.free[value] | (position.free_vars() if position else frozenset())) - own
+        arg_type = self.defs[d.arg].type.dtype
+        node = self.dag.add(NReduce(op=d.op, loops=tuple(loops), value=value, position=position,
+                                    dtype=arg_type, source=d.name), free)
+        if position is None and d.type.dtype is not arg_type:
+            node = self.dag.add(NCast(node, d.type.dtype), free)
+        return node
+
+    def _scan(self, d: Scan, index: tuple[Lin, ...]) -> int:
+        identity = tuple(symbolic.var(v) for v in self.out_vars)
+        if index != identity:
+            raise InternalError(f"scan `{d.name}` read at {index}, not at its own positions")
+        value = self.value(d.arg, index)
+        return self.dag.add(NScan(op=d.op, var=self.out_vars[d.axis], value=value,
+                                  reverse=d.reverse, exclusive=d.exclusive, dtype=d.type.dtype,
+                                  source=d.name), frozenset(self.out_vars))

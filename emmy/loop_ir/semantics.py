@@ -1,0 +1,112 @@
+"""What each Loop IR operation computes, on numpy arrays (used by the interpreter).
+
+Values live in their type's compute type (f16 and bf16 as float32); `round_to` rounds to the
+storage type on a cast or a store. Folds reduce over given axes (keeping them, with size 1);
+running folds (scans) give both the inclusive and the exclusive running values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from emmy.dtypes import DType, to_numpy
+from emmy.loop_ir.ir import EwOp, ReduceOp
+
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+UFUNC = {
+    EwOp.NEG: np.negative, EwOp.ABS: np.abs, EwOp.EXP: np.exp, EwOp.LOG: np.log,
+    EwOp.LOG1P: np.log1p, EwOp.EXPM1: np.expm1, EwOp.SQRT: np.sqrt,
+    EwOp.RSQRT: lambda x: 1 / np.sqrt(x), EwOp.SIN: np.sin, EwOp.COS: np.cos,
+    EwOp.TANH: np.tanh, EwOp.SIGMOID: lambda x: 1 / (1 + np.exp(-x)),
+    EwOp.ERF: lambda x: _ERF(x).astype(np.asarray(x).dtype),
+    EwOp.FLOOR: np.floor, EwOp.CEIL: np.ceil, EwOp.SIGN: np.sign,
+    EwOp.RECIPROCAL: lambda x: 1 / x, EwOp.NOT: np.logical_not,
+    EwOp.ADD: np.add, EwOp.SUB: np.subtract, EwOp.MUL: np.multiply, EwOp.DIV: np.divide,
+    EwOp.POW: np.power, EwOp.MAX: np.maximum, EwOp.MIN: np.minimum,
+    EwOp.LT: np.less, EwOp.LE: np.less_equal, EwOp.GT: np.greater, EwOp.GE: np.greater_equal,
+    EwOp.EQ: np.equal, EwOp.NE: np.not_equal, EwOp.AND: np.logical_and, EwOp.OR: np.logical_or,
+    EwOp.WHERE: np.where,
+}
+
+_REDUCE = {ReduceOp.SUM: np.sum, ReduceOp.PROD: np.prod, ReduceOp.MAX: np.max,
+           ReduceOp.MIN: np.min, ReduceOp.ARGMAX: np.max, ReduceOp.ARGMIN: np.min}
+_COMBINE = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MAX: np.maximum,
+            ReduceOp.MIN: np.minimum}
+_RUNNING = {ReduceOp.SUM: np.cumsum, ReduceOp.PROD: np.cumprod,
+            ReduceOp.MAX: np.maximum.accumulate, ReduceOp.MIN: np.minimum.accumulate}
+
+
+def identity(op: ReduceOp, dtype: DType):
+    """The value an accumulator starts from: 0 for add, -inf (or the least value) for max, …"""
+    if op is ReduceOp.SUM:
+        return 0
+    if op is ReduceOp.PROD:
+        return 1
+    high = op in (ReduceOp.MIN, ReduceOp.ARGMIN)
+    if dtype is DType.BOOL:
+        return high
+    if dtype.is_float:
+        return math.inf if high else -math.inf
+    info = np.iinfo(to_numpy(dtype))
+    return info.max if high else info.min
+
+
+def to_compute(a, dtype: DType) -> np.ndarray:
+    return np.asarray(a).astype(to_numpy(dtype.compute), copy=False)
+
+
+def round_to(a, dtype: DType) -> np.ndarray:
+    """`a` in the storage type of `dtype` (bf16: float32 rounded to bf16, nearest even)."""
+    a = np.asarray(a).astype(to_numpy(dtype))
+    if dtype is not DType.BF16:
+        return a
+    bits = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return np.where(np.isnan(a), a, rounded.view(np.float32))
+
+
+def apply_op(op: EwOp, args: list, dtype: DType) -> np.ndarray:
+    """An elementwise op on arrays or Python literals, giving `dtype`'s compute type."""
+    return to_compute(UFUNC[op](*args), dtype)
+
+
+def fold(op: ReduceOp, acc: np.ndarray, pos: np.ndarray | None, value: np.ndarray,
+         position: np.ndarray | None, axes: list[int]):
+    """Fold `value` over `axes` into the accumulator; returns (value, position)."""
+    if value.size == 0:
+        return acc, pos
+    if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
+        return _fold_arg(op, acc, pos, value, position, axes)
+    part = _REDUCE[op](value, axis=tuple(axes), keepdims=True)
+    return _COMBINE[op](acc, part).astype(acc.dtype), None
+
+
+def _fold_arg(op, acc, pos, value, position, axes):
+    rest = [i for i in range(value.ndim) if i not in axes]
+    flat_shape = tuple(value.shape[i] for i in rest) + (-1,)
+    values = np.transpose(value, rest + axes).reshape(flat_shape)
+    positions = np.transpose(position, rest + axes).reshape(flat_shape)
+    pick = np.argmax if op is ReduceOp.ARGMAX else np.argmin
+    at = pick(values, axis=-1)[..., None]  # the first occurrence, NaN counting as extreme
+    kept = [1 if i in axes else n for i, n in enumerate(value.shape)]
+    best = np.take_along_axis(values, at, -1).reshape(kept)
+    where = np.take_along_axis(positions, at, -1).reshape(kept)
+    beats = best > acc if op is ReduceOp.ARGMAX else best < acc
+    if best.dtype.kind == "f":
+        beats = beats | (np.isnan(best) & ~np.isnan(acc))
+    return np.where(beats, best, acc).astype(acc.dtype), np.where(beats, where, pos)
+
+
+def running(op: ReduceOp, init: np.ndarray, value: np.ndarray, axis: int, reverse: bool):
+    """(inclusive, exclusive) running folds of `value` along `axis`, starting from `init`."""
+    v = np.flip(value, axis) if reverse else value
+    inclusive = _COMBINE[op](init, _RUNNING[op](v, axis=axis)).astype(init.dtype)
+    first = np.broadcast_to(init, inclusive.shape[:axis] + (1,) + inclusive.shape[axis + 1:])
+    exclusive = np.concatenate([first, np.take(inclusive, range(v.shape[axis] - 1), axis=axis)],
+                               axis=axis)
+    if reverse:
+        inclusive, exclusive = np.flip(inclusive, axis), np.flip(exclusive, axis)
+    return inclusive, exclusive

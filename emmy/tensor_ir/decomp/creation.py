@@ -1,0 +1,92 @@
+"""Tensors made from nothing but a shape: constants, ranges and triangular masks."""
+
+from __future__ import annotations
+
+import math
+
+from emmy.dtypes import DType
+from emmy.tensor_ir.builder import Builder
+from emmy.tensor_ir.decomp.table import Decomp, registrar
+from emmy.tensor_ir.ir import EwOp as E
+
+OPS: dict[str, Decomp] = {}
+op = registrar(OPS)
+
+
+def _default_dtype(value) -> DType:
+    return DType.BOOL if isinstance(value, bool) else DType.I64 if isinstance(value, int) \
+        else DType.F32
+
+
+@op("full")
+def lower_full(b, size, fill_value, *, dtype=None, **placement):
+    return b.full(size, fill_value, dtype or _default_dtype(fill_value))
+
+
+@op("zeros")
+def lower_zeros(b, size, *, dtype=None, **placement):
+    return b.full(size, 0, dtype or DType.F32)
+
+
+@op("ones")
+def lower_ones(b, size, *, dtype=None, **placement):
+    return b.full(size, 1, dtype or DType.F32)
+
+
+@op("scalar_tensor")
+def lower_scalar_tensor(b, value, *, dtype=None, **placement):
+    return b.full((), value, dtype or DType.F32)
+
+
+@op("full_like")
+def lower_full_like(b, x, fill_value, *, dtype=None, **placement):
+    return b.full(b.shape(x), fill_value, dtype or b.dtype(x))
+
+
+@op("zeros_like")
+def lower_zeros_like(b, x, *, dtype=None, **placement):
+    return b.full(b.shape(x), 0, dtype or b.dtype(x))
+
+
+@op("ones_like")
+def lower_ones_like(b, x, *, dtype=None, **placement):
+    return b.full(b.shape(x), 1, dtype or b.dtype(x))
+
+
+@op("new_zeros")
+def lower_new_zeros(b, x, size, *, dtype=None, **placement):
+    return b.full(size, 0, dtype or b.dtype(x))
+
+
+@op("new_ones")
+def lower_new_ones(b, x, size, *, dtype=None, **placement):
+    return b.full(size, 1, dtype or b.dtype(x))
+
+
+@op("arange", "arange.start", "arange.start_step")
+def lower_arange(b, *bounds, dtype=None, **placement):
+    """start + step * iota, in i64 for integer bounds and f32 otherwise."""
+    start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
+    dtype = dtype or (DType.I64 if all(isinstance(v, int) for v in (start, end, step))
+                      else DType.F32)
+    n = max(0, math.ceil((end - start) / step))
+    positions = b.iota((n,), 0, DType.I64 if not dtype.is_float else dtype)
+    return b.cast(b.ew(E.ADD, b.ew(E.MUL, positions, step), start), dtype)
+
+
+def triangle(b: Builder, x: str, diagonal: int, keep: E) -> str:
+    """Keep x[..., i, j] where (j - i) `keep` diagonal, zero elsewhere."""
+    rank = b.rank(x)
+    shape = b.shape(x)
+    offset = b.ew(E.SUB, b.iota(shape, rank - 1), b.iota(shape, rank - 2))
+    return b.cast(b.ew(E.WHERE, b.ew(keep, offset, diagonal), x, 0), b.dtype(x))
+
+
+@op("tril")
+def lower_tril(b, x, diagonal=0):
+    return triangle(b, x, diagonal, E.LE)
+
+
+@op("triu")
+def lower_triu(b, x, diagonal=0):
+    return triangle(b, x, diagonal, E.GE)

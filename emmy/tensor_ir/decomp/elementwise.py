@@ -1,0 +1,282 @@
+"""Elementwise ops: arithmetic, comparisons, selection, clamps, casts.
+
+Ops that are one EwOp come from tables; each composite op is one small function.
+Activation functions live in `activations.py`.
+"""
+
+from __future__ import annotations
+
+from emmy.dtypes import DType
+from emmy.tensor_ir.builder import Builder
+from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
+from emmy.tensor_ir.ir import EwOp
+
+OPS: dict[str, Decomp] = {}
+op = registrar(OPS)
+
+E = EwOp
+
+# torch op -> the one EwOp it is (unary ops of floats)
+UNARY = {
+    "neg": E.NEG, "abs": E.ABS, "exp": E.EXP, "log": E.LOG, "log1p": E.LOG1P, "expm1": E.EXPM1,
+    "sqrt": E.SQRT, "rsqrt": E.RSQRT, "sin": E.SIN, "cos": E.COS, "tanh": E.TANH,
+    "sigmoid": E.SIGMOID, "erf": E.ERF, "floor": E.FLOOR, "ceil": E.CEIL, "sign": E.SIGN,
+    "reciprocal": E.RECIPROCAL,
+}
+# ops whose integer inputs compute as floats (torch promotes them to the default float type)
+_FLOAT_ONLY = {E.EXP, E.LOG, E.LOG1P, E.EXPM1, E.SQRT, E.RSQRT, E.SIN, E.COS, E.TANH,
+               E.SIGMOID, E.ERF, E.RECIPROCAL}
+
+# torch op -> the one EwOp it is (binary): mul and the comparisons come as .Tensor and .Scalar
+BINARY = {
+    **{f"{name}.{overload}": ew_op
+       for name, ew_op in {"mul": E.MUL, "eq": E.EQ, "ne": E.NE, "lt": E.LT, "le": E.LE,
+                           "gt": E.GT, "ge": E.GE}.items()
+       for overload in ("Tensor", "Scalar")},
+    "maximum": E.MAX, "minimum": E.MIN,
+}
+# logical ops read their operands as booleans (bitwise ones accept booleans only)
+LOGICAL = {
+    "logical_and": E.AND, "logical_or": E.OR, "logical_xor": E.NE,
+    **{f"{name}.{overload}": ew_op
+       for name, ew_op in {"bitwise_and": E.AND, "bitwise_or": E.OR, "bitwise_xor": E.NE,
+                           "__and__": E.AND, "__or__": E.OR, "__xor__": E.NE}.items()
+       for overload in ("Tensor", "Scalar")},
+}
+
+
+def to_float(b: Builder, x: str) -> str:
+    """Integers and booleans become f32, as torch does for float-only math."""
+    return x if b.dtype(x).is_float else b.cast(x, DType.F32)
+
+
+def _unary(ew_op: EwOp):
+    def lower(b, x):
+        return b.ew(ew_op, to_float(b, x) if ew_op in _FLOAT_ONLY else x)
+
+    return lower
+
+
+def _binary(ew_op: EwOp):
+    def lower(b, x, y):
+        return b.ew(ew_op, x, y)
+
+    return lower
+
+
+def _logical(ew_op: EwOp, name: str):
+    def lower(b, x, y):
+        if not name.startswith("logical") and any(
+                b.dtype(v) is not DType.BOOL for v in (x, y) if isinstance(v, str)):
+            raise Refused("bitwise ops on integers (booleans only)")
+        return b.ew(ew_op, _as_bool(b, x), _as_bool(b, y))
+
+    return lower
+
+
+def _as_bool(b: Builder, x):
+    return b.cast(x, DType.BOOL) if isinstance(x, str) else bool(x)
+
+
+for _name, _op in UNARY.items():
+    op(_name)(_unary(_op))
+for _name, _op in BINARY.items():
+    op(_name)(_binary(_op))
+for _name, _op in LOGICAL.items():
+    op(_name)(_logical(_op, _name))
+
+
+# ---- arithmetic ----------------------------------------------------------------------------------
+
+@op("add.Tensor", "add.Scalar")
+def lower_add(b, x, y, alpha=1):
+    return b.ew(E.ADD, x, b.ew(E.MUL, y, alpha) if alpha != 1 else y)
+
+
+@op("sub.Tensor", "sub.Scalar")
+def lower_sub(b, x, y, alpha=1):
+    return b.ew(E.SUB, x, b.ew(E.MUL, y, alpha) if alpha != 1 else y)
+
+
+@op("rsub.Tensor", "rsub.Scalar")
+def lower_rsub(b, x, y, alpha=1):
+    return lower_sub(b, y, x, alpha)
+
+
+@op("div.Tensor", "div.Scalar", "true_divide.Tensor")
+def lower_div(b, x, y):
+    return true_divide(b, x, y)
+
+
+def true_divide(b: Builder, x, y) -> str:
+    """x / y as floats, also for integer operands."""
+    if not b.result_type(x, y).is_float:
+        x = b.cast(x, DType.F32) if isinstance(x, str) else float(x)
+    return b.ew(E.DIV, x, y)
+
+
+# rounding_mode -> how to round the true quotient
+_ROUND = {"floor": lambda b, q: b.ew(E.FLOOR, q), "trunc": lambda b, q: trunc(b, q)}
+
+
+@op("div.Tensor_mode", "div.Scalar_mode")
+def lower_div_mode(b, x, y, *, rounding_mode=None):
+    if rounding_mode is None:
+        return true_divide(b, x, y)
+    q = _ROUND[rounding_mode](b, true_divide(b, x, y))
+    return b.cast(q, b.result_type(x, y))  # integer operands give an integer quotient
+
+
+@op("floor_divide", "floor_divide.Scalar")
+def lower_floor_divide(b, x, y):
+    return lower_div_mode(b, x, y, rounding_mode="floor")
+
+
+@op("remainder.Tensor", "remainder.Scalar")
+def lower_remainder(b, x, y):
+    """x - floor(x / y) * y: the sign follows the divisor."""
+    return b.ew(E.SUB, x, b.ew(E.MUL, lower_floor_divide(b, x, y), y))
+
+
+@op("fmod.Tensor", "fmod.Scalar")
+def lower_fmod(b, x, y):
+    """x - trunc(x / y) * y: the sign follows the dividend."""
+    return b.ew(E.SUB, x, b.ew(E.MUL, lower_div_mode(b, x, y, rounding_mode="trunc"), y))
+
+
+def trunc(b: Builder, x: str) -> str:
+    return b.ew(E.WHERE, b.ew(E.LT, x, 0), b.ew(E.CEIL, x), b.ew(E.FLOOR, x))
+
+
+@op("trunc")
+def lower_trunc(b, x):
+    return trunc(b, x)
+
+
+# exponent -> x**exponent without pow
+_POW = {
+    1: lambda b, x: x,
+    2: lambda b, x: b.ew(E.MUL, x, x),
+    3: lambda b, x: b.ew(E.MUL, b.ew(E.MUL, x, x), x),
+    0.5: lambda b, x: b.ew(E.SQRT, x),
+    -0.5: lambda b, x: b.ew(E.RSQRT, x),
+    -1: lambda b, x: b.ew(E.RECIPROCAL, x),
+}
+
+
+@op("pow.Tensor_Scalar")
+def lower_pow_scalar(b, x, exponent):
+    if isinstance(exponent, float) and not b.dtype(x).is_float:
+        x = to_float(b, x)
+    if exponent == 0:
+        return b.full(b.shape(x), 1, b.dtype(x))
+    if exponent in _POW and (b.dtype(x).is_float or exponent in (1, 2, 3)):
+        return _POW[exponent](b, x)
+    return b.ew(E.POW, x, exponent)
+
+
+@op("pow.Tensor_Tensor")
+def lower_pow_tensor(b, x, y):
+    return b.ew(E.POW, x, y)
+
+
+@op("pow.Scalar")
+def lower_pow_base(b, base, x):
+    """base ** x; an integer x is raised as floats (negative integer powers have no int value)."""
+    return b.ew(E.POW, float(base) if not b.dtype(x).is_float else base, x)
+
+
+@op("exp2")
+def lower_exp2(b, x):
+    return b.ew(E.POW, 2.0, to_float(b, x))
+
+
+@op("square")
+def lower_square(b, x):
+    return b.ew(E.MUL, x, x)
+
+
+@op("log2")
+def lower_log2(b, x):
+    return b.ew(E.DIV, b.ew(E.LOG, to_float(b, x)), 0.6931471805599453)
+
+
+@op("log10")
+def lower_log10(b, x):
+    return b.ew(E.DIV, b.ew(E.LOG, to_float(b, x)), 2.302585092994046)
+
+
+# ---- logic and selection ---------------------------------------------------------------------
+
+@op("logical_not")
+def lower_not(b, x):
+    return b.ew(E.NOT, b.cast(x, DType.BOOL))
+
+
+@op("bitwise_not", "__invert__")
+def lower_invert(b, x):
+    if b.dtype(x) is not DType.BOOL:
+        raise Refused("bitwise ops on integers (booleans only)")
+    return b.ew(E.NOT, x)
+
+
+@op("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
+def lower_where(b, condition, x, y):
+    return b.ew(E.WHERE, condition, x, y)
+
+
+@op("masked_fill.Scalar", "masked_fill.Tensor")
+def lower_masked_fill(b, x, mask, value):
+    return b.cast(b.ew(E.WHERE, mask, value, x), b.dtype(x))
+
+
+@op("clamp", "clamp.Tensor")
+def lower_clamp(b, x, min=None, max=None):
+    if min is not None:
+        x = b.ew(E.MAX, x, min)
+    if max is not None:
+        x = b.ew(E.MIN, x, max)
+    return x
+
+
+@op("clamp_min", "clamp_min.Tensor")
+def lower_clamp_min(b, x, min):
+    return b.ew(E.MAX, x, min)
+
+
+@op("clamp_max", "clamp_max.Tensor")
+def lower_clamp_max(b, x, max):
+    return b.ew(E.MIN, x, max)
+
+
+@op("hardtanh")
+def lower_hardtanh(b, x, min_val=-1.0, max_val=1.0):
+    return lower_clamp(b, x, min_val, max_val)
+
+
+@op("relu6")
+def lower_relu6(b, x):
+    return lower_clamp(b, x, 0, 6)
+
+
+@op("relu")
+def lower_relu(b, x):
+    return b.ew(E.MAX, x, 0)
+
+
+# ---- casts -----------------------------------------------------------------------------------
+
+@op("to.dtype")
+def lower_to_dtype(b, x, dtype, non_blocking=False, copy=False, memory_format=None):
+    return b.cast(x, dtype)
+
+
+@op("to.dtype_layout", "_to_copy", "to.device")
+def lower_to(b, x, *args, dtype=None, **kwargs):
+    dtype = dtype or next((a for a in args if isinstance(a, DType)), None)
+    return b.cast(x, dtype) if dtype else x
+
+
+@op("type_as")
+def lower_type_as(b, x, other):
+    return b.cast(x, b.dtype(other))

@@ -1,0 +1,371 @@
+"""Layout ops: views, transposes, broadcasts, slices, flips, concatenation, tuple access.
+
+Everything here is an IndexMap (no arithmetic), except `cat`, which selects between
+index-mapped pieces with `where` over an Iota.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from emmy.errors import InternalError
+from emmy.symbolic import Lin, floordiv, mod, var
+from emmy.tensor_ir.builder import Builder, broadcast_shapes
+from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
+from emmy.tensor_ir.ir import EwOp, axis_var
+
+OPS: dict[str, Decomp] = {}
+op = registrar(OPS)
+
+
+def axes(n: int) -> list[Lin]:
+    """The identity index a0, a1, …, a(n-1)."""
+    return [var(axis_var(i)) for i in range(n)]
+
+
+def norm_dim(d: int, rank: int) -> int:
+    """A possibly negative dimension as 0 <= d < rank (rank 0 accepts 0 and -1)."""
+    return d % rank if rank else 0
+
+
+def norm_dims(dims, rank: int) -> tuple[int, ...]:
+    """None or () means all dimensions; an int is one dimension."""
+    if dims is None or dims == ():
+        return tuple(range(rank))
+    if isinstance(dims, int):
+        dims = (dims,)
+    return tuple(sorted({norm_dim(d, rank) for d in dims}))
+
+
+# ---- helpers shared with the other families ----------------------------------------------------
+
+def reshape(b: Builder, x: str, shape: Sequence[int]) -> str:
+    """Row-major reshape: input index i is (flat // stride_i) % extent_i of the flat position.
+
+    Each output axis is first written in pieces at the input's axis boundaries
+    (a = (a // 4) * 4 + a % 4), so merged and split axes simplify to plain divisions.
+    """
+    src = b.shape(x)
+    shape = infer_shape(shape, math.prod(src))
+    bounds = {axis_var(i): n for i, n in enumerate(shape)}
+    cuts = set(_strides(src)) | {math.prod(src)}
+    flat = Lin()
+    for j, (n, stride) in enumerate(zip(shape, _strides(shape))):
+        flat = flat + _pieces(var(axis_var(j)), n, stride, cuts, bounds) * stride
+    index = [mod(floordiv(flat, stride, bounds), n, bounds) for n, stride in zip(src, _strides(src))]
+    return b.index_map(x, shape, index)
+
+
+def _pieces(a: Lin, n: int, stride: int, cuts, bounds) -> Lin:
+    """`a` as a sum of digits split where an input axis boundary falls inside it."""
+    steps = [1]
+    for cut in sorted(c // stride for c in cuts if stride < c < stride * n and c % stride == 0):
+        if cut % steps[-1] == 0:
+            steps.append(cut)
+    out = floordiv(a, steps[-1], bounds) * steps[-1]
+    for low, high in zip(steps, steps[1:]):
+        out = out + mod(floordiv(a, low, bounds), high // low, bounds) * low
+    return out
+
+
+def infer_shape(shape: Sequence[int], numel: int) -> tuple[int, ...]:
+    shape = list(shape)
+    if -1 in shape:
+        known = math.prod(n for n in shape if n != -1)
+        shape[shape.index(-1)] = numel // known if known else 0
+    if math.prod(shape) != numel:
+        raise InternalError(f"cannot view {numel} elements as {tuple(shape)}")
+    return tuple(shape)
+
+
+def _strides(shape: Sequence[int]) -> list[int]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= n
+    return out[::-1]
+
+
+def permute(b: Builder, x: str, dims: Sequence[int]) -> str:
+    """out axis i is input axis dims[i]."""
+    rank = b.rank(x)
+    dims = [norm_dim(d, rank) for d in dims]
+    index = [None] * rank
+    for i, d in enumerate(dims):
+        index[d] = var(axis_var(i))
+    return b.index_map(x, [b.shape(x)[d] for d in dims], index)
+
+
+def transpose(b: Builder, x: str, d0: int, d1: int) -> str:
+    dims = list(range(b.rank(x)))
+    if dims:
+        d0, d1 = norm_dim(d0, len(dims)), norm_dim(d1, len(dims))
+        dims[d0], dims[d1] = dims[d1], dims[d0]
+    return permute(b, x, dims)
+
+
+def along(b: Builder, v: str, shape: Sequence[int], axis: int) -> str:
+    """Spread a vector along one axis of `shape` (a per-channel weight along axis 1)."""
+    return b.index_map(v, shape, [var(axis_var(axis))])
+
+
+def unsqueeze(b: Builder, x: str, dim: int) -> str:
+    rank = b.rank(x)
+    dim = dim % (rank + 1)
+    shape = list(b.shape(x))
+    shape.insert(dim, 1)
+    return b.index_map(x, shape, [var(axis_var(i if i < dim else i + 1)) for i in range(rank)])
+
+
+def squeeze(b: Builder, x: str, dims=None) -> str:
+    """Drop the extent-1 axes among `dims` (all of them when None)."""
+    shape = b.shape(x)
+    dims = norm_dims(dims, len(shape))
+    gone = [i for i in dims if shape[i] == 1]
+    index, j = [], 0
+    for i in range(len(shape)):
+        if i in gone:
+            index.append(0)
+        else:
+            index.append(var(axis_var(j)))
+            j += 1
+    return b.index_map(x, [n for i, n in enumerate(shape) if i not in gone], index)
+
+
+def expand(b: Builder, x: str, sizes: Sequence[int]) -> str:
+    """Broadcast to `sizes`; -1 keeps an existing extent."""
+    lead = len(sizes) - b.rank(x)
+    shape = [b.shape(x)[i - lead] if n == -1 else n for i, n in enumerate(sizes)]
+    return b.broadcast_to(x, shape)
+
+
+def slice_axis(b: Builder, x: str, dim: int, start, end, step: int = 1) -> str:
+    """x[start:end:step] along `dim`, with Python's clamping of start and end."""
+    shape = list(b.shape(x))
+    dim = norm_dim(dim, len(shape))
+    start, end, _ = slice(start, end).indices(shape[dim])
+    shape[dim] = max(0, -(-(end - start) // step))
+    index = axes(len(shape))
+    index[dim] = index[dim] * step + start
+    return b.index_map(x, shape, index)
+
+
+def select(b: Builder, x: str, dim: int, i: int) -> str:
+    shape = list(b.shape(x))
+    dim = norm_dim(dim, len(shape))
+    i %= shape[dim]
+    index = [var(axis_var(j if j < dim else j - 1)) for j in range(len(shape))]
+    index[dim] = i
+    del shape[dim]
+    return b.index_map(x, shape, index)
+
+
+def flip(b: Builder, x: str, dims: Sequence[int]) -> str:
+    shape = b.shape(x)
+    index = axes(len(shape))
+    for d in norm_dims(tuple(dims), len(shape)):
+        index[d] = index[d] * -1 + (shape[d] - 1)
+    return b.index_map(x, shape, index)
+
+
+def cat(b: Builder, xs: Sequence[str], dim: int = 0) -> str:
+    """Concatenate along `dim`: pick each piece where the position falls in its range."""
+    rank = b.rank(xs[0])
+    dim = norm_dim(dim, rank)
+    xs = [x for x in xs if b.shape(x)[dim] > 0] or list(xs[:1])
+    shape = list(b.shape(xs[0]))
+    shape[dim] = sum(b.shape(x)[dim] for x in xs)
+    bounds = {axis_var(i): n for i, n in enumerate(shape)}
+    pieces, start = [], 0
+    for x in xs:
+        n = b.shape(x)[dim]
+        index = axes(rank)
+        # (a_dim - start) mod n, kept non-negative: in bounds everywhere, right where it is picked
+        index[dim] = mod(index[dim] + (-start) % n, n, bounds)
+        pieces.append((b.index_map(x, shape, index), start + n))
+        start += n
+    pos = b.iota(shape, dim)
+    out = pieces[-1][0]
+    for piece, end in reversed(pieces[:-1]):
+        out = b.ew(EwOp.WHERE, b.ew(EwOp.LT, pos, end), piece, out)
+    return out
+
+
+# ---- the table ---------------------------------------------------------------------------------
+
+@op("view", "reshape", "_unsafe_view", "view_copy")
+def lower_view(b, x, shape):
+    return reshape(b, x, shape)
+
+
+@op("view_as", "reshape_as")
+def lower_view_as(b, x, other):
+    return reshape(b, x, b.shape(other))
+
+
+@op("flatten.using_ints")
+def lower_flatten(b, x, start_dim=0, end_dim=-1):
+    shape = b.shape(x)
+    if not shape:
+        return reshape(b, x, (1,))
+    s, e = norm_dim(start_dim, len(shape)), norm_dim(end_dim, len(shape))
+    return reshape(b, x, shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
+
+
+@op("unflatten.int")
+def lower_unflatten(b, x, dim, sizes):
+    shape = b.shape(x)
+    dim = norm_dim(dim, len(shape))
+    sizes = infer_shape(sizes, shape[dim])
+    return reshape(b, x, shape[:dim] + sizes + shape[dim + 1:])
+
+
+@op("permute")
+def lower_permute(b, x, dims):
+    return permute(b, x, dims)
+
+
+@op("transpose.int", "swapaxes")
+def lower_transpose(b, x, dim0, dim1):
+    return transpose(b, x, dim0, dim1)
+
+
+@op("t")
+def lower_t(b, x):
+    return transpose(b, x, 0, 1) if b.rank(x) == 2 else x
+
+
+@op("numpy_T")
+def lower_numpy_t(b, x):
+    return permute(b, x, list(reversed(range(b.rank(x)))))
+
+
+@op("mT")
+def lower_mt(b, x):
+    return transpose(b, x, -2, -1)
+
+
+@op("movedim.int")
+def lower_movedim(b, x, source, destination):
+    rank = b.rank(x)
+    dims = [d for d in range(rank) if d != norm_dim(source, rank)]
+    dims.insert(norm_dim(destination, rank), norm_dim(source, rank))
+    return permute(b, x, dims)
+
+
+@op("expand")
+def lower_expand(b, x, size, implicit=False):
+    return expand(b, x, size)
+
+
+@op("expand_as", "broadcast_to")
+def lower_expand_as(b, x, other):
+    return b.broadcast_to(x, other if isinstance(other, tuple) else b.shape(other))
+
+
+@op("broadcast_tensors")
+def lower_broadcast_tensors(b, tensors):
+    shape = broadcast_shapes(*(b.shape(t) for t in tensors))
+    return tuple(b.broadcast_to(t, shape) for t in tensors)
+
+
+@op("unsqueeze")
+def lower_unsqueeze(b, x, dim):
+    return unsqueeze(b, x, dim)
+
+
+@op("squeeze", "squeeze.dim", "squeeze.dims")
+def lower_squeeze(b, x, dim=None):
+    return squeeze(b, x, dim)
+
+
+@op("slice.Tensor")
+def lower_slice(b, x, dim=0, start=None, end=None, step=1):
+    return slice_axis(b, x, dim, start, end, step)
+
+
+@op("narrow")
+def lower_narrow(b, x, dim, start, length):
+    if start < 0:
+        start += b.shape(x)[norm_dim(dim, b.rank(x))]
+    return slice_axis(b, x, dim, start, start + length)
+
+
+@op("select.int")
+def lower_select(b, x, dim, index):
+    return select(b, x, dim, index)
+
+
+@op("unbind.int")
+def lower_unbind(b, x, dim=0):
+    return tuple(select(b, x, dim, i) for i in range(b.shape(x)[norm_dim(dim, b.rank(x))]))
+
+
+def split(b: Builder, x: str, sizes: Sequence[int], dim: int) -> tuple[str, ...]:
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return tuple(slice_axis(b, x, dim, s, s + n) for s, n in zip(starts, sizes))
+
+
+@op("split.Tensor")
+def lower_split(b, x, split_size, dim=0):
+    n = b.shape(x)[norm_dim(dim, b.rank(x))]
+    return split(b, x, [min(split_size, n - s) for s in range(0, n, split_size)], dim)
+
+
+@op("split_with_sizes")
+def lower_split_with_sizes(b, x, split_sizes, dim=0):
+    return split(b, x, list(split_sizes), dim)
+
+
+@op("chunk")
+def lower_chunk(b, x, chunks, dim=0):
+    n = b.shape(x)[norm_dim(dim, b.rank(x))]
+    return lower_split(b, x, -(-n // chunks), dim)
+
+
+@op("flip")
+def lower_flip(b, x, dims):
+    return flip(b, x, dims)
+
+
+@op("repeat")
+def lower_repeat(b, x, repeats):
+    src = (1,) * (len(repeats) - b.rank(x)) + b.shape(x)
+    y = reshape(b, x, src)
+    shape = [r * n for r, n in zip(repeats, src)]
+    bounds = {axis_var(i): n for i, n in enumerate(shape)}
+    return b.index_map(y, shape, [mod(var(axis_var(i)), n, bounds) for i, n in enumerate(src)])
+
+
+@op("cat")
+def lower_cat(b, tensors, dim=0):
+    return cat(b, tensors, dim)
+
+
+@op("stack")
+def lower_stack(b, tensors, dim=0):
+    rank = b.rank(tensors[0]) + 1
+    return cat(b, [unsqueeze(b, t, dim % rank) for t in tensors], dim % rank)
+
+
+@op("contiguous", "clone", "alias", "detach", "detach_", "lift_fresh_copy")
+def lower_copy(b, x, *args, **kwargs):
+    return x
+
+
+@op("dropout")
+def lower_dropout(b, x, p=0.5, train=False):
+    if train and p > 0:
+        raise Refused("dropout in training mode (call model.eval())")
+    return x
+
+
+@op("_assert_tensor_metadata")
+def lower_assert_metadata(b, x, *args, **kwargs):
+    return None
+
+
+@op("getitem")
+def lower_getitem(b, seq, i):
+    return seq[i]

@@ -1,0 +1,104 @@
+"""Matrix products, always in one form: index-map both operands to the product shape
+[batch..., m, n, k] (the contracted axis last), multiply elementwise, sum over the last axis.
+
+So `nn.Linear(3, 2, bias=False)(x)`, `x @ w.t()` and `torch.matmul(x, w.T)` reach the same
+Tensor IR. Half inputs are multiplied and summed in f32 (opmath), then cast back.
+"""
+
+from __future__ import annotations
+
+import string
+
+
+from emmy.symbolic import Lin, var
+from emmy.tensor_ir.builder import Builder, broadcast_shapes
+from emmy.tensor_ir.decomp.layout import transpose
+from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
+from emmy.tensor_ir.ir import EwOp as E
+from emmy.tensor_ir.ir import ReduceOp as R
+from emmy.tensor_ir.ir import axis_var
+
+OPS: dict[str, Decomp] = {}
+op = registrar(OPS)
+
+
+def matmul(b: Builder, x: str, y: str) -> str:
+    """torch.matmul: x [..., m, k] or [k], y [..., k, n] or [k]; batch dimensions broadcast."""
+    xs, ys = b.shape(x), b.shape(y)
+    batch = broadcast_shapes(xs[:-2], ys[:-2])
+    m = xs[-2:-1] if len(xs) >= 2 else ()
+    n = ys[-1:] if len(ys) >= 2 else ()
+    shape = batch + m + n + xs[-1:]
+    k = _axis(len(shape) - 1)
+    x_index = _batch_index(xs[:-2], len(batch)) + [_axis(len(batch))] * len(m) + [k]
+    y_index = _batch_index(ys[:-2], len(batch)) + [k] + [_axis(len(batch) + len(m))] * len(n)
+    product = b.ew(E.MUL, b.index_map(x, shape, x_index), b.index_map(y, shape, y_index))
+    return b.reduce(R.SUM, product, (len(shape) - 1,))
+
+
+def _axis(i: int) -> Lin:
+    return var(axis_var(i))
+
+
+def _batch_index(dims, rank: int) -> list:
+    """Right-aligned batch axes of an operand inside `rank` broadcast batch axes."""
+    lead = rank - len(dims)
+    return [_axis(lead + j) if n != 1 else 0 for j, n in enumerate(dims)]
+
+
+def scaled(b: Builder, x: str, factor) -> str:
+    return b.ew(E.MUL, x, factor)
+
+
+@op("mm", "bmm", "matmul", "mv", "dot", "inner", opmath=True)
+def lower_matmul(b, x, y):
+    return matmul(b, x, y)
+
+
+@op("linear", opmath=True)
+def lower_linear(b, x, weight, bias=None):
+    """x @ weight.T (+ bias): torch stores the weight as [out, in]."""
+    out = matmul(b, x, transpose(b, weight, 0, 1) if b.rank(weight) == 2 else weight)
+    return out if bias is None else b.ew(E.ADD, out, bias)
+
+
+@op("addmm", "baddbmm", "addmv", opmath=True)
+def lower_addmm(b, bias, x, y, *, beta=1, alpha=1):
+    """alpha * (x @ y) + beta * bias"""
+    return b.ew(E.ADD, scaled(b, matmul(b, x, y), alpha), scaled(b, bias, beta))
+
+
+@op("einsum", opmath=True)
+def lower_einsum(b, equation, tensors, path=None):
+    """One product over every index letter (output letters first, contracted ones last)."""
+    inputs, output = _parse_einsum(equation)
+    if len(inputs) != len(tensors):
+        raise Refused(f"{equation!r} names {len(inputs)} operands")
+    extent: dict[str, int] = {}
+    for subs, t in zip(inputs, tensors):
+        for letter, n in zip(subs, b.shape(t)):
+            if extent.setdefault(letter, n) != n:
+                raise Refused(f"{equation!r}: broadcasting over {letter!r}")
+    contracted = [c for c in dict.fromkeys("".join(inputs)) if c not in output]
+    letters = list(output) + contracted
+    shape = [extent[c] for c in letters]
+    mapped = [b.index_map(t, shape, [_axis(letters.index(c)) for c in subs])
+              for subs, t in zip(inputs, tensors)]
+    product = mapped[0]
+    for other in mapped[1:]:
+        product = b.ew(E.MUL, product, other)
+    return b.reduce(R.SUM, product, range(len(output), len(letters)))
+
+
+def _parse_einsum(equation: str) -> tuple[list[str], str]:
+    equation = equation.replace(" ", "")
+    if "." in equation:
+        raise Refused(f"{equation!r}: ellipsis")
+    lhs, arrow, out = equation.partition("->")
+    inputs = lhs.split(",")
+    if not arrow:  # implicit output: the letters used once, in alphabetical order
+        letters = "".join(inputs)
+        out = "".join(c for c in sorted(set(letters)) if letters.count(c) == 1)
+    if any(c not in string.ascii_letters for c in "".join(inputs) + out):
+        raise Refused(f"cannot parse {equation!r}")
+    return inputs, out

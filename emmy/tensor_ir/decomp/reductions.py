@@ -1,0 +1,170 @@
+"""Reductions: sum, mean, prod, max/min (values and indices), argmax/argmin, var/std, any/all.
+
+`dim=None` or an empty dim list means every dimension, as in torch.
+"""
+
+from __future__ import annotations
+
+import math
+
+from emmy.dtypes import DType
+from emmy.tensor_ir.builder import Builder
+from emmy.tensor_ir.decomp.layout import norm_dims
+from emmy.tensor_ir.decomp.table import Decomp, registrar
+from emmy.tensor_ir.ir import EwOp as E
+from emmy.tensor_ir.ir import ReduceOp as R
+
+OPS: dict[str, Decomp] = {}
+op = registrar(OPS)
+
+
+def accumulating(b: Builder, x: str, dtype: DType | None) -> str:
+    """The input of a sum or product: `dtype` if given; integers and booleans widen to i64."""
+    if dtype is not None:
+        return b.cast(x, dtype)
+    return x if b.dtype(x).is_float else b.cast(x, DType.I64)
+
+
+def total(b: Builder, x: str, dims=None, keepdim=False) -> str:
+    """Sum over `dims`."""
+    return b.reduce(R.SUM, x, norm_dims(dims, b.rank(x)), keepdim)
+
+
+def count(b: Builder, x: str, dims=None) -> int:
+    return math.prod(b.shape(x)[d] for d in norm_dims(dims, b.rank(x)))
+
+
+def mean(b: Builder, x: str, dims=None, keepdim=False) -> str:
+    """Sum, then divide by the number of elements summed."""
+    return b.ew(E.DIV, total(b, x, dims, keepdim), float(count(b, x, dims)))
+
+
+def variance(b: Builder, x: str, dims=None, correction=1, keepdim=False) -> str:
+    """mean((x - mean(x))^2), with `correction` subtracted from the count (Bessel's when 1)."""
+    centered = b.ew(E.SUB, x, mean(b, x, dims, keepdim=True))
+    squares = total(b, b.ew(E.MUL, centered, centered), dims, keepdim)
+    return b.ew(E.DIV, squares, float(max(count(b, x, dims) - correction, 0)))
+
+
+def extreme(b: Builder, reduce_op: R, x: str, dims=None, keepdim=False) -> str:
+    return b.reduce(reduce_op, x, norm_dims(dims, b.rank(x)), keepdim)
+
+
+# ---- sums, means, products ---------------------------------------------------------------------
+
+@op("sum", opmath=True)
+def lower_sum_all(b, x, *, dtype=None):
+    return total(b, accumulating(b, x, dtype))
+
+
+@op("sum.dim_IntList", opmath=True)
+def lower_sum(b, x, dim, keepdim=False, *, dtype=None):
+    return total(b, accumulating(b, x, dtype), dim, keepdim)
+
+
+@op("mean", opmath=True)
+def lower_mean_all(b, x, *, dtype=None):
+    return mean(b, b.cast(x, dtype) if dtype else x)
+
+
+@op("mean.dim", opmath=True)
+def lower_mean(b, x, dim, keepdim=False, *, dtype=None):
+    return mean(b, b.cast(x, dtype) if dtype else x, dim, keepdim)
+
+
+@op("prod", opmath=True)
+def lower_prod_all(b, x, *, dtype=None):
+    return b.reduce(R.PROD, accumulating(b, x, dtype), range(b.rank(x)))
+
+
+@op("prod.dim_int", opmath=True)
+def lower_prod(b, x, dim, keepdim=False, *, dtype=None):
+    return b.reduce(R.PROD, accumulating(b, x, dtype), norm_dims(dim, b.rank(x)), keepdim)
+
+
+# ---- variance ----------------------------------------------------------------------------------
+
+@op("var", "var.dim", opmath=True)
+def lower_var(b, x, dim=None, unbiased=True, keepdim=False):
+    if isinstance(dim, bool):  # var(x, unbiased)
+        dim, unbiased = None, dim
+    return variance(b, x, dim, int(unbiased), keepdim)
+
+
+@op("var.correction", opmath=True)
+def lower_var_correction(b, x, dim=None, *, correction=None, keepdim=False):
+    return variance(b, x, dim, 1 if correction is None else correction, keepdim)
+
+
+@op("std", "std.dim", opmath=True)
+def lower_std(b, x, dim=None, unbiased=True, keepdim=False):
+    return b.ew(E.SQRT, lower_var(b, x, dim, unbiased, keepdim))
+
+
+@op("std.correction", opmath=True)
+def lower_std_correction(b, x, dim=None, *, correction=None, keepdim=False):
+    return b.ew(E.SQRT, lower_var_correction(b, x, dim, correction=correction, keepdim=keepdim))
+
+
+# ---- max / min -----------------------------------------------------------------------------------
+
+@op("amax")
+def lower_amax(b, x, dim=(), keepdim=False):
+    return extreme(b, R.MAX, x, dim, keepdim)
+
+
+@op("amin")
+def lower_amin(b, x, dim=(), keepdim=False):
+    return extreme(b, R.MIN, x, dim, keepdim)
+
+
+@op("max")
+def lower_max_all(b, x):
+    return extreme(b, R.MAX, x)
+
+
+@op("min")
+def lower_min_all(b, x):
+    return extreme(b, R.MIN, x)
+
+
+@op("max.dim")
+def lower_max_dim(b, x, dim, keepdim=False):
+    return extreme(b, R.MAX, x, dim, keepdim), extreme(b, R.ARGMAX, x, dim, keepdim)
+
+
+@op("min.dim")
+def lower_min_dim(b, x, dim, keepdim=False):
+    return extreme(b, R.MIN, x, dim, keepdim), extreme(b, R.ARGMIN, x, dim, keepdim)
+
+
+@op("max.other")
+def lower_max_other(b, x, other):
+    return b.ew(E.MAX, x, other)
+
+
+@op("min.other")
+def lower_min_other(b, x, other):
+    return b.ew(E.MIN, x, other)
+
+
+@op("argmax")
+def lower_argmax(b, x, dim=None, keepdim=False):
+    return extreme(b, R.ARGMAX, x, dim, keepdim)
+
+
+@op("argmin")
+def lower_argmin(b, x, dim=None, keepdim=False):
+    return extreme(b, R.ARGMIN, x, dim, keepdim)
+
+
+# ---- any / all -----------------------------------------------------------------------------------
+
+@op("any", "any.dim", "any.dims")
+def lower_any(b, x, dim=None, keepdim=False):
+    return extreme(b, R.MAX, b.cast(x, DType.BOOL), dim, keepdim)
+
+
+@op("all", "all.dim", "all.dims")
+def lower_all(b, x, dim=None, keepdim=False):
+    return extreme(b, R.MIN, b.cast(x, DType.BOOL), dim, keepdim)

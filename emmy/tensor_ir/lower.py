@@ -1,0 +1,96 @@
+"""Lower Torch IR to Tensor IR: each node through its decomposition, in graph order."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from emmy.dtypes import DType
+from emmy.errors import InternalError, UnsupportedOp
+from emmy.tensor_ir.builder import Builder
+from emmy.tensor_ir.decomp import REGISTRY, SUPPORTED_OPS
+from emmy.tensor_ir.decomp.table import Refused
+from emmy.tensor_ir.ir import InputKind, Program
+from emmy.torch_ir.ir import Graph, Node, Ref, TensorType
+
+__all__ = ["lower", "SUPPORTED_OPS"]
+
+_HALF = (DType.F16, DType.BF16)
+
+
+def lower(graph: Graph) -> Program:
+    """Decompose every node of `graph` into Tensor IR definitions."""
+    b = Builder(graph.name)
+    env: dict[str, Any] = {}
+    for p in graph.placeholders:
+        env[p.name] = b.input(p.name, p.type, p.kind, p.target)
+    for node in graph.nodes:
+        env[node.name] = lower_node(b, node, env)
+    values = {p.name: graph.values[p.name] for p in graph.placeholders
+              if p.kind is not InputKind.INPUT and p.name in graph.values}
+    return b.finish([env[r.name] for r in graph.outputs], values)
+
+
+def lower_node(b: Builder, node: Node, env: dict[str, Any]):
+    """The Tensor IR value(s) of one node: a name, a tuple of names, or None."""
+    decomp = REGISTRY.get(node.op)
+    if decomp is None:
+        raise UnsupportedOp(node.op, source=node.source)
+    halves: list[DType] = []
+    tensor = _widen(b, halves) if decomp.opmath else None
+    args = tuple(_resolve(a, env, tensor) for a in node.args)
+    kwargs = {k: _resolve(v, env, tensor) for k, v in node.kwargs}
+    try:
+        inspect.signature(decomp.fn).bind(b, *args, **kwargs)
+    except TypeError as e:
+        raise UnsupportedOp(node.op, source=node.source,
+                            detail=f"arguments not understood: {e}") from None
+    try:
+        result = decomp.fn(b, *args, **kwargs)
+    except Refused as e:
+        raise UnsupportedOp(node.op, source=node.source, detail=e.detail) from None
+    return _conform(b, node, result, halves[0] if halves else None)
+
+
+def _resolve(a, env: dict[str, Any], tensor=None):
+    """Refs become definition names (passed through `tensor`); literals stay as they are."""
+    if isinstance(a, Ref):
+        value = env[a.name]
+        return tensor(value) if tensor else value
+    if isinstance(a, tuple):
+        return tuple(_resolve(x, env, tensor) for x in a)
+    return a
+
+
+def _widen(b: Builder, halves: list[DType]):
+    """For opmath ops: f16/bf16 tensors are cast to f32, and their type remembered."""
+    def widen(v):
+        if isinstance(v, tuple):
+            return tuple(widen(x) for x in v)
+        if isinstance(v, str) and b.dtype(v) in _HALF:
+            halves.append(b.dtype(v))
+            return b.cast(v, DType.F32)
+        return v
+
+    return widen
+
+
+def _conform(b: Builder, node: Node, result, half: DType | None):
+    """Check shapes against torch's and give each result torch's element type."""
+    if result is None:
+        return None
+    if isinstance(result, tuple):
+        types = node.type if isinstance(node.type, tuple) and len(node.type) == len(result) \
+            else (None,) * len(result)
+        return tuple(_conform_one(b, node, r, t, half) for r, t in zip(result, types))
+    return _conform_one(b, node, result, node.type if isinstance(node.type, TensorType) else None,
+                        half)
+
+
+def _conform_one(b: Builder, node: Node, name: str, want: TensorType | None, half):
+    if want is None:
+        return b.cast(name, half) if half and b.dtype(name).is_float else name
+    if b.shape(name) != want.shape:
+        raise InternalError(f"lowering {node.op} ({node.name}) gave shape {b.shape(name)}, "
+                            f"torch gives {want.shape}")
+    return b.cast(name, want.dtype)

@@ -1,0 +1,130 @@
+// Kernels for the emulator tests; each also compiles with NVRTC (tests/cuda/test_nvrtc.py).
+#include "emmy_intrinsics.cuh"
+
+// Sum of each row: a strided loop, a shuffle tree in each warp, a shared-memory tree across warps.
+extern "C" __global__ void __launch_bounds__(256)
+row_sum(float* __restrict__ out, const float* __restrict__ x, int n) {
+    __shared__ float partial[32];
+    const float* row = x + (size_t)blockIdx.x * n;
+    float acc = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += row[i];
+    for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 64; s > 0; s /= 2) {   // tree over the warp partials
+        if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+}
+
+// Row max with the helper, dynamic shared memory sized by the launch.
+extern "C" __global__ void row_max_dynamic(float* out, const float* x, int n) {
+    extern __shared__ __align__(16) float scratch[];
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float m = -EMMY_INF_F32;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, x[(size_t)blockIdx.x * n + i]);
+    m = warp_max(m);
+    if (lane == 0) scratch[warp] = m;
+    __syncthreads();
+    if (warp == 0) {
+        m = warp_max(lane < warps ? scratch[lane] : -EMMY_INF_F32);
+        if (lane == 0) out[blockIdx.x] = m;
+    }
+}
+
+// Atomics across blocks: a float total, an int histogram, an int max, a CAS counter.
+extern "C" __global__ void atomics(float* total, int* hist, int* biggest, int* cas_count,
+                                   const float* x, const int* bins, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    atomicAdd(total, x[i]);
+    atomicAdd(&hist[bins[i]], 1);
+    atomicMax(biggest, bins[i] * 1000 + (i % 1000));
+    int old = *cas_count, seen;
+    do { seen = old; old = atomicCAS(cas_count, seen, seen + 1); } while (old != seen);
+}
+
+// y = a * x + b with 16-byte vector loads and stores; the tail is scalar.
+extern "C" __global__ void axpb_float4(float* __restrict__ y, const float* __restrict__ x,
+                                       float a, float b, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (4 * i + 3 < n) {
+        float4 v = reinterpret_cast<const float4*>(x)[i];
+        v.x = a * v.x + b; v.y = a * v.y + b; v.z = a * v.z + b; v.w = a * v.w + b;
+        reinterpret_cast<float4*>(y)[i] = v;
+    } else {
+        for (int j = 4 * i; j < n; ++j) y[j] = a * x[j] + b;
+    }
+}
+
+// Every shuffle and vote, one lane's view per output column.
+extern "C" __global__ void warp_ops(int* out, const int* x) {
+    const int lane = threadIdx.x % 32, v = x[threadIdx.x];
+    int* o = out + threadIdx.x * 8;
+    o[0] = __shfl_sync(0xffffffffu, v, 5);
+    o[1] = __shfl_up_sync(0xffffffffu, v, 3);
+    o[2] = __shfl_down_sync(0xffffffffu, v, 3);
+    o[3] = __shfl_xor_sync(0xffffffffu, v, 6);
+    o[4] = __shfl_down_sync(0xffffffffu, v, 1, 8);   // within segments of 8 lanes
+    o[5] = (int)__ballot_sync(0xffffffffu, v % 3 == 0);
+    o[6] = __all_sync(0xffffffffu, v >= 0) + 2 * __any_sync(0xffffffffu, v > 90);
+    o[7] = __syncthreads_count(lane % 4 == 0);
+}
+
+// cp.async lands at the wait, not before: `before` sees the old shared value, `after` the copy.
+extern "C" __global__ void async_copy_timing(float* before, float* after, const float* x) {
+    __shared__ __align__(16) float s[128];
+    const int t = threadIdx.x;
+    for (int j = 0; j < 4; ++j) s[4 * t + j] = -1.f;
+    cp_async_16(&s[4 * t], &x[4 * t]);
+    cp_async_commit();
+    before[t] = s[4 * t];
+    cp_async_wait<0>();
+    after[t] = s[4 * t + 3];
+}
+
+// Round trips through __half and __nv_bfloat16.
+extern "C" __global__ void half_round_trip(float* h, float* b, const float* x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        h[i] = __half2float(__float2half(x[i]));
+        b[i] = __bfloat162float(__float2bfloat16(x[i]));
+    }
+}
+
+// Where each thread of a 3-D grid of 3-D blocks finds itself.
+extern "C" __global__ void indices(int* out) {
+    const int block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const int thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    int* o = out + 6 * (block * blockDim.x * blockDim.y * blockDim.z + thread);
+    o[0] = threadIdx.x; o[1] = threadIdx.y; o[2] = threadIdx.z;
+    o[3] = blockIdx.x; o[4] = blockIdx.y; o[5] = blockIdx.z;
+}
+
+// A forgotten barrier: each thread reads its neighbour's slot right after writing its own.
+extern "C" __global__ void missing_barrier(float* out) {
+    __shared__ float s[64];
+    s[threadIdx.x] = threadIdx.x + 1.f;
+    out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
+}
+
+// Faults: a barrier only some threads reach, and a store far out of bounds.
+extern "C" __global__ void divergent_barrier(float* out) {
+    if (threadIdx.x < 16) {
+        __syncthreads();
+        out[threadIdx.x] = 1.f;
+    } else {
+        __syncwarp();
+        while (out[0] == 0.f) __syncwarp();   // waits on a value the other half never writes
+    }
+}
+
+extern "C" __global__ void out_of_bounds(float* out, int n) {
+    out[threadIdx.x + n + 100000000] = 1.f;
+}
+
+extern "C" __global__ void spin_forever(volatile int* flag) {
+    while (*flag == 0) {}
+}

@@ -1,0 +1,182 @@
+"""The CPU emulator runs CUDA source with g++: barriers, shared memory, shuffles, atomics,
+vector loads, cp.async timing, 16-bit floats, and faults reported as results.
+
+All kernels live in kernels/basics.cu, which builds to one program (cached for the session)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from emmy.cuda.emulate.run import build, build_and_run, rewrite_dynamic_shared
+from emmy.cuda.nvrtc import compile_cuda
+from emmy.schedule.targets import get_target
+
+SOURCE = (Path(__file__).parent / "kernels" / "basics.cu").read_text()
+rng = np.random.default_rng(1234)
+
+
+def run(kernel, grid, block, args, smem=0, **kw):
+    r = build_and_run(SOURCE, kernel, grid, block, smem, args, **kw)
+    assert r.ok, f"{r.status}: {r.log}"
+    return r
+
+
+def test_block_reduction_matches_numpy():
+    x = rng.standard_normal((6, 1000)).astype(np.float32)
+    out = np.full(6, np.nan, np.float32)
+    r = run("row_sum", 6, 256, [out, x, 1000])
+    np.testing.assert_allclose(out, x.sum(axis=1), rtol=1e-5, atol=1e-4)
+    assert r.outputs[0] is out
+
+
+def test_dynamic_shared_memory_and_warp_max():
+    x = rng.standard_normal((3, 300)).astype(np.float32)
+    out = np.zeros(3, np.float32)
+    run("row_max_dynamic", 3, 128, [out, x, 300], smem=4 * 4)
+    np.testing.assert_array_equal(out, x.max(axis=1))
+
+
+def test_atomics_across_blocks():
+    n = 3000
+    x = rng.random(n, dtype=np.float32)
+    bins = rng.integers(0, 10, n).astype(np.int32)
+    total, hist = np.zeros(1, np.float32), np.zeros(10, np.int32)
+    biggest, count = np.zeros(1, np.int32), np.zeros(1, np.int32)
+    run("atomics", (n + 127) // 128, 128, [total, hist, biggest, count, x, bins, n])
+    np.testing.assert_allclose(total[0], x.sum(dtype=np.float64), rtol=1e-5)
+    np.testing.assert_array_equal(hist, np.bincount(bins, minlength=10))
+    assert biggest[0] == (bins * 1000 + np.arange(n) % 1000).max()
+    assert count[0] == n
+
+
+def test_float4_loads_with_a_scalar_tail():
+    n = 1003
+    x, y = rng.random(n, dtype=np.float32), np.zeros(n, np.float32)
+    run("axpb_float4", (n // 4 + 128) // 128, 128, [y, x, 3.0, -1.0, n])
+    np.testing.assert_allclose(y, 3 * x - 1, rtol=1e-6)
+
+
+def test_shuffles_votes_and_barrier_count():
+    v = rng.integers(0, 100, 64).astype(np.int32)
+    out = np.zeros((64, 8), np.int32)
+    run("warp_ops", 1, 64, [out, v])
+    for t in range(64):
+        w, lane = divmod(t, 32)
+        warp = v[32 * w: 32 * w + 32]
+        seg = lane & ~7
+        ballot = sum(1 << i for i in range(32) if warp[i] % 3 == 0)
+        expected = [
+            warp[5],
+            warp[lane - 3] if lane >= 3 else v[t],
+            warp[lane + 3] if lane + 3 < 32 else v[t],
+            warp[lane ^ 6],
+            warp[lane + 1] if lane + 1 < seg + 8 else v[t],
+            np.uint32(ballot).view(np.int32),
+            int((warp >= 0).all()) + 2 * int((warp > 90).any()),
+            16,
+        ]
+        assert out[t].tolist() == expected, f"thread {t}"
+
+
+def test_cp_async_lands_at_the_wait():
+    x = rng.random(128, dtype=np.float32)
+    before, after = np.zeros(32, np.float32), np.zeros(32, np.float32)
+    run("async_copy_timing", 1, 32, [before, after, x])
+    np.testing.assert_array_equal(before, -1.0)
+    np.testing.assert_array_equal(after, x[3::4])
+
+
+def test_half_and_bfloat16_rounding():
+    special = np.array([0.0, -0.0, 65504, 65519, 65520, 1e-8, 2.0**-24, 2.0**-25, 3 * 2.0**-25,
+                        2.0**-14 * 0.99951171875, 1.0009765625 + 2.0**-11, np.inf, -np.inf],
+                       np.float32)
+    scale = 10.0 ** rng.integers(-9, 6, 500)
+    x = np.concatenate([special, rng.standard_normal(500) * scale]).astype(np.float32)
+    h, b = np.zeros_like(x), np.zeros_like(x)
+    run("half_round_trip", (len(x) + 127) // 128, 128, [h, b, x, len(x)])
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(h, x.astype(np.float16).astype(np.float32))
+    u = x.view(np.uint32).astype(np.uint64)
+    bf = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+    np.testing.assert_array_equal(b, bf)
+
+
+def test_grid_and_block_indices():
+    grid, block = (3, 2, 2), (4, 2, 3)
+    out = np.zeros((12, 24, 6), np.int32)
+    run("indices", grid, block, [out])
+    for bz in range(2):
+        for by in range(2):
+            for bx in range(3):
+                for tz in range(3):
+                    for ty in range(2):
+                        for tx in range(4):
+                            b = bx + 3 * (by + 2 * bz)
+                            t = tx + 4 * (ty + 2 * tz)
+                            assert out[b, t].tolist() == [tx, ty, tz, bx, by, bz]
+
+
+def test_one_worker_gives_the_same_answer():
+    x = rng.standard_normal((4, 512)).astype(np.float32)
+    a, b = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    run("row_sum", 4, 128, [a, x, 512], workers=1)
+    run("row_sum", 4, 128, [b, x, 512], workers=4)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_programs_are_cached():
+    x, out = np.zeros((1, 32), np.float32), np.zeros(1, np.float32)
+    run("row_sum", 1, 32, [out, x, 32])
+    r = run("axpb_float4", 1, 32, [np.zeros(4, np.float32), np.ones(4, np.float32), 1.0, 0.0, 4])
+    assert r.cached and r.build_seconds == 0.0
+
+
+def test_a_missing_barrier_reads_stale_shared_memory():
+    """Threads run until they block, so a read that needed a barrier sees the old value."""
+    out = np.zeros(64, np.float32)
+    run("missing_barrier", 1, 64, [out])
+    assert out[0] == 0.0 and out[63] == 1.0    # thread 1 had not written yet; thread 0 had
+
+
+def test_the_same_source_builds_with_nvrtc_and_gpp():
+    assert compile_cuda(SOURCE, get_target("sm_90a")).ok
+    assert build(SOURCE, "row_sum").binary is not None
+
+
+def test_divergent_barrier_is_a_reported_deadlock():
+    r = build_and_run(SOURCE, "divergent_barrier", 1, 32, 0, [np.zeros(32, np.float32)])
+    assert r.status == "error" and "deadlock" in r.log
+
+
+def test_out_of_bounds_store_is_a_crash_naming_the_thread():
+    r = build_and_run(SOURCE, "out_of_bounds", 1, 32, 0, [np.zeros(32, np.float32), 32])
+    assert r.status == "crash" and "block (0,0,0) thread" in r.log
+
+
+def test_endless_kernel_times_out():
+    r = build_and_run(SOURCE, "spin_forever", 1, 1, 0, [np.zeros(1, np.int32)], timeout=0.5)
+    assert r.status == "timeout"
+
+
+def test_wrong_argument_count_is_an_error():
+    r = build_and_run(SOURCE, "row_sum", 1, 32, 0, [np.zeros(1, np.float32)])
+    assert r.status == "error" and "takes 3 arguments, 1 were given" in r.log
+
+
+def test_compile_error_is_a_result():
+    r = build_and_run(SOURCE.replace("acc += row[i];", "acc += rows[i];"), "row_sum", 1, 32, 0, [])
+    assert r.status == "compile_error" and "rows" in r.log and "kernel.cu:" in r.log
+
+
+@pytest.mark.parametrize("decl, expected", [
+    ("extern __shared__ float s[];",
+     "float* const s = reinterpret_cast<float*>(emmy_emu::dynamic_shared());"),
+    ("extern __shared__ __align__(16) unsigned char smem[];",
+     "unsigned char* const smem = reinterpret_cast<unsigned char*>(emmy_emu::dynamic_shared());"),
+    ("extern int not_shared[];", "extern int not_shared[];"),
+])
+def test_rewrite_dynamic_shared(decl, expected):
+    assert rewrite_dynamic_shared(decl) == expected

@@ -1,0 +1,98 @@
+"""NVRTC: cubins for both targets, ptxas resources, compile errors as results, the cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from emmy.cuda.nvrtc import Resources, compile_cuda, include_options, parse_ptxas_log
+from emmy.errors import UserError
+from emmy.schedule.targets import get_target
+
+KERNELS = Path(__file__).parent / "kernels"
+
+SMALL = """
+#include "emmy_intrinsics.cuh"
+extern "C" __global__ void scale(float* __restrict__ y, const float* __restrict__ x, int n) {
+    __shared__ float tile[256];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    tile[threadIdx.x] = i < n ? x[i] : 0.f;
+    __syncthreads();
+    if (i < n) y[i] = 2.f * tile[threadIdx.x ^ 1];
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_small_kernel_compiles_with_resources(target):
+    r = compile_cuda(SMALL, get_target(target))
+    assert r.ok, r.log
+    assert r.cubin is not None and r.cubin[:4] == b"\x7fELF"
+    res = r.resources_of("scale")
+    assert r.resources_of() == res
+    assert 0 < res.registers <= 255 and res.shared_bytes == 1024
+    assert res.spill_store_bytes == res.spill_load_bytes == 0
+    assert r.ptx is None
+
+
+def test_ptx_on_request_names_the_target():
+    r = compile_cuda(SMALL, get_target("sm_90a"), ptx=True)
+    assert r.ok and ".target sm_90a" in r.ptx and ".entry scale" in r.ptx
+
+
+def test_compile_error_is_a_result_with_the_line():
+    bad = SMALL.replace("2.f * tile", "2.f * tyle")
+    r = compile_cuda(bad, get_target("sm_90a"))
+    assert not r.ok and r.cubin is None and r.resources == {}
+    assert any("emmy_kernel.cu(8): error" in line and "tyle" in line for line in r.errors), r.log
+
+
+def test_second_compile_hits_the_cache():
+    source = SMALL + "// cache probe\n"
+    first = compile_cuda(source, get_target("sm_80"))
+    second = compile_cuda(source, get_target("sm_80"))
+    assert not first.cached and second.cached
+    assert second.cubin == first.cubin and second.resources == first.resources
+    assert not compile_cuda(source, get_target("sm_90a")).cached   # the target is in the key
+
+
+@pytest.mark.parametrize("name", ["basics.cu", "mma.cu"])
+def test_emulator_kernels_compile_for_the_gpu(name):
+    """The sources the emulator tests run are valid CUDA for both targets."""
+    source = (KERNELS / name).read_text()
+    for target in ("sm_90a", "sm_80"):
+        r = compile_cuda(source, get_target(target))
+        assert r.ok, r.log
+        assert all(res.spill_store_bytes == 0 for res in r.resources.values())
+
+
+def test_parse_ptxas_log():
+    log = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k1' for 'sm_90a'
+ptxas info    : Function properties for k1
+ptxas         .     24 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 380 bytes cmem[0]
+ptxas info    : Function properties for _Z6helperv
+ptxas         .     16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function '_Z2k2Pf' for 'sm_90a'
+ptxas info    : Function properties for _Z2k2Pf
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, 360 bytes cmem[0]
+"""
+    assert parse_ptxas_log(log) == {
+        "k1": Resources(registers=40, shared_bytes=2048, spill_store_bytes=8,
+                        spill_load_bytes=4, stack_bytes=24),
+        "_Z2k2Pf": Resources(registers=8, shared_bytes=0, spill_store_bytes=0,
+                             spill_load_bytes=0, stack_bytes=0),
+    }
+
+
+def test_missing_cuda_headers_are_a_user_error(monkeypatch):
+    from cuda import pathfinder
+
+    monkeypatch.setattr(pathfinder, "find_nvidia_header_directory", lambda lib: None)
+    with pytest.raises(UserError, match="CUDA headers for `cudart` not found") as e:
+        include_options.__wrapped__()
+    assert "nvidia-cuda-runtime" in str(e.value)

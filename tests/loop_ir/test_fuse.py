@@ -1,0 +1,113 @@
+"""The fusion decisions: what is stored, why, and which outputs share a kernel."""
+
+import torch
+
+from emmy.dtypes import DType
+from emmy.loop_ir.dataflow import walk
+from emmy.loop_ir.fuse import plan_fusion
+from emmy.loop_ir.ir import Load, Loop, LoopKind, Store
+from emmy.tensor_ir.builder import Builder
+from emmy.tensor_ir.ir import EwOp, ReduceOp, TensorType
+
+from .programs import check, check_torch, random_feeds
+
+
+def loads(k):
+    return [s.buffer for s in walk(k.body) if isinstance(s, Load)]
+
+
+def test_a_scan_read_by_a_reduction_is_materialized_and_the_note_says_why():
+    lp = check_torch(lambda x: torch.cumsum(x, 1).sum(1), torch.randn(4, 16))
+    assert [k.name for k in lp.kernels] == ["k0_cumsum", "k1_sum"]
+    (tmp,) = lp.intermediates
+    assert loads(lp.kernels[1]) == [tmp.name]
+    (note,) = lp.notes
+    assert note.startswith(f"scan `") and f"materialized as `{tmp.name}`" in note
+    assert "reads it from memory" not in note and "read it from memory" in note
+
+
+def test_a_scan_with_an_elementwise_epilogue_runs_in_the_outputs_kernel():
+    lp = check_torch(lambda x: torch.cumsum(x, 1) * 2 + x, torch.randn(4, 16))
+    (k,) = lp.kernels
+    assert lp.intermediates == ()
+    assert [l.kind for l in walk(k.body) if isinstance(l, Loop)] == [LoopKind.PARALLEL,
+                                                                      LoopKind.SCAN]
+    assert "never stored" in lp.notes[0]
+
+
+def test_reverse_scans_and_two_scans_along_different_axes():
+    x = torch.randn(4, 16)
+    lp = check_torch(lambda x: torch.flip(torch.cumsum(torch.flip(x, [1]), 1), [1]), x)
+    (scan,) = [l for l in walk(lp.kernels[0].body) if isinstance(l, Loop) and l.kind is LoopKind.SCAN]
+    assert scan.reverse
+    lp = check_torch(lambda x: torch.cumsum(x, 1) * torch.cumsum(x, 0), x)
+    assert len(lp.kernels) == 2 and len(lp.intermediates) == 1
+    assert any("already runs scan" in n for n in lp.notes)
+
+
+def test_exclusive_scans_store_before_they_fold():
+    for op in (ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN):
+        for reverse in (False, True):
+            b2 = Builder("excl")
+            x = b2.input("x", TensorType((3, 7), DType.F32))
+            y = b2.ew(EwOp.ADD, b2.scan(op, x, 1, reverse=reverse, exclusive=True), 1.0)
+            p = b2.finish([y])
+            lp = check(p, random_feeds(p))
+            (scan,) = [l for l in walk(lp.kernels[0].body) if isinstance(l, Loop)
+                       and l.kind is LoopKind.SCAN]
+            kinds = [type(s).__name__ for s in scan.body]
+            assert kinds.index("Store") < kinds.index("Accum")
+
+
+def test_a_scan_that_is_an_output_is_stored_and_its_consumers_load_it():
+    lp = check_torch(lambda x: (torch.cumsum(x, 1), torch.cumsum(x, 1) * 2), torch.randn(4, 16))
+    assert len(lp.kernels) == 2
+    assert loads(lp.kernels[1]) == [lp.outputs[0].name]
+
+
+def test_outputs_of_one_shape_share_a_kernel_and_its_loads():
+    lp = check_torch(lambda x: (x + 1, x * 2), torch.randn(4, 16))
+    (k,) = lp.kernels
+    assert len(k.outputs) == 2 and len(loads(k)) == 1
+    lp = check_torch(lambda x: (x.exp(), x.exp() + 1), torch.randn(4, 16))
+    (k,) = lp.kernels
+    assert len(k.outputs) == 2
+
+
+def test_an_output_read_at_other_positions_is_loaded_by_a_later_kernel():
+    lp = check_torch(lambda x: (x.exp(), x.exp().T + 1), torch.randn(5, 5))
+    assert len(lp.kernels) == 2
+    assert loads(lp.kernels[1]) == [lp.outputs[0].name]
+
+
+def test_outputs_of_different_shapes_or_with_nothing_in_common_get_their_own_kernels():
+    lp = check_torch(lambda x: (torch.softmax(x, -1), x.sum(-1)), torch.randn(4, 16))
+    assert len(lp.kernels) == 2 and lp.intermediates == ()
+    lp = check_torch(lambda x, y: (x.exp(), y.exp()), torch.randn(4, 16), torch.randn(4, 16))
+    assert len(lp.kernels) == 2
+
+
+def test_an_input_returned_as_is_needs_no_kernel():
+    lp = check_torch(lambda x: (x, x + 1), torch.randn(4, 16))
+    assert len(lp.kernels) == 1
+    assert lp.outputs[0].name == lp.inputs[0].name
+
+
+def test_kernels_follow_what_they_load():
+    b = Builder("order")
+    x = b.input("x", TensorType((4, 6), DType.F32))
+    c = b.scan(ReduceOp.SUM, x, 1)
+    y = b.reduce(ReduceOp.MAX, c, [1])        # reads the scan: the scan is stored first
+    z = b.ew(EwOp.EXP, x)
+    p = b.finish([z, y])
+    plan = plan_fusion(p)
+    stored = [k.roots for k in plan.kernels]
+    assert stored.index((p.defs[1].name,)) < stored.index((p.outputs[1],))
+    check(p, random_feeds(p))
+
+
+def test_stores_write_each_output_once_per_element():
+    lp = check_torch(lambda x: (torch.softmax(x, -1), x + 1), torch.randn(4, 16))
+    for k in lp.kernels:
+        stores = [s for s in walk(k.body) if isinstance(s, Store)]
+        assert sorted(s.buffer for s in stores) == sorted(b.name for b in k.outputs)

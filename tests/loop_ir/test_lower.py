@@ -1,0 +1,109 @@
+"""Lowering to loop nests: what fuses into one kernel, and where each statement lands."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from emmy.loop_ir.dataflow import walk
+from emmy.loop_ir.ir import Init, Load, Loop, LoopKind, Store
+
+from .programs import check_torch
+
+
+def loops_of(body):
+    return [s for s in walk(body) if isinstance(s, Loop)]
+
+
+def kinds(body):
+    return [s.kind for s in loops_of(body)]
+
+
+def test_rmsnorm_is_one_kernel_whose_statistic_is_an_accumulator():
+    lp = check_torch(nn.RMSNorm(64), torch.randn(8, 64))
+    assert len(lp.kernels) == 1 and lp.intermediates == ()
+    (k,) = lp.kernels
+    (rows,) = k.body  # for a0: the row statistic, then the loop over the row's columns
+    assert rows.kind is LoopKind.PARALLEL and rows.extent == 8
+    assert isinstance(rows.body[0], Init)
+    assert [s.kind for s in rows.body if isinstance(s, Loop)] == [LoopKind.REDUCE,
+                                                                  LoopKind.PARALLEL]
+    assert isinstance(rows.body[-1], Loop) and rows.body[-1].kind is LoopKind.PARALLEL
+    stores = [s for s in walk(k.body) if isinstance(s, Store)]
+    assert [s.buffer for s in stores] == [lp.outputs[0].name]  # nothing else goes to memory
+
+
+def test_softmax_log_softmax_and_layer_norm_are_one_kernel_each():
+    x = torch.randn(4, 32)
+    for model in (lambda x: F.softmax(x, -1), lambda x: F.log_softmax(x, -1), nn.LayerNorm(32)):
+        lp = check_torch(model, x)
+        assert len(lp.kernels) == 1 and lp.intermediates == ()
+        (rows,) = lp.kernels[0].body
+        assert rows.extent == 4  # the statistics sit in the row loop, before the column loop
+
+
+def test_softmax_over_the_first_axis_puts_the_column_loop_outside():
+    lp = check_torch(lambda x: F.softmax(x, 0), torch.randn(6, 5))
+    (cols,) = lp.kernels[0].body
+    assert cols.extent == 5 and isinstance(cols.body[0], Init)
+
+
+def test_exp_of_negation_is_one_loop_nest_with_one_load_and_one_store():
+    lp = check_torch(lambda x: torch.exp(-x), torch.randn(4, 16))
+    (k,) = lp.kernels
+    assert kinds(k.body) == [LoopKind.PARALLEL, LoopKind.PARALLEL]
+    stmts = list(walk(k.body))
+    assert sum(isinstance(s, Load) for s in stmts) == 1
+    assert sum(isinstance(s, Store) for s in stmts) == 1
+
+
+def test_chained_matmuls_fuse_by_default_and_say_what_is_recomputed():
+    a, b, c = torch.randn(4, 8), torch.randn(8, 6), torch.randn(6, 5)
+    lp = check_torch(lambda a, b, c: (a @ b) @ c, a, b, c)
+    assert len(lp.kernels) == 1 and lp.intermediates == ()
+    assert kinds(lp.kernels[0].body) == [LoopKind.PARALLEL, LoopKind.PARALLEL,
+                                         LoopKind.REDUCE, LoopKind.REDUCE]
+    assert any("recomputed 5x" in n and "PLACE=cut" in n for n in lp.notes)
+
+
+def test_attention_is_one_kernel():
+    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+    lp = check_torch(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
+    assert len(lp.kernels) == 1 and lp.intermediates == ()
+    lp = check_torch(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                     q, k, v)
+    assert len(lp.kernels) == 1
+
+
+def test_a_small_mlp_is_one_kernel():
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
+    lp = check_torch(model, torch.randn(4, 16))
+    assert len(lp.kernels) == 1
+
+
+def test_layouts_become_index_arithmetic():
+    x = torch.randn(4, 16)
+    check_torch(lambda x: x.reshape(8, 8).t().reshape(2, 32).sum(0), x)
+    check_torch(lambda x, y: torch.cat([x, y], 1), x, torch.randn(4, 3))
+    check_torch(lambda x: torch.flip(x, [1])[:, 2:9] * 2, x)
+    check_torch(lambda x: torch.tril(x), torch.randn(5, 5))
+
+
+def test_full_reductions_have_no_output_loop():
+    lp = check_torch(lambda x: x.sum(), torch.randn(4, 16))
+    (k,) = lp.kernels
+    assert isinstance(k.body[0], Init) and kinds(k.body) == [LoopKind.REDUCE, LoopKind.REDUCE]
+    lp = check_torch(lambda x: torch.argmax(x), torch.randn(4, 16))
+    assert lp.outputs[0].type.shape == ()
+
+
+def test_half_precision_and_mixed_types():
+    x = torch.randn(4, 16)
+    check_torch(lambda x: F.softmax(x, -1), x.half())
+    check_torch(nn.RMSNorm(16).to(torch.bfloat16), x.bfloat16())
+    check_torch(lambda x: (x * 3 + 1) // 2, torch.randint(-5, 5, (4, 4)))
+    check_torch(lambda x: x.masked_fill(x > 0, 0.0).sum(-1), x)
+
+
+def test_lowering_without_normalization_is_also_correct():
+    lp = check_torch(nn.LayerNorm(16), torch.randn(4, 16), normalized=False)
+    assert lp.kernels[0].name == "k0_t"

@@ -1,0 +1,126 @@
+"""Elementwise decompositions and activations against eager PyTorch on random inputs."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+X = (4, 6)
+
+BINARY = {
+    "add": lambda x, y: x + y,
+    "add_alpha": lambda x, y: torch.add(x, y, alpha=2.5),
+    "sub": lambda x, y: x - y,
+    "mul": lambda x, y: x * y,
+    "div": lambda x, y: x / y,
+    "div_floor": lambda x, y: torch.div(x, y, rounding_mode="floor"),
+    "div_trunc": lambda x, y: torch.div(x, y, rounding_mode="trunc"),
+    "remainder": lambda x, y: torch.remainder(x, y),
+    "fmod": lambda x, y: torch.fmod(x, y),
+    "pow": lambda x, y: torch.pow(x.abs() + 0.1, y),
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+    "where": lambda x, y: torch.where(x > y, x, y),
+    "gt": lambda x, y: x > y,
+    "eq_and_or": lambda x, y: ((x > 0) & (y > 0)) | (x == y),
+    "clamp_tensor": lambda x, y: torch.clamp(x, min=y),
+    "broadcast_row": lambda x, y: x + y[0],
+    "broadcast_col": lambda x, y: x * y[:, :1],
+}
+
+SCALAR = {
+    "add": lambda x: x + 2,
+    "rsub": lambda x: 2 - x,
+    "mul": lambda x: x * 3.5,
+    "div": lambda x: x / 4,
+    "rdiv": lambda x: 2 / x,
+    "pow2": lambda x: x ** 2,
+    "pow3": lambda x: x ** 3,
+    "pow_half": lambda x: x.abs() ** 0.5,
+    "pow_frac": lambda x: x.abs() ** 1.7,
+    "pow_neg": lambda x: (x.abs() + 1) ** -1,
+    "pow_base": lambda x: 2 ** x,
+    "neg": lambda x: -x,
+    "abs": torch.abs,
+    "exp": torch.exp,
+    "log": lambda x: torch.log(x.abs() + 1e-3),
+    "log2": lambda x: torch.log2(x.abs() + 1e-3),
+    "sqrt": lambda x: torch.sqrt(x.abs()),
+    "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.1),
+    "reciprocal": lambda x: torch.reciprocal(x + 10),
+    "sin_cos": lambda x: torch.sin(x) + torch.cos(x),
+    "erf": torch.erf,
+    "floor_ceil": lambda x: torch.floor(x * 3) + torch.ceil(x * 3),
+    "trunc": lambda x: torch.trunc(x * 3),
+    "sign": torch.sign,
+    "square": torch.square,
+    "clamp": lambda x: torch.clamp(x, -0.5, 0.5),
+    "clamp_min": lambda x: torch.clamp_min(x, 0.1),
+    "clamp_max": lambda x: torch.clamp_max(x, 0.1),
+    "where_scalar": lambda x: torch.where(x > 0, x, 0.0),
+    "where_scalar_self": lambda x: torch.where(x > 0, 1.0, x),
+    "masked_fill": lambda x: x.masked_fill(x < 0, -1.0),
+    "logical_not": lambda x: ~(x > 0),
+    "int_cast": lambda x: (x * 4).to(torch.int32),
+    "int_true_div": lambda x: (x * 4).to(torch.int64) / 3,
+    "int_floor_div": lambda x: (x * 10).to(torch.int64) // 3,
+    "bool_sum": lambda x: (x > 0) + (x < 0.5),
+}
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "relu6": F.relu6,
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.2),
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "mish": F.mish,
+    "softplus": F.softplus,
+    "softplus_beta": lambda x: F.softplus(x, beta=2.0, threshold=1.0),
+    "elu": lambda x: F.elu(x, alpha=0.7),
+    "selu": F.selu,
+    "celu": lambda x: F.celu(x, alpha=1.5),
+    "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.8),
+    "hardsigmoid": F.hardsigmoid,
+    "hardswish": F.hardswish,
+    "softsign": F.softsign,
+    "logsigmoid": F.logsigmoid,
+    "hardshrink": F.hardshrink,
+    "softshrink": F.softshrink,
+    "threshold": lambda x: F.threshold(x, 0.1, 20.0),
+    "glu": lambda x: F.glu(x, -1),
+    "tanhshrink": F.tanhshrink,
+}
+
+
+@pytest.mark.parametrize("name", BINARY)
+def test_binary(check, name):
+    check(BINARY[name], torch.randn(X) * 3, torch.randn(X) + 0.5)
+
+
+@pytest.mark.parametrize("name", SCALAR)
+def test_unary_and_scalar(check, name):
+    check(SCALAR[name], torch.randn(X) * 2)
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_activation(check, name):
+    check(ACTIVATIONS[name], torch.randn(X) * 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["gelu", "silu", "softplus", "elu", "mish"])
+def test_activation_in_half_precision(check, name, dtype):
+    program = check(ACTIVATIONS[name], (torch.randn(X) * 4).to(dtype))
+    assert str(program.get(program.outputs[0]).type).startswith(
+        "f16" if dtype == torch.float16 else "bf16")
+
+
+def test_prelu(check):
+    check(torch.nn.PReLU(6), torch.randn(4, 6, 3))
+
+
+def test_integer_arithmetic_stays_integral(check):
+    program = check(lambda x: x * 3 + 1, torch.arange(12).reshape(3, 4))
+    assert str(program.get(program.outputs[0]).type) == "i64[3,4]"

@@ -1,0 +1,66 @@
+"""The lowering driver: unsupported ops are user errors naming the op and the line."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+from emmy.errors import UnsupportedOp, UserError
+from emmy.tensor_ir.lower import SUPPORTED_OPS, lower
+from emmy.torch_ir.capture import capture
+from emmy.torch_ir.ir import Graph, InputKind, Node, Placeholder, Ref, TensorType
+from emmy.dtypes import DType
+
+
+class _Sort(nn.Module):
+    def forward(self, x):
+        return torch.sort(x).values
+
+
+def test_unsupported_op_names_the_op_and_the_source_line():
+    with pytest.raises(UnsupportedOp) as info:
+        lower(capture(_Sort(), (torch.randn(4, 5),)))
+    assert info.value.op == "sort"
+    assert "return torch.sort(x).values" in str(info.value)
+    assert isinstance(info.value, UserError)
+
+
+def test_unsupported_arguments_are_reported_as_the_op():
+    class Drop(nn.Module):
+        def forward(self, q):
+            return nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+
+    with pytest.raises(UnsupportedOp, match="dropout_p"):
+        lower(capture(Drop(), (torch.randn(1, 1, 4, 8),)))
+
+
+def test_hand_built_graph_without_types():
+    t = TensorType((4, 8), DType.F16)
+    graph = Graph("g", (Placeholder("x", InputKind.INPUT, t),),
+                  (Node(name="y", op="softmax.int", args=(Ref("x"), 1)),), (Ref("y"),))
+    program = lower(graph)
+    assert str(program.get(program.outputs[0]).type) == "f16[4,8]"  # opmath casts back
+
+
+def test_supported_ops_is_sorted_and_covers_the_families():
+    assert SUPPORTED_OPS == sorted(SUPPORTED_OPS)
+    for name in ["rms_norm", "linear", "softmax.int", "scaled_dot_product_attention", "cumsum",
+                 "cross_entropy_loss", "view", "getitem", "add.Tensor", "gelu", "max.dim"]:
+        assert name in SUPPORTED_OPS
+
+
+def test_bitwise_ops_on_integers_are_refused():
+    class And(nn.Module):
+        def forward(self, x):
+            return x & 3
+
+    with pytest.raises(UnsupportedOp, match="booleans only"):
+        lower(capture(And(), (torch.arange(6),)))
+
+
+def test_einsum_with_an_ellipsis_is_refused():
+    class Ein(nn.Module):
+        def forward(self, x):
+            return torch.einsum("...ij->...ji", x)
+
+    with pytest.raises(UnsupportedOp, match="ellipsis"):
+        lower(capture(Ein(), (torch.randn(2, 3, 4),)))

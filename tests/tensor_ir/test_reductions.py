@@ -1,0 +1,82 @@
+"""Reductions, softmax and scans against eager PyTorch."""
+
+import pytest
+import torch
+
+REDUCTIONS = {
+    "sum_all": lambda x: x.sum(),
+    "sum_dim": lambda x: x.sum(1),
+    "sum_dims_keepdim": lambda x: x.sum((0, 2), keepdim=True),
+    "sum_neg_dim": lambda x: torch.sum(x, -1),
+    "mean_all": lambda x: x.mean(),
+    "mean_dims": lambda x: x.mean((1, 2)),
+    "mean_keepdim": lambda x: x.mean(-1, keepdim=True),
+    "prod": lambda x: torch.prod(x, 1),
+    "prod_all": lambda x: torch.prod(x * 0.5 + 1),
+    "max_all": lambda x: x.max(),
+    "min_all": lambda x: x.min(),
+    "amax": lambda x: torch.amax(x, (0, 1)),
+    "amin_keepdim": lambda x: torch.amin(x, 2, keepdim=True),
+    "max_dim": lambda x: torch.max(x, 1),
+    "min_dim_keepdim": lambda x: torch.min(x, -1, keepdim=True),
+    "argmax": lambda x: torch.argmax(x, 2),
+    "argmin_keepdim": lambda x: torch.argmin(x, 0, keepdim=True),
+    "argmax_flat": lambda x: torch.argmax(x),
+    "var": lambda x: x.var(1),
+    "std_keepdim": lambda x: x.std(-1, keepdim=True),
+    "var_biased": lambda x: torch.var(x, (0, 2), correction=0),
+    "any_all": lambda x: ((x > 1).any(1), (x > -3).all()),
+    "count_positive": lambda x: (x > 0).sum(1),
+    "logsumexp": lambda x: torch.logsumexp(x, 1),
+    "softmax": lambda x: torch.softmax(x, -1),
+    "softmax_dim0": lambda x: torch.softmax(x, 0),
+    "log_softmax": lambda x: torch.log_softmax(x, 1),
+    "softmin": lambda x: torch.nn.functional.softmin(x, 2),
+    "softmax_f64": lambda x: torch.softmax(x, 1, dtype=torch.float64),
+    "size_one_axis": lambda x: x[:, :1].sum(1) + x[:, :1].amax(1),
+}
+
+SCANS = {
+    "cumsum": lambda x: torch.cumsum(x, 1),
+    "cumsum_last": lambda x: torch.cumsum(x, -1),
+    "cumprod": lambda x: torch.cumprod(x * 0.3 + 1, 0),
+    "reverse_cumsum": lambda x: torch.cumsum(x.flip(1), 1).flip(1),
+    "exclusive_cumsum": lambda x: torch.cumsum(x, 1) - x,
+    "int_cumsum": lambda x: torch.cumsum((x > 0).to(torch.int32), 1),
+}
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_reduction(check, name):
+    check(REDUCTIONS[name], torch.randn(3, 5, 7))
+
+
+@pytest.mark.parametrize("name", SCANS)
+def test_scan(check, name):
+    check(SCANS[name], torch.randn(4, 9))
+
+
+def test_reverse_cumsum_is_one_reversed_scan(check):
+    program = check(SCANS["reverse_cumsum"], torch.randn(4, 9))
+    (scan,) = [d for d in program.defs if type(d).__name__ == "Scan"]
+    assert scan.reverse and not scan.exclusive
+    assert program.outputs == (scan.name,)  # the two flips cancel
+
+
+def test_cumsum_minus_input_is_an_exclusive_scan(check):
+    program = check(SCANS["exclusive_cumsum"], torch.randn(4, 9))
+    (scan,) = [d for d in program.defs if type(d).__name__ == "Scan"]
+    assert scan.exclusive and program.outputs == (scan.name,)
+
+
+def test_softmax_subtracts_the_row_max(check):
+    program = check(REDUCTIONS["softmax"], torch.randn(3, 5, 7) * 100)
+    ops = [str(getattr(d, "op", "")) for d in program.defs]
+    assert "max" in ops and ops.index("max") < ops.index("exp")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_sum_and_softmax_accumulate_in_f32(check, dtype):
+    program = check(lambda x: (x.sum(1), torch.softmax(x, 1)), torch.randn(4, 300).to(dtype))
+    reduces = [d for d in program.defs if type(d).__name__ == "Reduce"]
+    assert reduces and all(str(d.type.dtype) == "f32" for d in reduces)
