@@ -93,31 +93,40 @@ def load_expr(expr: str) -> Workload:
     if isinstance(module, type):
         raise UserError(f"-c: `{expr.strip()}` builds a module but does not call it; write a "
                         "module call such as `nn.RMSNorm(2048)(torch.randn(32, 2048))`")
-    if not isinstance(module, nn.Module):
-        module = _wrap_function(module, module_text)
-    module.eval()
     torch.manual_seed(0)
-    inputs = tuple(_eval_user(t, scope) for t in arg_texts)
-    if not inputs or not all(isinstance(x, torch.Tensor) for x in inputs):
-        raise UserError(f"-c: the call's arguments must be tensors, e.g. torch.randn(32, 2048)")
+    args = tuple(_eval_user(t, scope) for t in arg_texts)
+    tensor_at = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+    if not tensor_at:
+        raise UserError("-c: the call takes no tensor; e.g. `nn.ReLU()(torch.randn(4, 4))`")
+    if not isinstance(module, nn.Module):
+        module = _wrap_function(module, module_text, args, tensor_at)
+    elif len(tensor_at) != len(args):
+        raise UserError("-c: a module's arguments must be tensors, e.g. torch.randn(32, 2048)")
+    module.eval()
+    inputs = tuple(args[i] for i in tensor_at)
 
     def fresh_inputs():
-        return tuple(_eval_user(t, scope) for t in arg_texts)
+        again = tuple(_eval_user(t, scope) for t in arg_texts)
+        return tuple(again[i] for i in tensor_at)
 
     name = _expr_name(call.func)
     return Workload(name=name, model=module, inputs=inputs, source=expr, origin="<expr>",
                     make_inputs=fresh_inputs)
 
 
-def _wrap_function(fn, text):
+def _wrap_function(fn, text, args, tensor_at):
+    """A module calling `fn` with the tensors as inputs and the other arguments fixed."""
     import torch.nn as nn
 
     if not callable(fn):
         raise UserError(f"-c: `{text}` is neither a module nor a function")
 
     class Fn(nn.Module):
-        def forward(self, *args):
-            return fn(*args)
+        def forward(self, *tensors):
+            full = list(args)
+            for i, t in zip(tensor_at, tensors):
+                full[i] = t
+            return fn(*full)
 
     return Fn()
 

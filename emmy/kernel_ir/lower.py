@@ -284,9 +284,8 @@ def _warp_scan(fn: _Fn, f: Fold) -> list[K.KStmt]:
     fn.bounds[at] = E + 31
     # Out-of-range lanes read a valid element and fold the identity in its place.
     safe = f"{chunk}_s"
-    inner.append(K.Index(safe, var(at)))
+    inner.append(K.Let(safe, "int", "literal", (f"{at}_ok ? {at} : {E - 1}",)))
     fn.bounds[safe] = E
-    inner += [K.If(f"!{at}_ok", (K.Set(safe, str(E - 1)),))] if E % 32 else []
     safe_env = {f.axis.var: lin(E - 1) - var(safe) if f.reverse else var(safe)}
     inner += _stmts(fn, value_part, "", safe_env, lane0_stores=False)
     v, ident = f"{accum.value}_in", f"{acc}_id"
@@ -474,9 +473,9 @@ def _literal(a: Scalar) -> str:
     if a.dtype.is_float:
         v = float(a.value)
         if v != v:
-            return "NAN"
+            return "EM_NAN"
         if v in (float("inf"), float("-inf")):
-            return "INFINITY" if v > 0 else "-INFINITY"
+            return "EM_INF" if v > 0 else "(-EM_INF)"
         text = repr(v)
         return text if a.dtype.compute is DType.F64 else f"{text}f"
     return f"{int(a.value)}LL" if a.dtype is DType.I64 else str(int(a.value))

@@ -4,11 +4,15 @@
 key of their defining expressions (loads first, then index values, accumulators, casts,
 arithmetic; literals last), never by SSA names, so the order does not depend on how the
 program was written. Loop variables enter keys as (kind, depth, extent), not by name.
+
+A key is flat: (rank, label, type, digest), the digest hashing the keys of the operands, so
+keys are cheap to compare however deep the expression.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 from emmy.loop_ir.ir import (Accum, CastTo, Compute, IndexValue, Init, Kernel, Load, Loop, Scalar,
                              Stmt)
@@ -33,8 +37,11 @@ def _sort_block(body: tuple[Stmt, ...], keys: "StructuralKeys") -> tuple[Stmt, .
     return tuple(out)
 
 
+CYCLE = (8, "cycle", "", "")  # an accumulator read while folding into itself
+
+
 class StructuralKeys:
-    """Keys that compare what values compute: `of(operand)` is a nested tuple."""
+    """Keys that compare what values compute: `of(operand)` is (rank, label, type, digest)."""
 
     def __init__(self, body: tuple[Stmt, ...]):
         self.defs: dict[str, Stmt] = {}
@@ -58,31 +65,61 @@ class StructuralKeys:
 
     def of(self, a: str | Scalar) -> tuple:
         if isinstance(a, Scalar):
-            return (9, str(a.dtype), repr(a.value))
+            return (9, str(a.dtype), repr(a.value), "")
         if a not in self._memo:
-            self._memo[a] = (8, "cycle")  # an accumulator read while folding into itself
-            self._memo[a] = self._compute(a)
+            self._fill(a)
         return self._memo[a]
+
+    def _fill(self, name: str) -> None:
+        """Compute the keys `name` depends on, operands first (by hand, not by recursion)."""
+        stack, started = [name], set()
+        while stack:
+            n = stack[-1]
+            if n in self._memo:
+                stack.pop()
+                continue
+            if n not in started:
+                started.add(n)
+                todo = [d for d in self._operands(n) if d not in self._memo and d not in started]
+                if todo:
+                    stack.extend(todo)
+                    continue
+            stack.pop()
+            self._memo[n] = self._compute(n)
+
+    def _operands(self, name: str) -> list[str]:
+        s = self.defs.get(name)
+        match s:
+            case Init():
+                return [f.value for f in self.folds.get(name, ())]
+            case CastTo():
+                return [s.arg]
+            case Compute():
+                return [a for a in s.args if isinstance(a, str)]
+        return []
+
+    def _key(self, a: str | Scalar) -> tuple:
+        return self.of(a) if isinstance(a, Scalar) else self._memo.get(a, CYCLE)
 
     def _compute(self, name: str) -> tuple:
         s = self.defs.get(name)
         match s:
             case Load():
-                return (1, s.buffer, tuple(self.lin(e) for e in s.index), str(s.dtype))
+                return _flat(1, s.buffer, s.dtype, tuple(self.lin(e) for e in s.index))
             case IndexValue():
-                return (2, self.lin(s.expr), str(s.dtype))
+                return _flat(2, "", s.dtype, self.lin(s.expr))
             case Init():
-                folds = tuple((self.of(f.value), self.lin(f.position) if f.position else ())
+                folds = tuple((self._key(f.value), self.lin(f.position) if f.position else ())
                               for f in self.folds.get(name, ()))
-                return (3, str(s.op), str(s.dtype), folds)
+                return _flat(3, str(s.op), s.dtype, folds)
             case CastTo():
-                return (4, str(s.dtype), self.of(s.arg))
+                return _flat(4, "", s.dtype, self._key(s.arg))
             case Compute():
-                args = [self.of(a) for a in s.args]
+                args = [self._key(a) for a in s.args]
                 if s.op in COMMUTATIVE:
                     args.sort()
-                return (5, str(s.op), str(s.dtype), tuple(args))
-        return (7, name)  # not defined in the kernel
+                return _flat(5, str(s.op), s.dtype, tuple(args))
+        return (7, name, "", "")  # not defined in the kernel
 
     def lin(self, e: Lin) -> tuple:
         terms = sorted((self._atom(atom), coef) for atom, coef in e.terms)
@@ -98,3 +135,7 @@ class StructuralKeys:
                 return ("m", self.lin(atom.num), atom.den)
         raise TypeError(f"not an index atom: {atom!r}")
 
+
+def _flat(rank: int, label: str, dtype, content) -> tuple:
+    digest = hashlib.sha256(repr((rank, label, str(dtype), content)).encode()).hexdigest()[:16]
+    return (rank, label, str(dtype), digest)

@@ -7,7 +7,9 @@ possible or not wanted:
 - a program output is stored: the caller reads it;
 - a scan is stored unless its only consumers are elementwise ops that reach a single output at
   the same positions: a scan runs in order along its axis, so other consumers read it from
-  memory. When the elementwise epilogue reaches one output, the output's kernel runs the scan.
+  memory. When the elementwise epilogue reaches one output, the output's kernel runs the scan;
+- a tensor the caller forces (`forced`, with the reason): lowering does so when inlining would
+  copy a reduction so often that a kernel grows past its budget.
 
 Outputs of the same shape that do not depend on each other through memory share one kernel
 (they are computed in the same loops and share their loads).
@@ -16,7 +18,7 @@ Outputs of the same shape that do not depend on each other through memory share 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from emmy.loop_ir.names import buffer_names, describe
 from emmy.tensor_ir.builder import operands
@@ -38,12 +40,17 @@ class FusionPlan:
     notes: tuple[str, ...]
 
 
-def plan_fusion(p: Program) -> FusionPlan:
-    """Choose the stored tensors, absorb scan epilogues, group outputs into kernels."""
+def plan_fusion(p: Program, forced: Mapping[str, str] | None = None) -> FusionPlan:
+    """Choose the stored tensors, absorb scan epilogues, group outputs into kernels.
+    `forced` maps tensors to store anyway to the reason why."""
     defs = {d.name: d for d in p.defs}
     users = _users(p)
     roots = [n for n in dict.fromkeys(p.outputs) if not isinstance(defs[n], Input)]
     notes: list[Callable[[Callable[[str], str]], str]] = []  # rendered once buffers are named
+    for name, why in (forced or {}).items():
+        if name not in roots:
+            roots.append(name)
+            notes.append(lambda at, n=name, why=why: f"`{n}` is materialized as {at(n)}: {why}")
     scan_of: dict[str, str] = {}  # root -> the scan its kernel runs
     for d in p.defs:
         if not isinstance(d, Scan):

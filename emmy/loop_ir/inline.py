@@ -9,6 +9,7 @@ its free loop variables, which is what decides where the loop nest computes it.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Union
 
@@ -99,11 +100,12 @@ class Dag:
             if n in seen:
                 continue
             seen[n] = None
-            stack.extend(reversed(_children(self.nodes[n])))
+            stack.extend(reversed(children(self.nodes[n])))
         return [n for n in seen if isinstance(self.nodes[n], NReduce)]
 
 
-def _children(node: Node) -> list[int]:
+def children(node: Node) -> list[int]:
+    """The nodes a node reads, in operand order."""
     match node:
         case NCompute():
             return [a for a in node.args if isinstance(a, int)]
@@ -114,65 +116,116 @@ def _children(node: Node) -> list[int]:
     return []
 
 
+class KernelTooLarge(Exception):
+    """The DAG passed its budget; `uses` counts the instances of each definition so far."""
+
+    def __init__(self, uses: Counter[str]):
+        super().__init__(f"kernel over budget; most copied: {uses.most_common(3)}")
+        self.uses = uses
+
+
 class Inliner:
-    """Builds the DAG of one kernel: `value(name, index)` is the node for `name[index]`."""
+    """Builds the DAG of one kernel: `value(name, index)` is the node for `name[index]`.
+
+    A definition read at n different indices is inlined n times; past `budget` nodes the
+    inliner gives up with KernelTooLarge, so that the caller can store something instead.
+    """
 
     def __init__(self, p: Program, loaded: dict[str, str], scan: str | None,
-                 out_vars: tuple[str, ...], dag: Dag):
+                 out_vars: tuple[str, ...], dag: Dag, budget: int | None = None):
         self.defs = {d.name: d for d in p.defs}
         self.loaded = loaded            # read from memory (inputs, other kernels' tensors) -> buffer
         self.scan = scan                # the scan this kernel runs, if any
         self.out_vars = out_vars
         self.dag = dag
+        self.budget = budget
+        self.uses: Counter[str] = Counter()
         self._memo: dict[tuple[str, tuple[Lin, ...]], int] = {}
         self._fresh = 0
 
     def value(self, name: str, index: tuple[Lin, ...]) -> int:
-        key = (name, index)
-        if key not in self._memo:
-            self._memo[key] = self._inline(name, index)
-        return self._memo[key]
+        """The node for `name[index]`, inlining what it reads first (depth first, by hand: a
+        long chain of definitions must not exhaust Python's recursion limit)."""
+        stack: list[tuple[str, tuple[Lin, ...], tuple | None]] = [(name, index, None)]
+        while stack:
+            at, where, plan = stack.pop()
+            if (at, where) in self._memo:
+                continue
+            if plan is None:
+                plan = self._plan(at, where)
+                stack.append((at, where, plan))
+                stack.extend((n, i, None) for n, i in reversed(plan[0]) if (n, i) not in self._memo)
+                continue
+            self.uses[at] += 1
+            self._memo[at, where] = self._make(at, where, plan)
+            if self.budget is not None and len(self.dag.nodes) > self.budget:
+                raise KernelTooLarge(self.uses)
+        return self._memo[name, index]
 
-    def _inline(self, name: str, index: tuple[Lin, ...]) -> int:
+    def _plan(self, name: str, index: tuple[Lin, ...]) -> tuple[list, tuple]:
+        """What `name[index]` reads, as (definition, index) pairs, and the loops it folds over."""
         d = self.defs[name]
-        dag = self.dag
+        if name in self.loaded:
+            return [], ()
+        match d:
+            case Elementwise():
+                return [(a, index) for a in d.args if isinstance(a, str)], ()
+            case Cast():
+                return [(d.arg, index)], ()
+            case IndexMap():
+                env = {axis_var(i): e for i, e in enumerate(index)}
+                return [(d.arg, tuple(symbolic.substitute(e, env, self.dag.extents)
+                                      for e in d.index))], ()
+            case Iota():
+                return [], ()
+            case Reduce():
+                loops, inner, kept = [], [], iter(index)
+                for axis, extent in enumerate(self.defs[d.arg].type.shape):
+                    if axis in d.axes:
+                        var = f"r{self._fresh}"
+                        self._fresh += 1
+                        self.dag.extents[var] = extent
+                        loops.append((var, extent))
+                        inner.append(symbolic.var(var))
+                    else:
+                        inner.append(next(kept))
+                return [(d.arg, tuple(inner))], tuple(loops)
+            case Scan() if name == self.scan:
+                if index != tuple(symbolic.var(v) for v in self.out_vars):
+                    raise InternalError(f"scan `{name}` read at {index}, not at its own positions")
+                return [(d.arg, index)], ()
+        raise InternalError(f"cannot inline `{name}` ({type(d).__name__}) into this kernel")
+
+    def _make(self, name: str, index: tuple[Lin, ...], plan: tuple[list, tuple]) -> int:
+        """The node for `name[index]`, once everything it reads has a node."""
+        d, dag = self.defs[name], self.dag
+        reads = [self._memo[r] for r in plan[0]]
         if name in self.loaded:
             free = frozenset().union(*(e.free_vars() for e in index))
             return dag.add(NLoad(self.loaded[name], index, d.type.dtype), free)
         match d:
             case Elementwise():
-                args = tuple(self.value(a, index) if isinstance(a, str) else a for a in d.args)
-                free = frozenset().union(*(dag.free[a] for a in args if isinstance(a, int)))
+                it = iter(reads)
+                args = tuple(next(it) if isinstance(a, str) else a for a in d.args)
+                free = frozenset().union(*(dag.free[a] for a in reads))
                 return dag.add(NCompute(d.op, args, d.type.dtype), free)
             case Cast():
-                arg = self.value(d.arg, index)
-                return dag.add(NCast(arg, d.type.dtype), dag.free[arg])
+                return dag.add(NCast(reads[0], d.type.dtype), dag.free[reads[0]])
             case IndexMap():
-                env = {axis_var(i): e for i, e in enumerate(index)}
-                inner = tuple(symbolic.substitute(e, env, dag.extents) for e in d.index)
-                return self.value(d.arg, inner)
+                return reads[0]
             case Iota():
                 expr = index[d.axis]
                 return dag.add(NIndex(expr, d.type.dtype), expr.free_vars())
             case Reduce():
-                return self._reduce(d, index)
-            case Scan() if name == self.scan:
-                return self._scan(d, index)
+                return self._reduce(d, plan[1], reads[0])
+            case Scan():
+                return dag.add(NScan(op=d.op, var=self.out_vars[d.axis], value=reads[0],
+                                     reverse=d.reverse, exclusive=d.exclusive,
+                                     dtype=d.type.dtype, source=d.name),
+                               frozenset(self.out_vars))
         raise InternalError(f"cannot inline `{name}` ({type(d).__name__}) into this kernel")
 
-    def _reduce(self, d: Reduce, index: tuple[Lin, ...]) -> int:
-        arg_shape = self.defs[d.arg].type.shape
-        loops, inner, kept = [], [], iter(index)
-        for axis, extent in enumerate(arg_shape):
-            if axis in d.axes:
-                var = f"r{self._fresh}"
-                self._fresh += 1
-                self.dag.extents[var] = extent
-                loops.append((var, extent))
-                inner.append(symbolic.var(var))
-            else:
-                inner.append(next(kept))
-        value = self.value(d.arg, tuple(inner))
+    def _reduce(self, d: Reduce, loops: tuple[tuple[str, int], ...], value: int) -> int:
         position = None
         if d.op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
             position = symbolic.lin(0)
@@ -181,17 +234,8 @@ class Inliner:
         own = {v for v, _ in loops}
         free = (self.dag.free[value] | (position.free_vars() if position else frozenset())) - own
         arg_type = self.defs[d.arg].type.dtype
-        node = self.dag.add(NReduce(op=d.op, loops=tuple(loops), value=value, position=position,
+        node = self.dag.add(NReduce(op=d.op, loops=loops, value=value, position=position,
                                     dtype=arg_type, source=d.name), free)
         if position is None and d.type.dtype is not arg_type:
             node = self.dag.add(NCast(node, d.type.dtype), free)
         return node
-
-    def _scan(self, d: Scan, index: tuple[Lin, ...]) -> int:
-        identity = tuple(symbolic.var(v) for v in self.out_vars)
-        if index != identity:
-            raise InternalError(f"scan `{d.name}` read at {index}, not at its own positions")
-        value = self.value(d.arg, index)
-        return self.dag.add(NScan(op=d.op, var=self.out_vars[d.axis], value=value,
-                                  reverse=d.reverse, exclusive=d.exclusive, dtype=d.type.dtype,
-                                  source=d.name), frozenset(self.out_vars))

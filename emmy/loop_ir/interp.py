@@ -222,8 +222,9 @@ class _Machine:
         for s in loop.body:
             if not isinstance(s, (Accum, Store)) and id(s) not in late:
                 self.stmt(s)
-        before: dict[str, _Acc] = {}
+        before: dict[str, np.ndarray] = {}
         after: dict[str, np.ndarray] = {}
+        start = {name: self.accs[name].value for name in running_accs}
         for s in own:
             acc = self.accs[s.acc]
             axis = self.axes[loop.var]
@@ -241,7 +242,9 @@ class _Machine:
                 self.stmt(s)
         for name in running_accs:  # after the loop: the value at its last iteration
             last = 0 if loop.reverse else -1
-            self.accs[name].value = np.take(after[name], [last], axis=self.axes[loop.var])
+            axis = self.axes[loop.var]
+            self.accs[name].value = (np.take(after[name], [last], axis=axis)
+                                     if after[name].shape[axis] else start[name])
 
 
 _ARG = (ReduceOp.ARGMAX, ReduceOp.ARGMIN)

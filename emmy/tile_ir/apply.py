@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from emmy.dtypes import DType
-from emmy.loop_ir.ir import Accum, Buffer, CastTo, Load, Store
+from emmy.loop_ir.ir import Accum, Buffer, Load, Store
 from emmy.schedule import decisions as dec
 from emmy.schedule.row import Row, make_row
 from emmy.schedule.targets import Target
-from emmy.symbolic import lin, var
+from emmy.symbolic import var
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, KernelKind, TileKernel
-from emmy.tile_ir.values import free, reads, substitute_item, value_types
+from emmy.tile_ir.values import free, reads, substitute_item, used, value_types
 from emmy.torch_ir.ir import TensorType
 
 
@@ -48,7 +47,7 @@ def apply_row(k: TileKernel, row: Row, target: Target) -> Applied:
         second_row = _map_row(second, d, target)
         a = apply_row(first, first_row, target)
         return Applied(a.parts + (Part(second, second_row, dec.read(second_row)),),
-                       a.temporaries + (stats,), a.zero_fill)
+                       a.temporaries + stats, a.zero_fill)
     if d.reduce is not None and d.reduce.method == "split":
         return split(k, row, d)
     return Applied((Part(k, row, d),), (), ())
@@ -67,36 +66,45 @@ def _map_row(k: TileKernel, d: dec.Decisions, target: Target) -> Row:
     raise AssertionError("v1x1 is always legal for a map kernel")
 
 
-def cut(k: TileKernel) -> tuple[TileKernel, TileKernel, Buffer]:
-    """Split at the last fold (a map after a reduce): statistics kernel, output-pass kernel."""
+def cut(k: TileKernel) -> tuple[TileKernel, TileKernel, tuple[Buffer, ...]]:
+    """Split at the last fold (a map after a reduce): statistics kernel, output-pass kernel.
+
+    Values the output pass reads that come from the folds are stored, one buffer each; the
+    job's other statements (loads, index values, arithmetic on them) are recomputed."""
     last = max(i for i, item in enumerate(k.body) if isinstance(item, Fold))
     out_pass: Fold = k.body[last]
     before, after = k.body[:last], k.body[last + 1:]
     types = value_types(before)
-    needed = [n for n in free((out_pass, *after)) if n in types]
+    folded = _fold_results(before)
+    recomputed = tuple(i for i in before if not isinstance(i, Fold) and not _reads_any(i, folded))
+    stored = [n for n in free((out_pass, *after)) if n in folded]
     jobs_shape = tuple(a.extent for a in k.grid)
-    stats_name = f"{k.name}_stats"
-    width = max(len(needed), 1)
-    wide = max((types[n] for n in needed), key=lambda t: t.itemsize, default=None)
-    stats_dtype = wide.compute if wide is not None and wide.is_float else (wide or DType.F32)
-    stats = Buffer(stats_name, TensorType((*jobs_shape, width), stats_dtype))
     grid_index = tuple(var(a.var) for a in k.grid)
-    saves = tuple(Store(stats_name, (*grid_index, lin(j)), n)
-                  for j, n in enumerate(needed))
-    first = replace(k, name=f"{k.name}_stat", kind=KernelKind.ROW,
-                    outputs=(stats,), body=before + saves, atomic=False)
-    restores: list = []
-    for j, n in enumerate(needed):
-        loaded = f"{n}_s" if types[n] != stats_dtype else n
-        restores.append(Load(loaded, stats_name, (*grid_index, lin(j)), stats_dtype))
-        if loaded != n:
-            restores.append(CastTo(n, loaded, types[n]))
-    out_axis = out_pass.axis
+    stats = tuple(Buffer(f"{k.name}_{n}", TensorType(jobs_shape, types[n])) for n in stored)
+    saves = tuple(Store(b.name, grid_index, n) for b, n in zip(stats, stored))
+    first = replace(k, name=f"{k.name}_stat", kind=KernelKind.ROW, outputs=stats,
+                    body=before + saves, atomic=False)
+    restores = tuple(Load(n, b.name, grid_index, types[n]) for b, n in zip(stats, stored))
+    rest = (*recomputed, *out_pass.body, *after)
     second = replace(k, name=f"{k.name}_apply", kind=KernelKind.MAP,
-                     inputs=tuple(b for b in k.inputs if reads((out_pass, *after), b.name)) + (stats,),
-                     grid=k.grid + (out_axis,),
-                     body=tuple(restores) + out_pass.body + after, atomic=False)
+                     inputs=tuple(b for b in k.inputs if reads(rest, b.name)) + stats,
+                     grid=k.grid + (out_pass.axis,), body=restores + rest, atomic=False)
     return first, second, stats
+
+
+def _fold_results(items) -> set[str]:
+    """Accumulators of the folds in `items` and every value computed from them."""
+    tainted: set[str] = set()
+    for i in items:
+        if isinstance(i, Fold):
+            tainted |= {a.acc for a in i.accs}
+        elif _reads_any(i, tainted) and hasattr(i, "dst"):
+            tainted.add(i.dst)
+    return tainted
+
+
+def _reads_any(item, names: set[str]) -> bool:
+    return bool(used((item,)) & names)
 
 
 def split(k: TileKernel, row: Row, d: dec.Decisions) -> Applied:

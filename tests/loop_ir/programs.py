@@ -10,8 +10,8 @@ import torch.nn as nn
 from emmy import symbolic
 from emmy.dtypes import DType, to_torch, tolerance
 from emmy.loop_ir import interp
-from emmy.loop_ir.ir import (Accum, Buffer, Compute, EwOp, Init, Kernel, Load, Loop, LoopKind,
-                             LoopProgram, ReduceOp, Store)
+from emmy.loop_ir.ir import (Buffer, Compute, EwOp, Kernel, Load, Loop, LoopKind, LoopProgram,
+                             Store)
 from emmy.loop_ir.lower import lower
 from emmy.loop_ir.verify import verify
 from emmy.tensor_ir import interp as tensor_interp

@@ -1,6 +1,5 @@
 """Kernel identity: equal for equivalent kernels, different otherwise, stable across runs."""
 
-import dataclasses
 import os
 import subprocess
 import sys

@@ -119,3 +119,25 @@ def test_missing_inputs_are_named():
     lp = check_torch(lambda x: x + 1, torch.randn(3))
     with pytest.raises(Exception, match="missing input"):
         interp.run(lp, {})
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0), ()])
+def test_empty_and_scalar_tensors(shape):
+    def make(b, x):
+        outs = [b.ew(EwOp.EXP, x)]
+        if shape:
+            outs += [b.reduce(ReduceOp.SUM, x, [0]), b.scan(ReduceOp.MAX, x, 0, exclusive=True)]
+        return tuple(outs)
+
+    p = program(shape, make)
+    check(p, random_feeds(p))
+
+
+def test_constant_duplicate_and_passthrough_outputs():
+    def make(b, x):
+        e = b.ew(EwOp.EXP, x)
+        return b.full((3, 4), 2.0, F32), e, e, x
+
+    p = program((3, 4), make)
+    lp = check(p, random_feeds(p))
+    assert lp.outputs[1] == lp.outputs[2] and lp.outputs[3].name == "x"

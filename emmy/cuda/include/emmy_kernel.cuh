@@ -5,6 +5,8 @@
 #include "emmy_intrinsics.cuh"
 
 #define EM_FULL 0xffffffffu
+#define EM_INF EMMY_INF_F32                  // NVRTC has no INFINITY / NAN macros
+#define EM_NAN __int_as_float(0x7fc00000)
 
 // --- types and conversions ---------------------------------------------------------------
 template <class A, class B> struct em_same { static constexpr bool value = false; };

@@ -1,0 +1,204 @@
+"""The space of real kernels: listed rows are legal, counting and sampling agree with listing,
+and a row drawn from the grammar is listed exactly when `check` accepts it."""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from emmy.frontend.workload import load_expr, load_file, parse_sets
+from emmy.pipeline import compile_to
+from emmy.schedule.row import make_row, parse
+from emmy.schedule.space import GRAMMAR, Space
+from emmy.schedule.targets import get_target
+from emmy.tile_ir.ir import KernelKind, TileKernel
+
+SM90 = get_target("sm_90a")
+SM80 = get_target("sm_80")
+
+WORKLOADS = {
+    "rmsnorm": lambda: load_expr("nn.RMSNorm(2048)(torch.randn(32, 2048))"),
+    "softmax": lambda: load_expr("nn.Softmax(-1)(torch.randn(8, 100))"),
+    "layernorm": lambda: load_expr("nn.LayerNorm(256)(torch.randn(16, 256))"),
+    "sum": lambda: load_expr("(lambda x: x.sum())(torch.randn(64, 128))"),
+    "cumsum": lambda: load_expr("(lambda x: torch.cumsum(x, 1))(torch.randn(8, 64))"),
+    "elementwise": lambda: load_expr("(lambda x: torch.exp(x) * 2 + 1)(torch.randn(4, 4))"),
+    "transpose": lambda: load_file("examples/transpose.py", parse_sets(["batch_size=2"])),
+    "attention": lambda: load_file("examples/attention.py", parse_sets(
+        ["batch_size=1", "heads=1", "seq_len=16", "head_dim=8"])),
+    "matmul": lambda: load_file("examples/matmul.py", parse_sets(["M=16", "K=32", "N=16"])),
+    # loads start one element past a row start: only v1 is aligned
+    "slice": lambda: load_expr("(lambda x: x[:, 1:] * 2)(torch.randn(4, 65))"),
+    # reduce -> map edge, but the output pass reads another buffer: PLACE without STAGE
+    "scale": lambda: load_expr("(lambda x, y: y * x.sum(-1, keepdim=True))"
+                               "(torch.randn(4, 64), torch.randn(4, 64))"),
+    # a reduce, then a scan reading it: a scan kernel with two folds
+    "cumsum_norm": lambda: load_expr("(lambda x: torch.cumsum(x, 1) / x.sum(1, keepdim=True))"
+                                     "(torch.randn(4, 64))"),
+}
+NAMES = tuple(WORKLOADS)
+MAP, ROW, SCAN = KernelKind.MAP, KernelKind.ROW, KernelKind.SCAN
+FULL = ("WORK", "TILE", "REDUCE", "STAGE", "PLACE")
+PURE = ("WORK", "TILE", "REDUCE")   # a pure reduction or a scan: nothing reused, no edge
+KINDS = {"rmsnorm": (ROW, FULL), "softmax": (ROW, FULL), "layernorm": (ROW, FULL),
+         "sum": (ROW, PURE), "cumsum": (SCAN, PURE), "elementwise": (MAP, ("WORK", "TILE")),
+         "transpose": (MAP, ("WORK", "TILE")), "slice": (MAP, ("WORK", "TILE")), "attention": (ROW, FULL), "matmul": (ROW, PURE),
+         "scale": (ROW, ("WORK", "TILE", "REDUCE", "PLACE")), "cumsum_norm": (SCAN, PURE)}
+
+
+@lru_cache(maxsize=None)
+def kernel(name: str) -> TileKernel:
+    tp = compile_to(WORKLOADS[name](), "tile")["tile"].program
+    assert len(tp.kernels) == 1, [k.name for k in tp.kernels]
+    return tp.kernels[0]
+
+
+@lru_cache(maxsize=None)
+def space(name: str, target: str = "sm_90a") -> Space:
+    return Space(kernel(name), get_target(target))
+
+
+@lru_cache(maxsize=None)
+def listed(name: str, target: str = "sm_90a") -> frozenset:
+    return frozenset(space(name, target).all_rows)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_kind_and_keys(name):
+    sp = space(name)
+    assert (sp.kernel.kind, sp.keys) == KINDS[name]
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("name", NAMES)
+def test_every_listed_row_is_legal(name, target):
+    sp = space(name, target)
+    rows = sp.all_rows
+    assert rows, "a kernel's space is never empty"
+    for row in rows:
+        assert row.keys == sp.keys
+        assert sp.check(row) == [], f"{row}: {[str(r) for r in sp.check(row)]}"
+        assert parse(str(row)) == row
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_count_matches_listing(name):
+    sp = space(name)
+    rows = list(sp.rows())
+    assert sp.count() == len(rows) == len(set(rows))
+    assert tuple(rows) == sp.all_rows
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_sample(name):
+    sp = space(name)
+    n = min(20, sp.count() // 2)
+    a = sp.sample(n, seed=1)
+    assert len(a) == n == len(set(a))
+    assert all(r in listed(name) for r in a)
+    assert sp.sample(n, seed=1) == a, "sampling is deterministic per seed"
+    assert Space(sp.kernel, sp.target).sample(n, seed=1) == a, "and per seed, not per object"
+    assert sp.sample(n, seed=2) != a
+    everything = sp.sample(sp.count() + 5, seed=3)
+    assert len(everything) == sp.count() and set(everything) == listed(name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_default_is_legal(name):
+    for target in ("sm_90a", "sm_80"):
+        sp = space(name, target)
+        row = sp.default()
+        assert sp.check(row) == [] and row in listed(name, target)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decision_points(name):
+    sp = space(name)
+    points = sp.decision_points()
+    assert [k for k, _ in points] == list(sp.keys)
+    for key, values in points:
+        assert values and set(values) <= set(GRAMMAR[key])
+        assert set(values) == {r[key] for r in sp.all_rows}
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "softmax", "layernorm", "attention"])
+def test_sm80_space_is_inside_sm90a_space(name):
+    """sm_80's limits are no looser than sm_90a's, so every row legal there is legal here."""
+    assert listed(name, "sm_80") <= listed(name, "sm_90a")
+
+
+def test_rmsnorm_sm80_loses_rows_to_shared_memory():
+    sp = space("rmsnorm", "sm_80")
+    lost = listed("rmsnorm", "sm_90a") - listed("rmsnorm", "sm_80")
+    for row in lost:
+        assert {r.rule for r in sp.check(row)} == {"stage.shared_budget"}
+
+
+def test_enumerating_rmsnorm_is_fast():
+    k = kernel("rmsnorm")
+    start = time.perf_counter()
+    n = sum(1 for _ in Space(k, SM90).rows())
+    elapsed = time.perf_counter() - start
+    assert n > 100
+    assert elapsed < 1.0, f"enumerating {n} rows took {elapsed:.2f} s"
+
+
+# --- listed never refused, refused never listed ---------------------------------------------
+
+@st.composite
+def grammar_rows(draw):
+    """A kernel, and a row with one grammar value for each of its keys."""
+    name = draw(st.sampled_from(NAMES))
+    target = draw(st.sampled_from(["sm_90a", "sm_80"]))
+    keys = space(name, target).keys
+    return name, target, make_row({k: draw(st.sampled_from(GRAMMAR[k])) for k in keys})
+
+
+@st.composite
+def near_legal_rows(draw):
+    """A listed row with one decision replaced by any grammar value: rows at the boundary."""
+    name = draw(st.sampled_from(NAMES))
+    target = draw(st.sampled_from(["sm_90a", "sm_80"]))
+    sp = space(name, target)
+    row = draw(st.sampled_from(sp.all_rows))
+    key = draw(st.sampled_from(sp.keys))
+    return name, target, row.replace(key, draw(st.sampled_from(GRAMMAR[key])))
+
+
+def _agrees(name, target, row):
+    refusals = space(name, target).check(row)
+    assert (refusals == []) == (row in listed(name, target)), \
+        f"{name} on {target}: {row}: {[str(r) for r in refusals]}"
+    for r in refusals:
+        assert r.reason and r.rule and r.key in row.keys
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grammar_rows())
+def test_grammar_rows_are_legal_iff_listed(case):
+    _agrees(*case)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(near_legal_rows())
+def test_near_legal_rows_are_legal_iff_listed(case):
+    _agrees(*case)
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "cumsum", "elementwise", "sum"])
+def test_whole_grammar_is_legal_iff_listed(name):
+    """Exhaustively for a few kernels: every grammar row, checked against the listing."""
+    import itertools
+
+    sp = space(name)
+    legal = 0
+    for values in itertools.product(*(GRAMMAR[k] for k in sp.keys)):
+        row = make_row(dict(zip(sp.keys, values)))
+        ok = sp.check(row) == []
+        assert ok == (row in listed(name)), str(row)
+        legal += ok
+    assert legal == sp.count()
