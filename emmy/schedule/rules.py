@@ -83,6 +83,8 @@ def vector_bytes(c: Ctx) -> str | None:
 
 
 def vector_divides_axis(c: Ctx) -> str | None:
+    if not c.facts.axes and c.tile.vec > 1:
+        return "the kernel computes a single element; there is nothing to vectorize (v1)"
     for var, extent in c.facts.axes:
         if extent % c.tile.vec:
             return f"axis {var} has {extent} elements, not a multiple of the vector width {c.tile.vec}"
@@ -114,12 +116,6 @@ def method_fits_work(c: Ctx) -> str | None:
         spelled = " or ".join("split:K:atomic|combine" if m == "split" else m for m in allowed)
         return (f"{c.reduce.method} does not fit WORK={c.work.mode}:{c.work.count} "
                 f"({c.work.lanes} lane(s) per job); use {spelled}")
-    return None
-
-
-def scan_methods(c: Ctx) -> str | None:
-    if c.facts.kind is KernelKind.SCAN and c.reduce.method == "smem":
-        return "scans combine lanes with shuffles (serial or shuffle)"
     return None
 
 
@@ -213,7 +209,6 @@ RULES: tuple[Rule, ...] = (
     Rule("tile.vector_aligned", "TILE", vector_aligned),
     Rule("tile.scan_vector", "TILE", scan_vector),
     Rule("reduce.method_fits_work", "REDUCE", method_fits_work),
-    Rule("reduce.scan_methods", "REDUCE", scan_methods),
     Rule("reduce.split_needs_pure_reduction", "REDUCE", split_needs_pure_reduction),
     Rule("reduce.split_ops", "REDUCE", split_ops),
     Rule("reduce.split_fits_axis", "REDUCE", split_fits_axis),

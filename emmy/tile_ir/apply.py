@@ -138,10 +138,10 @@ def split(k: TileKernel, row: Row, d: dec.Decisions) -> Applied:
     partial = replace(k, name=f"{k.name}_partial", grid=grid, kind=KernelKind.ROW,
                       outputs=tuple(temps), body=k.body[:fold_i] + (sliced, *saves))
     combine_fold = Fold(FoldKind.REDUCE, Axis("k", K), fold.accs, tuple(loads) + tuple(accs))
+    combine_body = k.body[:fold_i] + (combine_fold,) + k.body[fold_i + 1:]
     combine = replace(k, name=f"{k.name}_combine", kind=KernelKind.ROW,
-                      inputs=tuple(temps) + tuple(b for b in k.inputs if reads(
-                          k.body[fold_i + 1:], b.name)),
-                      body=k.body[:fold_i] + (combine_fold,) + k.body[fold_i + 1:])
+                      inputs=tuple(b for b in k.inputs if reads(combine_body, b.name)) + tuple(temps),
+                      body=combine_body)
     combine_row = make_row({"WORK": "thread:128", "TILE": "v1x1", "REDUCE": "serial"})
     return Applied((Part(partial, part_row, dec.read(part_row)),
                     Part(combine, combine_row, dec.read(combine_row))), tuple(temps), ())

@@ -40,6 +40,7 @@ EW = "(lambda x: torch.exp(x) * 2 + 1)(torch.randn(4, 4))"
 MAP_102 = "(lambda x: x * 2)(torch.randn(102))"
 SLICE = "(lambda x: x[:, 1:] * 2)(torch.randn(4, 65))"        # loads start at odd offsets
 SUM_102 = "(lambda x: x.sum())(torch.randn(102))"
+SCALAR = "(lambda x: x * 2)(torch.randn(()))"                  # a map of one element
 SUM_2D = "(lambda x: x.sum())(torch.randn(64, 128))"          # 8192 elements, one job
 ARGMAX = "(lambda x: torch.argmax(x, 1))(torch.randn(8, 64))"
 AMAX = "(lambda x: torch.amax(x, 1))(torch.randn(8, 64))"
@@ -87,6 +88,8 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
          ("axis a0 has 102 elements", "not a multiple of the vector width 4")),
         (SUM_102, "sm_90a", "WORK=block:32 TILE=v4x1 REDUCE=shuffle",
          ("axis a0 has 102 elements", "vector width 4")),
+        (SCALAR, "sm_90a", "WORK=thread:32 TILE=v2x1",
+         ("single element", "nothing to vectorize")),
     ],
     "tile.vector_aligned": [
         (SLICE, "sm_90a", "WORK=thread:32 TILE=v2x1",
@@ -105,12 +108,6 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
         (RMS, "sm_90a", "WORK=block:256 TILE=v4x1 REDUCE=serial STAGE=direct PLACE=fuse",
          ("serial does not fit WORK=block:256", "256 lane(s) per job",
           "use shuffle or smem or split:K:atomic|combine")),
-    ],
-    # A scan + smem row is always refused twice: smem needs WORK=block (method_fits_work) and
-    # a scan refuses WORK=block (scan_modes), so scan_methods never refuses alone.
-    "reduce.scan_methods": [
-        (CUMSUM, "sm_90a", "WORK=block:64 TILE=v1x1 REDUCE=smem",
-         ("scans combine lanes with shuffles",)),
     ],
     "reduce.split_needs_pure_reduction": [
         (RMS, "sm_90a", "WORK=block:256 TILE=v1x1 REDUCE=split:2:combine STAGE=direct PLACE=fuse",
@@ -160,7 +157,7 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
 }
 
 # Rules that cannot refuse a row alone, with the rules that always refuse it too.
-ALSO_REFUSED = {"reduce.scan_methods": {"work.scan_modes"}}
+ALSO_REFUSED: dict[str, set[str]] = {}
 
 PARAMS = [pytest.param(rule, *case, id=f"{rule}-{i}")
           for rule, cases in CASES.items() for i, case in enumerate(cases)]

@@ -31,6 +31,12 @@ WORKLOADS = {
     "attention": lambda: load_file("examples/attention.py", parse_sets(
         ["batch_size=1", "heads=1", "seq_len=16", "head_dim=8"])),
     "matmul": lambda: load_file("examples/matmul.py", parse_sets(["M=16", "K=32", "N=16"])),
+    # f16 rows: cp.async needs v2 or wider
+    "rmsnorm_f16": lambda: load_expr("nn.RMSNorm(2048)(torch.randn(32, 2048).half())"),
+    # 102 = 2 × 51: only v1 and v2 divide the axis, and only 2, 3, 6, 17 … slices
+    "sum_102": lambda: load_expr("(lambda x: x.sum())(torch.randn(102))"),
+    "argmax": lambda: load_expr("(lambda x: torch.argmax(x, 1))(torch.randn(8, 64))"),
+    "amax": lambda: load_expr("(lambda x: torch.amax(x, 1))(torch.randn(8, 64))"),
     # loads start one element past a row start: only v1 is aligned
     "slice": lambda: load_expr("(lambda x: x[:, 1:] * 2)(torch.randn(4, 65))"),
     # reduce -> map edge, but the output pass reads another buffer: PLACE without STAGE
@@ -45,7 +51,8 @@ MAP, ROW, SCAN = KernelKind.MAP, KernelKind.ROW, KernelKind.SCAN
 FULL = ("WORK", "TILE", "REDUCE", "STAGE", "PLACE")
 PURE = ("WORK", "TILE", "REDUCE")   # a pure reduction or a scan: nothing reused, no edge
 KINDS = {"rmsnorm": (ROW, FULL), "softmax": (ROW, FULL), "layernorm": (ROW, FULL),
-         "sum": (ROW, PURE), "cumsum": (SCAN, PURE), "elementwise": (MAP, ("WORK", "TILE")),
+         "sum": (ROW, PURE), "rmsnorm_f16": (ROW, FULL), "sum_102": (ROW, PURE),
+         "argmax": (ROW, PURE), "amax": (ROW, PURE), "cumsum": (SCAN, PURE), "elementwise": (MAP, ("WORK", "TILE")),
          "transpose": (MAP, ("WORK", "TILE")), "slice": (MAP, ("WORK", "TILE")), "attention": (ROW, FULL), "matmul": (ROW, PURE),
          "scale": (ROW, ("WORK", "TILE", "REDUCE", "PLACE")), "cumsum_norm": (SCAN, PURE)}
 
@@ -136,6 +143,31 @@ def test_rmsnorm_sm80_loses_rows_to_shared_memory():
     lost = listed("rmsnorm", "sm_90a") - listed("rmsnorm", "sm_80")
     for row in lost:
         assert {r.rule for r in sp.check(row)} == {"stage.shared_budget"}
+
+
+def test_made_up_targets_narrow_the_space():
+    """Limits no real target hits within the grammar still shape the space."""
+    import dataclasses
+
+    from emmy.schedule import decisions as dec
+
+    small = dataclasses.replace(SM90, name="small512", max_threads_per_block=512)
+    no_async = dataclasses.replace(SM90, name="sm_75", has_cp_async=False)
+    k = kernel("rmsnorm")
+    full = listed("rmsnorm")
+    assert set(Space(k, small).all_rows) == {
+        r for r in full if dec.read_work(r["WORK"]).threads <= 512}
+    assert set(Space(k, no_async).all_rows) == {r for r in full if r["STAGE"] != "smem:async"}
+
+
+def test_split_rows_are_listed_for_pure_reductions_only():
+    """matmul's 32-element reduction is too short to split over 32+ lanes × 2+ blocks."""
+    for name in NAMES:
+        splits = {r["REDUCE"].split(":")[2] for r in space(name).all_rows
+                  if "REDUCE" in r.keys and r["REDUCE"].startswith("split")}
+        want = {"sum": {"atomic", "combine"}, "sum_102": {"atomic", "combine"},
+                "amax": {"combine"}}.get(name, set())
+        assert splits == want, name
 
 
 def test_enumerating_rmsnorm_is_fast():
