@@ -1,0 +1,190 @@
+"""The compiler's checked API for exploring schedules: one Evaluator per workload.
+
+Everything an explorer (a person, the built-in search, an LLM agent) may do goes through here:
+list the kernels and their spaces, check a row (free), and evaluate one — legality, NVRTC
+compile, correctness against PyTorch on fresh inputs, then a time: measured on a GPU (CUDA
+events), else modeled by the cost model, and always labelled with its method.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from emmy.errors import UserError
+from emmy.pipeline import STAGE_NAMES, Options, compile_to, show
+from emmy.schedule.row import RowError, parse
+from emmy.schedule.space import Space
+from emmy.schedule.targets import get_target
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    name: str
+    kind: str
+    identity: str
+    keys: tuple[str, ...]
+    count: int
+    default_row: str
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    kernel: str
+    row: str
+    verdict: str                    # illegal | compile_error | incorrect | crash | timeout | ok
+    reasons: tuple[str, ...]
+    kernel_hash: str
+    resources: dict | None = None   # registers, shared_bytes, spill bytes (from ptxas)
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    timing: dict | None = None      # method, median_us, p10_us, p90_us, n
+    baselines: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "ok"
+
+
+class Evaluator:
+    """Schedules of one workload's kernels on one target."""
+
+    def __init__(self, workload, target: str = "sm_90a", *, device: str = "auto"):
+        self.workload = workload
+        self.target = get_target(target).name
+        self._target = get_target(target)
+        self.device = _pick_device(device)
+        base = compile_to(workload, "tile", Options(target=self.target))
+        self._graph = base["torch"]
+        self._tile = base["tile"].program
+        self._spaces = {k.name: Space(k, self._target) for k in self._tile.kernels}
+
+    @property
+    def workload_name(self) -> str:
+        return self.workload.name
+
+    def kernels(self) -> list[KernelInfo]:
+        return [KernelInfo(k.name, str(k.kind), k.identity, s.keys, s.count(), str(s.default()))
+                for k, s in ((k, self._spaces[k.name]) for k in self._tile.kernels)]
+
+    def space(self, kernel: str) -> Space:
+        if kernel not in self._spaces:
+            raise UserError(f"no kernel `{kernel}`; the kernels are {', '.join(self._spaces)}")
+        return self._spaces[kernel]
+
+    def decision_points(self, kernel: str) -> list[tuple[str, list[str]]]:
+        return self.space(kernel).decision_points()
+
+    def sample_rows(self, kernel: str, n: int, seed: int = 0) -> list[str]:
+        return [str(r) for r in self.space(kernel).sample(n, seed)]
+
+    def all_rows(self, kernel: str) -> list[str]:
+        return [str(r) for r in self.space(kernel).all_rows]
+
+    def check(self, kernel: str, row: str) -> list[str]:
+        """Why `row` is illegal for `kernel` (empty when legal). Free: compiles nothing."""
+        try:
+            parsed = parse(row)
+        except RowError as e:
+            return [str(e)]
+        return [str(r) for r in self.space(kernel).check(parsed)]
+
+    def program(self, kernel: str, row: str):
+        """The CUDA program with `row` on `kernel` and the default rows elsewhere."""
+        return compile_to(self.workload, "cuda", Options(self.target, {kernel: row}))["cuda"]
+
+    def read_ir(self, stage: str, kernel: str | None = None, row: str | None = None) -> str:
+        if stage not in STAGE_NAMES:
+            raise UserError(f"unknown stage `{stage}`; stages are {', '.join(STAGE_NAMES)}")
+        rows = {kernel: row} if kernel and row else {}
+        result = compile_to(self.workload, stage, Options(self.target, rows))[stage]
+        return show(stage, result)
+
+    def estimate_us(self, kernel: str, row: str) -> float | None:
+        """The cost model's time for the whole program with this row, in microseconds."""
+        estimate = self._estimate(self.program(kernel, row))
+        return None if estimate is None else estimate.seconds * 1e6
+
+    def evaluate(self, kernel: str, row: str) -> Evaluation:
+        """Legality -> NVRTC compile -> correctness on the workload's inputs -> time."""
+        t0 = time.perf_counter()
+        k = next((k for k in self._tile.kernels if k.name == kernel), None)
+        if k is None:
+            raise UserError(f"no kernel `{kernel}`; the kernels are {', '.join(self._spaces)}")
+        reasons = self.check(kernel, row)
+        if reasons:
+            return Evaluation(kernel, row, "illegal", tuple(reasons), k.identity,
+                              seconds=time.perf_counter() - t0)
+        prog = self.program(kernel, row)
+        unit = next(u for u in prog.units if u.kernel == kernel)
+        resources, failure = self._compile(unit)
+        if failure:
+            return Evaluation(kernel, row, "compile_error", (failure,), k.identity,
+                              seconds=time.perf_counter() - t0)
+        verdict, reasons, abs_err, rel_err = self._check(prog)
+        timing = None
+        if verdict == "ok":
+            timing = self._time(prog)
+        return Evaluation(kernel, row, verdict, reasons, k.identity, resources, abs_err, rel_err,
+                          timing, {}, time.perf_counter() - t0)
+
+    # --- the steps ----------------------------------------------------------------------------
+
+    def _compile(self, unit) -> tuple[dict | None, str | None]:
+        from emmy.cuda.nvrtc import compile_cuda
+
+        result = compile_cuda(unit.source, self._target)
+        if not result.ok:
+            return None, "\n".join(result.errors[:8]) or result.log[-2000:]
+        per_fn = {}
+        for launch in unit.launches:
+            r = result.resources_of(launch.function)
+            per_fn[launch.function] = {"registers": r.registers, "shared_bytes": r.shared_bytes,
+                                       "dynamic_shared_bytes": launch.shared_bytes,
+                                       "spill_bytes": r.spill_store_bytes + r.spill_load_bytes}
+        return per_fn, None
+
+    def _check(self, prog):
+        from emmy.check import check_cuda_program
+
+        report, failed = check_cuda_program(self.workload, self._graph, prog)
+        if report is None:
+            return failed.status, (f"{failed.failed}: {failed.log[-1500:]}",), None, None
+        worst_abs = max((o.max_abs for o in report.outputs), default=0.0)
+        worst_rel = max((o.max_rel for o in report.outputs), default=0.0)
+        if not report.ok:
+            bad = [f"{o.name}: max abs err {o.max_abs:.3g} > atol {o.atol:g} + rtol {o.rtol:g}·|ref|"
+                   for o in report.outputs if not o.ok]
+            return "incorrect", tuple(bad), worst_abs, worst_rel
+        return "ok", (), worst_abs, worst_rel
+
+    def _time(self, prog) -> dict | None:
+        estimate = self._estimate(prog)
+        if estimate is None:
+            return None
+        us = estimate.seconds * 1e6
+        return {"method": "modeled", "median_us": us, "p10_us": us, "p90_us": us, "n": 1}
+
+    def _estimate(self, prog):
+        try:
+            from emmy.runtime.costmodel import estimate_program
+        except ImportError:
+            return None
+        return estimate_program(prog, self._target)
+
+
+def _pick_device(device: str) -> str:
+    if device not in ("auto", "cpu", "gpu"):
+        raise UserError(f"device must be auto, cpu or gpu, not `{device}`")
+    if device == "cpu":
+        return "cpu"
+    try:
+        from emmy.runtime.gpu import gpu_available
+    except ImportError:
+        available = False
+    else:
+        available = gpu_available()
+    if device == "gpu" and not available:
+        raise UserError("no CUDA GPU is available here (device=gpu); use device=auto or cpu")
+    return "gpu" if available else "cpu"
