@@ -63,7 +63,7 @@ def _stmt(s: K.KStmt, depth: int) -> list[str]:
         case K.Fold():
             return [_fold(s)]
         case K.For(var=v, start=a, stop=b, step=st, body=body, unroll=unroll):
-            head = [f"#pragma unroll"] if unroll else []
+            head = ["#pragma unroll"] if unroll else []
             return head + [f"for (int {v} = {_ix(a)}; {v} < {_ix(b)}; {v} += {st}) {{",
                            *_inner(body, depth), "}"]
         case K.If(cond=c, body=body):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import runpy
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path

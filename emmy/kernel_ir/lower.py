@@ -125,7 +125,7 @@ def _decode(fn: _Fn, flat: str, axes, extent_total: int) -> list[K.KStmt]:
 # --- job kernels (rows, scans) --------------------------------------------------------------
 
 def _lower_jobs(fn: _Fn) -> tuple[tuple[K.KStmt, ...], int]:
-    k, w, t = fn.k, fn.d.work, fn.d.tile
+    k, w = fn.k, fn.d.work
     L, J = w.lanes, w.jobs_per_block
     grid = -(-k.jobs // J)
     fn.bounds |= {"tid": w.threads, "bid": grid}

@@ -22,7 +22,8 @@ from emmy.errors import InternalError, UserError
 from emmy.loop_ir.dataflow import defined, modified, reads
 from emmy.loop_ir.ir import (Accum, CastTo, Compute, IndexValue, Init, Kernel, Load, Loop,
                              LoopKind, LoopProgram, ReduceOp, Stmt, Store)
-from emmy.loop_ir.semantics import apply_op, fold, identity, round_to, running, to_compute
+from emmy.loop_ir.semantics import apply_op, fold, round_to, running, to_compute
+from emmy.tensor_ir.semantics import as_numpy, identity
 
 MAX_ELEMENTS = 1 << 24  # the most elements one statement's array may have before chunking
 
@@ -34,7 +35,7 @@ def run(lp: LoopProgram, inputs: Mapping[str, Any]) -> list[np.ndarray]:
         if b.name not in inputs:
             raise UserError(f"missing input `{b.name}`; the program takes "
                             + ", ".join(i.name for i in lp.inputs))
-        buffers[b.name] = round_to(_as_numpy(inputs[b.name]).astype(to_numpy(b.type.dtype)),
+        buffers[b.name] = round_to(as_numpy(inputs[b.name]).astype(to_numpy(b.type.dtype)),
                                    b.type.dtype).reshape(b.type.shape)
     for b in lp.intermediates + lp.outputs:
         if b.name not in buffers:
@@ -62,15 +63,6 @@ def run_kernel(k: Kernel, buffers: dict[str, np.ndarray]) -> None:
     for start in range(0, loop.extent, step):
         ranges = {loop.var: (start, min(loop.extent, start + step))}
         _Machine(axes, buffers, types, ranges).block(k.body)
-
-
-def _as_numpy(value) -> np.ndarray:
-    if hasattr(value, "detach"):
-        value = value.detach().cpu()
-        if str(value.dtype) == "torch.bfloat16":
-            value = value.float()
-        return value.numpy()
-    return np.asarray(value)
 
 
 def _axes(body: tuple[Stmt, ...], depth: int = 0, out: dict[str, int] | None = None) -> dict[str, int]:

@@ -6,7 +6,6 @@ bf16 values live in float32 arrays, rounded to bf16 after every definition.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 import numpy as np
@@ -14,39 +13,9 @@ import numpy as np
 from emmy.dtypes import DType, to_numpy
 from emmy.errors import InternalError, UserError
 from emmy.symbolic import evaluate
-from emmy.tensor_ir.ir import (Cast, Def, Elementwise, EwOp, IndexMap, Input, InputKind, Iota,
+from emmy.tensor_ir.semantics import REDUCE, RUNNING, UFUNC, as_numpy
+from emmy.tensor_ir.ir import (Cast, Def, Elementwise, IndexMap, Input, InputKind, Iota,
                                Program, Reduce, ReduceOp, Scan, axis_var)
-
-def _sigmoid(x):
-    return 1 / (1 + np.exp(-x))
-
-
-_ERF = np.frompyfunc(math.erf, 1, 1)
-
-
-def _erf(x):
-    return _ERF(x).astype(x.dtype)
-
-
-_UFUNC = {
-    EwOp.NEG: np.negative, EwOp.ABS: np.abs, EwOp.EXP: np.exp, EwOp.LOG: np.log,
-    EwOp.LOG1P: np.log1p, EwOp.EXPM1: np.expm1, EwOp.SQRT: np.sqrt,
-    EwOp.RSQRT: lambda x: 1 / np.sqrt(x), EwOp.SIN: np.sin, EwOp.COS: np.cos,
-    EwOp.TANH: np.tanh, EwOp.SIGMOID: _sigmoid, EwOp.ERF: _erf,
-    EwOp.FLOOR: np.floor, EwOp.CEIL: np.ceil, EwOp.SIGN: np.sign,
-    EwOp.RECIPROCAL: lambda x: 1 / x, EwOp.NOT: np.logical_not,
-    EwOp.ADD: np.add, EwOp.SUB: np.subtract, EwOp.MUL: np.multiply, EwOp.DIV: np.divide,
-    EwOp.POW: np.power, EwOp.MAX: np.maximum, EwOp.MIN: np.minimum,
-    EwOp.LT: np.less, EwOp.LE: np.less_equal, EwOp.GT: np.greater, EwOp.GE: np.greater_equal,
-    EwOp.EQ: np.equal, EwOp.NE: np.not_equal, EwOp.AND: np.logical_and, EwOp.OR: np.logical_or,
-    EwOp.WHERE: np.where,
-}
-
-_REDUCE = {ReduceOp.SUM: np.sum, ReduceOp.PROD: np.prod, ReduceOp.MAX: np.max,
-           ReduceOp.MIN: np.min}
-_SCAN = {ReduceOp.SUM: np.cumsum, ReduceOp.PROD: np.cumprod,
-         ReduceOp.MAX: np.maximum.accumulate, ReduceOp.MIN: np.minimum.accumulate}
-
 
 def _identity(op: ReduceOp, dtype: np.dtype):
     """The value an exclusive scan starts from."""
@@ -106,21 +75,11 @@ def _input(d: Input, program: Program, inputs) -> np.ndarray:
     return _convert(as_numpy(value), d.type.dtype)
 
 
-def as_numpy(value) -> np.ndarray:
-    """A torch tensor or array-like as a numpy array (bf16 becomes float32)."""
-    if hasattr(value, "detach"):
-        value = value.detach().cpu()
-        if str(value.dtype) == "torch.bfloat16":
-            value = value.float()
-        return value.numpy()
-    return np.asarray(value)
-
-
 def _elementwise(d: Elementwise, env) -> np.ndarray:
     args = [env[a] if isinstance(a, str) else np.asarray(a.value, dtype=to_numpy(a.dtype))
             for a in d.args]
     args = [a.astype(np.float32) if a.dtype == np.float16 else a for a in args]  # f16 computes in f32
-    out = _UFUNC[d.op](*args)
+    out = UFUNC[d.op](*args)
     return np.broadcast_to(out, d.type.shape).astype(to_numpy(d.type.dtype))
 
 
@@ -156,8 +115,8 @@ def _index_map(d: IndexMap, arg: np.ndarray) -> np.ndarray:
 
 
 def _reduce(d: Reduce, arg: np.ndarray) -> np.ndarray:
-    if d.op in _REDUCE:
-        return _REDUCE[d.op](arg, axis=d.axes).astype(arg.dtype)
+    if d.op not in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
+        return REDUCE[d.op](arg, axis=d.axes).astype(arg.dtype)
     kept = [i for i in range(arg.ndim) if i not in d.axes]
     moved = np.transpose(arg, kept + list(d.axes))
     flat = moved.reshape(moved.shape[:len(kept)] + (-1,))
@@ -172,5 +131,5 @@ def _scan(d: Scan, arg: np.ndarray) -> np.ndarray:
         pad[d.axis] = (1, 0)
         x = np.pad(x, pad, constant_values=_identity(d.op, x.dtype))
         x = np.take(x, range(arg.shape[d.axis]), axis=d.axis)
-    out = _SCAN[d.op](x, axis=d.axis).astype(arg.dtype)
+    out = RUNNING[d.op](x, axis=d.axis).astype(arg.dtype)
     return np.flip(out, d.axis) if d.reverse else out

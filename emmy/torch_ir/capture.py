@@ -6,7 +6,7 @@ import re
 import warnings
 from typing import Any
 
-from emmy.dtypes import DType, from_torch
+from emmy.dtypes import from_torch
 from emmy.errors import UserError
 from emmy.torch_ir.ir import Arg, Graph, InputKind, Node, Placeholder, Ref, TensorType
 

@@ -1,0 +1,59 @@
+"""What each Tensor IR operation computes, on numpy arrays: the interpreters' shared tables."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from emmy.dtypes import DType, to_numpy
+from emmy.tensor_ir.ir import EwOp, ReduceOp
+
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+UFUNC = {
+    EwOp.NEG: np.negative, EwOp.ABS: np.abs, EwOp.EXP: np.exp, EwOp.LOG: np.log,
+    EwOp.LOG1P: np.log1p, EwOp.EXPM1: np.expm1, EwOp.SQRT: np.sqrt,
+    EwOp.RSQRT: lambda x: 1 / np.sqrt(x), EwOp.SIN: np.sin, EwOp.COS: np.cos,
+    EwOp.TANH: np.tanh, EwOp.SIGMOID: lambda x: 1 / (1 + np.exp(-x)),
+    EwOp.ERF: lambda x: _ERF(x).astype(np.asarray(x).dtype),
+    EwOp.FLOOR: np.floor, EwOp.CEIL: np.ceil, EwOp.SIGN: np.sign,
+    EwOp.RECIPROCAL: lambda x: 1 / x, EwOp.NOT: np.logical_not,
+    EwOp.ADD: np.add, EwOp.SUB: np.subtract, EwOp.MUL: np.multiply, EwOp.DIV: np.divide,
+    EwOp.POW: np.power, EwOp.MAX: np.maximum, EwOp.MIN: np.minimum,
+    EwOp.LT: np.less, EwOp.LE: np.less_equal, EwOp.GT: np.greater, EwOp.GE: np.greater_equal,
+    EwOp.EQ: np.equal, EwOp.NE: np.not_equal, EwOp.AND: np.logical_and, EwOp.OR: np.logical_or,
+    EwOp.WHERE: np.where,
+}
+
+REDUCE = {ReduceOp.SUM: np.sum, ReduceOp.PROD: np.prod, ReduceOp.MAX: np.max,
+           ReduceOp.MIN: np.min, ReduceOp.ARGMAX: np.max, ReduceOp.ARGMIN: np.min}
+COMBINE = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MAX: np.maximum,
+            ReduceOp.MIN: np.minimum}
+RUNNING = {ReduceOp.SUM: np.cumsum, ReduceOp.PROD: np.cumprod,
+            ReduceOp.MAX: np.maximum.accumulate, ReduceOp.MIN: np.minimum.accumulate}
+
+
+def identity(op: ReduceOp, dtype: DType):
+    """The value an accumulator starts from: 0 for add, -inf (or the least value) for max, …"""
+    if op is ReduceOp.SUM:
+        return 0
+    if op is ReduceOp.PROD:
+        return 1
+    high = op in (ReduceOp.MIN, ReduceOp.ARGMIN)
+    if dtype is DType.BOOL:
+        return high
+    if dtype.is_float:
+        return math.inf if high else -math.inf
+    info = np.iinfo(to_numpy(dtype))
+    return info.max if high else info.min
+
+
+def as_numpy(value) -> np.ndarray:
+    """A torch tensor or array-like as a numpy array (bf16 widened to float32, which numpy lacks)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":
+            value = value.float()
+        return value.numpy()
+    return np.asarray(value)
