@@ -1,0 +1,111 @@
+"""One test per user mistake: each gets a clear message and exit code 2, never a traceback."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from emmy.cli import main
+
+RMS_FILE = "examples/rmsnorm.py"
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return rc, out, err
+
+
+def test_unsupported_op_names_the_op_and_the_line(tmp_path, capsys):
+    path = tmp_path / "sorter.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.sort(x, dim=1).values
+
+        def get_inputs():
+            return [torch.randn(4, 8)]
+
+        def get_init_inputs():
+            return []
+    """))
+    rc, _, err = run(capsys, "compile", str(path), "--ir", "tensor")
+    assert rc == 2
+    assert "unsupported op `sort" in err and "sorter.py:7" in err and "emmy ops" in err
+
+
+def test_ops_lists_the_supported_ops(capsys):
+    rc, out, _ = run(capsys, "ops")
+    assert rc == 0 and "rms_norm" in out.split() and "scaled_dot_product_attention" in out.split()
+
+
+def test_unknown_row_value_names_the_key_and_its_values(capsys):
+    rc, _, err = run(capsys, "run", RMS_FILE, "--row", "WORK=nonsense")
+    assert rc == 2
+    assert "WORK=nonsense: not a WORK value; allowed: thread:T | warp:W | block:T" in err
+
+
+def test_illegal_row_gives_every_reason(capsys):
+    rc, _, err = run(capsys, "run", RMS_FILE, "--row",
+                     "WORK=thread:256 TILE=v8x1 REDUCE=shuffle STAGE=direct PLACE=fuse")
+    assert rc == 2
+    assert "[tile.vector_bytes]" in err and "[reduce.method_fits_work]" in err
+
+
+def test_non_canonical_row_spells_the_canonical_one(capsys):
+    rc, _, err = run(capsys, "compile", RMS_FILE, "--ir", "tile", "--row",
+                     "TILE=v4x1 WORK=block:256 REDUCE=shuffle STAGE=direct PLACE=fuse")
+    assert rc == 2
+    assert "canonical spelling is `WORK=block:256 TILE=v4x1 REDUCE=shuffle STAGE=direct PLACE=fuse`" in err
+
+
+def test_unknown_kernel(capsys):
+    rc, _, err = run(capsys, "run", RMS_FILE, "--kernel", "k9", "--row", "WORK=block:256")
+    assert rc == 2 and "no kernel `k9`; the kernels are k0_rmsnorm" in err
+
+
+def test_kernel_without_row(capsys):
+    rc, _, err = run(capsys, "run", RMS_FILE, "--kernel", "k0_rmsnorm")
+    assert rc == 2 and "give --row too" in err
+
+
+def test_unknown_target(capsys):
+    rc, _, err = run(capsys, "space", RMS_FILE, "--target", "sm_75")
+    assert rc == 2 and "sm_90a" in err
+
+
+def test_row_with_the_loop_engine(capsys):
+    rc, _, err = run(capsys, "run", RMS_FILE, "--engine", "loop", "--row", "WORK=block:256")
+    assert rc == 2 and "loop engine has no schedule" in err
+
+
+def test_space_json(capsys):
+    import json
+
+    rc, out, _ = run(capsys, "space", RMS_FILE, "--json", "--sample", "3")
+    assert rc == 0
+    (k,) = json.loads(out)["kernels"]
+    assert k["name"] == "k0_rmsnorm" and k["count"] > 100 and len(k["rows"]) == 3
+
+
+def test_failing_check_exits_1(tmp_path, capsys, monkeypatch):
+    # A program whose reference disagrees: swap the eager output for a wrong one.
+    import emmy.check as check
+
+    monkeypatch.setattr(check, "eager_outputs", lambda w: [t * 2 for t in
+                                                           check.flatten_tensors(w.model(*w.inputs))])
+    rc, out, _ = run(capsys, "run", RMS_FILE, "--set", "batch_size=2", "--check", "--engine", "loop")
+    assert rc == 1 and "MISMATCH" in out and "FAIL" in out
+
+
+@pytest.mark.parametrize("argv", [["compile", "--ir", "loop", "examples/nope.py"],
+                                  ["run", "-c", "nn.RMSNorm(8)", "--check"]])
+def test_bad_workloads_from_the_shell(argv):
+    proc = subprocess.run([sys.executable, "-m", "emmy", *argv], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "emmy: error:" in proc.stderr and "Traceback" not in proc.stderr
