@@ -16,8 +16,8 @@ from emmy.dtypes import DType
 from emmy.kernel_ir import ir as K
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
 from emmy.schedule.decisions import Decisions
-from emmy.schedule.facts import offset
-from emmy.symbolic import Lin, Sym, floordiv, lin, mod, render, substitute, var
+from emmy.schedule.facts import offset, stride_along
+from emmy.symbolic import Lin, floordiv, lin, mod, render, substitute, var
 from emmy.tensor_ir.ir import ReduceOp, Scalar
 from emmy.tile_ir.apply import Applied, Part
 from emmy.tile_ir.ir import Fold, FoldKind, Item, KernelKind, TileKernel
@@ -51,7 +51,6 @@ class _Fn:
     bounds: dict[str, int]
     stage: dict[str, str] = field(default_factory=dict)       # buffer -> shared array
     stage_index: dict[str, tuple[Lin, ...]] = field(default_factory=dict)  # pattern, axis -> "i"
-    staged_async: bool = False
     filled: set[str] = field(default_factory=set)      # staged rows already in shared memory
     filling: set[str] = field(default_factory=set)
     shared: list[K.SharedArray] = field(default_factory=list)
@@ -173,7 +172,6 @@ def _plan_stage(fn: _Fn) -> list[K.KStmt]:
         fn.stage_index[name] = pattern
         fn.bounds[f"stage_extent_{name}"] = extent
     if fn.stage and fn.d.stage.is_async:
-        fn.staged_async = True
         fn.filled |= set(fn.stage)
         out += _async_fill(fn)
     return out
@@ -363,12 +361,7 @@ def _group(fn: _Fn, items: tuple[Item, ...], axis: str | None, base: Lin, V: int
 
 
 def _contiguous(fn: _Fn, s: Load | Store, axis: str | None) -> bool:
-    if axis is None:
-        return False
-    off = offset(s.index, fn.shapes[s.buffer])
-    coef = dict(off.terms).get(Sym(axis), 0)
-    others_affine = all(axis not in a.free_vars() for a, _ in off.terms if a != Sym(axis))
-    return coef == 1 and others_affine
+    return axis is not None and stride_along(offset(s.index, fn.shapes[s.buffer]), axis) == 1
 
 
 def _load(fn: _Fn, s: Load, names: tuple[str, ...], env, axis: str | None) -> list[K.KStmt]:

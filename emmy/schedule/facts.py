@@ -49,13 +49,18 @@ def offset(index: tuple[Lin, ...], shape: tuple[int, ...]) -> Lin:
     return total
 
 
+def stride_along(off: Lin, axis: str) -> int | None:
+    """Elements between consecutive values of `axis` in an offset; None when not affine in it."""
+    if any(axis in a.free_vars() for a, _ in off.terms if a != Sym(axis)):
+        return None
+    return dict(off.terms).get(Sym(axis), 0)
+
+
 def _access(item: Load | Store, axis: str, types) -> Access | None:
     t = types[item.buffer]
     off = offset(item.index, t.shape)
     if axis not in off.free_vars():
         return None
-    coef = dict(off.terms).get(Sym(axis), 0)
-    affine = all(axis not in a.free_vars() for a, _ in off.terms if not isinstance(a, Sym))
     rest = [c for a, c in off.terms if a != Sym(axis)] + [off.const]
     if any(not isinstance(a, Sym) for a, _ in off.terms if a != Sym(axis)):
         aligned = 1
@@ -63,7 +68,7 @@ def _access(item: Load | Store, axis: str, types) -> Access | None:
         aligned = 16
         while aligned > 1 and any(c % aligned for c in rest):
             aligned //= 2
-    return Access(item.buffer, t.dtype.itemsize, coef if affine else None, aligned,
+    return Access(item.buffer, t.dtype.itemsize, stride_along(off, axis), aligned,
                   isinstance(item, Store))
 
 
