@@ -90,9 +90,13 @@ class Evaluator:
             return [str(e)]
         return [str(r) for r in self.space(kernel).check(parsed)]
 
+    def compiled(self, kernel: str, row: str) -> dict:
+        """Every stage's result with `row` on `kernel` and the default rows elsewhere."""
+        return compile_to(self.workload, "cuda", Options(self.target, {kernel: row}))
+
     def program(self, kernel: str, row: str):
         """The CUDA program with `row` on `kernel` and the default rows elsewhere."""
-        return compile_to(self.workload, "cuda", Options(self.target, {kernel: row}))["cuda"]
+        return self.compiled(kernel, row)["cuda"]
 
     def read_ir(self, stage: str, kernel: str | None = None, row: str | None = None) -> str:
         if stage not in STAGE_NAMES:
@@ -101,10 +105,9 @@ class Evaluator:
         result = compile_to(self.workload, stage, Options(self.target, rows))[stage]
         return show(stage, result)
 
-    def estimate_us(self, kernel: str, row: str) -> float | None:
+    def estimate_us(self, kernel: str, row: str) -> float:
         """The cost model's time for the whole program with this row, in microseconds."""
-        estimate = self._estimate(self.program(kernel, row))
-        return None if estimate is None else estimate.seconds * 1e6
+        return self._estimate(self.compiled(kernel, row)).seconds * 1e6
 
     def evaluate(self, kernel: str, row: str) -> Evaluation:
         """Legality -> NVRTC compile -> correctness on the workload's inputs -> time."""
@@ -116,7 +119,8 @@ class Evaluator:
         if reasons:
             return Evaluation(kernel, row, "illegal", tuple(reasons), k.identity,
                               seconds=time.perf_counter() - t0)
-        prog = self.program(kernel, row)
+        compiled = self.compiled(kernel, row)
+        prog = compiled["cuda"]
         unit = next(u for u in prog.units if u.kernel == kernel)
         resources, failure = self._compile(unit)
         if failure:
@@ -125,7 +129,7 @@ class Evaluator:
         verdict, reasons, abs_err, rel_err = self._check(prog)
         timing = None
         if verdict == "ok":
-            timing = self._time(prog)
+            timing = self._time(compiled)
         return Evaluation(kernel, row, verdict, reasons, k.identity, resources, abs_err, rel_err,
                           timing, {}, time.perf_counter() - t0)
 
@@ -159,19 +163,14 @@ class Evaluator:
             return "incorrect", tuple(bad), worst_abs, worst_rel
         return "ok", (), worst_abs, worst_rel
 
-    def _time(self, prog) -> dict | None:
-        estimate = self._estimate(prog)
-        if estimate is None:
-            return None
-        us = estimate.seconds * 1e6
+    def _time(self, compiled: dict) -> dict:
+        us = self._estimate(compiled).seconds * 1e6
         return {"method": "modeled", "median_us": us, "p10_us": us, "p90_us": us, "n": 1}
 
-    def _estimate(self, prog):
-        try:
-            from emmy.runtime.costmodel import estimate_program
-        except ImportError:
-            return None
-        return estimate_program(prog, self._target)
+    def _estimate(self, compiled: dict):
+        from emmy.runtime.costmodel import estimate_compiled
+
+        return estimate_compiled(compiled)
 
 
 def _pick_device(device: str) -> str:

@@ -1,0 +1,172 @@
+"""Kernel IR for the elements a lane computes: V-element groups along a fold's axis
+(contiguous accesses become vector loads and stores, staged rows read shared memory), and the
+Loop IR statements of one element."""
+
+from __future__ import annotations
+
+from emmy.kernel_ir import ir as K
+from emmy.kernel_ir.context import ARG_OPS, Fn, ctype, elem
+from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
+from emmy.schedule.facts import offset, stride_along
+from emmy.symbolic import Lin, lin, render, substitute, var
+from emmy.dtypes import DType
+from emmy.tensor_ir.ir import Scalar
+from emmy.tile_ir.ir import Fold, Item
+from emmy.tile_ir.values import value_types
+
+
+def group(fn: Fn, items: tuple[Item, ...], axis: str | None, base: Lin, V: int, *,
+           accs: dict[str, str] | None = None, reverse_extent: int | None = None,
+           tag: str = "") -> list[K.KStmt]:
+    """V consecutive elements along `axis` from `base`: contiguous accesses become vectors."""
+    accs = accs or {}
+    local = set(value_types(items))
+
+    def at(v: int) -> dict[str, Lin]:
+        if axis is None:
+            return {}
+        pos = base + v
+        return {axis: lin(reverse_extent - 1) - pos if reverse_extent else pos}
+    if V == 1:
+        return stmts(fn, items, tag, at(0), lane0_stores=False, accs=accs, local=local, axis=axis)
+    vec_loads, vec_stores = {}, {}
+    for s in items:
+        if isinstance(s, (Load, Store)) and _contiguous(fn, s, axis) and not reverse_extent:
+            (vec_loads if isinstance(s, Load) else vec_stores)[id(s)] = s
+    out: list[K.KStmt] = []
+    for s in items:
+        if id(s) in vec_loads:
+            names = tuple(f"{s.dst}{tag}_{v}" for v in range(V))
+            out += _load(fn, s, names, at(0), axis)
+    rest = tuple(s for s in items if id(s) not in vec_loads and id(s) not in vec_stores)
+    for v in range(V):
+        out += stmts(fn, rest, f"{tag}_{v}", at(v), lane0_stores=False, accs=accs, local=local,
+                      axis=axis)
+    for s in items:
+        if id(s) in vec_stores:
+            idx = tuple(substitute(e, at(0), fn.bounds) for e in s.index)
+            out.append(K.GlobalStore(s.buffer, elem(fn, s.buffer), offset(idx, fn.shapes[s.buffer]),
+                                     tuple(f"{s.value}{tag}_{v}" for v in range(V))))
+    return out
+
+
+def _contiguous(fn: Fn, s: Load | Store, axis: str | None) -> bool:
+    return axis is not None and stride_along(offset(s.index, fn.shapes[s.buffer]), axis) == 1
+
+
+def _load(fn: Fn, s: Load, names: tuple[str, ...], env, axis: str | None) -> list[K.KStmt]:
+    """A global load, or a read of the staged row when the access follows its pattern."""
+    idx = tuple(substitute(e, env, fn.bounds) for e in s.index)
+    c = ctype(s.dtype)
+    direct = K.GlobalLoad(names, c, s.buffer, offset(idx, fn.shapes[s.buffer]))
+    if s.buffer not in fn.stage or axis is None or _pattern(fn, s, axis) != fn.stage_index[s.buffer]:
+        return [direct]
+    extent = fn.bounds[f"stage_extent_{s.buffer}"]
+    where = var("slot") * extent + env[axis]
+    if s.buffer in fn.filled:
+        return [K.SharedLoad(names, c, fn.stage[s.buffer], where)]
+    fn.filling.add(s.buffer)
+    return [direct, K.SharedStore(fn.stage[s.buffer], where, names)]
+
+
+def _pattern(fn: Fn, s: Load, axis: str) -> tuple[Lin, ...]:
+    """The load's index with its fold axis named `i`."""
+    bounds = {**fn.bounds, "i": fn.bounds.get(axis, 1 << 30)}
+    return tuple(substitute(e, {axis: var("i")}, bounds) for e in s.index)
+
+
+def stmts(fn: Fn, items, suffix: str, env: dict[str, Lin], *, lane0_stores: bool,
+           accs: dict[str, str] | None = None, local: set[str] | None = None,
+           axis: str | None = None) -> list[K.KStmt]:
+    """Statements for one element: names in `local` get `suffix`, `accs` renames accumulators."""
+    local = set(value_types(tuple(items))) if local is None else local
+    out: list[K.KStmt] = []
+    for s in items:
+        out += scalar(fn, s, suffix, env, lane0_stores=lane0_stores, accs=accs or {},
+                       local=local, axis=axis)
+    return out
+
+
+def scalar(fn: Fn, s: Item, suffix: str, env: dict[str, Lin], *, lane0_stores: bool,
+            accs: dict[str, str] | None = None, local: set[str] = frozenset(),
+            axis: str | None = None) -> list[K.KStmt]:
+    """One Loop IR statement for one element."""
+    accs = accs or {}
+
+    def name(n: str) -> str:
+        if n in accs:
+            return accs[n]
+        return n + suffix if n in local else n
+
+    def arg(a) -> str:
+        return _literal(a) if isinstance(a, Scalar) else name(a)
+    def index(idx):
+        return tuple(substitute(e, env, fn.bounds) for e in idx)
+    match s:
+        case Load():
+            return _load(fn, s, (name(s.dst),), env, axis)
+        case Compute():
+            return [K.Let(name(s.dst), ctype(s.dtype), s.op.value, tuple(arg(a) for a in s.args))]
+        case CastTo():
+            return [K.Let(name(s.dst), ctype(s.dtype), "cast", (name(s.arg),))]
+        case IndexValue():
+            return [K.Let(name(s.dst), ctype(s.dtype), "index", (_c_index(substitute(s.expr, env, fn.bounds)),))]
+        case Init():
+            return init_acc(name(s.acc), s)
+        case Accum():
+            pos = substitute(s.position, env, fn.bounds) if s.position is not None else None
+            return [K.Fold(name(s.acc), s.op, name(s.value), pos)]
+        case Store():
+            off = offset(index(s.index), fn.shapes[s.buffer])
+            if fn.k.atomic:
+                st = K.AtomicAdd(s.buffer, elem(fn, s.buffer), off, name(s.value))
+            else:
+                st = K.GlobalStore(s.buffer, elem(fn, s.buffer), off, (name(s.value),))
+            return [K.If("lane == 0", (st,))] if lane0_stores else [st]
+        case Fold():
+            return serial_fold(fn, s, suffix, env, accs, local)
+    raise AssertionError(f"unexpected item {s!r}")
+
+
+def serial_fold(fn: Fn, f: Fold, suffix: str, env, accs, local) -> list[K.KStmt]:
+    """A fold nested inside a lane's work: a plain loop."""
+    out: list[K.KStmt] = []
+    names = {i.acc: accs.get(i.acc, i.acc + suffix if i.acc in local else i.acc) for i in f.accs}
+    for init in f.accs:
+        out += init_acc(names[init.acc], init)
+    loop_var = f"{f.axis.var}{suffix}"
+    fn.bounds[loop_var] = f.axis.extent
+    pos = lin(f.axis.extent - 1) - var(loop_var) if f.reverse else var(loop_var)
+    body = stmts(fn, f.body, suffix, {**env, f.axis.var: pos}, lane0_stores=False,
+                  accs={**accs, **names}, local=local)
+    out.append(K.For(loop_var, lin(0), lin(f.axis.extent), 1, tuple(body)))
+    out += finish(f.accs, names, fn)
+    return out
+
+
+def finish(inits, names: dict[str, str], fn: Fn) -> list[K.KStmt]:
+    """After a fold: argmax/argmin accumulators read back as their position."""
+    return [K.Let(names[i.acc], "long long", "argpos", (names[i.acc],))
+            for i in inits if i.op in ARG_OPS]
+
+
+def _literal(a: Scalar) -> str:
+    if isinstance(a.value, bool):
+        return "true" if a.value else "false"
+    if a.dtype.is_float:
+        v = float(a.value)
+        if v != v:
+            return "EM_NAN"
+        if v in (float("inf"), float("-inf")):
+            return "EM_INF" if v > 0 else "(-EM_INF)"
+        text = repr(v)
+        return text if a.dtype.compute is DType.F64 else f"{text}f"
+    return f"{int(a.value)}LL" if a.dtype is DType.I64 else str(int(a.value))
+
+
+def _c_index(e: Lin) -> str:
+    return render(e)
+
+
+def init_acc(name: str, init: Init) -> list[K.KStmt]:
+    return [K.Let(name, ctype(init.dtype), "identity", (init.op.value,), mutable=True)]

@@ -1,0 +1,188 @@
+"""Kernel IR for job kernels (rows and scans): a worker of `lanes` threads per job; the folds
+directly in the job's body spread over the lanes, then combine (REDUCE), with rows staged in
+shared memory when the row asks (STAGE)."""
+
+from __future__ import annotations
+
+from emmy.kernel_ir import ir as K
+from emmy.kernel_ir.context import ARG_OPS, Fn, buffer_dtype, ctype, decode
+from emmy.kernel_ir.elements import group, init_acc, scalar, stmts
+from emmy.loop_ir.ir import Accum, Load
+from emmy.schedule.facts import facts, offset
+from emmy.symbolic import floordiv, lin, mod, substitute, var
+from emmy.tile_ir.ir import Fold, FoldKind
+from emmy.tile_ir.values import used
+
+
+def lower_jobs(fn: Fn) -> tuple[tuple[K.KStmt, ...], int]:
+    k, w = fn.k, fn.d.work
+    L, J = w.lanes, w.jobs_per_block
+    grid = -(-k.jobs // J)
+    fn.bounds |= {"tid": w.threads, "bid": grid}
+    head: list[K.KStmt] = []
+    if J > 1:
+        head.append(K.Index("slot", floordiv(var("tid"), L, fn.bounds)))
+        head.append(K.Index("job", var("bid") * J + var("slot"), wide=True))
+        fn.bounds |= {"slot": J}
+    else:
+        head.append(K.Index("slot", lin(0)))
+        head.append(K.Index("job", var("bid"), wide=True))
+        fn.bounds["slot"] = 1
+    head.append(K.Index("lane", mod(var("tid"), L, fn.bounds) if L < w.threads else var("tid")))
+    fn.bounds |= {"lane": L, "job": k.jobs}
+    head += decode(fn, "job", k.grid, k.jobs)
+    if fn.d.stage is not None and fn.d.stage.kind == "smem":
+        head += _plan_stage(fn)
+    if L > 32:
+        fn.alloc("scratch", "unsigned char", 16 * L, 1)
+    body: list[K.KStmt] = []
+    for item in k.body:
+        if isinstance(item, Fold):
+            body += _lane_fold(fn, item)
+        else:
+            body += scalar(fn, item, "", {}, lane0_stores=L > 1)
+    if J > 1 and k.jobs % J:
+        return tuple(head[:2]) + (K.If(f"job < {k.jobs}", tuple(head[2:] + body)),), grid
+    return tuple(head + body), grid
+
+
+def _plan_stage(fn: Fn) -> list[K.KStmt]:
+    """Shared-memory rows for the buffers read by a reduce fold and again later (STAGE=smem)."""
+    f = facts(fn.k)
+    J = fn.d.work.jobs_per_block
+    out: list[K.KStmt] = []
+    for name in f.reused:
+        pattern, extent = _stage_pattern(fn, name)
+        if pattern is None:
+            continue
+        c = ctype(buffer_dtype(fn, name))
+        arr = fn.alloc(f"stage_{name}", c, J * extent, 8 if c == "double" else 4)
+        fn.stage[name] = arr.name
+        fn.stage_index[name] = pattern
+        fn.bounds[f"stage_extent_{name}"] = extent
+    if fn.stage and fn.d.stage.is_async:
+        fn.filled |= set(fn.stage)
+        out += _async_fill(fn)
+    return out
+
+
+def _stage_pattern(fn: Fn, name: str):
+    """The index at which every direct fold loads `name`, with its axis as `i`; else None."""
+    pattern, extent = None, None
+    for f in fn.k.folds:
+        for item in f.body:
+            if isinstance(item, Load) and item.buffer == name:
+                p = tuple(substitute(e, {f.axis.var: var("i")}, {**fn.bounds, "i": f.axis.extent})
+                          for e in item.index)
+                if pattern is None:
+                    pattern, extent = p, f.axis.extent
+                elif p != pattern or f.axis.extent != extent:
+                    return None, None
+    return pattern, extent
+
+
+def _async_fill(fn: Fn) -> list[K.KStmt]:
+    """cp.async every staged row into shared memory, with the lanes' own access pattern."""
+    L, V = fn.d.work.lanes, fn.d.tile.vec
+    copies: list[K.KStmt] = []
+    for name, arr in fn.stage.items():
+        extent = fn.bounds[f"stage_extent_{name}"]
+        i = fn.fresh("c")
+        idx = tuple(substitute(e, {"i": var(i)}, fn.bounds | {i: extent}) for e in fn.stage_index[name])
+        copies.append(K.For(i, var("lane") * V, lin(extent), L * V, (
+            K.CpAsync(arr, var("slot") * extent + var(i), name,
+                      offset(idx, fn.shapes[name]), V),)))
+    return copies + [K.CpAsyncWaitAll(), K.Barrier("warp" if fn.d.work.lanes <= 32 else "block")]
+
+
+def _lane_fold(fn: Fn, f: Fold) -> list[K.KStmt]:
+    if f.kind is FoldKind.SCAN and fn.d.work.lanes > 1:
+        return _warp_scan(fn, f)
+    L, V, N = fn.d.work.lanes, fn.d.tile.vec, fn.d.tile.n
+    if f.kind is FoldKind.SCAN:
+        V = N = 1
+    E = f.axis.extent
+    out: list[K.KStmt] = []
+    chains = {init.acc: [f"{init.acc}_c{n}" for n in range(N)] for init in f.accs}
+    for init in f.accs:
+        for c in chains[init.acc]:
+            out += init_acc(c, init)
+    it = fn.fresh("it")
+    fn.bounds[it] = E
+    step_body: list[K.KStmt] = []
+    for n in range(N):
+        base = var(it) + n * L * V
+        rename = {init.acc: chains[init.acc][n] for init in f.accs}
+        part = group(fn, f.body, f.axis.var, base, V, accs=rename,
+                     reverse_extent=E if f.reverse else None, tag=f"_c{n}" if N > 1 else "")
+        if E % (L * V * N) or n and E < L * V * N:
+            step_body.append(K.If(f"{it} + {n * L * V} < {E}", tuple(part)))
+        else:
+            step_body += part
+    out.append(K.For(it, var("lane") * V, lin(E), L * V * N, tuple(step_body)))
+    for init in f.accs:
+        c0 = chains[init.acc][0]
+        for other in chains[init.acc][1:]:
+            out.append(K.Fold(c0, init.op, other, None))
+    if L > 1 and f.accs:
+        out.append(K.LaneCombine(tuple((chains[i.acc][0], i.op, ctype(i.dtype)) for i in f.accs),
+                                 L, fn.d.reduce.method if fn.d.reduce else "shuffle",
+                                 "scratch" if L > 32 else None))
+    for init in f.accs:
+        op = "argpos" if init.op in ARG_OPS else "copy"
+        out.append(K.Let(init.acc, ctype(fn.types[init.acc]), op, (chains[init.acc][0],)))
+    for name in fn.filling:
+        fn.filled.add(name)
+    fn.filling.clear()
+    return out
+
+
+
+
+def _warp_scan(fn: Fn, f: Fold) -> list[K.KStmt]:
+    """A warp scans its row in chunks of 32: shuffle scan of each chunk plus the carry."""
+    (init,) = f.accs
+    E, acc = f.axis.extent, init.acc
+    c = ctype(init.dtype)
+    carry = f"{acc}_carry"
+    out: list[K.KStmt] = [K.Let(carry, c, "identity", (init.op.value,), mutable=True)]
+    chunk = fn.fresh("chunk")
+    fn.bounds[chunk] = E
+    at = f"{chunk}_i"
+    pos = lin(E - 1) - var(at) if f.reverse else var(at)
+    accum_at = next(i for i, s in enumerate(f.body) if isinstance(s, Accum) and s.acc == acc)
+    accum: Accum = f.body[accum_at]
+    before, after = f.body[:accum_at], f.body[accum_at + 1:]
+    reads_acc = _depends_on(before, acc)
+    value_part = tuple(s for s in before if s not in reads_acc)
+    env = {f.axis.var: pos}
+    inner: list[K.KStmt] = [K.Index(at, var(chunk) + var("lane")),
+                            K.Let(f"{at}_ok", "bool", "literal", (f"{at} < {E}",))]
+    fn.bounds[at] = E + 31
+    # Out-of-range lanes read a valid element and fold the identity in its place.
+    safe = f"{chunk}_s"
+    inner.append(K.Let(safe, "int", "literal", (f"{at}_ok ? {at} : {E - 1}",)))
+    fn.bounds[safe] = E
+    safe_env = {f.axis.var: lin(E - 1) - var(safe) if f.reverse else var(safe)}
+    inner += stmts(fn, value_part, "", safe_env, lane0_stores=False)
+    v, ident = f"{accum.value}_in", f"{acc}_id"
+    inner.append(K.Let(ident, c, "identity", (init.op.value,)))
+    inner.append(K.Let(v, c, "where", (f"{at}_ok", accum.value, ident)))
+    inner.append(K.ScanLanes(v, init.op, c, carry, f"{acc}_incl", f"{acc}_excl"))
+    guarded = stmts(fn, tuple(reads_acc), "", env, lane0_stores=False, accs={acc: f"{acc}_excl"})
+    guarded += stmts(fn, after, "", env, lane0_stores=False, accs={acc: f"{acc}_incl"})
+    inner.append(K.If(f"{at}_ok", tuple(guarded)))
+    out.append(K.For(chunk, lin(0), lin(E), 32, tuple(inner)))
+    out.append(K.Let(acc, c, "copy", (carry,)))
+    return out
+
+
+def _depends_on(items, name: str) -> list:
+    """The items that read `name`, directly or through values computed from it."""
+    tainted, out = {name}, []
+    for s in items:
+        if used((s,)) & tainted:
+            out.append(s)
+            if hasattr(s, "dst"):
+                tainted.add(s.dst)
+    return out
