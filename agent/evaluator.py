@@ -1,0 +1,91 @@
+"""The compiler as the agent sees it: the Evaluator contract, and opening one for a workload file."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+from pathlib import Path
+from typing import Any, Protocol
+
+from agent.models import WorkloadRecord
+
+
+class EvaluatorLike(Protocol):
+    """What a Session needs from emmy.evaluate.Evaluator (tests pass a fake)."""
+
+    workload_name: str
+    target: str
+    device: str
+
+    def kernels(self) -> list[Any]: ...
+    def decision_points(self, kernel: str) -> list[tuple[str, list[str]]]: ...
+    def sample_rows(self, kernel: str, n: int, seed: int = 0) -> list[str]: ...
+    def all_rows(self, kernel: str) -> list[str]: ...
+    def check(self, kernel: str, row: str) -> list[str]: ...
+    def evaluate(self, kernel: str, row: str) -> Any: ...
+    def estimate_us(self, kernel: str, row: str) -> float | None: ...
+    def read_ir(self, stage: str, kernel: str | None = None, row: str | None = None) -> str: ...
+
+
+class BadInput(Exception):
+    """The user's input is wrong (file, flag, trace); the CLI prints it and exits 2."""
+
+
+def workload_record(path: str | Path, sets: list[str]) -> WorkloadRecord:
+    """The workload file's text and hash, as the trace header keeps them."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"no such workload file: {path}")
+    source = path.read_text()
+    return WorkloadRecord(name=path.stem, path=str(path), source=source,
+                          sha256=hashlib.sha256(source.encode()).hexdigest(), sets=list(sets))
+
+
+def open_evaluator(path: str | Path, sets: list[str], target: str, device: str = "auto"):
+    """Load the workload file and build the compiler's Evaluator for it."""
+    try:
+        from emmy.errors import UserError
+    except ImportError as e:  # pragma: no cover - the compiler is part of this distribution
+        raise BadInput(f"the emmy compiler is not importable: {e}") from None
+    try:
+        from emmy.evaluate import Evaluator
+    except ImportError as e:
+        raise BadInput(f"this emmy has no emmy.evaluate.Evaluator yet ({e})") from None
+    from emmy.frontend.workload import load_file, parse_sets
+
+    try:
+        workload = load_file(path, parse_sets(sets))
+        return Evaluator(workload, target, device=device)
+    except UserError as e:
+        raise BadInput(str(e)) from None
+
+
+def gpu_name(evaluator) -> str:
+    """The GPU's name, or "none" when the evaluator runs on the CPU."""
+    if getattr(evaluator, "device", "cpu") != "gpu":
+        return "none"
+    try:
+        from emmy.runtime import gpu
+
+        return str(gpu.gpu_name())
+    except Exception:
+        pass
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    except Exception:
+        return "unknown GPU"
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages that shape a result."""
+    out = {"python": platform.python_version()}
+    for dist in ("emmy-agent", "torch", "numpy", "pydantic", "openai", "cuda-bindings",
+                 "nvidia-cuda-nvrtc", "cupy-cuda13x"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out

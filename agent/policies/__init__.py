@@ -1,0 +1,1 @@
+"""Policies that drive a Session: llm (OpenAI tool calling), search, random, replay."""

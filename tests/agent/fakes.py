@@ -1,0 +1,132 @@
+"""A fake Evaluator with deterministic numbers, for policy and session tests."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field
+
+from agent.models import WorkloadRecord
+from emmy.schedule.row import RowError, make_row, parse
+
+FAKE_WORKLOAD = WorkloadRecord(name="fake", path="fake.py", source="# fake\n", sha256="0" * 64)
+
+WORK = ("block:32", "block:64", "block:128", "block:256")
+TILE = ("v1x1", "v2x1", "v4x1")
+REDUCE = ("serial", "shuffle", "smem")
+
+
+@dataclass(frozen=True)
+class FakeKernel:
+    name: str
+    kind: str
+    identity: str
+    keys: tuple[str, ...]
+    count: int
+    default_row: str
+
+
+@dataclass(frozen=True)
+class FakeEvaluation:
+    kernel: str
+    row: str
+    verdict: str
+    reasons: tuple[str, ...]
+    kernel_hash: str
+    resources: dict | None = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    timing: dict | None = None
+    baselines: dict = field(default_factory=dict)
+    seconds: float = 0.001
+
+
+class FakeEvaluator:
+    """Two kernels: k0_norm (WORK TILE REDUCE) and, when two=True, k1_map (WORK TILE)."""
+
+    workload_name = "fake"
+    target = "sm_90a"
+
+    def __init__(self, *, two: bool = False, device: str = "cpu", cost_model: bool = True):
+        self.device = device
+        self.cost_model = cost_model
+        self.keys = {"k0_norm": ("WORK", "TILE", "REDUCE")}
+        if two:
+            self.keys["k1_map"] = ("WORK", "TILE")
+        self.evaluated: list[tuple[str, str]] = []
+
+    def _options(self, key: str) -> tuple[str, ...]:
+        return {"WORK": WORK, "TILE": TILE, "REDUCE": REDUCE}[key]
+
+    def _illegal(self, d: dict) -> list[str]:
+        if d.get("WORK") == "block:32" and d.get("REDUCE") == "smem":
+            return ["REDUCE=smem: a shared-memory tree needs at least 64 threads  [reduce.smem]"]
+        return []
+
+    def kernels(self):
+        return [FakeKernel(k, "row" if "REDUCE" in keys else "map", f"id-{k}", keys,
+                           len(self.all_rows(k)), self.default(k)) for k, keys in self.keys.items()]
+
+    def default(self, kernel: str) -> str:
+        d = {"WORK": "block:256", "TILE": "v1x1", "REDUCE": "shuffle"}
+        return str(make_row({k: d[k] for k in self.keys[kernel]}))
+
+    def all_rows(self, kernel: str) -> list[str]:
+        keys = self.keys[kernel]
+        rows = []
+        for values in itertools.product(*(self._options(k) for k in keys)):
+            d = dict(zip(keys, values))
+            if not self._illegal(d):
+                rows.append(str(make_row(d)))
+        return rows
+
+    def decision_points(self, kernel: str):
+        return [(k, list(self._options(k))) for k in self.keys[kernel]]
+
+    def sample_rows(self, kernel: str, n: int, seed: int = 0) -> list[str]:
+        rows = self.all_rows(kernel)
+        return rows if n >= len(rows) else random.Random(seed).sample(rows, n)
+
+    def check(self, kernel: str, row: str) -> list[str]:
+        try:
+            d = dict(parse(row).items)
+        except RowError as e:
+            return [str(e)]
+        out = [f"{k}: missing" for k in self.keys[kernel] if k not in d]
+        out += [f"{k}: does not apply" for k in d if k not in self.keys[kernel]]
+        out += [f"{k}={v}: not an option" for k, v in d.items()
+                if k in self.keys[kernel] and v not in self._options(k)]
+        return out or self._illegal(d)
+
+    def time_us(self, kernel: str, row: str) -> float:
+        """Faster with more threads and wider vectors; shuffle beats smem beats serial."""
+        d = dict(parse(row).items)
+        threads = int(d["WORK"].split(":")[1])
+        vec = int(d["TILE"][1])
+        red = {"serial": 3.0, "shuffle": 1.0, "smem": 1.5}.get(d.get("REDUCE", "shuffle"))
+        return round(100.0 / threads * 8 / vec + red + (0.5 if kernel == "k1_map" else 0), 6)
+
+    def estimate_us(self, kernel: str, row: str) -> float | None:
+        return self.time_us(kernel, row) if self.cost_model else None
+
+    def evaluate(self, kernel: str, row: str) -> FakeEvaluation:
+        self.evaluated.append((kernel, row))
+        reasons = self.check(kernel, row)
+        if reasons:
+            return FakeEvaluation(kernel, row, "illegal", tuple(reasons), f"id-{kernel}")
+        d = dict(parse(row).items)
+        if d["TILE"] == "v2x1" and d.get("REDUCE") == "serial":
+            return FakeEvaluation(kernel, row, "incorrect", ("out0: max abs err 0.5",), "h-bad",
+                                  max_abs_error=0.5)
+        us = self.time_us(kernel, row)
+        method = "measured" if self.device == "gpu" else "modeled"
+        timing = {"method": method, "median_us": us, "p10_us": us * 0.98, "p90_us": us * 1.02,
+                  "n": 50 if method == "measured" else 1}
+        baselines = {"eager": {"method": "measured", "median_us": 20.0, "p10_us": 19.0,
+                               "p90_us": 21.0, "n": 50}} if method == "measured" else {}
+        return FakeEvaluation(kernel, row, "ok", (), f"h-{kernel}-{row}",
+                              {"registers": 32, "shared_bytes": 0, "spill_bytes": 0},
+                              1e-7, 1e-7, timing, baselines)
+
+    def read_ir(self, stage: str, kernel: str | None = None, row: str | None = None) -> str:
+        return f"{stage} IR of {kernel or 'all kernels'}" + (f" with {row}" if row else "")

@@ -1,0 +1,120 @@
+"""The Session's tools: typed results, errors as results, budget, cache, best."""
+
+from __future__ import annotations
+
+from agent.api import Session
+from agent.budget import Budget
+from agent.models import CheckResult, EvaluationEvent, SpaceInfo, ToolError, WorkloadInfo
+from tests.agent.fakes import FakeEvaluator
+
+K = "k0_norm"
+DEFAULT = "WORK=block:256 TILE=v1x1 REDUCE=shuffle"
+FAST = "WORK=block:256 TILE=v4x1 REDUCE=shuffle"
+
+
+def session(**kw) -> tuple[Session, list]:
+    events: list = []
+    return Session(FakeEvaluator(**kw), Budget(evaluations=3), sinks=[events.append]), events
+
+
+def test_describe_and_space():
+    s, _ = session()
+    info = s.invoke("describe_workload", "test")
+    assert isinstance(info, WorkloadInfo) and info.timing_method == "modeled"
+    assert info.kernels[0].default_row == DEFAULT
+    space = s.invoke("schedule_space", "test", kernel=K)
+    assert isinstance(space, SpaceInfo)
+    assert [p.key for p in space.decision_points] == ["WORK", "TILE", "REDUCE"]
+    assert space.examples[0] == DEFAULT and len(space.examples) == 5
+    assert "block:T" in space.decision_points[0].grammar
+
+
+def test_check_row_is_free_and_explains():
+    s, _ = session()
+    res = s.invoke("check_row", "test", kernel=K, row="WORK=block:32 TILE=v1x1 REDUCE=smem")
+    assert isinstance(res, CheckResult) and not res.legal and "64 threads" in res.reasons[0]
+    assert s.budget.used_evaluations == 0 and s.ev.evaluated == []
+
+
+def test_evaluate_spends_once_and_caches():
+    s, events = session()
+    first = s.invoke("evaluate_row", "test", kernel=K, row=FAST)
+    again = s.invoke("evaluate_row", "test", kernel=K, row=FAST)
+    assert first.verdict == "ok" and not first.cached and again.cached
+    assert s.budget.used_evaluations == 1 and len(s.ev.evaluated) == 1
+    assert first.timing.method == "modeled" and first.speedup_vs_default > 1
+    assert sum(isinstance(e, EvaluationEvent) for e in events) == 1
+
+
+def test_illegal_row_costs_nothing():
+    s, _ = session()
+    res, ok = s.call("evaluate_row", {"kernel": K, "row": "WORK=block:32 TILE=v1x1 REDUCE=smem"},
+                     source="test")
+    assert not ok and res.verdict == "illegal" and s.budget.used_evaluations == 0
+    assert s.errors["illegal_row"] == 1
+
+
+def test_non_canonical_row_names_the_canonical_spelling():
+    s, _ = session()
+    res, ok = s.call("evaluate_row", {"kernel": K, "row": "tile=v4x1 WORK=block:0256 REDUCE=shuffle"},
+                     source="test")
+    assert not ok and isinstance(res, ToolError) and res.kind == "bad_row"
+    assert f"`{FAST}`" in res.error
+
+
+def test_caller_mistakes_come_back_as_results():
+    s, _ = session()
+    cases = {
+        ("nope", "{}"): "unknown_tool",
+        ("evaluate_row", "{not json"): "malformed_json",
+        ("evaluate_row", "[1, 2]"): "malformed_json",
+        ("evaluate_row", '{"kernel": "k0_norm"}'): "bad_arguments",
+        ("evaluate_row", '{"kernel": "k0_norm", "row": "WORK=block:256", "x": 1}'): "bad_arguments",
+        ("read_ir", '{"kernel": "k0_norm", "stage": "ptx"}'): "bad_arguments",
+        ("check_row", '{"kernel": "k9", "row": "WORK=block:256"}'): "unknown_kernel",
+    }
+    for (name, raw), kind in cases.items():
+        res, ok = s.call(name, raw, source="test")
+        assert not ok and isinstance(res, ToolError) and res.kind == kind, (name, raw, res)
+    assert sum(s.errors.values()) == len(cases)
+
+
+def test_budget_exhausted_then_finish():
+    s, _ = session()
+    for row in (DEFAULT, FAST, "WORK=block:128 TILE=v4x1 REDUCE=shuffle"):
+        s.invoke("evaluate_row", "test", kernel=K, row=row)
+    res = s.invoke("evaluate_row", "test", kernel=K, row="WORK=block:64 TILE=v4x1 REDUCE=shuffle")
+    assert isinstance(res, ToolError) and res.kind == "budget_exhausted"
+    done = s.invoke("finish", "test", summary="v4 + shuffle")
+    assert done.finished and done.best.kernels[0].row == FAST
+    after = s.invoke("evaluate_row", "test", kernel=K, row=FAST)
+    assert isinstance(after, ToolError) and after.kind == "finished"
+    assert s.summary == "v4 + shuffle"
+
+
+def test_only_ok_rows_count_as_fast():
+    s, _ = session()
+    bad = s.invoke("evaluate_row", "test", kernel=K, row="WORK=block:256 TILE=v2x1 REDUCE=serial")
+    assert bad.verdict == "incorrect" and bad.timing is None
+    best = s.best().kernels[0]
+    assert best.row is None and "no row evaluated ok" in best.note
+
+
+def test_measured_times_carry_baseline_speedups():
+    s, _ = session(device="gpu")
+    res = s.invoke("evaluate_row", "test", kernel=K, row=FAST)
+    assert res.timing.method == "measured" and res.speedup_vs_baselines["eager"] > 1
+    assert res.speedup_vs_default is None   # the default row was not measured
+    s.invoke("evaluate_row", "test", kernel=K, row=DEFAULT)
+    assert s.invoke("history", "test", kernel=None).evaluations[1].speedup_vs_default == 1.0
+
+
+def test_compiler_crash_is_a_verdict():
+    s, _ = session()
+
+    def boom(kernel, row):
+        raise RuntimeError("lowering failed")
+    s.ev.evaluate = boom
+    res = s.invoke("evaluate_row", "test", kernel=K, row=FAST)
+    assert res.verdict == "crash" and "lowering failed" in res.reasons[0]
+    assert s.budget.used_evaluations == 1

@@ -1,0 +1,70 @@
+"""Built-in policies on the fake Evaluator: budget kept, optimum found, deterministic."""
+
+from __future__ import annotations
+
+from agent.allocate import allocate, expected_gains
+from agent.api import Session
+from agent.budget import Budget
+from agent.policies.random import RandomPolicy
+from agent.policies.search import SearchPolicy
+from tests.agent.fakes import FakeEvaluator
+
+BEST = "WORK=block:256 TILE=v4x1 REDUCE=shuffle"
+
+
+def run(policy, budget: int, **kw) -> tuple[Session, str]:
+    s = Session(FakeEvaluator(**kw), Budget(evaluations=budget))
+    return s, policy.run(s)
+
+
+def test_search_finds_the_optimum_within_budget():
+    s, reason = run(SearchPolicy(), 6)
+    assert s.budget.used_evaluations <= 6
+    assert s.results[0].row == "WORK=block:256 TILE=v1x1 REDUCE=shuffle"   # the reference first
+    best = s.best().kernels[0]
+    assert best.row == BEST and best.method == "modeled" and best.speedup_vs_default > 2
+
+
+def test_search_without_cost_model_still_moves_locally():
+    s, _ = run(SearchPolicy(), 12, cost_model=False)
+    assert s.budget.used_evaluations <= 12
+    assert s.best().kernels[0].median_us <= s.results[0].timing.median_us
+
+
+def test_search_stops_when_no_neighbour_improves():
+    s, reason = run(SearchPolicy(), 100)
+    assert reason.startswith("search: no neighbour")
+    assert s.budget.used_evaluations < 30
+    assert s.best().kernels[0].row == BEST
+
+
+def test_search_is_deterministic():
+    a, _ = run(SearchPolicy(seed=3), 5)
+    b, _ = run(SearchPolicy(seed=3), 5)
+    assert [r.row for r in a.results] == [r.row for r in b.results]
+
+
+def test_random_samples_legal_rows_only():
+    s, _ = run(RandomPolicy(seed=1), 8)
+    assert s.budget.used_evaluations == 8
+    assert all(r.verdict != "illegal" for r in s.results)
+    assert len({r.row for r in s.results}) == 8
+    again, _ = run(RandomPolicy(seed=1), 8)
+    assert [r.row for r in again.results] == [r.row for r in s.results]
+
+
+def test_multi_kernel_budget_follows_expected_gain():
+    ev = FakeEvaluator(two=True)
+    gains = expected_gains(ev, ev.kernels())
+    shares = allocate(7, gains)
+    assert sum(shares.values()) == 7 and min(shares.values()) >= 1
+    s, _ = run(SearchPolicy(), 7, two=True)
+    assert s.budget.used_evaluations <= 7
+    assert {r.kernel for r in s.results} == {"k0_norm", "k1_map"}
+    assert all(b.row for b in s.best().kernels)
+
+
+def test_allocate_edge_cases():
+    assert allocate(1, {"a": 5.0, "b": 1.0}) == {"a": 1, "b": 0}
+    assert allocate(10, {"a": 0.0, "b": 0.0}) == {"a": 5, "b": 5}
+    assert sum(allocate(11, {"a": 3.0, "b": 1.0, "c": 1.0}).values()) == 11
