@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup demo stages test test-all bench clean
 
 setup: $(STAMP)
 
@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
+	$(VENV)/bin/emmy-agent optimize examples/rmsnorm.py
+
+stages: setup
 	$(VENV)/bin/emmy compile examples/rmsnorm.py --ir all
 
 test: setup
@@ -26,6 +29,7 @@ test-all: setup
 
 bench: setup
 	$(PY) bench/frontend_time.py
+	$(PY) bench/schedule_time.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

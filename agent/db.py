@@ -15,17 +15,16 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agent.evaluator import BadInput
+from emmy.schedule.db import db_key, default_db_path
 from agent.models import Db, DbEntry
 
 
 def default_path() -> Path:
-    env = os.environ.get("EMMY_CACHE_DIR")
-    root = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "emmy"
-    return root / "schedules.json"
+    return default_db_path()
 
 
 def key(identity: str, target: str) -> str:
-    return f"{identity}@{target}"
+    return db_key(identity, target)
 
 
 def better(new: DbEntry, old: DbEntry | None) -> bool:

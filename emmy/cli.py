@@ -66,6 +66,11 @@ def _add_schedule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--row", help='a schedule row, e.g. "WORK=block:256 TILE=v4x1 REDUCE=shuffle"')
     p.add_argument("--kernel", metavar="K", help="the kernel --row is for (when there are several)")
     p.add_argument("--target", default="sm_90a", help="sm_90a (H100/H200, default) or sm_80")
+    p.add_argument("--db", metavar="PATH", default="",
+                   help="schedule database to take tuned rows from (default: the one "
+                        "emmy-agent writes; --no-db to use none)")
+    p.add_argument("--no-db", dest="db", action="store_const", const=None,
+                   help="ignore the schedule database: default rows where --row gives none")
 
 
 def _options(args):
@@ -74,7 +79,7 @@ def _options(args):
     if args.kernel and not args.row:
         raise UserError("--kernel names the kernel a --row is for; give --row too")
     rows = {args.kernel or "": args.row} if args.row else {}
-    return Options(target=args.target, rows=rows)
+    return Options(target=args.target, rows=rows, db=args.db)
 
 
 def load_workload(args):

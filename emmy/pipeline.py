@@ -16,6 +16,7 @@ from emmy.frontend.workload import Workload
 class Options:
     target: str = "sm_90a"
     rows: Mapping[str, str] = field(default_factory=dict)   # kernel name ("" = only one) -> row
+    db: str | None = None    # schedule database: a path, "" the default one, None not used
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def _to_tile(lp, o: Options) -> Scheduled:
 
     target = get_target(o.target)
     tp = lift_program(lp)
-    return Scheduled(tp, choose_rows(tp, target, o.rows), target)
+    return Scheduled(tp, choose_rows(tp, target, o.rows, db=o.db), target)
 
 
 def _to_kernel(s: Scheduled, o: Options) -> Materialized:

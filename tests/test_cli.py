@@ -58,3 +58,27 @@ def test_debug_shows_the_traceback(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and "no `Model` class" in proc.stderr
+
+
+def test_compile_takes_tuned_rows_from_the_schedule_database(tmp_path, capsys, monkeypatch):
+    import json
+
+    from emmy.frontend.workload import load_expr
+    from emmy.pipeline import compile_to
+
+    expr = "nn.RMSNorm(256)(torch.randn(8, 256))"
+    identity = compile_to(load_expr(expr), "tile")["tile"].program.kernels[0].identity
+    tuned = "WORK=warp:2 TILE=v2x1 REDUCE=shuffle STAGE=direct PLACE=fuse"
+    db = tmp_path / "db.json"
+    db.write_text(json.dumps({"version": 1, "entries": {
+        f"{identity}@sm_90a": {"row": tuned, "median_us": 1.0, "method": "modeled"}}}))
+    monkeypatch.setenv("EMMY_SCHEDULE_DB", str(db))
+    rc, out, _ = run(capsys, "compile", "-c", expr, "--ir", "tile")
+    assert rc == 0 and f"schedule: {tuned}" in out
+    rc, out, _ = run(capsys, "compile", "-c", expr, "--ir", "tile", "--no-db")
+    assert f"schedule: {tuned}" not in out
+    # a record the space no longer accepts is skipped
+    db.write_text(json.dumps({"version": 1, "entries": {
+        f"{identity}@sm_90a": {"row": "WORK=warp:2 TILE=v8x1 REDUCE=shuffle STAGE=direct PLACE=fuse"}}}))
+    rc, out, _ = run(capsys, "compile", "-c", expr, "--ir", "tile")
+    assert rc == 0 and "TILE=v8x1" not in out

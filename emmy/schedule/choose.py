@@ -11,8 +11,11 @@ from emmy.schedule.targets import Target
 from emmy.tile_ir.ir import TileProgram
 
 
-def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str]) -> dict[str, Row]:
-    """Rows by kernel name. `given` maps a kernel name ("" for the only one) to row text."""
+def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str], *,
+                db: str | None = "") -> dict[str, Row]:
+    """Rows by kernel name: the row given for a kernel ("" names the only one), else the
+    schedule database's record for its identity (db: a path, "" the default, None: no
+    database), else the space's default. A record the space no longer accepts is skipped."""
     names = [k.name for k in tp.kernels]
     given = dict(given)
     if "" in given:
@@ -27,7 +30,7 @@ def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str]) -> di
     for k in tp.kernels:
         space = Space(k, target)
         if k.name not in given:
-            rows[k.name] = space.default()
+            rows[k.name] = _recorded(k, space, target, db) or space.default()
             continue
         text = given[k.name]
         try:
@@ -41,3 +44,18 @@ def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str]) -> di
                             f"{reasons}")
         rows[k.name] = row
     return rows
+
+
+def _recorded(k, space: Space, target: Target, db: str | None) -> Row | None:
+    if db is None:
+        return None
+    from emmy.schedule.db import recorded_row
+
+    record = recorded_row(k.identity, target.name, db or None)
+    if not record:
+        return None
+    try:
+        row = parse(record.get("row", ""))
+    except RowError:
+        return None
+    return None if space.check(row) else row
