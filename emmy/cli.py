@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_schedule_args(run)
     run.add_argument("--check", action="store_true",
                      help="compare every output with PyTorch eager (exit 1 on a mismatch)")
+    run.add_argument("--bench", action="store_true",
+                     help="check on fresh inputs, then time: measured on a GPU, modeled elsewhere")
+    run.add_argument("--json", dest="json_out", metavar="OUT", help="write the --bench report as JSON")
     run.add_argument("--engine", choices=("cuda", "loop"), default="cuda",
                      help="cuda: the emitted CUDA (CPU emulation without a GPU); loop: the Loop "
                           "IR reference interpreter")
@@ -57,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     space.add_argument("--target", default="sm_90a", help="sm_90a (H100/H200, default) or sm_80")
     space.add_argument("--sample", type=int, default=5, metavar="N", help="sample rows to show")
     space.add_argument("--json", action="store_true", help="print JSON")
+
+    bench = sub.add_parser("bench", help="the GPU performance suites (needs a CUDA GPU)")
+    bench.add_argument("--suite", required=True, choices=("core", "matmul", "attention", "all"))
+    bench.add_argument("--json", dest="json_out", metavar="OUT", help="also write JSON here")
 
     sub.add_parser("ops", help="list the torch ops the compiler supports")
     return parser
@@ -140,8 +147,12 @@ def cmd_run(args) -> int:
     if args.engine == "cuda":
         for unit in results["cuda"].units:
             print(f"  {unit.kernel}: {unit.row}")
+    if args.bench:
+        return _bench(workload, results, args)
+    if args.json_out:
+        raise UserError("--json writes the --bench report; give --bench too")
     if not args.check:
-        print("nothing to do without --check (GPU timing comes with the runtime)")
+        print("nothing to do without --check or --bench")
         return EXIT_OK
     if args.engine == "loop":
         report = check_loop_program(workload, results["torch"], lp)
@@ -158,6 +169,51 @@ def cmd_run(args) -> int:
               f"  max rel err {o.max_rel:.3g}  (atol {o.atol:g}, rtol {o.rtol:g})  {verdict}")
     print("PASS" if report.ok else "FAIL")
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
+
+
+def _bench(workload, results, args) -> int:
+    import json
+
+    from emmy.bench.program import bench_program
+
+    if args.engine != "cuda":
+        raise UserError("--bench times the CUDA kernels; it does not apply to --engine loop")
+    report = bench_program(workload, results)
+    where = ("GPU, CUDA events" if report["device"] == "gpu"
+             else "no GPU: correctness on the CPU emulator, times from the cost model")
+    print(f"bench ({where}): verdict {report['verdict']}")
+    for reason in report["reasons"]:
+        print(f"  {reason}")
+    for name, e in report["errors"].items():
+        print(f"  {name}: max abs err {e['max_abs']:.3g}, max rel err {e['max_rel']:.3g}")
+    for k in report["kernels"]:
+        t = k.get("timing")
+        timing = f"{t['median_us']:.2f} us {t['method']}" if t else "no time (check failed)"
+        regs = ", ".join(f"{fn}: {r['registers']} regs, {r['dynamic_shared_bytes']} B smem"
+                         for fn, r in k["resources"].items())
+        print(f"  {k['name']}: {timing}  [{regs}]  {k['row']}")
+    if "timing" in report:
+        t = report["timing"]
+        print(f"  total: {t['median_us']:.2f} us {t['method']}"
+              + (f" (p10 {t['p10_us']:.2f}, p90 {t['p90_us']:.2f}, n={t['n']})"
+                 if t["method"] == "measured" else ""))
+    for name, speedup in report["speedups"].items():
+        print(f"  speedup vs {name}: {speedup:.2f}x")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(report, f, indent=2)
+    return EXIT_OK if report["verdict"] == "ok" else EXIT_CHECK_FAILED
+
+
+def cmd_bench(args) -> int:
+    from emmy.bench.suites import render_notes, run_suite
+
+    report = run_suite(args.suite, args.json_out,
+                       command="emmy bench --suite " + args.suite
+                       + (f" --json {args.json_out}" if args.json_out else ""))
+    print(report.table())
+    print("\n".join(render_notes(report)))
+    return EXIT_OK
 
 
 def cmd_space(args) -> int:
@@ -204,7 +260,8 @@ def cmd_ops(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"compile": cmd_compile, "run": cmd_run, "space": cmd_space, "ops": cmd_ops}
+COMMANDS = {"compile": cmd_compile, "run": cmd_run, "space": cmd_space, "bench": cmd_bench,
+            "ops": cmd_ops}
 
 
 def main(argv: list[str] | None = None) -> int:

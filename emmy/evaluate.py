@@ -59,6 +59,7 @@ class Evaluator:
         self._graph = base["torch"]
         self._tile = base["tile"].program
         self._spaces = {k.name: Space(k, self._target) for k in self._tile.kernels}
+        self._baselines: dict | None = None
 
     @property
     def workload_name(self) -> str:
@@ -110,7 +111,8 @@ class Evaluator:
         return self._estimate(self.compiled(kernel, row)).seconds * 1e6
 
     def evaluate(self, kernel: str, row: str) -> Evaluation:
-        """Legality -> NVRTC compile -> correctness on the workload's inputs -> time."""
+        """Legality -> NVRTC compile -> correctness on fresh inputs -> time (measured on a GPU,
+        modeled elsewhere). Only a row that passed its check gets a time."""
         t0 = time.perf_counter()
         k = next((k for k in self._tile.kernels if k.name == kernel), None)
         if k is None:
@@ -130,8 +132,9 @@ class Evaluator:
         timing = None
         if verdict == "ok":
             timing = self._time(compiled)
+        baselines = self.baselines() if timing is not None else {}
         return Evaluation(kernel, row, verdict, reasons, k.identity, resources, abs_err, rel_err,
-                          timing, {}, time.perf_counter() - t0)
+                          timing, baselines, time.perf_counter() - t0)
 
     # --- the steps ----------------------------------------------------------------------------
 
@@ -150,22 +153,49 @@ class Evaluator:
         return per_fn, None
 
     def _check(self, prog):
-        from emmy.check import check_cuda_program
+        """Fresh inputs (several seeds), NaN-poisoned outputs, inputs that must not change."""
+        from emmy.bench.harness import check_program
 
-        report, failed = check_cuda_program(self.workload, self._graph, prog)
-        if report is None:
-            return failed.status, (f"{failed.failed}: {failed.log[-1500:]}",), None, None
-        worst_abs = max((o.max_abs for o in report.outputs), default=0.0)
-        worst_rel = max((o.max_rel for o in report.outputs), default=0.0)
-        if not report.ok:
-            bad = [f"{o.name}: max abs err {o.max_abs:.3g} > atol {o.atol:g} + rtol {o.rtol:g}·|ref|"
-                   for o in report.outputs if not o.ok]
-            return "incorrect", tuple(bad), worst_abs, worst_rel
-        return "ok", (), worst_abs, worst_rel
+        check = check_program(self.workload, self._graph, prog, device=self.device)
+        abs_err = max((e.max_abs for e in check.errors), default=None)
+        rel_err = max((e.max_rel for e in check.errors), default=None)
+        return check.verdict, tuple(check.reasons), abs_err, rel_err
 
     def _time(self, compiled: dict) -> dict:
+        if self.device == "gpu":
+            return self._measure(compiled)
         us = self._estimate(compiled).seconds * 1e6
         return {"method": "modeled", "median_us": us, "p10_us": us, "p90_us": us, "n": 1}
+
+    def _measure(self, compiled: dict) -> dict:
+        from dataclasses import asdict
+
+        from emmy.bench.timing import time_cuda
+        from emmy.check import program_inputs
+        from emmy.runtime.gpu import GpuProgram
+
+        gp = GpuProgram(compiled["cuda"])
+        gp.bind(program_inputs(self._graph, self.workload.inputs))
+        return asdict(time_cuda(gp.launch))
+
+    def baselines(self) -> dict:
+        """eager and torch.compile times of the workload (measured; {} without a GPU)."""
+        if self.device != "gpu":
+            return {}
+        if self._baselines is None:
+            from dataclasses import asdict
+
+            import torch
+
+            from emmy.bench.baselines import compiled, eager
+
+            args = tuple(x.cuda() if isinstance(x, torch.Tensor) else x
+                         for x in self.workload.inputs)
+            model = self.workload.model.cuda()
+            self._baselines = {b.name: asdict(b.timing) for b in (eager(model, args),
+                                                                  compiled(model, args))
+                               if b.timing is not None}
+        return self._baselines
 
     def _estimate(self, compiled: dict):
         from emmy.runtime.costmodel import estimate_compiled

@@ -26,7 +26,7 @@ from emmy.schedule.targets import Target
 PROGRAM_NAME = "emmy_kernel.cu"
 BASE_OPTIONS = ("-std=c++17", "--ptxas-options=-v")
 _CACHE = DiskCache("nvrtc")
-_CACHE_FORMAT = "1"
+_CACHE_FORMAT = "2"  # 2: cubins kept byte for byte (1 stripped trailing zero bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,13 +127,12 @@ def _compile(source: str, opts: tuple[str, ...], *, want_ptx: bool) -> CompileRe
     try:
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         seconds = time.perf_counter() - start
-        log = _read(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, prog).decode(
-            errors="replace")
+        log = _text(_read(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, prog))
         log = _PCH_NOTE.sub("", log)
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return CompileResult(ok=False, cubin=None, ptx=None, log=log, seconds=seconds)
         cubin = _read(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, prog)
-        text = _read(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, prog).decode() if want_ptx else None
+        text = _text(_read(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, prog)) if want_ptx else None
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     return CompileResult(ok=True, cubin=cubin, ptx=text, resources=parse_ptxas_log(log),
@@ -141,11 +140,17 @@ def _compile(source: str, opts: tuple[str, ...], *, want_ptx: bool) -> CompileRe
 
 
 def _read(size_fn, read_fn, prog) -> bytes:
+    """The bytes NVRTC reports, exactly (a cubin may end in zero bytes that belong to it)."""
     err, size = size_fn(prog)
     _check(err, size_fn.__name__)
     buf = b" " * size
     _check(read_fn(prog, buf)[0], read_fn.__name__)
-    return buf.rstrip(b"\0")
+    return buf
+
+
+def _text(buf: bytes) -> str:
+    """NVRTC's logs and PTX are NUL-terminated C strings."""
+    return buf.rstrip(b"\0").decode(errors="replace")
 
 
 def _check(err, what: str) -> None:

@@ -1,0 +1,100 @@
+"""The GPU runtime: what the CPU can check (detection never raises, cubin padding), and on a GPU
+the same verdicts as the emulator (honest, unwritten element, input written)."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import pytest
+
+from emmy.frontend.workload import load_expr
+from emmy.pipeline import compile_to
+from emmy.runtime.gpu import elf_image, gpu_available
+
+
+def test_gpu_available_answers_without_raising():
+    assert gpu_available() in (True, False)
+
+
+def test_elf_image_restores_stripped_trailing_zeros():
+    from emmy.cuda.nvrtc import compile_cuda
+    from emmy.schedule.targets import get_target
+
+    prog = compile_to(load_expr("nn.ReLU()(torch.randn(8, 32))"), "cuda")["cuda"]
+    cubin = compile_cuda(prog.units[0].source, get_target("sm_90a")).cubin
+    phoff, shoff = struct.unpack_from("<QQ", cubin, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", cubin, 0x36)
+    declared = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+    image = elf_image(cubin)
+    assert len(image) == max(declared, len(cubin)) and image.startswith(cubin)
+    assert elf_image(image) == image
+    assert elf_image(b"not an elf") == b"not an elf"
+
+
+@pytest.fixture(scope="module")
+def relu():
+    w = load_expr("nn.ReLU()(torch.randn(64, 256))")
+    stages = compile_to(w, "cuda")
+    return w, stages["torch"], stages["cuda"]
+
+
+def _edit(prog, old, new):
+    unit = prog.units[0]
+    return dataclasses.replace(prog, units=(dataclasses.replace(
+        unit, source=unit.source.replace(old, new, 1)),))
+
+
+@pytest.mark.gpu
+def test_gpu_run_matches_the_emulator(relu):
+    import torch
+
+    from emmy.runtime.cpu import run_program
+    from emmy.runtime.gpu import run_program_gpu
+
+    w, graph, prog = relu
+    x = torch.randn(64, 256)
+    (got,) = run_program_gpu(prog, {"input": x.cuda()})
+    cpu = run_program(prog, {"input": x})
+    assert cpu.ok
+    assert torch.equal(got.cpu(), torch.from_numpy(cpu.outputs[0]))
+
+
+@pytest.mark.gpu
+def test_gpu_harness_gives_the_same_verdicts(relu):
+    from emmy.bench.harness import check_program
+
+    w, graph, prog = relu
+    ok = check_program(w, graph, prog, device="gpu")
+    assert ok.verdict == "ok" and len(ok.cases) == 6
+    skip = _edit(prog, "const int tid = threadIdx.x;",
+                 "const int tid = threadIdx.x;\n  if (tid == 0) return;")
+    bad = check_program(w, graph, skip, device="gpu", seeds=(0,))
+    assert bad.verdict == "incorrect" and bad.errors[0].unwritten > 0
+    writes = _edit(prog, "em_vstore(out0",
+                   "const_cast<float*>(input)[e] = 0.5f;\n    em_vstore(out0")
+    bad = check_program(w, graph, writes, device="gpu", seeds=(0,))
+    assert bad.verdict == "incorrect" and any("input `input`" in r for r in bad.reasons)
+
+
+def _illegal_access(_item):
+    """Runs in a worker: a kernel that writes far outside its buffer."""
+    from emmy.bench.harness import GpuExecutor, make_cases
+
+    w = load_expr("nn.ReLU()(torch.randn(64, 256))")
+    stages = compile_to(w, "cuda")
+    prog = _edit(stages["cuda"], "em_vstore(out0 + (", "em_vstore(out0 + (1LL << 40) + (")
+    (case,) = make_cases(w, stages["torch"], seeds=(0,), device="cuda")
+    run = GpuExecutor(prog)
+    done = run(case.inputs)
+    return done.status, done.log
+
+
+@pytest.mark.gpu
+def test_an_illegal_address_is_a_crash_reported_by_the_worker():
+    from emmy.bench.worker import run_each
+
+    (out,) = run_each(_illegal_access, [0], timeout=240)
+    assert out.status in ("ok", "crash", "error")
+    if out.ok:
+        assert out.value[0] == "crash", out.value

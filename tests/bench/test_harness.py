@@ -1,0 +1,143 @@
+"""The correctness harness on the CPU emulator: an honest kernel passes; a kernel that skips an
+element, writes its input, computes the wrong function or does not compile fails."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from emmy.bench.harness import (check_program, compare_output, is_discrete, make_cases,
+                                resolve_device)
+from emmy.dtypes import DType
+from emmy.frontend.workload import load_expr, load_file
+from emmy.pipeline import compile_to
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture(scope="module")
+def gelu():
+    w = load_expr("nn.GELU()(torch.randn(16, 96))")
+    stages = compile_to(w, "cuda")
+    return w, stages["torch"], stages["cuda"]
+
+
+def edited(prog, old: str, new: str):
+    """The program with one edit to its (only) kernel's source."""
+    unit = prog.units[0]
+    assert old in unit.source, unit.source
+    return dataclasses.replace(prog, units=(dataclasses.replace(
+        unit, source=unit.source.replace(old, new, 1)),))
+
+
+def test_honest_kernel_passes(gelu):
+    w, graph, prog = gelu
+    check = check_program(w, graph, prog, device="cpu")
+    assert check.verdict == "ok", check.reasons
+    assert check.device == "cpu" and check.reference_dtype == "f64"
+    assert len(check.cases) == 2 and {c.seed for c in check.cases} == {0, 1}
+    assert check.errors[0].rel_l2 < 1e-6
+
+
+def test_an_element_never_written_fails(gelu):
+    w, graph, prog = gelu
+    bad = edited(prog, "const int tid = threadIdx.x;",
+                 "const int tid = threadIdx.x;\n  if (tid == 0) return;")
+    check = check_program(w, graph, bad, device="cpu", seeds=(0,))
+    assert check.verdict == "incorrect"
+    assert check.errors[0].unwritten == 8          # 2 blocks x 4 elements of thread 0
+    assert any("never written" in r for r in check.reasons)
+
+
+def test_a_kernel_writing_its_input_fails(gelu):
+    w, graph, prog = gelu
+    bad = edited(prog, "em_vstore(out0", "const_cast<float*>(input)[e] = 0.5f;\n    em_vstore(out0")
+    check = check_program(w, graph, bad, device="cpu", seeds=(0,))
+    assert check.verdict == "incorrect"
+    assert check.errors[0].ok                      # the outputs are right: only the input check
+    assert any("wrote into its input `input`" in r for r in check.reasons)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_wrong_kernel_fails_at_any_seed(gelu, seed):
+    w, graph, prog = gelu
+    bad = edited(prog, "0.7071067811865475f", "0.7f")
+    check = check_program(w, graph, bad, device="cpu", seeds=(seed,))
+    assert check.verdict == "incorrect"
+    assert check.errors[0].bad > 0 and "outside tolerance" in check.reasons[0]
+
+
+def test_a_kernel_that_does_not_compile_is_a_compile_error(gelu):
+    w, graph, prog = gelu
+    bad = edited(prog, "const int tid", "this is not C++;\n  const int tid")
+    check = check_program(w, graph, bad, device="cpu", seeds=(0,))
+    assert check.verdict == "compile_error"
+
+
+def test_cases_are_fresh_and_keep_discrete_inputs_valid():
+    w = load_file(EXAMPLES / "losses.py", (("batch_size", 4), ("num_classes", 10)))
+    graph = compile_to(w, "torch")["torch"]
+    cases = make_cases(w, graph, seeds=(0, 1), distributions=("normal", "uniform", "large"))
+    assert len(cases) == 6 and all(c.reference_dtype == "f64" for c in cases)
+    logits = [c.args[0] for c in cases]
+    assert not torch.equal(logits[0], logits[3])                     # seeds differ
+    assert logits[1].abs().max() <= 1 and logits[2].abs().max() > 10  # uniform, large
+    for c in cases:
+        classes, signs = c.args[2], c.args[3]
+        assert classes.dtype == torch.int64 and 0 <= classes.min() and classes.max() < 10
+        assert set(signs.unique().tolist()) <= {-1.0, 1.0}
+    assert cases[0].expected[0].dtype == torch.float64
+
+
+def test_parameters_are_drawn_fresh_for_the_program_and_the_reference():
+    w = load_expr("nn.RMSNorm(32)(torch.randn(4, 32))")
+    graph = compile_to(w, "torch")["torch"]
+    (case,) = make_cases(w, graph, seeds=(3,))
+    weight = case.inputs["weight"]
+    assert not torch.all(weight == 1)
+    x = case.inputs["x"].double()
+    ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + torch.finfo(torch.float32).eps)
+    assert torch.allclose(case.expected[0], ref * weight.double(), rtol=1e-6)
+
+
+def test_compare_output_flags_poison_and_admits_cancellation_rounding():
+    ref = torch.tensor([1.0, 2.0, float("nan"), 3.0], dtype=torch.float64)
+    got = torch.tensor([1.0, float("nan"), float("nan"), 3.0])
+    e = compare_output("out", DType.F32, got, ref)
+    assert not e.ok and e.unwritten == 1 and e.bad == 1 and e.rel_l2 == float("inf")
+    assert "at [1]" in e.worst
+    big = torch.full((1000,), 1e5, dtype=torch.float64)
+    big[0] = 0.5                                    # a cancelling sum: tiny result, large terms
+    near = big.clone()
+    near[0] = 0.52
+    assert compare_output("out", DType.F32, near.float(), big).ok
+    near[0] = 1000.0
+    assert not compare_output("out", DType.F32, near.float(), big).ok
+    shape = compare_output("out", DType.F32, torch.zeros(3), torch.zeros(4, dtype=torch.float64))
+    assert not shape.ok and "shape" in shape.worst
+
+
+def test_discrete_inputs_are_recognized():
+    assert is_discrete(torch.tensor([1, 2, 3]))
+    assert is_discrete(torch.tensor([-1.0, 1.0, 1.0]))
+    assert not is_discrete(torch.randn(10))
+
+
+def test_auto_device_is_cpu_without_a_gpu():
+    from emmy.runtime.gpu import gpu_available
+
+    assert resolve_device("auto") == ("gpu" if gpu_available() else "cpu")
+    assert resolve_device("cpu") == "cpu"
+
+
+def test_an_overflow_the_model_itself_has_is_not_a_failure():
+    """exp of N(0,100) overflows float32 in eager too: inf there matches, not an error."""
+    w = load_expr("torch.exp(torch.randn(8, 64))")
+    stages = compile_to(w, "cuda")
+    check = check_program(w, stages["torch"], stages["cuda"], device="cpu", seeds=(0,),
+                          distributions=("large",))
+    assert check.verdict == "ok", check.reasons
+    assert check.cases[0].verdict == "ok"

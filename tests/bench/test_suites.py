@@ -1,0 +1,140 @@
+"""Suites: definitions, planning and the report on the CPU; `run_suite` itself on a GPU only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from emmy.bench.baselines import Baseline
+from emmy.bench.suites import (SUITES, BenchOptions, DeviceInfo, Prepared, RowResult,
+                               SuiteReport, WorkloadResult, WorkloadSpec, append_benchmarks,
+                               bench_item, plan_rows, render_notes, run_specs, run_suite,
+                               suite_specs)
+from emmy.bench.timing import Timing
+from emmy.errors import UserError
+from emmy.pipeline import compile_to
+from emmy.runtime.gpu import gpu_available
+
+
+def test_suites_cover_the_issue():
+    core = suite_specs("core")
+    assert {s.name for s in core} == {"rmsnorm", "layernorm", "softmax", "log_softmax",
+                                      "elementwise_chain"}
+    assert {s.dtype for s in core} == {"f32", "bf16"}
+    assert all(dict(s.sets).get("batch_size") == 8192 for s in core)
+    assert len(suite_specs("all")) == sum(len(v) for v in SUITES.values())
+    with pytest.raises(UserError, match="unknown suite"):
+        suite_specs("nope")
+
+
+@pytest.mark.parametrize("example,sets", [
+    ("rmsnorm", (("batch_size", 4), ("dim", 64))),
+    ("layernorm", (("batch_size", 4), ("seq_len", 1), ("hidden", 64))),
+    ("softmax", (("batch_size", 4), ("dim", 64))),
+    ("log_softmax", (("batch_size", 4), ("dim", 64))),
+    ("elementwise_chain", (("batch_size", 4), ("dim", 64))),
+    ("matmul", (("M", 8), ("K", 16), ("N", 8))),
+    ("linear", (("batch_size", 4), ("in_features", 16), ("out_features", 8))),
+    ("attention", (("batch_size", 1), ("heads", 2), ("seq_len", 8), ("head_dim", 4))),
+])
+def test_every_suite_workload_loads_and_casts(example, sets):
+    """The suite's files and size constants exist; the bf16 cast reaches model and inputs."""
+    assert any(s.example == example and {k for k, _ in s.sets} == {k for k, _ in sets}
+               for s in suite_specs("all"))
+    w = WorkloadSpec(example, example, sets, "bf16").load()
+    assert all(x.dtype == torch.bfloat16 for x in w.make_inputs() if x.is_floating_point())
+    assert all(p.dtype == torch.bfloat16 for p in w.model.parameters())
+    compile_to(w, "cuda")
+
+
+def test_plan_starts_with_the_default_then_modeled_rows():
+    w = WorkloadSpec("softmax", "softmax", (("batch_size", 4), ("dim", 256))).load()
+    stages = compile_to(w, "tile")
+    plan, notes = plan_rows(stages["loop"], stages["tile"].program, "sm_90a", top_k=2, sample=5)
+    assert plan[0].source == "default"
+    assert len({p.rows for p in plan}) == len(plan) == 6
+    sources = [p.source for p in plan]
+    if any(p.modeled_us is not None for p in plan):        # the cost model answered
+        assert sources[1:3] == ["modeled", "modeled"]
+        assert plan[1].modeled_us <= plan[2].modeled_us
+    else:
+        assert set(sources[1:]) == {"sweep"} and notes
+
+
+def _report(tmp_copy=4000.0) -> SuiteReport:
+    spec = WorkloadSpec("rmsnorm", "rmsnorm", (("batch_size", 8192), ("dim", 8192)), "f32",
+                        "8192x8192")
+    t = lambda us: Timing("measured", us, us * 0.95, us * 1.1, 50)  # noqa: E731
+    rows = (RowResult(0, (("k0", "WORK=block:256 TILE=v4x1"),), "default", "ok", timing=t(200.0)),
+            RowResult(1, (("k0", "WORK=warp:4 TILE=v4x1"),), "modeled", "ok", timing=t(150.0)),
+            RowResult(2, (("k0", "WORK=thread:32 TILE=v1x1"),), "sweep", "incorrect",
+                      ("seed 0, normal inputs: out0: 3 elements never written",)),
+            RowResult(3, (("k0", "WORK=thread:64 TILE=v1x1"),), "sweep", "skipped"))
+    prepared = Prepared(spec.label, (), 8192 * 8192 * 4 * 2 + 8192 * 4, "f64")
+    base = (Baseline("eager", t(300.0)), Baseline("torch.compile", t(160.0), "warm-up excluded"))
+    w = WorkloadResult(spec, prepared, rows, base)
+    dev = DeviceInfo("NVIDIA H200", "580.1", "13.0", "2.11", "14.2", "0.1.0", 132, 60 << 20,
+                     141 << 30)
+    return SuiteReport("core", "2026-01-01 00:00:00 UTC", "emmy bench --suite core", dev,
+                       t(500.0), tmp_copy, (w,), 123.0)
+
+
+def test_report_table_and_benchmarks_md(tmp_path):
+    report = _report()
+    table = report.table()
+    assert "`WORK=warp:4 TILE=v4x1`" in table          # the fastest passing row
+    assert "2.00×" in table and "1.07×" in table       # vs eager, vs torch.compile
+    assert "| 2 / 3 |" in table                         # skipped rows are not counted
+    gbps = (8192 * 8192 * 8 + 8192 * 4) / 150e-6 / 1e9
+    assert f"{gbps:,.0f}" in table
+    notes = "\n".join(render_notes(report))
+    assert "never written" in notes and "copy ceiling" in notes
+    md = tmp_path / "BENCHMARKS.md"
+    md.write_text("# Benchmarks\n")
+    append_benchmarks(report, md)
+    text = md.read_text()
+    assert text.startswith("# Benchmarks\n") and "`emmy bench --suite core`" in text
+    assert "NVIDIA H200" in text and "torch 2.11" in text and table in text
+    assert report.to_dict()["workloads"][0]["rows"][1]["timing"]["median_us"] == 150.0
+
+
+def test_a_dry_run_on_the_cpu_goes_through_workers_to_the_report(tmp_path):
+    """The whole orchestration without a GPU: plan, check on the emulator, assemble, write."""
+    spec = WorkloadSpec("softmax", "softmax", (("batch_size", 4), ("dim", 128)), "f32", "4x128")
+    md, out = tmp_path / "BENCHMARKS.md", tmp_path / "out.json"
+    report = run_specs("tiny", (spec,), out, device="cpu", benchmarks_md=md, top_k=1, sample=2,
+                       seeds=(0,), distributions=("normal",))
+    (w,) = report.workloads
+    assert w.prepared is not None and w.prepared.plan[0].source == "default"
+    assert [r.index for r in w.rows] == list(range(len(w.prepared.plan)))
+    assert all(r.verdict == "ok" and r.timing is None for r in w.rows), w.rows
+    assert w.baselines == () and report.device is None and w.best is None
+    assert "dry run" in "\n".join(render_notes(report))
+    assert "| 3 / 3 |" in report.table() and report.table() in md.read_text()
+    assert "`emmy bench --suite tiny --json" in md.read_text()
+    assert '"suite": "tiny"' in out.read_text()
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the message given where there is no GPU")
+def test_run_suite_without_a_gpu_says_so(tmp_path):
+    with pytest.raises(UserError, match="emmy bench needs a CUDA GPU"):
+        run_suite("core", benchmarks_md=tmp_path / "B.md")
+    assert not (tmp_path / "B.md").exists()
+
+
+@pytest.mark.gpu
+def test_bench_items_on_a_small_workload():
+    import time
+
+    spec = WorkloadSpec("softmax", "softmax", (("batch_size", 64), ("dim", 1024)))
+    opt = BenchOptions(deadline=time.time() + 300, sample=3, top_k=1, row_timing_s=0.1,
+                       baseline_timing_s=0.1)
+    prepared = bench_item(("prepare", spec, opt))
+    assert prepared.plan[0].source == "default" and prepared.reference_dtype == "f64"
+    row = bench_item(("row", spec, 0, opt))
+    assert row.verdict == "ok" and row.timing.method == "measured", row.reasons
+    eager = bench_item(("baseline", spec, "eager", opt))
+    assert eager.timing is not None
+    assert bench_item(("row", spec, 999, opt)) is None
+    timing, gbps = bench_item(("copy", 1 << 26))
+    assert gbps > 100 and timing.method == "measured"
