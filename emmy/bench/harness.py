@@ -11,7 +11,6 @@ No row counts as `ok` unless every case passed.
 from __future__ import annotations
 
 import copy
-import hashlib
 import random
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -343,35 +342,14 @@ class CpuExecutor:
     def __call__(self, inputs: Mapping[str, Any]) -> Executed:
         import torch
 
-        from emmy.cuda.emulate.run import build_and_run
-        from emmy.runtime.buffers import dtype_of_c, from_storage, poisoned, to_storage
+        from emmy.runtime.cpu import run_program
 
-        prog = self.prog
-        buffers = {b.name: to_storage(inputs[b.name], b.type.dtype).reshape(b.type.shape)
-                   for b in prog.inputs}
-        before = {b.name: _digest(buffers[b.name]) for b in prog.inputs}
-        for b in (*prog.intermediates, *prog.outputs):
-            buffers[b.name] = poisoned(b.type.shape, b.type.dtype)
-        for unit in prog.units:
-            for name, ctype, count in unit.temporaries:
-                buffers[name] = poisoned((count,), dtype_of_c(ctype))
-            for name in unit.zero_fill:
-                buffers[name][...] = 0
-            for launch in unit.launches:
-                res = build_and_run(unit.source, launch.function, launch.grid, launch.threads,
-                                    launch.shared_bytes, [buffers[a] for a in launch.args],
-                                    timeout=self.timeout)
-                if not res.ok:
-                    status = res.status if res.status in ("compile_error", "timeout") else "crash"
-                    return Executed(status, log=f"{launch.function}: {res.status}\n{res.log}")
-        changed = tuple(n for n, d in before.items() if _digest(buffers[n]) != d)
-        outs = tuple(torch.from_numpy(from_storage(buffers[b.name], b.type.dtype).copy())
-                     for b in prog.outputs)
-        return Executed("ok", outs, changed)
-
-
-def _digest(array) -> str:
-    return hashlib.sha256(array.tobytes()).hexdigest()
+        res = run_program(self.prog, inputs, timeout=self.timeout)
+        if not res.ok:
+            status = res.status if res.status in ("compile_error", "timeout") else "crash"
+            return Executed(status, log=f"{res.failed}: {res.status}\n{res.log}")
+        outs = tuple(torch.from_numpy(o.copy()) for o in res.outputs)
+        return Executed("ok", outs, res.changed_inputs)
 
 
 class GpuExecutor:

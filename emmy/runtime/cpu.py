@@ -3,6 +3,7 @@ header and run at small shapes. For correctness, never speed."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -19,6 +20,7 @@ class RunResult:
     outputs: tuple[np.ndarray, ...]     # numeric values of the program outputs (when ok)
     log: str = ""
     failed: str = ""                    # the function that failed
+    changed_inputs: tuple[str, ...] = ()  # inputs whose bytes differ after the run
 
     @property
     def ok(self) -> bool:
@@ -30,6 +32,7 @@ def run_program(prog: CudaProgram, inputs: Mapping[str, object], *, timeout: flo
     buffers: dict[str, np.ndarray] = {}
     for b in prog.inputs:
         buffers[b.name] = to_storage(inputs[b.name], b.type.dtype).reshape(b.type.shape)
+    before = {b.name: _digest(buffers[b.name]) for b in prog.inputs}
     for b in (*prog.intermediates, *prog.outputs):
         buffers[b.name] = poisoned(b.type.shape, b.type.dtype)
     for unit in prog.units:
@@ -44,7 +47,12 @@ def run_program(prog: CudaProgram, inputs: Mapping[str, object], *, timeout: flo
             if not res.ok:
                 return RunResult(res.status, (), res.log, launch.function)
     outs = tuple(from_storage(buffers[b.name], b.type.dtype) for b in prog.outputs)
-    return RunResult("ok", outs)
+    changed = tuple(n for n, d in before.items() if _digest(buffers[n]) != d)
+    return RunResult("ok", outs, changed_inputs=changed)
+
+
+def _digest(array: np.ndarray) -> str:
+    return hashlib.sha256(array.tobytes()).hexdigest()
 
 
 __all__ = ["run_program", "RunResult", "storage_of"]
