@@ -47,6 +47,7 @@ class Session:
         self.budget = budget or Budget()
         self.sinks = list(sinks or [])
         self.kernel_infos = {k.name: k for k in evaluator.kernels()}
+        self.recorded: dict[str, str] = {}   # kernel -> the schedule database's row, if any
         self.cache: dict[tuple[str, str], EvaluationResult] = {}
         self.results: list[EvaluationResult] = []
         self.errors: Counter[str] = Counter()

@@ -41,7 +41,10 @@ def system_prompt(session) -> str:
 
 def task_prompt(session, shares: dict[str, int] | None = None) -> str:
     kernels = "\n".join(f"- {k.name} ({k.kind}): {k.count} legal rows; decides {' '.join(k.keys)};"
-                        f" default `{k.default_row}`" for k in session.kernel_infos.values())
+                        f" default `{k.default_row}`"
+                        + (f"; best known (schedule database) `{session.recorded[k.name]}`"
+                           if k.name in session.recorded else "")
+                        for k in session.kernel_infos.values())
     split = ""
     if shares and len(shares) > 1:
         split = "Suggested split by expected gain: " + ", ".join(

@@ -94,6 +94,9 @@ def optimize(cfg: RunConfig, view_factory, evaluator=None) -> Outcome:
     writer = TraceWriter(trace_path, append=previous is not None)
     view = view_factory(budget.evaluations)
     session = Session(ev, budget, sinks=[writer, view])
+    session.recorded = recorded_rows(session, cfg.db)
+    for kernel, row in session.recorded.items():
+        view.say(f"{kernel}: starting from the schedule database's row `{row}`")
     model = (cfg.model or os.environ.get("OPENAI_MODEL") or DEFAULT_MODEL) if policy_name == "llm" else None
     view.say(why)
     view.say(device_sentence(ev.device))
@@ -158,6 +161,17 @@ def _policy(name: str, cfg: RunConfig, session: Session, model: str | None, prev
     shares = allocate(session.budget.evaluations, expected_gains(session.ev, kernels)) \
         if len(kernels) > 1 else None
     return LlmPolicy(chat, shares=shares)
+
+
+def recorded_rows(session: Session, db_path: str | None) -> dict[str, str]:
+    """The database's best row for each kernel identity on this target, where still legal."""
+    out = {}
+    db = ScheduleDb(db_path)
+    for info in session.kernel_infos.values():
+        entry = db.lookup(info.identity, session.ev.target)
+        if entry and entry.row != info.default_row and not session.ev.check(info.name, entry.row):
+            out[info.name] = entry.row
+    return out
 
 
 def keep_best(session: Session, db_path: str | None, trace: str) -> list[DbEntry]:

@@ -61,6 +61,8 @@ class SearchPolicy:
             return 0
         info = session.kernel_infos[kernel]
         evaluate(info.default_row)
+        if kernel in session.recorded:        # the schedule database's best row so far
+            evaluate(session.recorded[kernel])
         ranked = self._rank(session, kernel, share)
         for row in ranked[: max(1, min(share // 2, self.top))]:
             evaluate(row)

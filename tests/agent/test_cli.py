@@ -198,3 +198,23 @@ def test_report_formats(tmp_path, capsys):
     except ImportError:
         rc, _, err = run(capsys, "report", out.trace, "-o", tmp_path / "r.png")
         assert rc == 2 and "matplotlib" in err
+
+
+def test_optimize_starts_from_the_schedule_database(tmp_path, monkeypatch):
+    """A second run evaluates the row the first one kept, right after the default."""
+    from agent.db import ScheduleDb
+    from agent.run import recorded_rows
+    from agent.api import Session
+    from tests.agent.fakes import FakeEvaluator
+
+    ev = FakeEvaluator()
+    session = Session(ev)
+    kernel = next(iter(session.kernel_infos.values()))
+    other = next(r for r in ev.all_rows(kernel.name) if r != kernel.default_row)
+    db = tmp_path / "db.json"
+    from agent.models import DbEntry
+
+    ScheduleDb(db).offer([DbEntry(identity=kernel.identity, target=ev.target, kernel=kernel.name,
+                                  workload="w", row=other, median_us=1.0, method="modeled",
+                                  trace=None, time="t")])
+    assert recorded_rows(session, str(db)) == {kernel.name: other}
