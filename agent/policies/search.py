@@ -103,7 +103,28 @@ class SearchPolicy:
                 return [r for r in rows if r != info.default_row]
             scored.append((est, i, row))
         order = [r for _, _, r in sorted(scored)] + rows[len(scored):]
+        # The ranked sample can miss the best rows; walk the default and the rows about to be
+        # evaluated downhill on the model alone (no evaluations spent), and try where they end.
+        starts = [info.default_row] + order[: max(1, min(share // 2, self.top))]
+        ends = []
+        for row in starts:
+            end = self._descend(session, kernel, row, deadline)
+            if end not in ends and end != info.default_row:
+                ends.append(end)
+        order = ends + [r for r in order if r not in ends]
         return [r for r in order if r != info.default_row]
+
+    def _descend(self, session: Session, kernel: str, row: str, deadline: float) -> str:
+        """Follow the model's best single-decision change while it improves the estimate."""
+        while time.monotonic() < deadline:
+            neighbours = self._neighbours(session, kernel, row)
+            if not neighbours:
+                break
+            best, here = self._estimate(session, kernel, neighbours[0]), self._estimate(session, kernel, row)
+            if best is None or here is None or best >= here:
+                break
+            row = neighbours[0]
+        return row
 
     def _neighbours(self, session: Session, kernel: str, center: str) -> list[str]:
         """Legal rows that change one decision of `center`, by estimate when there is one."""
