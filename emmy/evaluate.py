@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from emmy.errors import UserError
-from emmy.pipeline import STAGE_NAMES, Options, compile_to, show
+from emmy.pipeline import STAGE_NAMES, Options, compile_to, resume_from, show
 from emmy.schedule.row import RowError, parse
 from emmy.schedule.space import Space
 from emmy.schedule.targets import get_target
@@ -56,6 +56,7 @@ class Evaluator:
         self._target = get_target(target)
         self.device = _pick_device(device)
         base = compile_to(workload, "tile", Options(target=self.target))
+        self._front = {k: base[k] for k in ("torch", "tensor", "loop")}   # rows change none of these
         self._graph = base["torch"]
         self._tile = base["tile"].program
         self._spaces = {k.name: Space(k, self._target) for k in self._tile.kernels}
@@ -93,7 +94,7 @@ class Evaluator:
 
     def compiled(self, kernel: str, row: str) -> dict:
         """Every stage's result with `row` on `kernel` and the default rows elsewhere."""
-        return compile_to(self.workload, "cuda", Options(self.target, {kernel: row}))
+        return resume_from(self._front, "cuda", Options(self.target, {kernel: row}))
 
     def program(self, kernel: str, row: str):
         """The CUDA program with `row` on `kernel` and the default rows elsewhere."""
@@ -103,8 +104,9 @@ class Evaluator:
         if stage not in STAGE_NAMES:
             raise UserError(f"unknown stage `{stage}`; stages are {', '.join(STAGE_NAMES)}")
         rows = {kernel: row} if kernel and row else {}
-        result = compile_to(self.workload, stage, Options(self.target, rows))[stage]
-        return show(stage, result)
+        if stage in self._front:
+            return show(stage, self._front[stage])
+        return show(stage, resume_from(self._front, stage, Options(self.target, rows))[stage])
 
     def estimate_us(self, kernel: str, row: str) -> float:
         """The cost model's time for the whole program with this row, in microseconds."""

@@ -131,12 +131,19 @@ STAGE_NAMES = tuple(s.name for s in STAGES)
 
 def compile_to(workload: Workload, stage: str, options: Options | None = None) -> dict[str, Any]:
     """Run the stages up to and including `stage`; return every result by stage name."""
+    return resume_from({}, stage, options, workload=workload)
+
+
+def resume_from(done: dict[str, Any], stage: str, options: Options | None = None, *,
+                workload: Workload | None = None) -> dict[str, Any]:
+    """Continue from stage results already computed (`done`, e.g. up to "loop", which no row
+    changes) to `stage`; returns `done` plus the new results."""
     if stage not in STAGE_NAMES:
         raise ValueError(f"unknown stage {stage!r}")
     options = options or Options()
-    results: dict[str, Any] = {}
-    value: Any = workload
-    for s in STAGES:
+    results = dict(done)
+    value: Any = results[STAGES[len(done) - 1].name] if done else workload
+    for s in STAGES[len(done):]:
         value = s.run(value, options)
         results[s.name] = value
         if s.name == stage:
