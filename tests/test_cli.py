@@ -2,9 +2,7 @@
 
 import subprocess
 import sys
-import textwrap
 
-import pytest
 
 from emmy.cli import main
 

@@ -21,13 +21,6 @@ RMSNORM = str(ROOT / "examples" / "rmsnorm.py")
 SMALL = ["--set", "batch_size=4", "--set", "dim=256"]
 DEFAULT = "WORK=block:256 TILE=v4x1 REDUCE=shuffle STAGE=direct PLACE=fuse"
 
-try:
-    import emmy.evaluate  # noqa: F401
-    HAVE_EVALUATOR = True
-except ImportError:
-    HAVE_EVALUATOR = False
-needs_evaluator = pytest.mark.skipif(not HAVE_EVALUATOR,
-                                     reason="emmy/evaluate.py (the compiler's Evaluator) is not there yet")
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +45,6 @@ def search_run(tmp_path_factory):
     return rc, trace, db, json.loads(js.read_text())
 
 
-@needs_evaluator
 def test_optimize_end_to_end(search_run):
     rc, trace, _, out = search_run
     t = Trace.read(trace)
@@ -67,14 +59,12 @@ def test_optimize_end_to_end(search_run):
     assert out["policy"] == "search" and out["device"] == "cpu"
 
 
-@needs_evaluator
 def test_console_says_policy_and_modeled(tmp_path, capsys):
     rc, out, _ = run(capsys, "optimize", RMSNORM, *SMALL, "--policy", "random", "--budget", "1",
                      "--trace", tmp_path / "r.jsonl", "--db", tmp_path / "db.json")
     assert "policy random" in out and "MODELED" in out and "best row per kernel" in out
 
 
-@needs_evaluator
 def test_replay_reproduces_and_renders(search_run, capsys):
     _, trace, _, _ = search_run
     rc, out, _ = run(capsys, "replay", trace)
@@ -84,7 +74,6 @@ def test_replay_reproduces_and_renders(search_run, capsys):
     assert rc == 0 and "policy search" in out and "summary:" in out
 
 
-@needs_evaluator
 def test_propose_appends_to_a_trace(search_run, tmp_path, capsys):
     _, trace, _, _ = search_run
     copy = tmp_path / "copy.jsonl"
@@ -102,14 +91,12 @@ def test_propose_appends_to_a_trace(search_run, tmp_path, capsys):
     assert rc == 2 and f"canonical spelling is `{row}`" in err
 
 
-@needs_evaluator
 def test_report_writes_html(search_run, tmp_path, capsys):
     _, trace, _, _ = search_run
     rc, out, _ = run(capsys, "report", trace, "-o", tmp_path / "r.html")
     assert rc == 0 and (tmp_path / "r.html").read_text().startswith("<!doctype html>")
 
 
-@needs_evaluator
 def test_llm_through_the_cli(tmp_path, capsys):
     script = [call("schedule_space", {"kernel": "k0_rmsnorm"}),
               call("evaluate_row", {"kernel": "k0_rmsnorm", "row": DEFAULT}),
@@ -126,7 +113,6 @@ def test_llm_through_the_cli(tmp_path, capsys):
     assert rc == 0, out
 
 
-@needs_evaluator
 def test_kill_then_resume(tmp_path):
     trace = tmp_path / "killed.jsonl"
     cmd = [sys.executable, "-m", "agent", "optimize", RMSNORM, *SMALL, "--policy", "random",
