@@ -24,7 +24,7 @@ def test_default_rows_are_correct(path):
 
 
 FAST = ["rmsnorm", "softmax", "layernorm", "log_softmax", "scan", "reductions", "norms",
-        "losses", "elementwise_chain", "transpose", "attention"]
+        "losses", "elementwise_chain", "transpose", "attention", "half_precision"]
 
 
 @pytest.mark.parametrize("name", FAST)

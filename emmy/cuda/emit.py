@@ -79,9 +79,9 @@ def _stmt(s: K.KStmt, depth: int) -> list[str]:
         case K.SharedArray(name=n, ctype=c, start=start):
             return [f"{c}* {n} = reinterpret_cast<{c}*>(emmy_smem + {start});"]
         case K.SharedLoad(names=names, ctype=c, array=a, index=i):
-            return [f"const {c} {n} = {a}[{_ix(i + j)}];" for j, n in enumerate(names)]
-        case K.SharedStore(array=a, index=i, values=vals):
-            return [f"{a}[{_ix(i + j)}] = {v};" for j, v in enumerate(vals)]
+            return [f"const {c} {n} = em_cvt<{c}>({a}[{_ix(i + j)}]);" for j, n in enumerate(names)]
+        case K.SharedStore(array=a, elem=t, index=i, values=vals):
+            return [f"{a}[{_ix(i + j)}] = em_cvt<{t}>({v});" for j, v in enumerate(vals)]
         case K.CpAsync(array=a, index=i, buffer=b, offset=off, count=n):
             return [f"em_cp_async<sizeof({b}[0]) * {n}>({a} + ({_ix(i)}), {b} + ({_ix(off)}));"]
         case K.CpAsyncWaitAll():

@@ -66,7 +66,7 @@ def _load(fn: Fn, s: Load, names: tuple[str, ...], env, axis: str | None) -> lis
     if s.buffer in fn.filled:
         return [K.SharedLoad(names, c, fn.stage[s.buffer], where)]
     fn.filling.add(s.buffer)
-    return [direct, K.SharedStore(fn.stage[s.buffer], where, names)]
+    return [direct, K.SharedStore(fn.stage[s.buffer], elem(fn, s.buffer), where, names)]
 
 
 def _pattern(fn: Fn, s: Load, axis: str) -> tuple[Lin, ...]:

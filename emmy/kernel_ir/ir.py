@@ -108,6 +108,7 @@ class SharedLoad:
 @dataclass(frozen=True, slots=True)
 class SharedStore:
     array: str
+    elem: str                 # the array's element type
     index: Lin
     values: tuple[str, ...]
 

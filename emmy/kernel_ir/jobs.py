@@ -55,8 +55,10 @@ def _plan_stage(fn: Fn) -> list[K.KStmt]:
         pattern, extent = _stage_pattern(fn, name)
         if pattern is None:
             continue
-        c = ctype(buffer_dtype(fn, name))
-        arr = fn.alloc(f"stage_{name}", c, J * extent, 8 if c == "double" else 4)
+        # The row is kept in the buffer's own element type (what cp.async copies, and what the
+        # shared-memory budget counts); reads convert to the compute type.
+        dtype = buffer_dtype(fn, name)
+        arr = fn.alloc(f"stage_{name}", dtype.c_name, J * extent, dtype.itemsize)
         fn.stage[name] = arr.name
         fn.stage_index[name] = pattern
         fn.bounds[f"stage_extent_{name}"] = extent
