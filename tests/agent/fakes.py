@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass, field
 
 from agent.models import WorkloadRecord
+from emmy.evaluate import Evaluation as FakeEvaluation
+from emmy.evaluate import KernelInfo as FakeKernel
 from emmy.schedule.row import RowError, make_row, parse
 
 FAKE_WORKLOAD = WorkloadRecord(name="fake", path="fake.py", source="# fake\n", sha256="0" * 64)
@@ -14,31 +15,6 @@ FAKE_WORKLOAD = WorkloadRecord(name="fake", path="fake.py", source="# fake\n", s
 WORK = ("block:32", "block:64", "block:128", "block:256")
 TILE = ("v1x1", "v2x1", "v4x1")
 REDUCE = ("serial", "shuffle", "smem")
-
-
-@dataclass(frozen=True)
-class FakeKernel:
-    name: str
-    kind: str
-    identity: str
-    keys: tuple[str, ...]
-    count: int
-    default_row: str
-
-
-@dataclass(frozen=True)
-class FakeEvaluation:
-    kernel: str
-    row: str
-    verdict: str
-    reasons: tuple[str, ...]
-    kernel_hash: str
-    resources: dict | None = None
-    max_abs_error: float | None = None
-    max_rel_error: float | None = None
-    timing: dict | None = None
-    baselines: dict = field(default_factory=dict)
-    seconds: float = 0.001
 
 
 class FakeEvaluator:
