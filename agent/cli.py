@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from agent.evaluator import BadInput
+from emmy.errors import UserError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_INPUT
         return COMMANDS[args.command](args)
     except Exception as e:
-        if not isinstance(e, BadInput) and type(e).__name__ not in ("UserError", "UnsupportedOp"):
+        if not isinstance(e, (BadInput, UserError)):
             raise
         print(f"emmy-agent: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
