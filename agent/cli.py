@@ -173,6 +173,8 @@ def cmd_propose(a) -> int:
         for reason in result.reasons:
             print(f"  - {reason}")
         print(f"trace: {path}")
+    if result.verdict == "illegal":
+        return EXIT_BAD_INPUT   # the row is refused, as `emmy run --row` refuses it
     return EXIT_OK if result.verdict == "ok" else EXIT_FAILED
 
 

@@ -89,6 +89,9 @@ def test_propose_appends_to_a_trace(search_run, tmp_path, capsys):
     rc, out, err = run(capsys, "propose", RMSNORM, *SMALL, "--row", row.replace("TILE=v2x1 ", "") + " TILE=v2x1",
                        "--trace", copy)
     assert rc == 2 and f"canonical spelling is `{row}`" in err
+    illegal = row.replace("TILE=v2x1", "TILE=v8x1")
+    rc, out, _ = run(capsys, "propose", RMSNORM, *SMALL, "--row", illegal, "--trace", copy)
+    assert rc == 2 and "illegal" in out and "[tile.vector_bytes]" in out
 
 
 def test_report_writes_html(search_run, tmp_path, capsys):
