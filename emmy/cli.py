@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="the GPU performance suites (needs a CUDA GPU)")
     bench.add_argument("--suite", required=True, choices=("core", "matmul", "attention", "all"))
     bench.add_argument("--json", dest="json_out", metavar="OUT", help="also write JSON here")
+    bench.add_argument("--budget", type=float, default=400.0, metavar="S",
+                       help="wall-clock seconds after which no new workload or row starts "
+                            "(default 400)")
+    bench.add_argument("--only", action="append", default=[], metavar="NAME",
+                       help="only the workloads whose name starts with NAME (repeatable)")
 
     sub.add_parser("ops", help="list the torch ops the compiler supports")
     return parser
@@ -208,9 +213,14 @@ def _bench(workload, results, args) -> int:
 def cmd_bench(args) -> int:
     from emmy.bench.suites import render_notes, run_suite
 
-    report = run_suite(args.suite, args.json_out,
-                       command="emmy bench --suite " + args.suite
-                       + (f" --json {args.json_out}" if args.json_out else ""))
+    if args.budget <= 0:
+        raise UserError(f"--budget must be a positive number of seconds, not {args.budget:g}")
+    command = " ".join(["emmy bench --suite", args.suite]
+                       + [f"--only {o}" for o in args.only]
+                       + ([f"--budget {args.budget:g}"] if args.budget != 400.0 else [])
+                       + ([f"--json {args.json_out}"] if args.json_out else []))
+    report = run_suite(args.suite, args.json_out, budget_s=args.budget, only=tuple(args.only),
+                       command=command)
     print(report.table())
     print("\n".join(render_notes(report)))
     return EXIT_OK

@@ -34,7 +34,7 @@ SUITE_NAMES = ("core", "matmul", "attention", "all")
 # The report's names stay importable from here (emmy.cli, tests): they live in emmy.bench.report.
 __all__ = ["SUITES", "SUITE_NAMES", "WorkloadSpec", "BenchOptions", "suite_specs", "cast_workload",
            "compile_rows", "plan_rows", "bytes_moved", "bench_item", "device_info", "copy_ceiling",
-           "run_suite", "run_specs", "PlannedRow", "Prepared", "RowResult", "DeviceInfo",
+           "run_suite", "run_specs", "select_specs", "PlannedRow", "Prepared", "RowResult", "DeviceInfo",
            "WorkloadResult", "SuiteReport", "render_table", "render_notes", "append_benchmarks",
            "write_json"]
 
@@ -111,6 +111,17 @@ def suite_specs(name: str) -> tuple[WorkloadSpec, ...]:
     if name not in SUITES:
         raise UserError(f"unknown suite {name!r}; the suites are {', '.join(SUITE_NAMES)}")
     return SUITES[name]
+
+
+def select_specs(specs: tuple[WorkloadSpec, ...], only: tuple[str, ...]) -> tuple[WorkloadSpec, ...]:
+    """The workloads whose name starts with one of `only` (all of them when `only` is empty)."""
+    if not only:
+        return specs
+    kept = tuple(s for s in specs if any(s.name.startswith(o) for o in only))
+    if not kept:
+        raise UserError(f"--only {' '.join(only)} matches no workload of this suite; its "
+                        f"workloads are {', '.join(dict.fromkeys(s.name for s in specs))}")
+    return kept
 
 
 @dataclass(frozen=True)
@@ -398,12 +409,12 @@ BASELINE_TIMEOUT_S = 180.0   # torch.compile's compilation and autotuning
 
 def run_suite(name: str, json_out: str | Path | None = None, *, budget_s: float = 400.0,
               benchmarks_md: Path | None = BENCHMARKS_MD, command: str | None = None,
-              **options) -> SuiteReport:
+              only: tuple[str, ...] = (), **options) -> SuiteReport:
     """Run a suite on this machine's GPU; the report is returned, appended to BENCHMARKS.md and
-    written as JSON to `json_out` when given."""
+    written as JSON to `json_out` when given. `only`: workload name prefixes to keep."""
     from emmy.runtime.gpu import gpu_available
 
-    specs = suite_specs(name)
+    specs = select_specs(suite_specs(name), only)
     if not gpu_available():
         raise UserError("emmy bench needs a CUDA GPU; none is usable here (cupy could not see "
                         "a device, or torch.cuda is unavailable)",

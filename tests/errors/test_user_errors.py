@@ -109,3 +109,15 @@ def test_bad_workloads_from_the_shell(argv):
     proc = subprocess.run([sys.executable, "-m", "emmy", *argv], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "emmy: error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bench_without_a_gpu_or_with_a_bad_filter_exits_2(capsys, monkeypatch):
+    import emmy.runtime.gpu as gpu
+
+    monkeypatch.setattr(gpu, "gpu_available", lambda: False)
+    rc, _, err = run(capsys, "bench", "--suite", "core")
+    assert rc == 2 and "needs a CUDA GPU" in err
+    rc, _, err = run(capsys, "bench", "--suite", "core", "--only", "nosuch")
+    assert rc == 2 and "matches no workload" in err and "rmsnorm" in err
+    rc, _, err = run(capsys, "bench", "--suite", "core", "--budget", "-3")
+    assert rc == 2 and "--budget" in err
