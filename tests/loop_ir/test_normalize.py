@@ -189,3 +189,17 @@ def test_renaming_is_sequential_and_orders_inputs_by_first_load():
         "    in1 = load x[a0]\n"
         "    v1 = add(v0, in1)\n"
         "    out[a0] = v1\n")
+
+
+def test_a_parallel_loop_that_runs_once_is_inlined():
+    """LayerNorm over (batch, 1, hidden): the output pass is one loop over hidden, so a
+    schedule spreads hidden over the lanes (it used to spread the extent-1 loop)."""
+    import torch.nn as nn
+
+    from emmy.loop_ir.unit_loops import drop_unit_loops
+
+    lp = check_torch(nn.LayerNorm(64), torch.randn(4, 1, 64))   # checked against torch
+    k = lp.kernels[0]
+    loops = [s for s in walk(k.body) if isinstance(s, Loop)]
+    assert loops and all(s.extent > 1 for s in loops), [(s.var, s.extent) for s in loops]
+    assert drop_unit_loops(k) == k
