@@ -41,7 +41,9 @@ def run_program(prog: CudaProgram, inputs: Mapping[str, object], *, timeout: flo
         for name in unit.zero_fill:
             buffers[name][...] = 0
         for launch in unit.launches:
-            args = [buffers[a] for a in launch.args]
+            maps = {tm.name: tm.emulator_arg(launch.args.index(tm.buffer))
+                    for tm in launch.tensor_maps}
+            args = [maps[a] if a in maps else buffers[a] for a in launch.args]
             res = build_and_run(unit.source, launch.function, launch.grid, launch.threads,
                                 launch.shared_bytes, args, timeout=timeout)
             if not res.ok:

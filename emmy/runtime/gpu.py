@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Mapping
 
-from emmy.cuda.program import CudaProgram
+from emmy.cuda.program import CudaProgram, TensorMapSpec
 from emmy.dtypes import DType, to_torch
 from emmy.runtime.buffers import dtype_of_c
 
@@ -64,6 +64,7 @@ class _Launch:
     threads: int
     shared_bytes: int
     args: tuple[str, ...]
+    tensor_maps: tuple[TensorMapSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,17 +126,25 @@ class GpuProgram:
             static = compiled.resources[spec.function].shared_bytes
         if spec.shared_bytes and static + spec.shared_bytes > STATIC_SHARED_LIMIT:
             cupy.cuda.driver.funcSetAttribute(fn.ptr, MAX_DYNAMIC_SHARED_ATTR, spec.shared_bytes)
-        return _Launch(fn, spec.function, spec.grid, spec.threads, spec.shared_bytes, spec.args)
+        return _Launch(fn, spec.function, spec.grid, spec.threads, spec.shared_bytes, spec.args,
+                       spec.tensor_maps)
 
     def bind(self, inputs: Mapping[str, Any]) -> None:
         """Use these tensors as the program's inputs (moved or cast only when they must be)."""
         import numpy as np
+        import torch
 
         for b in self.prog.inputs:
             if b.name not in inputs:
                 raise KeyError(f"no value for program input `{b.name}`")
             self.buffers[b.name] = _as_device_tensor(inputs[b.name], b.type.shape, b.type.dtype,
                                                      self.device)
+        for unit in self._units:
+            for launch in unit.launches:
+                for tm in launch.tensor_maps:
+                    image = encode_tensor_map(tm, self.buffers[tm.buffer].data_ptr())
+                    self.buffers[tm.name] = torch.frombuffer(bytearray(image), dtype=torch.uint8
+                                                             ).to(self.device)
         bound = []
         for unit in self._units:
             calls = tuple((l.function, (max(1, l.grid),), (l.threads,),
@@ -200,6 +209,30 @@ def run_program_gpu(prog: CudaProgram, inputs: Mapping[str, Any]) -> tuple:
     return GpuProgram(prog).run(inputs)
 
 
+def encode_tensor_map(spec: TensorMapSpec, address: int) -> bytes:
+    """The 128-byte CUtensorMap of `spec` over device memory at `address` (zeros outside the
+    tensor; L2 promotion of 256 bytes)."""
+    import numpy as np
+    from cuda.bindings import driver as cu
+
+    types = {"__half": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+             "__nv_bfloat16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+             "float": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
+    swizzles = {0: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+                1: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+                2: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+                3: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B}
+    err, tensor_map = cu.cuTensorMapEncodeTiled(
+        types[spec.ctype], len(spec.dims), address, [cu.cuuint64_t(d) for d in spec.dims],
+        [cu.cuuint64_t(s) for s in spec.strides], [cu.cuuint32_t(b) for b in spec.box],
+        [cu.cuuint32_t(1)] * len(spec.dims), cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        swizzles[spec.swizzle], cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise GpuError(f"cuTensorMapEncodeTiled failed for {spec}: {err}")
+    return np.array(tensor_map.opaque, np.uint64).tobytes()
+
+
 def _as_device_tensor(value, shape: tuple[int, ...], dtype: DType, device):
     """A contiguous tensor of this shape and element type on `device`; the same storage when
     `value` already is one (torch tensor, or any DLPack producer such as a cupy array)."""
@@ -237,4 +270,4 @@ def _poison(t) -> None:
 
 
 __all__ = ["gpu_available", "run_program_gpu", "GpuProgram", "GpuError", "CompileFailed",
-           "elf_image"]
+           "elf_image", "encode_tensor_map"]

@@ -6,7 +6,10 @@
 //
 // ARGS_FILE (little endian): "EMMYARG1", grid u32[3], block u32[3], dynamic_smem u64, count u32,
 // then per argument a kind u32 and its value: 0 array (u64 byte count, bytes), 1 integer (i64),
-// 2 float (f64). OUT_FILE gets every array argument back, in order, as (u64 count, bytes).
+// 2 float (f64), 3 tensor map (u32 array argument index, rank, element bytes, swizzle, then
+// u64 dims[4], u64 byte strides[4], u32 box[4]; the kernel gets a pointer to an
+// emmy_emu::TensorMap over that array). OUT_FILE gets every array argument back, in order, as
+// (u64 count, bytes).
 // Arrays live in their own pages, 256-byte aligned (as cudaMalloc) and ending as close to an
 // inaccessible page as that alignment allows, so most out-of-bounds accesses fault.
 #pragma once
@@ -29,6 +32,8 @@ struct HarnessArg {
     uint64_t bytes = 0;
     int64_t integer = 0;
     double real = 0;
+    TensorMap map{};            // tensor maps: base is set once every array is read
+    uint32_t map_array = 0;     // the array argument it describes
 };
 
 inline unsigned char* guarded_alloc(uint64_t bytes) {
@@ -51,10 +56,12 @@ template <class T> inline T read_value(std::FILE* f) {
 
 template <class P> inline P convert_arg(const HarnessArg& a, size_t index) {
     if constexpr (std::is_pointer_v<P>) {
-        if (a.kind != 0) fail("argument %zu: the kernel takes a pointer, got a scalar", index);
+        if (a.kind != 0 && a.kind != 3)
+            fail("argument %zu: the kernel takes a pointer, got a scalar", index);
         return reinterpret_cast<P>(a.data);
     } else {
-        if (a.kind == 0) fail("argument %zu: the kernel takes a scalar, got an array", index);
+        if (a.kind == 0 || a.kind == 3)
+            fail("argument %zu: the kernel takes a scalar, got an array", index);
         const double real = a.kind == 1 ? static_cast<double>(a.integer) : a.real;
         if constexpr (std::is_integral_v<P>)
             return a.kind == 1 ? static_cast<P>(a.integer) : static_cast<P>(real);
@@ -94,11 +101,28 @@ template <class... P> inline int harness_main(int argc, char** argv, void (*kern
                 fail("argument file is truncated");
         } else if (a.kind == 1) {
             a.integer = read_value<int64_t>(in);
+        } else if (a.kind == 3) {
+            a.map_array = read_value<uint32_t>(in);
+            a.map.magic = TensorMap::kMagic;
+            a.map.rank = read_value<uint32_t>(in);
+            a.map.elem_bytes = read_value<uint32_t>(in);
+            a.map.swizzle = read_value<uint32_t>(in);
+            for (auto& d : a.map.dims) d = read_value<uint64_t>(in);
+            for (auto& d : a.map.strides) d = read_value<uint64_t>(in);
+            for (auto& d : a.map.box) d = read_value<uint32_t>(in);
         } else {
             a.real = read_value<double>(in);
         }
     }
     std::fclose(in);
+    for (auto& a : args) {
+        if (a.kind != 3) continue;
+        if (a.map_array >= args.size() || args[a.map_array].kind != 0)
+            fail("a tensor map names argument %u, which is not an array", a.map_array);
+        a.map.base = args[a.map_array].data;
+        a.data = guarded_alloc(sizeof(TensorMap));  // 256-byte aligned, as a tensor map must be
+        std::memcpy(a.data, &a.map, sizeof(TensorMap));
+    }
     launch_with(kernel, dim3(dims[0], dims[1], dims[2]), dim3(dims[3], dims[4], dims[5]),
                 static_cast<size_t>(smem), args, std::index_sequence_for<P...>{});
     std::fflush(stdout);

@@ -36,6 +36,7 @@ constexpr int warpSize = 32;
 namespace emmy_emu {
 
 constexpr unsigned kWarp = 32;
+constexpr unsigned kWarpGroup = 128;              // sm_90 wgmma: 4 consecutive warps
 constexpr size_t kSlotBytes = 32;                 // largest value one lane can exchange
 constexpr size_t kMaxDynamicShared = 227 * 1024;  // sm_90a opt-in limit
 
@@ -59,6 +60,33 @@ struct AsyncCopy {
     unsigned group;
 };
 
+// A wgmma.mma_async in flight (emmy_sm90.cuh): it reads shared memory and writes the thread's
+// accumulators when a wgmma.wait_group covers its group (the latest moment the hardware may
+// finish it), so reading the accumulators early, or overwriting its operands before the wait,
+// shows up as wrong values. `run` computes this thread's part on the thread's own fiber.
+struct AsyncMma {
+    void (*run)(const AsyncMma&);
+    float* acc;
+    uint64_t desc_a, desc_b;
+    int scale_d;
+    unsigned group;
+};
+
+// The emulator's CUtensorMap (128 bytes, 64-byte aligned, in global memory): what
+// cuTensorMapEncodeTiled is told on a GPU. emu_harness.h fills it from a tensor-map argument;
+// the TMA emulation in emmy_sm90.cuh reads it. Dimension 0 is the contiguous one.
+struct TensorMap {
+    static constexpr uint64_t kMagic = 0x50414d524f534e45ull;  // "ENSORMAP"
+    uint64_t magic;
+    const unsigned char* base;    // the tensor's first element
+    uint32_t rank, elem_bytes;
+    uint32_t swizzle;             // 0 none, 1 128-byte, 2 64-byte, 3 32-byte
+    uint32_t box[4];              // elements per dimension that one copy moves
+    uint64_t dims[4];             // elements per dimension; outside them a copy reads zeros
+    uint64_t strides[4];          // bytes from one index to the next (strides[0]: elem_bytes)
+};
+static_assert(sizeof(TensorMap) <= 128, "a tensor map is 128 bytes");
+
 struct Fiber {
     ucontext_t context;
     uint3 index;          // threadIdx
@@ -66,6 +94,9 @@ struct Fiber {
     bool done = false;
     std::vector<AsyncCopy> async_copies;
     unsigned async_groups = 0;  // cp.async.commit_group count: the uncommitted group's id
+    std::vector<AsyncMma> async_mmas;
+    unsigned mma_groups = 0;    // wgmma.commit_group count: the uncommitted group's id
+    bool mma_fenced = false;    // a wgmma.fence came before the first wgmma.mma_async
 };
 
 struct Warp {
@@ -76,10 +107,19 @@ struct Warp {
     alignas(16) unsigned char slots[2][kWarp * kSlotBytes];  // by generation parity
 };
 
+// Threads 128g .. 128g+127 of a block (4 warps): the wgmma instructions are collective over them.
+struct WarpGroup {
+    unsigned live = 0;        // threads that exist and have not exited
+    unsigned arrived = 0;
+    unsigned generation = 0;  // bumped when a collective completes
+    alignas(16) unsigned char slots[2][kWarpGroup * kSlotBytes];  // by generation parity
+};
+
 // One worker's block: its fibers, barrier state and stacks.
 struct Block {
     std::vector<Fiber> fibers;
     std::vector<Warp> warps;
+    std::vector<WarpGroup> warpgroups;
     ucontext_t scheduler;
     Fiber* current = nullptr;
     void (*body)(const void*) = nullptr;  // runs the kernel on the current thread
@@ -94,11 +134,15 @@ struct Block {
 
 inline thread_local Block* tl_block = nullptr;
 inline thread_local unsigned char* tl_dynamic_shared = nullptr;
+inline thread_local size_t tl_dynamic_shared_bytes = 0;  // the launch's dynamic shared memory
 
 inline unsigned char* dynamic_shared() { return tl_dynamic_shared; }
+inline size_t dynamic_shared_bytes() { return tl_dynamic_shared_bytes; }
 inline Block& block() { return *tl_block; }
 inline unsigned lane() { return block().current->linear % kWarp; }
 inline Warp& warp() { return block().warps[block().current->linear / kWarp]; }
+inline unsigned warpgroup_rank() { return block().current->linear % kWarpGroup; }
+inline WarpGroup& warpgroup() { return block().warpgroups[block().current->linear / kWarpGroup]; }
 
 inline void yield() {
     Block& b = block();
@@ -107,11 +151,13 @@ inline void yield() {
 
 [[noreturn]] inline void deadlock() {
     Block& b = block();
-    unsigned at_barrier = b.arrived, at_warp = 0;
+    unsigned at_barrier = b.arrived, at_warp = 0, at_group = 0;
     for (auto& w : b.warps) at_warp += w.arrived;
+    for (auto& g : b.warpgroups) at_group += g.arrived;
     fail("deadlock in block (%u,%u,%u): %u threads wait at __syncthreads, %u at a warp "
-         "collective, %u of %zu have exited (a barrier inside divergent code?)",
-         blockIdx.x, blockIdx.y, blockIdx.z, at_barrier, at_warp,
+         "collective, %u at a warpgroup collective, %u of %zu have exited (a barrier inside "
+         "divergent code?)",
+         blockIdx.x, blockIdx.y, blockIdx.z, at_barrier, at_warp, at_group,
          unsigned(b.fibers.size()) - b.live, b.fibers.size());
 }
 
@@ -142,6 +188,12 @@ inline void release_warp(Warp& w) {
 
 inline unsigned warp_expected(const Warp& w) { return __builtin_popcount(w.mask & w.live); }
 
+inline void release_warpgroup(WarpGroup& g) {
+    g.arrived = 0;
+    g.generation++;
+    block().stalled = 0;
+}
+
 // __syncthreads_count: the barrier, returning how many threads passed a non-zero predicate.
 inline int sync_block(int predicate) {
     Block& b = block();
@@ -170,6 +222,24 @@ template <class T> inline const T* warp_exchange(unsigned mask, const T& value) 
     else wait_until([&] { return w.generation != gen; });
     return slots;
 }
+
+// Every live thread of the caller's warpgroup puts `value` in its slot; returns all 128 slots
+// (indexed by warpgroup_rank()) once all have arrived. Threads that have exited count as
+// arrived; their slots hold stale bytes. The slots stay valid until this thread's next
+// warpgroup collective (they are double buffered).
+template <class T> inline const T* warpgroup_exchange(const T& value) {
+    static_assert(sizeof(T) <= kSlotBytes, "value too large for a warpgroup exchange slot");
+    WarpGroup& g = warpgroup();
+    const unsigned gen = g.generation;
+    T* slots = reinterpret_cast<T*>(g.slots[gen & 1]);
+    std::memcpy(&slots[warpgroup_rank()], &value, sizeof(T));
+    if (++g.arrived == g.live) release_warpgroup(g);
+    else wait_until([&] { return g.generation != gen; });
+    return slots;
+}
+
+// A barrier over the caller's warpgroup (what the .aligned wgmma instructions imply).
+inline void warpgroup_sync() { warpgroup_exchange(0); }
 
 // cp.async on the CPU: issue reads the source now (zero-filling past `src_bytes`) ...
 inline void async_copy(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
@@ -200,13 +270,17 @@ inline void thread_exit() {
     Block& b = block();
     Fiber& f = *b.current;
     Warp& w = warp();
+    WarpGroup& g = warpgroup();
     async_wait(-1);
+    f.async_mmas.clear();  // wgmma results nobody waited for die with the thread's registers
     f.done = true;
     b.live--;
     w.live &= ~(1u << lane());
+    g.live--;
     b.stalled = 0;
     if (b.arrived && b.arrived == b.live) release_block_barrier(b);
     if (w.arrived && w.arrived == warp_expected(w)) release_warp(w);
+    if (g.arrived && g.arrived == g.live) release_warpgroup(g);
 }
 
 inline void fiber_main() {
@@ -271,11 +345,19 @@ inline void run_block(Block& b) {
         b.warps[i].live = lanes == kWarp ? ~0u : (1u << lanes) - 1;
         b.warps[i].arrived = 0;
     }
+    for (unsigned i = 0; i < b.warpgroups.size(); ++i) {
+        const unsigned rest = n - i * kWarpGroup;
+        b.warpgroups[i].live = rest < kWarpGroup ? rest : kWarpGroup;
+        b.warpgroups[i].arrived = 0;
+    }
     for (unsigned i = 0; i < n; ++i) {
         Fiber& f = b.fibers[i];
         f.done = false;
         f.async_copies.clear();
         f.async_groups = 0;
+        f.async_mmas.clear();
+        f.mma_groups = 0;
+        f.mma_fenced = false;
         getcontext(&f.context);
         f.context.uc_stack.ss_sp = b.stacks + i * (b.stack_bytes + page) + page;
         f.context.uc_stack.ss_size = b.stack_bytes;
@@ -312,6 +394,7 @@ inline void* run_worker(void* arg) {
     b.body_context = l.body_context;
     b.fibers.resize(n);
     b.warps.resize((n + kWarp - 1) / kWarp);
+    b.warpgroups.resize((n + kWarpGroup - 1) / kWarpGroup);
     for (unsigned i = 0; i < n; ++i) {
         b.fibers[i].index = {i % k.x, (i / k.x) % k.y, i / (k.x * k.y)};
         b.fibers[i].linear = i;
@@ -320,6 +403,7 @@ inline void* run_worker(void* arg) {
     b.dynamic_shared.assign(l.dynamic_bytes + 128, 0xff);  // poison: uninitialised floats are NaN
     tl_dynamic_shared = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<uintptr_t>(b.dynamic_shared.data()) + 127) & ~uintptr_t(127));
+    tl_dynamic_shared_bytes = l.dynamic_bytes;
     tl_block = &b;
     gridDim = g;
     blockDim = k;

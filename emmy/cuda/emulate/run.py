@@ -33,7 +33,33 @@ _CACHE = DiskCache("emulate")
 _FORMAT = "1"
 
 Dim = int | tuple[int, ...]
-Arg = np.ndarray | int | float | bool | np.generic
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMapArg:
+    """A TMA tensor map over array argument `array` (its index among the arguments): what
+    cuTensorMapEncodeTiled is given on a GPU. Dimension 0 is the contiguous one; `strides` are
+    the byte strides of dimensions 1.. (dimension 0's is the element size). The kernel receives
+    a pointer to the emulator's 128-byte map (emmy_emu::TensorMap)."""
+
+    array: int
+    elem_bytes: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle: int = 1            # 0 none, 1 128-byte, 2 64-byte, 3 32-byte
+
+    def encode(self) -> bytes:
+        rank = len(self.dims)
+        if not 1 <= rank <= 4 or len(self.box) != rank or len(self.strides) != rank - 1:
+            raise ValueError(f"a tensor map of rank 1..4 with matching box and strides: {self}")
+        pad = (0,) * (4 - rank)
+        return struct.pack("<IIIII4Q4Q4I", 3, self.array, rank, self.elem_bytes, self.swizzle,
+                           *self.dims, *pad, self.elem_bytes, *self.strides, *pad,
+                           *self.box, *pad)
+
+
+Arg = np.ndarray | int | float | bool | np.generic | TensorMapArg
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,6 +228,8 @@ def encode_args(grid: Dim, block: Dim, dynamic_smem: int, args: Sequence[Arg]) -
     for a in args:
         if isinstance(a, np.ndarray):
             parts += [struct.pack("<IQ", 0, a.nbytes), a.tobytes()]
+        elif isinstance(a, TensorMapArg):
+            parts.append(a.encode())
         elif isinstance(a, (bool, int, np.integer, np.bool_)):
             parts.append(struct.pack("<Iq", 1, int(a)))
         elif isinstance(a, (float, np.floating)):

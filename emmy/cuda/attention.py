@@ -1,0 +1,515 @@
+"""Fused attention forward (FlashAttention-2 style) for mma.sync m16n8k16 on sm_80 and later.
+
+out[bz, h, i, :] = sum_j softmax_j(q[bz, h, i, :] . k[bz, h, j, :] * scale + mask[i, j]) v[bz, h, j, :]
+
+with mask[i, j] = -inf where j > i when `causal` (torch's is_causal: top-left aligned), else 0.
+
+Conventions are those of emmy.cuda.gemm_spec: the body is the inside of a kernel whose
+signature the emitter prints, with `tid`, `bid`, the operands' buffers by name and, since the
+body always uses shared memory, `emmy_smem` in scope. The template writes no output itself: it
+calls `store(bz, h, row, col, value)` once per output element inside the bounds check.
+
+The kernel
+- Grid: one block per (batch, head, query block of `bq` rows); bid = (bz * heads + h) * qblocks
+  + (qblocks - 1 - query block), so the query blocks of one head run together (their keys and
+  values are read once from DRAM and then from L2) and, under a causal mask, the longest
+  blocks start first.
+- Shared memory holds the Q tile (bq rows) and `stages` K and V tiles (bkv rows each), each row
+  of d 16-bit elements padded by 8 (16 bytes), which makes every ldmatrix conflict-free. Tiles
+  are copied with 16-byte cp.async; rows past a ragged sequence are zero-filled.
+- Warp w owns query rows [w * bq/warps, (w+1) * bq/warps) of the block, as 16-row mma tiles.
+  Per key block it computes S = Q K^T with mma.sync (Q and K fragments by ldmatrix, Q re-read
+  from shared memory at each step; K stored [key][dim] is the "col" B operand as it lies),
+  masks S, updates each row's running max m and running sum l (online softmax in the log2
+  domain: exp2f of S * scale * log2(e) - m, one FFMA and one ex2), rescales its O accumulator
+  by exp2(m_old - m_new), and adds P V with mma.sync: the f32 S accumulators of two adjacent
+  n8 tiles, rounded to 16 bits, are exactly one m16n8k16 A fragment, and V (stored
+  [key][dim]) is read with ldmatrix.trans. At the end O / l is stored (0 where l == 0).
+- stages == 1 loads a key block's K and V and waits for them before computing on them;
+  stages == 2 loads key block kb + 1 into the other buffer while block kb is computed.
+- Causal: a block stops after the last key block its last (in-range) query row can see, and a
+  warp skips key blocks wholly above its rows. The -inf mask runs only from the first key
+  block that crosses the warp's diagonal, or, for keys past a ragged sk, in the last block.
+
+Registers and speed: a thread holds (bq / warps) * (d + bkv) / 32 f32 accumulators, and each
+warp re-reads every K and V tile from shared memory, so 32 query rows a warp (bq 128, 4 warps)
+halves that traffic against 16 rows and is the fastest shape measured on an H200 (batch 4,
+32 heads, seq 4096; fraction of torch's flash scaled_dot_product_attention time):
+  d 128:                      bq 128, bkv 32, 4 warps, 2 stages: 0.89 (0.83-0.88 causal)
+  d 64, no mask:              bq 128, bkv 128, 4 warps, 2 stages: 1.00-1.04
+  d 64, causal:               bq 128, bkv 64, 4 warps, 2 stages: 0.88-0.92
+All three compile for sm_80 and sm_90a with no register spills (213-255 registers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from emmy.cuda.gemm_spec import ELEMENT_BYTES, Body
+from emmy.schedule.targets import get_target
+
+# store(bz, h, row, col, value) -> C statements writing out[bz, h, row, col]; the arguments are C
+# expressions: long long batch index, int head, int query row (< sq), int column (< d), float.
+Store = Callable[[str, str, str, str, str], list[str]]
+
+DTYPES = {"__half": ("mma_m16n8k16_f16f32", "pack_f16x2"),
+          "__nv_bfloat16": ("mma_m16n8k16_bf16f32", "pack_bf16x2")}
+PAD = 8                   # elements added to each shared-memory row (16 bytes)
+MAX_D = 256
+# Per-thread f32 accumulators (O and S) allowed: at 160 (d 128, 32 rows a warp, bkv 32) ptxas
+# needs about 250 of its 255 registers; at 192 it spills some bytes or none; above, it must.
+MAX_ACCUMULATORS = 192
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class AttnOperand:
+    buffer: str                              # the kernel parameter's name
+    ctype: str                               # "__half" | "__nv_bfloat16"
+    strides: tuple[int, int, int, int]       # element strides of (batch, head, seq, dim)
+
+
+@dataclass(frozen=True)
+class AttentionProblem:
+    batch: int
+    heads: int
+    sq: int                                  # query rows
+    sk: int                                  # keys (and values)
+    d: int                                   # head dimension of q, k, v and out
+    q: AttnOperand
+    k: AttnOperand
+    v: AttnOperand
+    scale: float                             # multiplies q . k before the softmax
+    causal: bool                             # key j visible to query i iff j <= i
+
+    @property
+    def flops(self) -> int:
+        """Matrix-product FLOPs of QK^T and PV (halved, as torch counts, when causal)."""
+        full = 4 * self.batch * self.heads * self.sq * self.sk * self.d
+        return full // 2 if self.causal else full
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    bq: int                                  # query rows per block
+    bkv: int                                 # keys per step
+    warps: int                               # each owns bq / warps query rows (a multiple of 16)
+    stages: int                              # 1: synchronous K/V loads; 2: cp.async double buffer
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+
+def smem_bytes(problem: AttentionProblem, config: AttentionConfig) -> int:
+    """Dynamic shared memory of one block: the Q tile and `stages` K and V tiles, padded rows."""
+    rows = config.bq + 2 * config.stages * config.bkv
+    return rows * (problem.d + PAD) * ELEMENT_BYTES[problem.q.ctype]
+
+
+def accumulator_registers(problem: AttentionProblem, config: AttentionConfig) -> int:
+    """f32 registers a thread holds for its O and S accumulators (the template's register
+    floor: O is rows/warp x d and S rows/warp x bkv, spread over the warp's 32 lanes)."""
+    rows = config.bq // config.warps
+    return rows * (problem.d + config.bkv) // 32
+
+
+def constraints(problem: AttentionProblem, config: AttentionConfig,
+                target_name: str) -> list[str]:
+    """Plain-English reasons `config` cannot be built for `problem` on the target (empty: OK)."""
+    p, c = problem, config
+    why: list[str] = []
+    if min(p.batch, p.heads, p.sq, p.sk) < 1:
+        why.append(f"empty problem: batch {p.batch}, heads {p.heads}, sq {p.sq}, sk {p.sk}")
+    for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
+        if op.ctype not in DTYPES:
+            why.append(f"{name} is {op.ctype}: the template takes __half or __nv_bfloat16")
+        if op.strides[3] != 1:
+            why.append(f"{name}'s head dimension is not contiguous (stride {op.strides[3]}): "
+                       f"cp.async copies 16-byte runs of it")
+        elif any(s % 8 for s in op.strides[:3]):
+            why.append(f"{name}'s strides {op.strides} are not all multiples of 8 elements: "
+                       f"its rows are not 16-byte aligned for cp.async")
+    if not math.isfinite(p.scale):
+        why.append(f"scale {p.scale} is not finite")
+    if len({p.q.ctype, p.k.ctype, p.v.ctype}) > 1:
+        why.append(f"q, k and v have different types ({p.q.ctype}, {p.k.ctype}, {p.v.ctype})")
+    if p.d % 16 or not 16 <= p.d <= MAX_D:
+        why.append(f"head dimension {p.d} is not a multiple of 16 in 16..{MAX_D}")
+    if c.warps < 1 or c.warps > 32:
+        why.append(f"{c.warps} warps: a block has 1 to 32")
+    elif c.bq < 16 or c.bq % (16 * c.warps):
+        why.append(f"bq {c.bq} is not a multiple of 16 x {c.warps} warps "
+                   f"(each warp owns a multiple of 16 query rows)")
+    if c.bkv < 16 or c.bkv % 16:
+        why.append(f"bkv {c.bkv} is not a positive multiple of 16")
+    if c.stages not in (1, 2):
+        why.append(f"stages {c.stages}: the template has 1 (synchronous) or 2 (double buffer)")
+    if why:
+        return why
+    limit = get_target(target_name).shared_per_block_optin
+    if (need := smem_bytes(p, c)) > limit:
+        why.append(f"shared memory {need} B ({need / 1024:.1f} KiB) is over {target_name}'s "
+                   f"{limit // 1024} KiB per block")
+    if (regs := accumulator_registers(p, c)) > MAX_ACCUMULATORS:
+        why.append(f"each thread would hold {regs} f32 accumulators (O and S tiles), over the "
+                   f"{MAX_ACCUMULATORS} that leave room in 255 registers for the rest")
+    return why
+
+
+def attention_body(problem: AttentionProblem, config: AttentionConfig, store: Store) -> Body:
+    """The kernel body (see the module docstring) and its launch: grid, threads, smem bytes."""
+    if why := constraints(problem, config, "sm_90a"):
+        raise ValueError("attention config cannot be built: " + "; ".join(why))
+    return Body(lines=tuple(_Emitter(problem, config).lines(store)),
+                grid=problem.batch * problem.heads * _qblocks(problem, config),
+                threads=config.threads, smem_bytes=smem_bytes(problem, config))
+
+
+def _qblocks(p: AttentionProblem, c: AttentionConfig) -> int:
+    return -(-p.sq // c.bq)
+
+
+class _Emitter:
+    """Prints the body's C. Compile-time sizes become constexpr ints; every loop over register
+    arrays has a constant trip count and is unrolled, so the arrays live in registers."""
+
+    def __init__(self, p: AttentionProblem, c: AttentionConfig):
+        self.p, self.c = p, c
+        self.t = p.q.ctype
+        self.mma, self.pack = DTYPES[self.t]
+
+    def lines(self, store: Store) -> list[str]:
+        return [*self.prologue(), *self.key_loop(), *self.epilogue(store)]
+
+    def prologue(self) -> list[str]:
+        """Constants, the block's (bz, h, query block), operand bases, shared tiles, Q's load
+        (and, with two stages, key block 0's), and the per-row state m, l, O."""
+        p, c, t = self.p, self.c, self.t
+        qb = _qblocks(p, c)
+        # causal: up to the key block of the last query row in range (and no further than sk)
+        last = "(fa_q0 + FA_BQ < FA_SQ ? fa_q0 + FA_BQ : FA_SQ) - 1"
+        causal_blocks = (f"FA_CAUSAL && ({last}) / FA_BKV + 1 < FA_KBLOCKS ? "
+                         f"({last}) / FA_BKV + 1 : FA_KBLOCKS")
+        out = [
+            f"// attention: {p.batch}x{p.heads} heads, sq {p.sq}, sk {p.sk}, d {p.d}, "
+            f"{'causal' if p.causal else 'no mask'}; bq {c.bq}, bkv {c.bkv}, {c.warps} warps, "
+            f"{c.stages} stage(s)",
+            f"constexpr int FA_SQ = {p.sq}, FA_D = {p.d}, FA_P = {p.d + PAD};   // P: smem row pitch",
+            *([f"constexpr int FA_SK = {p.sk};"] if p.sk % c.bkv else []),
+            f"constexpr int FA_BQ = {c.bq}, FA_BKV = {c.bkv};",
+            f"constexpr int FA_MT = {c.bq // c.warps // 16};   // 16-row mma tiles per warp",
+            f"constexpr int FA_NT = {c.bkv // 8}, FA_DT = {p.d // 8};   // n8 tiles of S and O",
+            f"constexpr int FA_KBLOCKS = {-(-p.sk // c.bkv)};",
+            f"constexpr bool FA_CAUSAL = {'true' if p.causal else 'false'};",
+            "// the softmax exponent's factor: scale * log2(e), or 1 where S is scaled first",
+            f"constexpr float FA_C = {_float(p.scale * LOG2E) if p.scale > 0 else '1.f'};",
+            "const int fa_lane = tid % 32, fa_warp = tid / 32;",
+            "const int fa_g = fa_lane / 4, fa_t = fa_lane % 4;   // mma fragment row, column pair",
+            f"const int fa_q0 = ({qb} - 1 - int(bid % {qb})) * FA_BQ;",
+            f"const long long fa_bh = bid / {qb};",
+            f"const long long fa_bz = fa_bh / {p.heads};",
+            f"const int fa_h = int(fa_bh % {p.heads});",
+            "// this warp's query rows, in the block and in the sequence",
+            "const int fa_w0 = fa_warp * FA_MT * 16, fa_wq0 = fa_q0 + fa_w0;",
+            f"const int fa_nkb = {causal_blocks};   // key blocks this block visits",
+            *self.first_masked(),
+        ]
+        chunks = p.d // 8
+        out += [f"// tile copies: this thread's 16-byte column chunk fa_ce of tile rows fa_cr + "
+                f"i * {self.rows_per_pass}",
+                f"const int fa_cr = tid / {chunks}, fa_ce = tid % {chunks} * 8;",
+                "const int fa_so = fa_cr * FA_P + fa_ce;   // its offset in a shared tile"]
+        if c.threads % chunks:
+            out.append(f"const bool fa_copies = tid < {self.rows_per_pass * chunks};")
+        for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
+            s = op.strides
+            out.append(f"const {t}* const fa_{name}g = {op.buffer} + fa_bz * {s[0]}LL"
+                       f" + fa_h * {s[1]}LL + fa_cr * {s[2]}LL + fa_ce;   // {name} at (0, fa_ce)"
+                       f" of this thread's rows")
+        kv = c.bkv * (p.d + PAD)
+        out += [
+            f"{t}* const fa_qs = reinterpret_cast<{t}*>(emmy_smem);",
+            f"{t}* const fa_ks = fa_qs + FA_BQ * FA_P;   // [stages][bkv][P]",
+            f"{t}* const fa_vs = fa_ks + {c.stages * kv};",
+            *self.load("fa_qs", "q", "fa_q0", "FA_SQ" if p.sq % c.bq else None, c.bq),
+        ]
+        if c.stages == 2:
+            out += self.load_kv("0", "0")
+        out += [
+            "cp_async_commit();",
+            "float fa_m[FA_MT][2], fa_l[FA_MT][2];   // rows g and g + 8 of each tile (log2 domain)",
+            "float fa_o[FA_MT][FA_DT][4];",
+            "#pragma unroll",
+            "for (int mt = 0; mt < FA_MT; ++mt) {",
+            "  fa_m[mt][0] = fa_m[mt][1] = -EMMY_INF_F32;",
+            "  fa_l[mt][0] = fa_l[mt][1] = 0.f;",
+            "  #pragma unroll",
+            "  for (int dn = 0; dn < FA_DT; ++dn) fa_o[mt][dn][0] = fa_o[mt][dn][1] = "
+            "fa_o[mt][dn][2] = fa_o[mt][dn][3] = 0.f;",
+            "}",
+        ]
+        return out
+
+    def first_masked(self) -> list[str]:
+        """fa_kmask: the first key block where this warp needs a mask: the last one when sk is
+        ragged; when causal, the first one holding a key after the warp's first row."""
+        p, c = self.p, self.c
+        ragged = p.sk % c.bkv != 0
+        if p.causal and ragged:
+            first = "(fa_wq0 + 1) / FA_BKV < FA_KBLOCKS - 1 ? (fa_wq0 + 1) / FA_BKV : FA_KBLOCKS - 1"
+        elif p.causal:
+            first = "(fa_wq0 + 1) / FA_BKV"
+        elif ragged:
+            first = "FA_KBLOCKS - 1"
+        else:
+            return []
+        return [f"const int fa_kmask = {first};"]
+
+    def load(self, dst: str, name: str, row0: str, limit: str | None, rows: int) -> list[str]:
+        """cp.async of the `rows` sequence rows from `row0` of operand `name` into the padded
+        shared tile `dst`. Thread tid copies column chunk tid % (d/8) of tile rows tid / (d/8)
+        + i * (threads / (d/8)). `limit`: None where every tile row is inside the sequence,
+        else the sequence length; rows past it are zero-filled, reading nothing."""
+        op = getattr(self.p, name)
+        rpi = self.rows_per_pass
+        passes = -(-rows // rpi)
+        stride = op.strides[2]
+        tests = []
+        if self.c.threads % (self.p.d // 8):
+            tests.append("fa_copies")
+        if rows % rpi:
+            tests.append(f"fa_cr + fa_i * {rpi} < {rows}")
+        dst_at = f"{dst} + fa_so + fa_i * {rpi * (self.p.d + PAD)}"
+        if limit is not None:
+            copy = [f"const bool fa_in = {row0} + fa_cr + fa_i * {rpi} < {limit};",
+                    f"cp_async_16_zfill({dst_at}, fa_{name}g + (fa_in ? {row0} + fa_i * {rpi} : "
+                    f"-fa_cr) * {stride}LL, fa_in ? 16 : 0);"]
+        else:
+            copy = [f"cp_async_16({dst_at}, fa_{name}g + ({row0} + fa_i * {rpi}) * {stride}LL);"]
+        if tests:
+            copy = [f"if ({' && '.join(tests)}) {{", *_indent(copy, 1), "}"]
+        return ["#pragma unroll", f"for (int fa_i = 0; fa_i < {passes}; ++fa_i) {{",
+                *_indent(copy, 1), "}"]
+
+    @property
+    def rows_per_pass(self) -> int:
+        """Tile rows one pass of all threads copies (16 bytes a thread)."""
+        return self.c.threads // (self.p.d // 8)
+
+    def load_kv(self, block: str, stage: str) -> list[str]:
+        """Key block `block`'s K and V tiles into buffer `stage`."""
+        kv = self.c.bkv * (self.p.d + PAD)
+        row0 = f"({block}) * FA_BKV"
+        limit = "FA_SK" if self.p.sk % self.c.bkv else None
+        return [*self.load(f"fa_ks + ({stage}) * {kv}", "k", row0, limit, self.c.bkv),
+                *self.load(f"fa_vs + ({stage}) * {kv}", "v", row0, limit, self.c.bkv)]
+
+    def key_loop(self) -> list[str]:
+        """The loop over key blocks: wait for block kb's K and V (with two stages, after
+        starting block kb + 1's copies into the other buffer), then each warp's S = Q K^T,
+        mask, online softmax and O += P V on it. Causal: a warp skips a block wholly above
+        its rows."""
+        c = self.c
+        kv = c.bkv * (self.p.d + PAD)
+        out = ["for (int kb = 0; kb < fa_nkb; ++kb) {"]
+        if c.stages == 2:
+            out += ["  // prefetch key block kb + 1 into the other buffer; wait for block kb",
+                    "  if (kb + 1 < fa_nkb) {",
+                    *_indent(self.load_kv("kb + 1", "(kb + 1) & 1"), 2),
+                    "  }",
+                    "  cp_async_commit();",
+                    "  cp_async_wait<1>();",
+                    "  __syncthreads();",
+                    f"  const {self.t}* const fa_kt = fa_ks + (kb & 1) * {kv};",
+                    f"  const {self.t}* const fa_vt = fa_vs + (kb & 1) * {kv};"]
+        else:
+            out += [*_indent(self.load_kv("kb", "0"), 1),
+                    "  cp_async_commit();",
+                    "  cp_async_wait<0>();",
+                    "  __syncthreads();",
+                    f"  const {self.t}* const fa_kt = fa_ks;",
+                    f"  const {self.t}* const fa_vt = fa_vs;"]
+        work = [*self.scores(), *self.mask(), *self.softmax(), *self.pv()]
+        if self.p.causal:
+            work = ["// skip a key block wholly above this warp's rows (warp-uniform)",
+                    "if (kb * FA_BKV <= fa_wq0 + FA_MT * 16 - 1) {", *_indent(work, 1), "}"]
+        out += [*_indent(work, 1),
+                "  __syncthreads();   // every warp is done with this buffer before it is refilled",
+                "}"]
+        return out
+
+    def scores(self) -> list[str]:
+        """S[mt][n8 tile][4] = Q K^T: per k16 step, one ldmatrix.x4 of Q per m tile and one of K
+        per pair of n8 tiles (lane l addresses key l%8 + 8*(l/16), dims 8*((l/8)%2))."""
+        return [
+            "float fa_s[FA_MT][FA_NT][4];",
+            "#pragma unroll",
+            "for (int mt = 0; mt < FA_MT; ++mt)",
+            "  #pragma unroll",
+            "  for (int j = 0; j < FA_NT; ++j) "
+            "fa_s[mt][j][0] = fa_s[mt][j][1] = fa_s[mt][j][2] = fa_s[mt][j][3] = 0.f;",
+            "#pragma unroll",
+            "for (int kk = 0; kk < FA_D / 16; ++kk) {",
+            "  unsigned fa_a[FA_MT][4];",
+            "  #pragma unroll",
+            "  for (int mt = 0; mt < FA_MT; ++mt)",
+            "    ldmatrix_x4(fa_a[mt], fa_qs + (fa_w0 + mt * 16 + fa_lane % 16) * FA_P"
+            " + kk * 16 + fa_lane / 16 * 8);",
+            "  #pragma unroll",
+            "  for (int p = 0; p < FA_NT / 2; ++p) {",
+            "    unsigned fa_b[4];",
+            "    ldmatrix_x4(fa_b, fa_kt + (p * 16 + fa_lane % 8 + fa_lane / 16 * 8) * FA_P"
+            " + kk * 16 + fa_lane / 8 % 2 * 8);",
+            "    const unsigned fa_b0[2] = {fa_b[0], fa_b[1]}, fa_b1[2] = {fa_b[2], fa_b[3]};",
+            "    #pragma unroll",
+            "    for (int mt = 0; mt < FA_MT; ++mt) {",
+            f"      {self.mma}(fa_s[mt][2 * p], fa_a[mt], fa_b0, fa_s[mt][2 * p]);",
+            f"      {self.mma}(fa_s[mt][2 * p + 1], fa_a[mt], fa_b1, fa_s[mt][2 * p + 1]);",
+            "    }",
+            "  }",
+            "}",
+        ]
+
+    def mask(self) -> list[str]:
+        """With a scale <= 0, S multiplied by scale * log2(e) here (softmax's FA_C is then 1).
+        Then, from key block fa_kmask on, -inf for keys past sk (when sk is ragged) and, when
+        causal, for keys after the query; the test is warp-uniform, so blocks before run no
+        mask code. Element i of n8 tile j is row
+        g + 8*(i/2), key 8j + 2t + i%2 of the warp's m tile mt."""
+        lines = [] if self.p.scale > 0 else [
+            "#pragma unroll",
+            "for (int mt = 0; mt < FA_MT; ++mt)",
+            "  #pragma unroll",
+            "  for (int j = 0; j < FA_NT; ++j)",
+            "    #pragma unroll",
+            f"    for (int i = 0; i < 4; ++i) fa_s[mt][j][i] *= {_float(self.p.scale * LOG2E)};",
+        ]
+        hidden = []
+        if self.p.sk % self.c.bkv:
+            hidden.append("fa_kl + j * 8 + i % 2 >= FA_SK")
+        if self.p.causal:
+            hidden.append("fa_kq + j * 8 + i % 2 > mt * 16 + i / 2 * 8")
+        if not hidden:
+            return lines
+        return lines + [
+            "if (kb >= fa_kmask) {",
+            "  // this lane's first key in the block, and that key minus the lane's first row:",
+            "  // each element's test is one comparison with a constant",
+            "  const int fa_kl = kb * FA_BKV + fa_t * 2, fa_kq = fa_kl - fa_wq0 - fa_g;",
+            "  #pragma unroll",
+            "  for (int mt = 0; mt < FA_MT; ++mt)",
+            "    #pragma unroll",
+            "    for (int j = 0; j < FA_NT; ++j)",
+            "      #pragma unroll",
+            "      for (int i = 0; i < 4; ++i)",
+            f"        if ({' || '.join(hidden)}) fa_s[mt][j][i] = -EMMY_INF_F32;",
+            "}",
+        ]
+
+    def softmax(self) -> list[str]:
+        """Online softmax per row, P packed to 16 bits on the way: the row's new max over its
+        quad (lanes 4g..4g+3), in the log2 domain; alpha = exp2(m_old - m_new) rescales l and
+        O; P = exp2(S * FA_C - m_new) (one FFMA and one ex2 an element); l += this lane's
+        part of the row sum (l stays a per-lane partial sum until the epilogue). P's packed
+        registers are the m16n8k16 A fragments of O += P V: for 16 keys kk, register r (0, 1:
+        rows g, g+8) holds n8 tile 2kk's pair of keys (2t, 2t+1) and register 2 + r tile
+        2kk+1's. A row with no visible key yet keeps m = -inf and subtracts 0 instead, so no
+        inf - inf appears."""
+        pk = self.pack
+        return [
+            "unsigned fa_p[FA_MT][FA_NT / 2][4];",
+            "#pragma unroll",
+            "for (int mt = 0; mt < FA_MT; ++mt)",
+            "  #pragma unroll",
+            "  for (int r = 0; r < 2; ++r) {",
+            "    float fa_mx = -EMMY_INF_F32;",
+            "    #pragma unroll",
+            "    for (int j = 0; j < FA_NT; ++j)",
+            "      fa_mx = fmaxf(fa_mx, fmaxf(fa_s[mt][j][2 * r], fa_s[mt][j][2 * r + 1]));",
+            "    fa_mx = fmaxf(fa_mx, __shfl_xor_sync(0xffffffffu, fa_mx, 1));",
+            "    fa_mx = fmaxf(fa_mx, __shfl_xor_sync(0xffffffffu, fa_mx, 2));",
+            "    const float fa_new = fmaxf(fa_m[mt][r], fa_mx * FA_C);",
+            "    const float fa_base = fa_new == -EMMY_INF_F32 ? 0.f : fa_new;",
+            "    const float fa_alpha = exp2f(fa_m[mt][r] - fa_base);",
+            "    fa_m[mt][r] = fa_new;",
+            "    float fa_sum = 0.f;",
+            "    #pragma unroll",
+            "    for (int kk = 0; kk < FA_NT / 2; ++kk) {",
+            "      const float fa_p0 = exp2f(fmaf(fa_s[mt][2 * kk][2 * r], FA_C, -fa_base));",
+            "      const float fa_p1 = exp2f(fmaf(fa_s[mt][2 * kk][2 * r + 1], FA_C, -fa_base));",
+            "      const float fa_p2 = exp2f(fmaf(fa_s[mt][2 * kk + 1][2 * r], FA_C, -fa_base));",
+            "      const float fa_p3 = exp2f(fmaf(fa_s[mt][2 * kk + 1][2 * r + 1], FA_C, "
+            "-fa_base));",
+            "      fa_sum += (fa_p0 + fa_p1) + (fa_p2 + fa_p3);",
+            f"      fa_p[mt][kk][r] = {pk}(fa_p0, fa_p1);",
+            f"      fa_p[mt][kk][2 + r] = {pk}(fa_p2, fa_p3);",
+            "    }",
+            "    fa_l[mt][r] = fa_l[mt][r] * fa_alpha + fa_sum;",
+            "    #pragma unroll",
+            "    for (int dn = 0; dn < FA_DT; ++dn) {",
+            "      fa_o[mt][dn][2 * r] *= fa_alpha;",
+            "      fa_o[mt][dn][2 * r + 1] *= fa_alpha;",
+            "    }",
+            "  }",
+        ]
+
+    def pv(self) -> list[str]:
+        """O += P V: per 16 keys kk, V's B fragments for two n8 tiles of d come from one
+        ldmatrix.x4.trans (lane l addresses key l%16, dims 8*(l/16)); P's are fa_p[mt][kk]."""
+        return [
+            "#pragma unroll",
+            "for (int kk = 0; kk < FA_NT / 2; ++kk)",
+            "  #pragma unroll",
+            "  for (int dp = 0; dp < FA_DT / 2; ++dp) {",
+            "    unsigned fa_b[4];",
+            "    ldmatrix_x4_trans(fa_b, fa_vt + (kk * 16 + fa_lane % 16) * FA_P"
+            " + dp * 16 + fa_lane / 16 * 8);",
+            "    const unsigned fa_b0[2] = {fa_b[0], fa_b[1]}, fa_b1[2] = {fa_b[2], fa_b[3]};",
+            "    #pragma unroll",
+            "    for (int mt = 0; mt < FA_MT; ++mt) {",
+            f"      {self.mma}(fa_o[mt][2 * dp], fa_p[mt][kk], fa_b0, fa_o[mt][2 * dp]);",
+            f"      {self.mma}(fa_o[mt][2 * dp + 1], fa_p[mt][kk], fa_b1, fa_o[mt][2 * dp + 1]);",
+            "    }",
+            "  }",
+        ]
+
+    def epilogue(self, store: Store) -> list[str]:
+        """Each row's l summed over its quad, then out = O / l (0 where l == 0) through `store`
+        for the rows inside sq. Element i of O tile dn is row g + 8*(i/2), column 8dn + 2t + i%2."""
+        stmts = store("fa_bz", "fa_h", "fa_row", "fa_col", "fa_val")
+        return [
+            "#pragma unroll",
+            "for (int mt = 0; mt < FA_MT; ++mt) {",
+            "  float fa_inv[2];",
+            "  #pragma unroll",
+            "  for (int r = 0; r < 2; ++r) {",
+            "    float fa_sum = fa_l[mt][r];",
+            "    fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 1);",
+            "    fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 2);",
+            "    fa_inv[r] = fa_sum > 0.f ? 1.f / fa_sum : 0.f;",
+            "  }",
+            "  #pragma unroll",
+            "  for (int dn = 0; dn < FA_DT; ++dn)",
+            "    #pragma unroll",
+            "    for (int i = 0; i < 4; ++i) {",
+            "      const int fa_row = fa_wq0 + mt * 16 + fa_g + i / 2 * 8;",
+            "      const int fa_col = dn * 8 + fa_t * 2 + i % 2;",
+            "      const float fa_val = fa_o[mt][dn][i] * fa_inv[i / 2];",
+            "      if (fa_row < FA_SQ) {",
+            *["        " + s for s in stmts],
+            "      }",
+            "    }",
+            "}",
+        ]
+
+
+def _indent(lines: list[str], depth: int) -> list[str]:
+    return ["  " * depth + line for line in lines]
+
+
+def _float(x: float) -> str:
+    """`x` (finite) as a C float literal."""
+    return f"{x!r}f"

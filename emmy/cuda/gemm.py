@@ -1,0 +1,746 @@
+"""Matrix-product kernel templates: mma.sync (f16/bf16 operands, f32 accumulators) and SIMT
+FFMA (f32), for the problems and configurations of emmy.cuda.gemm_spec.
+
+    gemm_body(problem, config, epilogue)  the lines inside the kernel, its grid, block, smem
+    combine_body(problem, config, epilogue)  split_mode "combine": the kernel that sums the
+                                              partial products and runs the epilogue
+    constraints(problem, config, target_name)  why a configuration cannot be built (empty: it can)
+    smem_bytes(problem, config)            dynamic shared memory of gemm_body's kernel
+
+How one block computes its bm x bn output tile (every size is a compile-time constant):
+- bid decodes to (batch bz, split s, tile); the tile index maps to (tile_m, tile_n) row-major
+  over the tiles (group 1) or in groups of `group` tile rows walked column by column (group
+  G > 1, for L2 reuse of the B columns; the last group may be shorter).
+- Split s owns the K tiles [s*KT/split, (s+1)*KT/split) of the KT = ceil(k/bk) tiles.
+- Each K tile of A (bm x bk) and B (bk x bn) is staged in shared memory in the operand's own
+  contiguous order: "k-major" (rows = m or n, k contiguous) when stride_k is the smaller stride,
+  "outer-major" (rows = k) otherwise; rows are padded by 16 bytes where that makes the row
+  pitch an odd number of 16-byte units, so 8 rows read together hit 8 different bank groups.
+- stages 1: every thread copies its share of the tile synchronously (16-byte vectors when the
+  operand's rows are 16-byte aligned, else element by element), with predicates that zero-fill
+  outside the matrix, so any shape works. stages 2..4: a ring of cp.async copies (zfill at the
+  ragged edges), `stages - 1` tiles in flight while one is computed, one barrier per K tile.
+- mma: each warp owns a (bm/wm) x (bn/wn) warp tile of m16n8k16 atoms with f32 accumulators in
+  registers; fragments come from ldmatrix (x4 for A, x4 pairs / x2 for B; .trans where the
+  shared tile is outer-major for A or n-contiguous for B). With cp.async the fragments are read
+  one k step ahead, across K tiles too: the barrier that publishes tile i+1 sits before tile
+  i's last k step, so its mma overlap the next tile's first ldmatrix (on an H200 this took
+  128x256x32 from 258 to 365 TFLOP/s).
+- simt: each lane owns a tm x tn micro-tile whose rows (and columns) come in vectors of up to 4
+  strided across the warp's lanes, read from shared memory as 16-byte vectors.
+- The epilogue is called once per output element inside the bounds; with split_mode
+  "combine" the f32 partial sum goes to `emmy_partial[s][bz][m][n]` instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable
+
+from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmOperand, GemmProblem
+from emmy.schedule.targets import TARGETS
+
+CHUNK_BYTES = 16              # one cp.async / one vector copy
+MMA_K = 16                    # m16n8k16
+MAX_STAGES = 4
+MAX_MMA_ACCUMULATORS = 128    # f32 accumulators per thread: more leaves too few registers
+MAX_SIMT_ACCUMULATORS = 64
+SIMT_K_STEP = 4               # the SIMT loop reads 4 k at a time (one 16-byte vector)
+COMBINE_THREADS = 256
+MAX_GRID = 2**31 - 1
+SPLIT_MODES = ("atomic", "combine")
+PARTIAL = "emmy_partial"      # combine: the f32 partial sums, [split][batch][m][n]
+STORAGE = {"__half": "unsigned short", "__nv_bfloat16": "unsigned short", "float": "float"}
+MMA_FN = {"__half": "mma_m16n8k16_f16f32", "__nv_bfloat16": "mma_m16n8k16_bf16f32"}
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _ll(x: int) -> str:
+    """An integer literal that keeps 64-bit arithmetic where it may need it."""
+    return f"{x}LL" if abs(x) >= 2**31 else str(x)
+
+
+# --- geometry ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Tile:
+    """One operand's tile in one shared-memory stage: `rows` x `cols` elements, `cols`
+    contiguous, rows `ld` elements apart; and the global elements it holds."""
+
+    label: str            # "A" | "B"
+    name: str             # prefix of the emitted variables: "a" | "b"
+    op: GemmOperand
+    outer: str            # "m" | "n"
+    outer_extent: int     # M | N
+    outer_tile: int       # bm | bn
+    k: int
+    bk: int
+    batch: int
+    threads: int
+
+    @property
+    def k_major(self) -> bool:
+        """Rows are m (or n), k contiguous: when stride_k is 1, or the smaller stride."""
+        s = self.op
+        if s.stride_k == 1 or s.stride_outer == 1:
+            return s.stride_k == 1
+        return abs(s.stride_k) <= abs(s.stride_outer)
+
+    @property
+    def rows(self) -> int:
+        return self.outer_tile if self.k_major else self.bk
+
+    @property
+    def cols(self) -> int:
+        return self.bk if self.k_major else self.outer_tile
+
+    @property
+    def row_dim(self) -> str:
+        return self.outer if self.k_major else "k"
+
+    @property
+    def col_dim(self) -> str:
+        return "k" if self.k_major else self.outer
+
+    @property
+    def row_stride(self) -> int:
+        """Global elements between consecutive rows of the tile."""
+        return self.op.stride_outer if self.k_major else self.op.stride_k
+
+    @property
+    def col_stride(self) -> int:
+        return self.op.stride_k if self.k_major else self.op.stride_outer
+
+    @property
+    def row_extent(self) -> int:
+        return self.outer_extent if self.k_major else self.k
+
+    @property
+    def col_extent(self) -> int:
+        return self.k if self.k_major else self.outer_extent
+
+    @property
+    def itemsize(self) -> int:
+        return self.op.itemsize
+
+    @property
+    def chunk(self) -> int:
+        """Elements per 16-byte chunk."""
+        return CHUNK_BYTES // self.itemsize
+
+    @property
+    def pad(self) -> int:
+        """Padding elements per row: the row pitch becomes an odd number of 16-byte units."""
+        units = self.cols * self.itemsize // CHUNK_BYTES
+        return self.chunk if units % 2 == 0 else 0
+
+    @property
+    def ld(self) -> int:
+        return self.cols + self.pad
+
+    @property
+    def elems(self) -> int:
+        return self.rows * self.ld
+
+    def chunk_problems(self) -> list[str]:
+        """Why 16-byte chunks of this operand are not 16-byte aligned (empty: they are)."""
+        s, b = self.op, self.itemsize
+        if self.col_stride != 1:
+            return [f"{self.label} has no contiguous dimension (stride_{self.outer}="
+                    f"{s.stride_outer}, stride_k={s.stride_k})"]
+        out = []
+        if self.row_stride * b % CHUNK_BYTES:
+            out.append(f"{self.label}'s {self.row_dim}-rows are {self.row_stride * b} bytes "
+                       f"apart ({self.row_stride} x {b} B), not a multiple of {CHUNK_BYTES}")
+        if self.batch > 1 and s.batch_stride is None:
+            out.append(f"{self.label}'s batch offset `{s.batch_offset}` is not a known stride")
+        elif self.batch > 1 and s.batch_stride * b % CHUNK_BYTES:
+            out.append(f"{self.label}'s batches are {s.batch_stride * b} bytes apart "
+                       f"({s.batch_stride} x {b} B), not a multiple of {CHUNK_BYTES}")
+        return out
+
+    @property
+    def vec(self) -> int:
+        """Elements each copy moves: a 16-byte chunk when aligned, else 1."""
+        return self.chunk if not self.chunk_problems() else 1
+
+    @property
+    def per_row(self) -> int:
+        return self.cols // self.vec
+
+    @property
+    def copies(self) -> int:
+        return self.rows * self.per_row
+
+    @property
+    def iters(self) -> int:
+        return _ceil_div(self.copies, self.threads)
+
+    @property
+    def uniform(self) -> bool:
+        """Every copy of a thread sits in the same column (rows `threads/per_row` apart)."""
+        return self.threads % self.per_row == 0
+
+
+@dataclass(frozen=True)
+class _SimtLanes:
+    """How a SIMT warp's 32 lanes cover its warp tile: lm x ln lanes, each a tm x tn
+    micro-tile made of vectors of vm rows (vn columns) strided lm*vm (ln*vn) apart."""
+
+    lm: int
+    ln: int
+    tm: int
+    tn: int
+
+    @property
+    def vm(self) -> int:
+        return 4 if self.tm % 4 == 0 else 2 if self.tm % 2 == 0 else 1
+
+    @property
+    def vn(self) -> int:
+        return 4 if self.tn % 4 == 0 else 2 if self.tn % 2 == 0 else 1
+
+
+def _simt_lanes(wtm: int, wtn: int) -> _SimtLanes | None:
+    """The lane grid giving the squarest micro-tile (vectors of 4 preferred), or None."""
+    options = []
+    for lm in (1, 2, 4, 8, 16, 32):
+        ln = 32 // lm
+        if wtm % lm or wtn % ln:
+            continue
+        tm, tn = wtm // lm, wtn // ln
+        options.append(((tm % 4 != 0) + (tn % 4 != 0), max(tm, tn) / min(tm, tn), lm > ln,
+                        _SimtLanes(lm, ln, tm, tn)))
+    return min(options, key=lambda o: o[:3])[3] if options else None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything derived from (problem, config) that the checks and the emitter share."""
+
+    p: GemmProblem
+    c: GemmConfig
+
+    @property
+    def tiles_m(self) -> int:
+        return _ceil_div(self.p.m, self.c.bm)
+
+    @property
+    def tiles_n(self) -> int:
+        return _ceil_div(self.p.n, self.c.bn)
+
+    @property
+    def tiles(self) -> int:
+        return self.tiles_m * self.tiles_n
+
+    @property
+    def k_tiles(self) -> int:
+        return _ceil_div(self.p.k, self.c.bk)
+
+    @property
+    def grid(self) -> int:
+        return self.p.batch * self.c.split * self.tiles
+
+    @property
+    def wtm(self) -> int:
+        return self.c.bm // self.c.wm
+
+    @property
+    def wtn(self) -> int:
+        return self.c.bn // self.c.wn
+
+    @cached_property
+    def a(self) -> _Tile:
+        p, c = self.p, self.c
+        return _Tile("A", "a", p.a, "m", p.m, c.bm, p.k, c.bk, p.batch, c.threads)
+
+    @cached_property
+    def b(self) -> _Tile:
+        p, c = self.p, self.c
+        return _Tile("B", "b", p.b, "n", p.n, c.bn, p.k, c.bk, p.batch, c.threads)
+
+    @cached_property
+    def lanes(self) -> _SimtLanes | None:
+        return _simt_lanes(self.wtm, self.wtn)
+
+    @property
+    def stage_elems(self) -> int:
+        return self.a.elems + self.b.elems
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.c.stages * self.stage_elems * self.a.itemsize
+
+
+# --- what can be built ------------------------------------------------------------------------
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:g} KiB"
+
+
+def _shape_problems(p: GemmProblem, c: GemmConfig) -> list[str]:
+    """Target-independent reasons (problem, config) cannot be built; empty when it can."""
+    if c.inst == "wgmma":
+        return ["wgmma configurations are built by emmy.cuda.gemm_sm90, not this template"]
+    if c.inst not in ("mma", "simt"):
+        return [f"unknown instruction kind `{c.inst}` (mma or simt)"]
+    out = []
+    if min(p.m, p.n, p.k, p.batch) < 1:
+        out.append(f"empty problem {p.batch} x {p.m} x {p.n} x {p.k}")
+    if min(c.bm, c.bn, c.bk, c.wm, c.wn, c.stages, c.split, c.group) < 1:
+        return out + ["tile sizes, warps, stages, split and group must be positive"]
+    if p.a.ctype != p.b.ctype:
+        out.append(f"A and B must have one element type, got {p.a.ctype} and {p.b.ctype}")
+    if c.inst == "mma" and p.a.ctype not in MMA_FN:
+        out.append(f"mma needs f16/bf16 operands, got {p.a.ctype}")
+    if c.inst == "simt" and p.a.ctype != "float":
+        out.append(f"simt needs float operands, got {p.a.ctype}")
+    if c.tma:
+        out.append("TMA loads belong to wgmma configurations")
+    if c.threads > 1024:
+        out.append(f"{c.wm} x {c.wn} warps = {c.threads} threads > 1024 per block")
+    if c.bm % c.wm or c.bn % c.wn:
+        out.append(f"block tile {c.bm}x{c.bn} does not split into {c.wm} x {c.wn} warps")
+        return out
+    plan = _Plan(p, c)
+    wtm, wtn = plan.wtm, plan.wtn
+    if c.inst == "mma":
+        if wtm % 16 or wtn % 8:
+            out.append(f"warp tile {wtm}x{wtn} is not a multiple of the 16x8 mma atom")
+        if c.bk % MMA_K:
+            out.append(f"bk={c.bk} is not a multiple of the mma's k step {MMA_K}")
+        if wtm * wtn // 32 > MAX_MMA_ACCUMULATORS:
+            out.append(f"warp tile {wtm}x{wtn} needs {wtm * wtn // 32} f32 accumulators per "
+                       f"thread > {MAX_MMA_ACCUMULATORS} (register pressure)")
+    if c.inst == "simt":
+        lanes = plan.lanes
+        if lanes is None:
+            out.append(f"warp tile {wtm}x{wtn} does not split over 32 lanes")
+        elif lanes.tm * lanes.tn > MAX_SIMT_ACCUMULATORS:
+            out.append(f"micro-tile {lanes.tm}x{lanes.tn} per thread > "
+                       f"{MAX_SIMT_ACCUMULATORS} accumulators (register pressure)")
+        if c.bk % SIMT_K_STEP or c.bm % 4 or c.bn % 4:
+            out.append(f"simt tiles must be multiples of 4 floats (16 bytes), got "
+                       f"{c.bm}x{c.bn}x{c.bk}")
+    if c.stages > MAX_STAGES:
+        out.append(f"{c.stages} stages > {MAX_STAGES}")
+    if c.stages > 1 and p.a.ctype in STORAGE:
+        for t in (plan.a, plan.b):
+            out += [f"cp.async copies 16-byte chunks: {why}" for why in t.chunk_problems()]
+    if c.split > 1 and c.split_mode not in SPLIT_MODES:
+        out.append(f"split {c.split} needs split_mode atomic or combine, got `{c.split_mode}`")
+    if c.split_mode and c.split_mode not in SPLIT_MODES:
+        out.append(f"unknown split_mode `{c.split_mode}`")
+    if c.split > plan.k_tiles:
+        out.append(f"split {c.split} > {plan.k_tiles} K tiles (k={p.k}, bk={c.bk}): "
+                   f"some blocks would have no K range")
+    if plan.grid > MAX_GRID:
+        out.append(f"grid of {plan.grid} blocks > {MAX_GRID}")
+    return out
+
+
+def constraints(problem: GemmProblem, config: GemmConfig, target_name: str) -> list[str]:
+    """Plain-English reasons `config` cannot be built for `problem` on `target_name`; empty
+    when it can (and then the kernel is correct for every input)."""
+    out = _shape_problems(problem, config)
+    target = TARGETS.get(target_name)
+    if target is None:
+        return out + [f"unknown target `{target_name}` (known: {', '.join(TARGETS)})"]
+    if config.inst == "mma" and not (target.has_mma_sync and target.has_ldmatrix):
+        out.append(f"{target_name} has no mma.sync / ldmatrix")
+    if config.stages > 1 and not target.has_cp_async:
+        out.append(f"{target_name} has no cp.async")
+    if config.threads > target.max_threads_per_block:
+        out.append(f"{config.threads} threads > {target.max_threads_per_block} on {target_name}")
+    if out or config.inst not in ("mma", "simt"):
+        return out
+    plan = _Plan(problem, config)
+    limit = target.shared_per_block_optin
+    if plan.smem_bytes > limit:
+        out.append(f"shared memory {config.stages} stages x {_kib(plan.stage_elems * plan.a.itemsize)}"
+                   f" = {_kib(plan.smem_bytes)} > {_kib(limit)} per block on {target_name}")
+    return out
+
+
+def smem_bytes(problem: GemmProblem, config: GemmConfig) -> int:
+    """Dynamic shared memory of gemm_body's kernel: `stages` copies of the padded A and B tiles."""
+    return _Plan(problem, config).smem_bytes
+
+
+# --- emission ---------------------------------------------------------------------------------
+
+def _indent(lines: list[str], depth: int = 1) -> list[str]:
+    return [("  " * depth + line) if line else line for line in lines]
+
+
+def _unrolled(var: str, count: int, body: list[str]) -> list[str]:
+    """`for var in range(count)` fully unrolled by the compiler (no loop when count is 1)."""
+    if count == 1:
+        return ["{", f"  const int {var} = 0;", *_indent(body), "}"]
+    return ["#pragma unroll", f"for (int {var} = 0; {var} < {count}; ++{var}) {{",
+            *_indent(body), "}"]
+
+
+class _Emitter:
+    """Prints gemm_body's lines for one (problem, config, epilogue)."""
+
+    def __init__(self, p: GemmProblem, c: GemmConfig, epilogue: Epilogue):
+        self.p, self.c, self.epilogue = p, c, epilogue
+        self.plan = _Plan(p, c)
+
+    def decode(self) -> list[str]:
+        """bz, gm_split, the tile origin (gm_m0, gm_n0) and the K tiles [gm_kt0, +gm_nk)."""
+        p, c, plan = self.p, self.c, self.plan
+        tiles, tn = plan.tiles, plan.tiles_n
+        out = ["// this block's output tile, split and batch (the tile index varies fastest)",
+               f"const int gm_tile = (int)(bid % {tiles});"]
+        out.append(f"const int gm_split = (int)(bid / {tiles} % {c.split});" if c.split > 1
+                   else "const int gm_split = 0;")
+        out.append(f"const long long bz = bid / {tiles * c.split};" if p.batch > 1
+                   else "const long long bz = 0;")
+        if c.group == 1:
+            out += [f"const int gm_tm = gm_tile / {tn}, gm_tn = gm_tile % {tn};"]
+        else:
+            g = c.group
+            out += [f"// grouped order: {g} tile rows at a time, column by column in the group",
+                    f"const int gm_first = gm_tile / {g * tn} * {g};",
+                    f"const int gm_rows = min({plan.tiles_m} - gm_first, {g});",
+                    f"const int gm_in = gm_tile % {g * tn};",
+                    "const int gm_tm = gm_first + gm_in % gm_rows, gm_tn = gm_in / gm_rows;"]
+        out.append(f"const int gm_m0 = gm_tm * {c.bm}, gm_n0 = gm_tn * {c.bn};")
+        if c.split > 1:
+            kt = plan.k_tiles
+            out += [f"// split gm_split owns K tiles [s*{kt}/{c.split}, (s+1)*{kt}/{c.split})",
+                    f"const int gm_kt0 = gm_split * {kt} / {c.split};",
+                    f"const int gm_nk = (gm_split + 1) * {kt} / {c.split} - gm_kt0;"]
+        else:
+            out.append(f"const int gm_kt0 = 0, gm_nk = {plan.k_tiles};")
+        return out
+
+    def copy_setup(self, t: _Tile) -> list[str]:
+        """The operand's typed pointer at this batch, and this thread's first copy."""
+        n, vec = t.name, t.vec
+        out = [f"// {t.label}: {t.rows} {t.row_dim}-rows x {t.cols} {t.col_dim} (contiguous) per "
+               f"stage, {t.iters} copies of {vec} element(s) per thread",
+               f"const gm_t* __restrict__ gm_{n} = reinterpret_cast<const gm_t*>({t.op.buffer})"
+               f" + ({t.op.batch_offset});"]
+        if t.uniform:
+            origin = {"m": "gm_m0", "n": "gm_n0", "k": "0"}
+            out += [f"const int gm_{n}_r = tid / {t.per_row}, gm_{n}_c = tid % {t.per_row}"
+                    f" * {vec};",
+                    f"// at K tile 0; K tile kt is {t.bk * t.op.stride_k} * kt elements further",
+                    f"const gm_t* gm_{n}_thr = gm_{n} + (long long)({origin[t.row_dim]} + gm_{n}_r)"
+                    f" * {_ll(t.row_stride)} + (long long)({origin[t.col_dim]} + gm_{n}_c) * "
+                    f"{_ll(t.col_stride)};"]
+        return out
+
+    def copy(self, t: _Tile, kt: str, dst: str, asynchronous: bool) -> list[str]:
+        """Copy K tile `kt` of operand `t` into the shared tile at `dst` (a gm_t*): each thread
+        copies chunks (gm_r, gm_c..gm_c+vec) of the tile, zero-filling outside the matrix."""
+        n, vec, b = t.name, t.vec, t.itemsize
+        origin = {"m": "gm_m0", "n": "gm_n0", "k": f"{kt} * {t.bk}"}
+        row_o, col_o = origin[t.row_dim], origin[t.col_dim]
+        if t.uniform:
+            step = t.threads // t.per_row
+            pre = [f"const gm_t* gm_{n}_src = gm_{n}_thr + (long long){kt} * "
+                   f"{_ll(t.bk * t.op.stride_k)};"]
+            where = [f"const int gm_r = gm_{n}_r + gm_it * {step}, gm_c = gm_{n}_c;"]
+            src = f"gm_{n}_src + gm_it * {step * t.row_stride}LL"
+        else:
+            pre = []
+            where = [f"const int gm_i = tid + gm_it * {t.threads};",
+                     f"const int gm_r = gm_i / {t.per_row}, gm_c = gm_i % {t.per_row} * {vec};"]
+            src = (f"gm_{n} + (long long)({row_o} + gm_r) * {_ll(t.row_stride)} + "
+                   f"(long long)({col_o} + gm_c) * {_ll(t.col_stride)}")
+        body = [f"const gm_t* gm_src = {src};", f"gm_t* gm_dst = {dst} + gm_r * {t.ld} + gm_c;"]
+        row_ragged = t.row_extent % t.rows != 0
+        col_ragged = t.col_extent % t.cols != 0
+        row_ok = f"{row_o} + gm_r < {t.row_extent}"
+        count = f"min(max({t.col_extent} - ({col_o} + gm_c), 0), {vec})" if col_ragged \
+            else str(vec)
+        checked = [f"const int gm_n = {f'({row_ok}) ? {count} : 0' if row_ragged else count};"]
+        if asynchronous:
+            if not row_ragged and not col_ragged:
+                body.append("cp_async_16(gm_dst, gm_src);")
+            else:
+                body += [*checked, "// copies gm_n elements and zero-fills the rest of the 16 bytes",
+                         f"cp_async_16_zfill(gm_dst, gm_n > 0 ? gm_src : gm_{n}, gm_n * {b});"]
+        elif vec > 1:
+            vector = "*reinterpret_cast<uint4*>(gm_dst) = *reinterpret_cast<const uint4*>(gm_src);"
+            if not row_ragged and not col_ragged:
+                body.append(vector)
+            else:
+                body += [*checked, f"if (gm_n == {vec}) {{", f"  {vector}", "} else {",
+                         "  #pragma unroll",
+                         f"  for (int gm_e = 0; gm_e < {vec}; ++gm_e)",
+                         "    gm_dst[gm_e] = gm_e < gm_n ? gm_src[gm_e] : gm_t(0);", "}"]
+        else:
+            ok = " && ".join(([row_ok] if row_ragged else []) +
+                             ([f"{col_o} + gm_c < {t.col_extent}"] if col_ragged else []))
+            body.append(f"*gm_dst = ({ok}) ? *gm_src : gm_t(0);" if ok else "*gm_dst = *gm_src;")
+        if t.copies % t.threads:   # the last round of copies does not fill every thread
+            body = [f"if (gm_r < {t.rows}) {{", *_indent(body), "}"]
+        return pre + _unrolled("gm_it", t.iters, where + body)
+
+    def load_lambda(self, asynchronous: bool) -> list[str]:
+        """`gm_load(kt, stage)`: copies (or starts copying) K tile kt of A and B."""
+        a, b = self.plan.a, self.plan.b
+        kind = "cp.async" if asynchronous else "synchronous"
+        return [f"// {kind} copy of K tile `kt` of A and B into shared stage `stage`",
+                "auto gm_load = [&](int kt, int stage) {",
+                f"  gm_t* gm_as = gm_smem + stage * {self.plan.stage_elems};",
+                f"  gm_t* gm_bs = gm_as + {a.elems};",
+                *_indent(["{", *_indent(self.copy(a, "kt", "gm_as", asynchronous)), "}",
+                          "{", *_indent(self.copy(b, "kt", "gm_bs", asynchronous)), "}"]),
+                "};"]
+
+    def main_loop(self, compute: list[str]) -> list[str]:
+        """The K loop around `compute` (which reads the stage at gm_as / gm_bs): one buffer
+        for stages 1, else a cp.async ring with one barrier per K tile."""
+        c, plan = self.c, self.plan
+        stage_ptrs = [f"const gm_t* gm_as = gm_smem + gm_stage * {plan.stage_elems};",
+                      f"const gm_t* gm_bs = gm_as + {plan.a.elems};"]
+        if c.stages == 1:
+            return [*self.load_lambda(False),
+                    "// one shared buffer: copy, barrier, compute, barrier",
+                    "for (int gm_i = 0; gm_i < gm_nk; ++gm_i) {",
+                    "  if (gm_i > 0) __syncthreads();",
+                    "  gm_load(gm_kt0 + gm_i, 0);",
+                    "  __syncthreads();",
+                    "  const int gm_stage = 0;",
+                    *_indent(stage_ptrs), *_indent(compute), "}"]
+        s = c.stages
+        return [*self.load_lambda(True),
+                f"// a ring of {s} stages: tiles i+1 .. i+{s - 1} are in flight while tile i is "
+                "computed",
+                f"for (int gm_s = 0; gm_s < {s - 1}; ++gm_s) {{",
+                "  if (gm_s < gm_nk) gm_load(gm_kt0 + gm_s, gm_s);",
+                "  cp_async_commit();",
+                "}",
+                f"int gm_stage = 0, gm_next = {s - 1};",
+                "for (int gm_i = 0; gm_i < gm_nk; ++gm_i) {",
+                f"  cp_async_wait<{s - 2}>();  // tile gm_i has landed (this thread's copies)",
+                "  __syncthreads();             // everyone's copies landed; stage gm_next is free",
+                f"  if (gm_i + {s - 1} < gm_nk) gm_load(gm_kt0 + gm_i + {s - 1}, gm_next);",
+                "  cp_async_commit();",
+                *_indent(["{", *_indent(stage_ptrs), *_indent(compute), "}"]),
+                f"  gm_stage = gm_stage == {s - 1} ? 0 : gm_stage + 1;",
+                f"  gm_next = gm_next == {s - 1} ? 0 : gm_next + 1;",
+                "}"]
+
+    def store(self, row: str, col: str, acc: str) -> list[str]:
+        """One output element: the epilogue (or the partial sum) inside the bounds."""
+        p, c = self.p, self.c
+        if c.split_mode == "combine":
+            stmts = [f"{PARTIAL}[((gm_split * {p.batch}LL + bz) * {p.m} + {row}) * {p.n}LL + "
+                     f"{col}] = {acc};"]
+        else:
+            stmts = list(self.epilogue("bz", row, col, acc))
+        conds = ([f"{row} < {p.m}"] if p.m % c.bm else []) + \
+                ([f"{col} < {p.n}"] if p.n % c.bn else [])
+        if not conds:
+            return stmts
+        return [f"if ({' && '.join(conds)}) {{", *_indent(stmts), "}"]
+
+    def mma(self) -> list[str]:
+        """Warp tiles of m16n8k16 atoms, fragments by ldmatrix, then the epilogue."""
+        c, plan = self.c, self.plan
+        a, b = plan.a, plan.b
+        mi, nj = plan.wtm // 16, plan.wtn // 8
+        a_trans, b_trans = not a.k_major, not b.k_major
+        out = ["const int gm_lane = tid % 32, gm_warp = tid / 32;",
+               f"const int gm_wm0 = gm_warp / {c.wn} * {plan.wtm}, gm_wn0 = gm_warp % {c.wn} * "
+               f"{plan.wtn};",
+               "// ldmatrix: lane 8j+r addresses row r of 8x8 matrix j",
+               "const int gm_mat = gm_lane / 8, gm_mrow = gm_lane % 8;"]
+        # A's matrices j = 0..3: (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
+        if a.k_major:
+            out.append(f"const int gm_a_frag = (gm_wm0 + 8 * (gm_mat % 2) + gm_mrow) * {a.ld} + "
+                       "8 * (gm_mat / 2);")
+            a_i, a_k = 16 * a.ld, 16
+        else:
+            out.append(f"const int gm_a_frag = (8 * (gm_mat / 2) + gm_mrow) * {a.ld} + gm_wm0 + "
+                       "8 * (gm_mat % 2);")
+            a_i, a_k = 16, 16 * a.ld
+        # B's matrices j = 0..3: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+        if b.k_major:
+            out.append(f"const int gm_b_frag = (gm_wn0 + 8 * (gm_mat / 2) + gm_mrow) * {b.ld} + "
+                       "8 * (gm_mat % 2);")
+            b_j, b_k = 16 * b.ld, 16
+        else:
+            out.append(f"const int gm_b_frag = (8 * (gm_mat % 2) + gm_mrow) * {b.ld} + gm_wn0 + "
+                       "8 * (gm_mat / 2);")
+            b_j, b_k = 16, 16 * b.ld
+        out.append(f"float gm_acc[{mi}][{nj}][4] = {{}};  // (16 x 8 atom i, j), c0..c3")
+        tr_a, tr_b = "_trans" if a_trans else "", "_trans" if b_trans else ""
+        fn = MMA_FN[self.p.a.ctype]
+
+        def fragments(af: str, bf: str, ks: str) -> list[str]:
+            """ldmatrix the A and B fragments of k step `ks` of the stage at gm_as / gm_bs."""
+            pairs = _unrolled("gm_j", nj // 2, [
+                "unsigned gm_r4[4];",
+                f"ldmatrix_x4{tr_b}(gm_r4, gm_bs + gm_b_frag + gm_j * {b_j} + {ks} * {b_k});",
+                f"{bf}[2 * gm_j][0] = gm_r4[0];", f"{bf}[2 * gm_j][1] = gm_r4[1];",
+                f"{bf}[2 * gm_j + 1][0] = gm_r4[2];", f"{bf}[2 * gm_j + 1][1] = gm_r4[3];"]) \
+                if nj >= 2 else []
+            odd = [f"ldmatrix_x2{tr_b}({bf}[{nj - 1}], gm_bs + gm_b_frag + {nj // 2 * b_j} + "
+                   f"{ks} * {b_k});"] if nj % 2 else []
+            return [*_unrolled("gm_i", mi, [f"ldmatrix_x4{tr_a}({af}[gm_i], gm_as + gm_a_frag + "
+                                            f"gm_i * {a_i} + {ks} * {a_k});"]), *pairs, *odd]
+
+        mmas = _unrolled("gm_i", mi, _unrolled("gm_j", nj, [
+            f"{fn}(gm_acc[gm_i][gm_j], gm_af[gm_i], gm_bf[gm_j], gm_acc[gm_i][gm_j]);"]))
+        if c.stages == 1:
+            compute = _unrolled("gm_ks", c.bk // MMA_K, [
+                f"unsigned gm_af[{mi}][4], gm_bf[{nj}][2];",
+                *fragments("gm_af", "gm_bf", "gm_ks"), *mmas])
+            out += self.main_loop(compute)
+        else:
+            out += self.mma_pipelined(fragments, mmas, mi, nj)
+        out += ["// accumulator c_r of atom (i, j): row 16i + lane/4 + 8(r/2), column 8j + "
+                "2(lane%4) + r%2",
+                "const int gm_row0 = gm_m0 + gm_wm0 + gm_lane / 4;",
+                "const int gm_col0 = gm_n0 + gm_wn0 + 2 * (gm_lane % 4);"]
+        out += _unrolled("gm_i", mi, _unrolled("gm_j", nj, _unrolled("gm_q", 4, [
+            "const int gm_row = gm_row0 + 16 * gm_i + 8 * (gm_q / 2);",
+            "const int gm_col = gm_col0 + 8 * gm_j + gm_q % 2;",
+            *self.store("gm_row", "gm_col", "gm_acc[gm_i][gm_j][gm_q]")])))
+        return out
+
+    def mma_pipelined(self, fragments: Callable[[str, str, str], list[str]], mmas: list[str],
+                      mi: int, nj: int) -> list[str]:
+        """The cp.async ring with fragments one k step ahead: the next tile's first
+        fragments are read before the current tile's last mma."""
+        c, plan = self.c, self.plan
+        s, ks_n = c.stages, c.bk // MMA_K
+        copy_next = _unrolled("gm_i", mi, _unrolled("gm_e", 4, [
+            "gm_af[gm_i][gm_e] = gm_an[gm_i][gm_e];"])) + \
+            _unrolled("gm_j", nj, _unrolled("gm_e", 2, ["gm_bf[gm_j][gm_e] = gm_bn[gm_j][gm_e];"]))
+        return [*self.load_lambda(True),
+                f"for (int gm_s = 0; gm_s < {s - 1}; ++gm_s) {{",
+                "  if (gm_s < gm_nk) gm_load(gm_kt0 + gm_s, gm_s);",
+                "  cp_async_commit();",
+                "}",
+                f"cp_async_wait<{s - 2}>();",
+                "__syncthreads();",
+                f"int gm_stage = 0, gm_next = {s - 1};",
+                "const gm_t* gm_as = gm_smem;",
+                f"const gm_t* gm_bs = gm_smem + {plan.a.elems};",
+                f"unsigned gm_af[{mi}][4], gm_bf[{nj}][2], gm_an[{mi}][4], gm_bn[{nj}][2];",
+                *fragments("gm_af", "gm_bf", "0"),
+                "for (int gm_i = 0; gm_i < gm_nk; ++gm_i) {",
+                f"  if (gm_i + {s - 1} < gm_nk) gm_load(gm_kt0 + gm_i + {s - 1}, gm_next);",
+                "  cp_async_commit();",
+                *_indent(_unrolled("gm_ks", ks_n, [
+                    f"if (gm_ks == {ks_n - 1}) {{",
+                    f"  cp_async_wait<{s - 2}>();",
+                    "  __syncthreads();",
+                    f"  gm_stage = gm_stage == {s - 1} ? 0 : gm_stage + 1;",
+                    f"  gm_next = gm_next == {s - 1} ? 0 : gm_next + 1;",
+                    f"  gm_as = gm_smem + gm_stage * {plan.stage_elems};",
+                    f"  gm_bs = gm_as + {plan.a.elems};",
+                    "}",
+                    *fragments("gm_an", "gm_bn", f"((gm_ks + 1) % {ks_n})"),
+                    *mmas, *copy_next])),
+                "}"]
+
+    def simt(self) -> list[str]:
+        """Per-thread micro-tiles of FFMA over 16-byte fragment reads, then the epilogue."""
+        c, plan = self.c, self.plan
+        a, b, ln = plan.a, plan.b, plan.lanes
+        assert ln is not None
+        tm, tn, vm, vn = ln.tm, ln.tn, ln.vm, ln.vn
+        sm, sn = ln.lm * vm, ln.ln * vn     # distance between a thread's row (column) vectors
+        out = ["const int gm_lane = tid % 32, gm_warp = tid / 32;",
+               f"// lanes {ln.lm} x {ln.ln}; micro-tile {tm} x {tn}: vectors of {vm} rows "
+               f"{sm} apart, of {vn} columns {sn} apart",
+               f"const int gm_am = gm_warp / {c.wn} * {plan.wtm} + gm_lane / {ln.ln} * {vm};",
+               f"const int gm_bn = gm_warp % {c.wn} * {plan.wtn} + gm_lane % {ln.ln} * {vn};",
+               f"float gm_acc[{tm}][{tn}] = {{}};"]
+
+        def frag(t: _Tile, arr: str, base: str, count: int, v: int, stride: int) -> list[str]:
+            """Fill arr[q][e] with 4 k steps of this thread's `count` rows (columns) of t."""
+            if not t.k_major:   # shared [k][outer]: vectors along the outer dimension
+                outs = ", ".join(f"{arr}[gm_q][gm_g * {v} + {e}]" for e in range(v))
+                return _unrolled("gm_q", SIMT_K_STEP, _unrolled("gm_g", count // v, [
+                    f"em_vload(gm_{t.name}s + (gm_kk + gm_q) * {t.ld} + {base} + gm_g * {stride}, "
+                    f"{outs});"]))
+            outs = ", ".join(f"{arr}[{q}][gm_e]" for q in range(SIMT_K_STEP))
+            return _unrolled("gm_e", count, [        # shared [outer][k]: vectors along k
+                f"em_vload(gm_{t.name}s + ({base} + gm_e / {v} * {stride} + gm_e % {v}) * {t.ld}"
+                f" + gm_kk, {outs});"])
+
+        compute = ["#pragma unroll",
+                   f"for (int gm_kk = 0; gm_kk < {c.bk}; gm_kk += {SIMT_K_STEP}) {{",
+                   f"  float gm_af[{SIMT_K_STEP}][{tm}], gm_bf[{SIMT_K_STEP}][{tn}];",
+                   *_indent(frag(a, "gm_af", "gm_am", tm, vm, sm)),
+                   *_indent(frag(b, "gm_bf", "gm_bn", tn, vn, sn)),
+                   *_indent(_unrolled("gm_q", SIMT_K_STEP, _unrolled("gm_i", tm, _unrolled(
+                       "gm_j", tn, ["gm_acc[gm_i][gm_j] = fmaf(gm_af[gm_q][gm_i], "
+                                    "gm_bf[gm_q][gm_j], gm_acc[gm_i][gm_j]);"])))),
+                   "}"]
+        out += self.main_loop(compute)
+        out += _unrolled("gm_i", tm, _unrolled("gm_j", tn, [
+            f"const int gm_row = gm_m0 + gm_am + gm_i / {vm} * {sm} + gm_i % {vm};",
+            f"const int gm_col = gm_n0 + gm_bn + gm_j / {vn} * {sn} + gm_j % {vn};",
+            *self.store("gm_row", "gm_col", "gm_acc[gm_i][gm_j]")]))
+        return out
+
+    def lines(self) -> list[str]:
+        """The whole body: a summary comment, the decode, the copies' setup, the product."""
+        p, c, plan = self.p, self.c, self.plan
+        a, b = plan.a, plan.b
+        lay = {True: "k-major", False: "outer-major"}
+        head = [f"// emmy gemm ({c.inst}): C[{p.batch}] ({p.m} x {p.n}) = A ({p.m} x {p.k}, "
+                f"{p.a.ctype}) @ B ({p.k} x {p.n}); block {c.bm}x{c.bn}x{c.bk}, warps "
+                f"{c.wm}x{c.wn}, {c.stages} stage(s), split {c.split}"
+                f"{' ' + c.split_mode if c.split > 1 else ''}, group {c.group}",
+                f"// shared A {lay[a.k_major]} (+{a.pad} pad), B {lay[b.k_major]} (+{b.pad} pad)",
+                f"using gm_t = {STORAGE[p.a.ctype]};   // element bits in global and shared "
+                "memory",
+                "gm_t* gm_smem = reinterpret_cast<gm_t*>(emmy_smem);"]
+        head += self.decode() + self.copy_setup(a) + self.copy_setup(b)
+        return head + (self.mma() if c.inst == "mma" else self.simt())
+
+
+def gemm_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue) -> Body:
+    """The body of the kernel computing C = A @ B tile by tile and calling `epilogue` on each
+    element (split_mode "combine": writing f32 partial sums to `emmy_partial` instead).
+    Raises ValueError for a configuration _shape_problems refuses."""
+    problems = _shape_problems(problem, config)
+    if problems:
+        raise ValueError("cannot build this gemm: " + "; ".join(problems))
+    plan = _Plan(problem, config)
+    lines = _Emitter(problem, config, epilogue).lines()
+    return Body(tuple(lines), plan.grid, config.threads, plan.smem_bytes)
+
+
+def combine_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue) -> Body:
+    """split_mode "combine": the kernel that sums the `split` partial products of
+    `emmy_partial` ([split][batch][m][n] f32) and calls `epilogue` once per element; each
+    thread handles 4 consecutive columns (float4 loads) when n % 4 == 0, else one element."""
+    p, s = problem, config.split
+    total = p.batch * p.m * p.n
+    v = 4 if p.n % 4 == 0 else 1
+    threads = min(COMBINE_THREADS, max(32, _ceil_div(_ceil_div(total, v), 32) * 32))
+    grid = _ceil_div(_ceil_div(total, v), threads)
+    outs = ", ".join(f"gm_part[{e}]" for e in range(v))
+    lines = [f"// emmy gemm combine: C[{p.batch}] ({p.m} x {p.n}) = the sum of {s} partial "
+             f"products, {v} element(s) per thread",
+             f"const long long gm_e = (bid * {threads} + tid) * {v}LL;",
+             f"if (gm_e >= {total}LL) return;",
+             f"const long long bz = gm_e / {p.m * p.n}LL;",
+             f"const int gm_rem = (int)(gm_e % {p.m * p.n}LL);",
+             f"const int gm_row = gm_rem / {p.n}, gm_col = gm_rem % {p.n};",
+             f"float gm_sum[{v}] = {{}};",
+             *_unrolled("gm_s", s, [
+                 f"float gm_part[{v}];",
+                 f"em_vload({PARTIAL} + gm_s * {total}LL + gm_e, {outs});",
+                 *_unrolled("gm_v", v, ["gm_sum[gm_v] += gm_part[gm_v];"])]),
+             *_unrolled("gm_v", v, ["const int gm_c = gm_col + gm_v;",
+                                    *epilogue("bz", "gm_row", "gm_c", "gm_sum[gm_v]")])]
+    return Body(tuple(lines), grid, threads, 0)

@@ -1,0 +1,426 @@
+"""The Hopper (sm_90a) matrix-product template: wgmma.mma_async with both operands in shared
+memory, f32 accumulators in registers (see emmy.cuda.gemm_spec for the interface).
+
+A block computes a bm x bn tile of C with bm/64 consumer warpgroups; consumer w owns rows
+64w..64w+63 and issues one wgmma m64n{bn}k16 per 16 of K. Operands reach shared memory through
+a ring of `stages` buffers filled with 16-byte cp.async copies, each placed at its address in the
+128-byte-swizzled layout that the wgmma descriptors name (bk = 64: one 128-byte row of 2-byte
+elements). Per stage and operand, for R = bm (A) or bn (B) rows:
+
+  K-major  (k contiguous in global memory): R rows of 128 bytes (64 k); 8-row groups of 1024
+           bytes one after another (SBO = 1024); the 16-byte chunk c of row r lands at chunk
+           c ^ (r % 8). A K step of 16 moves the descriptor's start by 32 bytes.
+  MN-major (m or n contiguous): per 64 of M/N an atom column of 64 k-rows x 128 bytes (8 KiB,
+           LBO = 8192), 8 k-rows per 1024 bytes (SBO = 1024); chunk c of k-row r lands at
+           c ^ (r % 8). A K step of 16 moves the start by 2048 bytes.
+
+Copies past the edges of A and B (ragged m, n, k) are zero-filled, so the products are exact
+and only the epilogue checks bounds. The pipeline keeps one wgmma group in flight (with 3 or
+more stages): in iteration kt a thread waits for its copies of tile kt, fences them into the
+async proxy, meets the block at a barrier (after which every warpgroup has finished the wgmmas
+of tile kt-2), refills that slot with tile kt+stages-2, and issues tile kt's four wgmmas. With
+2 stages nothing stays in flight and the refill is tile kt+1 into tile kt-1's slot.
+
+With config.tma, a producer warpgroup (threads 0..127, before the bm/64 consumer warpgroups)
+loads the same layouts with the copy engine instead: one thread waits for a slot to be empty,
+announces the stage's bytes on its `full` mbarrier and issues the TMA copies (3-d tensor maps:
+the contiguous dimension, the other one, batch; 128-byte swizzle, zeros outside the tensor);
+consumers wait on `full`, issue the wgmmas, and once the next tile's wgmmas are issued and the
+previous tile's have finished (wait_group 1), each consumer warp arrives on that tile's `empty`
+mbarrier. The body is then a TmaBody: the kernel takes one extra parameter per tensor map,
+`const EmmyTensorMap* __restrict__ <name>`, and the runtime fills them before the launch
+(emmy.cuda.program.TensorMapSpec).
+
+Emitted sources must include HEADER (emmy_sm90.cuh) after emmy_kernel.cuh.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmOperand, GemmProblem
+from emmy.cuda.program import TensorMapSpec
+
+HEADER = "emmy_sm90.cuh"
+WGMMA_N = (64, 128, 256)           # the N of the wgmma shapes emmy_sm90.cuh issues
+BK = 64                            # 128 bytes of 2-byte elements: one swizzled row
+SMEM_LIMIT = 227 * 1024            # sm_90a's dynamic shared memory per block (opt-in)
+ALIGN_SLACK = 1024                 # the 128-byte swizzle pattern repeats on 1024-byte boundaries
+ATOM_BYTES = 8192                  # MN-major: one 64-wide column of 64 k-rows
+_CTYPES = ("__half", "__nv_bfloat16")
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class TmaBody(Body):
+    """A body that reads its operands through TMA tensor maps: the kernel's signature adds
+    `const EmmyTensorMap* __restrict__ <name>` for each (after the buffers), and the launch
+    passes them (LaunchSpec.tensor_maps)."""
+
+    tensor_maps: tuple[TensorMapSpec, ...] = ()
+
+
+def smem_bytes_sm90(problem: GemmProblem, config: GemmConfig) -> int:
+    """Dynamic shared memory of one block: the stage ring (and with TMA its two mbarriers per
+    stage), plus room to align it to 1024."""
+    barriers = 16 * config.stages if config.tma else 0
+    return config.stages * (config.bm + config.bn) * BK * 2 + barriers + ALIGN_SLACK
+
+
+def constraints_sm90(problem: GemmProblem, config: GemmConfig, target_name: str) -> list[str]:
+    """Why this template cannot run `problem` with `config` on `target_name` (empty: it can)."""
+    why: list[str] = []
+    if target_name != "sm_90a":
+        why.append(f"wgmma needs the sm_90a target, not {target_name}")
+    if config.inst != "wgmma":
+        why.append(f"the sm_90a template issues wgmma, but the config asks for {config.inst!r}")
+    a, b = problem.a, problem.b
+    if a.ctype not in _CTYPES or b.ctype != a.ctype:
+        why.append(f"wgmma here multiplies f16 by f16 or bf16 by bf16; A is {a.ctype} and B is "
+                   f"{b.ctype}")
+    if config.bm not in (64, 128):
+        why.append(f"bm must be 64 per consumer warpgroup, 64 or 128; got {config.bm}")
+    elif config.threads != 2 * config.bm:
+        why.append(f"bm={config.bm} takes {config.bm // 64} warpgroups ({2 * config.bm} threads), "
+                   f"but wm*wn = {config.wm}*{config.wn} warps make {config.threads} threads")
+    if config.bn not in WGMMA_N:
+        why.append(f"bn must be a wgmma N this template issues ({', '.join(map(str, WGMMA_N))}); "
+                   f"got {config.bn}")
+    if config.bk != BK:
+        why.append(f"bk must be {BK} (one 128-byte swizzled row of 2-byte elements); got "
+                   f"{config.bk}")
+    if not 2 <= config.stages <= 4:
+        why.append(f"stages must be 2 to 4 (the ring of shared-memory stages); got "
+                   f"{config.stages}")
+    if config.split != 1:
+        why.append(f"the wgmma template does not split K (split must be 1); got {config.split}")
+    if config.group < 1:
+        why.append(f"group must be at least 1; got {config.group}")
+    for name, op, outer in (("A", a, "m"), ("B", b, "n")):
+        why += _operand_refusals(name, op, outer, problem.batch)
+        if config.tma and not op.batch_stride and not _ZERO_BASED.fullmatch(op.batch_offset):
+            why.append(f"with TMA, operand {name} must start at its buffer's first element and "
+                       f"step by a batch stride; its batch offset is {op.batch_offset!r}")
+    if (need := smem_bytes_sm90(problem, config)) > SMEM_LIMIT:
+        why.append(f"{config.stages} stages of {config.bm}x{BK} + {config.bn}x{BK} need {need} "
+                   f"bytes of shared memory, over the {SMEM_LIMIT} a block may have")
+    return why
+
+
+# Batch offsets a tensor map can express without a stride: zero at bz = 0.
+_ZERO_BASED = re.compile(r"\s*(0(LL)?|\(?bz\)?\s*\*\s*\d+(LL)?)\s*")
+
+
+def _operand_refusals(name: str, op: GemmOperand, outer: str, batch: int) -> list[str]:
+    """An operand must be contiguous along k (K-major) or along m / n (MN-major), and every
+    16-byte copy must start 16-byte aligned (the other stride and the batch stride multiples
+    of 8 elements)."""
+    if op.k_contiguous:
+        other, label = op.stride_outer, f"{outer}-stride"
+    elif op.outer_contiguous:
+        other, label = op.stride_k, "k-stride"
+    else:
+        return [f"operand {name} has no unit stride (stride_{outer}={op.stride_outer}, "
+                f"stride_k={op.stride_k}); wgmma tiles are copied in 16-byte runs along k or "
+                f"along {outer}"]
+    why = []
+    if other % 8:
+        why.append(f"operand {name}'s {label} {other} is not a multiple of 8 elements, so its "
+                   f"16-byte copies would not be 16-byte aligned")
+    if batch > 1 and (op.batch_stride is None or op.batch_stride % 8):
+        why.append(f"operand {name}'s batch offset must be a batch stride that is a multiple of "
+                   f"8 elements (16-byte aligned copies); got batch_stride={op.batch_stride}")
+    return why
+
+
+def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue) -> Body:
+    """The kernel body for `problem` with `config` (which constraints_sm90 accepted); a TmaBody
+    when config.tma."""
+    p, c = problem, config
+    tiles_m, tiles_n = _cdiv(p.m, c.bm), _cdiv(p.n, c.bn)
+    ta, tb = int(not p.a.k_contiguous), int(not p.b.k_contiguous)
+    a_bytes = c.bm * BK * 2
+    head = [
+        f"// emmy gemm_sm90: C[bz] ({p.m}x{p.n}) = A[bz] ({p.m}x{p.k}) @ B[bz] ({p.k}x{p.n}), "
+        f"batch {p.batch}; tile {c.bm}x{c.bn}x{BK}, {c.bm // 64} consumer warpgroup(s), "
+        f"{c.stages}-stage {'TMA' if c.tma else 'cp.async'} ring, wgmma m64n{c.bn}k16 "
+        f"(A {'MN' if ta else 'K'}-major, B {'MN' if tb else 'K'}-major)",
+        f"constexpr int M = {p.m}, N = {p.n}, KT = {_cdiv(p.k, BK)};",
+        f"constexpr int TILES_M = {tiles_m}, TILES_N = {tiles_n};",
+        f"constexpr unsigned STAGE = {a_bytes + c.bn * BK * 2}u;",
+        "const long long bz = bid / (TILES_M * TILES_N);",
+        "const int tile = int(bid % (TILES_M * TILES_N));",
+        *_raster(c.group),
+        f"const int m0 = tm * {c.bm}, n0 = tn * {c.bn};",
+        "// the stage ring, aligned to the 1024-byte period of the 128-byte swizzle",
+        "unsigned char* const smem = emmy_smem + ((1024u - (sm90_smem_addr(emmy_smem) & 1023u)) "
+        "& 1023u);",
+        "const unsigned smem_addr = sm90_smem_addr(smem);",
+    ]
+    bf16 = "true" if p.a.ctype == "__nv_bfloat16" else "false"
+    wgmmas = [
+        "  wgmma_fence();",
+        "#pragma unroll",
+        "  for (int j = 0; j < 4; ++j)",
+        f"    wgmma_m64k16<{c.bn}, {bf16}, {ta}, {tb}>(acc, a_desc + slot + j * "
+        f"{2048 >> 4 if ta else 32 >> 4}, b_desc + slot + j * {2048 >> 4 if tb else 32 >> 4}, 1);",
+        "  wgmma_commit();",
+    ]
+    consumer = [
+        f"const int cw = tid / 128{' - 1' if c.tma else ''};  // this consumer warpgroup: rows "
+        "64cw.. of the tile",
+        _descriptor("a_desc", "smem_addr + 8192u * cw", ta),
+        _descriptor("b_desc", f"smem_addr + {a_bytes}u", tb),
+        f"float acc[{c.bn // 2}];",
+        "#pragma unroll",
+        f"for (int i = 0; i < {c.bn // 2}; ++i) acc[i] = 0.f;",
+    ]
+    tail = [
+        "wgmma_wait<0>();",
+        "wgmma_fence_acc(acc);",
+        "// acc[4i + 2h + c] is C[row0 + 8h][col0 + 8i + c] (the wgmma D fragment)",
+        "const int row0 = m0 + 64 * cw + 16 * (tid % 128 / 32) + tid % 32 / 4;",
+        "const int col0 = n0 + 2 * (tid % 4);",
+        "#pragma unroll",
+        f"for (int i = 0; i < {c.bn // 8}; ++i) {{",
+        "#pragma unroll",
+        "  for (int h = 0; h < 2; ++h) {",
+        "#pragma unroll",
+        "    for (int c = 0; c < 2; ++c) {",
+        "      const int row = row0 + 8 * h, col = col0 + 8 * i + c;",
+        "      if (row < M && col < N) {",
+    ]
+    store = epilogue(f"{PREFIX}bz", f"{PREFIX}row", f"{PREFIX}col",
+                     f"{PREFIX}acc[4 * {PREFIX}i + 2 * {PREFIX}h + {PREFIX}c]")
+    store_lines = [*("        " + line for line in store), "      }", "    }", "  }", "}"]
+    grid, smem = p.batch * tiles_m * tiles_n, smem_bytes_sm90(p, c)
+    if not c.tma:
+        lines = [*_private(head + consumer + _cp_async_mainloop(p, c, wgmmas) + tail),
+                 *store_lines]
+        return Body(lines=tuple(lines), grid=grid, threads=2 * c.bm, smem_bytes=smem)
+    producer, consume = _tma_mainloop(p, c, wgmmas)
+    indent = ["  " + line for line in _private(consumer + consume + tail)]
+    lines = [*_private(head + producer), "} else {", *indent,
+             *("  " + line for line in store_lines), "}"]
+    return TmaBody(lines=tuple(lines), grid=grid, threads=2 * c.bm + 128, smem_bytes=smem,
+                   tensor_maps=_tensor_maps(p, c))
+
+
+def _cp_async_mainloop(p: GemmProblem, c: GemmConfig, wgmmas: list[str]) -> list[str]:
+    """All threads copy (cp.async) and multiply (`wgmmas`: one k-tile's wgmma issue)."""
+    threads = 2 * c.bm
+    inflight = 1 if c.stages >= 3 else 0          # wgmma groups left running across iterations
+    ahead = c.stages - 1 - inflight               # k-tiles being copied while one is multiplied
+    setup = [
+        f"const {p.a.ctype}* __restrict__ ga = {p.a.buffer} + ({p.a.batch_offset});",
+        f"const {p.b.ctype}* __restrict__ gb = {p.b.buffer} + ({p.b.batch_offset});",
+        *_copy_setup("a", p.a, c.bm, "m0", "M", threads),
+        *_copy_setup("b", p.b, c.bn, "n0", "N", threads),
+        "// copies tile kt of A and B into slot kt % STAGES (zero past the edges)",
+        "auto load = [&](int kt) {",
+        f"  unsigned char* const s = smem + (kt % {c.stages}) * STAGE;",
+        f"  const int k0 = kt * {BK};",
+        *("  " + line for line in _copy("a", p.a, c.bm, "m0", "M", threads, p, "0")),
+        *("  " + line for line in _copy("b", p.b, c.bn, "n0", "N", threads, p,
+                                        str(c.bm * BK * 2))),
+        "};",
+        "#pragma unroll",
+        f"for (int t = 0; t < {ahead}; ++t) {{",
+        "  if (t < KT) load(t);",
+        "  cp_async_commit();",
+        "}",
+        "for (int kt = 0; kt < KT; ++kt) {",
+        f"  cp_async_wait<{ahead - 1}>();      // this thread's copies of tile kt have landed",
+        "  fence_proxy_async_shared();   // ... and are visible to wgmma (the async proxy)",
+        f"  __syncthreads();              // everyone's have; the wgmmas of tile kt-{inflight + 1} "
+        "are done",
+        f"  if (kt + {ahead} < KT) load(kt + {ahead});",
+        "  cp_async_commit();",
+        f"  const uint64_t slot = uint64_t((kt % {c.stages}) * STAGE) >> 4;",
+        *wgmmas,
+        f"  wgmma_wait<{inflight}>();",
+        "}",
+    ]
+    return setup
+
+
+def _tma_mainloop(p: GemmProblem, c: GemmConfig,
+                  wgmmas: list[str]) -> tuple[list[str], list[str]]:
+    """A producer thread copies by TMA, the consumer warpgroups multiply (`wgmmas`: one k-tile's
+    wgmma issue); returns the producer's lines (ending inside `if (producer) {`) and the
+    consumers' loop."""
+    a_loads = _tma_loads("tmap_a", p.a, c.bm, "m0", "0")
+    b_loads = _tma_loads("tmap_b", p.b, c.bn, "n0", str(c.bm * BK * 2))
+    producer = [
+        f"uint64_t* const full = reinterpret_cast<uint64_t*>(smem + {c.stages} * STAGE);",
+        f"uint64_t* const empty = full + {c.stages};",
+        "if (tid == 0) {",
+        f"  for (int s = 0; s < {c.stages}; ++s) {{",
+        "    mbar_init(&full[s], 1);              // the producer's arrive.expect_tx",
+        f"    mbar_init(&empty[s], {c.bm // 16});            // one arrival per consumer warp",
+        "  }",
+        "  mbar_init_fence();",
+        "}",
+        "__syncthreads();",
+        "if (tid < 128) {                       // the producer warpgroup: one thread copies",
+        "  if (tid == 0) {",
+        "    for (int kt = 0; kt < KT; ++kt) {",
+        f"      const int s = kt % {c.stages}, k0 = kt * {BK};",
+        f"      mbar_wait(&empty[s], ((kt / {c.stages}) & 1) ^ 1);   // the consumers are done "
+        "with the slot",
+        "      mbar_arrive_expect_tx(&full[s], STAGE);",
+        "      unsigned char* const dst = smem + s * STAGE;",
+        *("      " + line for line in a_loads + b_loads),
+        "    }",
+        "  }",
+    ]
+
+    consumers = [
+        "for (int kt = 0; kt < KT; ++kt) {",
+        f"  const int s = kt % {c.stages};",
+        f"  mbar_wait(&full[s], (kt / {c.stages}) & 1);     // tile kt has landed",
+        "  const uint64_t slot = uint64_t(s * STAGE) >> 4;",
+        *wgmmas,
+        "  wgmma_wait<1>();                     // tile kt-1's wgmmas are done: free its slot",
+        f"  if (kt > 0 && tid % 32 == 0) mbar_arrive(&empty[(kt - 1) % {c.stages}]);",
+        "}",
+    ]
+    return producer, consumers
+
+
+def _tma_loads(tmap: str, op: GemmOperand, rows: int, origin: str, base: str) -> list[str]:
+    """The TMA copies of one operand's k-tile (K-major: one box of 64 k x rows; MN-major: one
+    box of 64 (m or n) x 64 k per 8 KiB atom column)."""
+    name = PREFIX + tmap
+    batch = "int(bz)" if op.batch_stride else "0"       # 0: one matrix for every batch
+    if op.k_contiguous:
+        return [f"tma_load_3d(dst + {base}, {name}, k0, {origin}, {batch}, &full[s]);"]
+    return [f"tma_load_3d(dst + {base} + {ATOM_BYTES * j}, {name}, {origin} + {64 * j}, k0, "
+            f"{batch}, &full[s]);" for j in range(rows // 64)]
+
+
+def _tensor_maps(p: GemmProblem, c: GemmConfig) -> tuple[TensorMapSpec, ...]:
+    """The operands' 3-d tensor maps: (contiguous dimension, the other, batch); an operand
+    that is not batched (or is broadcast over the batch) has one batch."""
+    maps = []
+    for tmap, op, outer, rows in (("tmap_a", p.a, p.m, c.bm), ("tmap_b", p.b, p.n, c.bn)):
+        size = op.itemsize
+        if op.k_contiguous:
+            dims, other, box = (p.k, outer), op.stride_outer, (BK, rows)
+        else:
+            dims, other, box = (outer, p.k), op.stride_k, (64, BK)
+        batches, batch_stride = (p.batch, op.batch_stride) if op.batch_stride else (1, 0)
+        maps.append(TensorMapSpec(PREFIX + tmap, op.buffer, op.ctype, (*dims, batches),
+                                  (other * size, (batch_stride or other * dims[1]) * size),
+                                  (*box, 1), swizzle=1))
+    return tuple(maps)
+
+
+# The body's own names, given a prefix so that they cannot clash with the kernel's parameters
+# (buffer names) or with the epilogue's statements.
+PREFIX = "wg_"
+_LOCALS = re.compile(r"\b(M|N|KT|TILES_M|TILES_N|STAGE|bz|tile|first|rows|in_group|tm|tn|m0|n0|"
+                     r"ga|gb|smem|smem_addr|[ab]_(?:row|chunk|src|dst|kb|nb|desc)|load|s|k0|acc|t|"
+                     r"kt|slot|j|row0|col0|i|h|c|row|col|bytes|cw|full|empty|dst)\b")
+
+
+def _private(lines: list[str]) -> list[str]:
+    """`lines` with the body's names prefixed (comments left alone)."""
+    out = []
+    for line in lines:
+        code, sep, comment = line.partition("//")
+        out.append(_LOCALS.sub(lambda m: PREFIX + m.group(1), code) + sep + comment)
+    return out
+
+
+def _raster(group: int) -> list[str]:
+    """(tm, tn) from the block's tile index: row-major, or grouped by `group` tile rows (each
+    group of rows is walked column by column, so neighbouring blocks share B's tiles)."""
+    if group == 1:
+        return ["const int tm = tile / TILES_N, tn = tile % TILES_N;"]
+    return [f"const int first = tile / ({group} * TILES_N) * {group};",
+            f"const int rows = TILES_M - first < {group} ? TILES_M - first : {group};",
+            f"const int in_group = tile % ({group} * TILES_N);",
+            "const int tm = first + in_group % rows, tn = in_group / rows;"]
+
+
+def _descriptor(name: str, start: str, mn_major: int) -> str:
+    """Slot 0's descriptor, K step 0: 128-byte swizzle, SBO 1024; LBO is the MN-major atom
+    column stride (K-major swizzled layouts ignore it; 16 is the documented 'assumed 1')."""
+    lbo = ATOM_BYTES if mn_major else 16
+    return f"const uint64_t {name} = wgmma_desc({start}, {lbo}u, 1024u, WGMMA_SWIZZLE_128B);"
+
+
+def _chunks(rows: int, threads: int) -> int:
+    """16-byte copies per thread for one operand's tile: rows x 64 elements, 8 per copy."""
+    return rows * BK // 8 // threads
+
+
+def _copy_setup(x: str, op: GemmOperand, rows: int, origin: str, extent: str,
+                threads: int) -> list[str]:
+    """Per-thread constants of the copies (the row or k-row and the chunk a thread owns).
+
+    K-major: thread t copies chunk t % 8 (k 8c..8c+7) of rows t/8 + i*(threads/8).
+    MN-major: with C = rows/8 chunks per k-row, thread t copies chunk t % C (8 of m or n) of
+    k-rows t/C + i*(threads/C). Either way the row's swizzle phase (row % 8) is the thread's."""
+    if op.k_contiguous:
+        return [f"const int {x}_row = tid / 8, {x}_chunk = tid % 8;",
+                f"const {op.ctype}* const {x}_src = g{x} + (long long)({origin} + {x}_row) * "
+                f"{op.stride_outer}LL + 8 * {x}_chunk;",
+                f"const unsigned {x}_dst = {x}_row * 128u + ((({x}_chunk ^ {x}_row) & 7u) << 4);"]
+    per_row = rows // 8
+    lines = [f"const int {x}_row = tid / {per_row}, {x}_chunk = tid % {per_row};",
+             f"const {op.ctype}* const {x}_src = g{x} + (long long){x}_row * {op.stride_k}LL + "
+             f"{origin} + 8 * {x}_chunk;"]
+    if threads // per_row % 8 == 0:                      # the same swizzle phase for every copy
+        lines.append(f"const unsigned {x}_dst = ({x}_chunk / 8) * {ATOM_BYTES}u + ({x}_row / 8) "
+                     f"* 1024u + ({x}_row % 8) * 128u + (((({x}_chunk % 8) ^ {x}_row) & 7u) << 4);")
+    return lines
+
+
+def _copy(x: str, op: GemmOperand, rows: int, origin: str, extent: str, threads: int,
+          p: GemmProblem, base: str) -> list[str]:
+    """The copies of one operand's tile for k-tile k0 into stage `s` (at byte `base`)."""
+    n = _chunks(rows, threads)
+    full_rows = {"M": p.m, "N": p.n}[extent] % rows == 0
+    if op.k_contiguous:
+        step = threads // 8                              # rows between a thread's copies
+        row_ok = "true" if full_rows else f"{origin} + {x}_row + {step} * i < {extent}"
+        if p.k % BK == 0:
+            nbytes = "16"
+        else:
+            nbytes = f"{x}_kb >= 8 ? 16 : ({x}_kb > 0 ? 2 * {x}_kb : 0)"
+        lines = [] if p.k % BK == 0 else [f"const int {x}_kb = {p.k} - k0 - 8 * {x}_chunk;"]
+        src = f"{x}_src + k0 + {step * op.stride_outer}LL * i"
+        dst = f"s + {base} + {x}_dst + {step * 128} * i"
+    else:
+        per_row = rows // 8
+        step = threads // per_row                        # k-rows between a thread's copies
+        row_ok = "true" if p.k % BK == 0 else f"k0 + {x}_row + {step} * i < {p.k}"
+        if full_rows:
+            nbytes = "16"
+            lines = []
+        else:
+            nbytes = f"{x}_nb >= 8 ? 16 : ({x}_nb > 0 ? 2 * {x}_nb : 0)"
+            lines = [f"const int {x}_nb = {extent} - {origin} - 8 * {x}_chunk;"]
+        src = f"{x}_src + (long long)k0 * {op.stride_k}LL + {step * op.stride_k}LL * i"
+        if step % 8 == 0:
+            dst = f"s + {base} + {x}_dst + {step // 8 * 1024} * i"
+        else:                                            # the swizzle phase changes with i
+            kr = f"({x}_row + {step} * i)"
+            dst = (f"s + {base} + ({x}_chunk / 8) * {ATOM_BYTES}u + {kr} / 8 * 1024u + "
+                   f"{kr} % 8 * 128u + (((({x}_chunk % 8) ^ {kr}) & 7u) << 4)")
+    if row_ok == "true" and nbytes == "16":
+        copy = f"cp_async_16({dst}, {src});"
+        return lines + ["#pragma unroll", f"for (int i = 0; i < {n}; ++i) {copy}"]
+    return lines + [
+        "#pragma unroll",
+        f"for (int i = 0; i < {n}; ++i) {{",
+        f"  const int bytes = {row_ok} ? ({nbytes}) : 0;",
+        f"  cp_async_16_zfill({dst}, bytes ? {src} : g{x}, bytes);",
+        "}",
+    ]

@@ -1,0 +1,96 @@
+"""What a matrix-product kernel template is given: the problem (sizes, operand layouts) and the
+configuration a schedule row chose. Shared by the templates (emmy.cuda.gemm for mma.sync and
+SIMT, emmy.cuda.gemm_sm90 for wgmma) and by the compiler stage that fills them from Tile IR.
+
+Conventions
+- The product is C[bz, m, n] = sum_k A[bz, m, k] * B[bz, k, n], accumulated in f32.
+- An operand is addressed by two element strides and a batch offset, so transposed and
+  permuted operands need no copy: A[bz, m, k] = a[batch_offset(bz) + m*stride_outer + k*stride_k]
+  and B[bz, k, n] = b[batch_offset(bz) + n*stride_outer + k*stride_k].
+- A template writes no output itself: it calls the epilogue, which returns C statements for one
+  output element (the compiler's fused bias / activation / residual / store), once per element
+  of C inside the bounds check.
+- A template's body is the inside of a kernel function whose signature the CUDA emitter prints
+  (`extern "C" __global__ void __launch_bounds__(threads) name(params)`); in scope are
+  `const int tid = threadIdx.x`, `const long long bid = blockIdx.x`, the parameters by buffer
+  name, and, when smem_bytes > 0, `extern __shared__ __align__(16) unsigned char emmy_smem[]`.
+  Grids are one-dimensional: a template decodes bid itself (batch, tile, split).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+# epilogue(bz, row, col, acc) -> C statements storing one output element; the arguments are C
+# expressions (64-bit batch index, int row in 0..m, int col in 0..n, the f32 accumulator value).
+Epilogue = Callable[[str, str, str, str], list[str]]
+
+ELEMENT_BYTES = {"__half": 2, "__nv_bfloat16": 2, "float": 4}
+
+
+@dataclass(frozen=True)
+class GemmOperand:
+    buffer: str           # the kernel parameter's name
+    ctype: str            # "__half" | "__nv_bfloat16" | "float"
+    stride_outer: int     # A: elements from row m to m+1; B: from column n to n+1
+    stride_k: int         # elements from k to k+1
+    batch_offset: str     # C expression (long long) of batch `bz`'s first element, e.g. "bz * 4096LL"
+    batch_stride: int | None = 0  # the offset as a stride: 0 when the operand is not batched
+                                  # (or broadcast over the batch), None when not affine in bz
+
+    @property
+    def itemsize(self) -> int:
+        return ELEMENT_BYTES[self.ctype]
+
+    @property
+    def k_contiguous(self) -> bool:
+        return self.stride_k == 1
+
+    @property
+    def outer_contiguous(self) -> bool:
+        return self.stride_outer == 1
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    m: int
+    n: int
+    k: int
+    batch: int
+    a: GemmOperand
+    b: GemmOperand
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    inst: str             # "mma": mma.sync m16n8k16 (f16/bf16 -> f32); "simt": f32 FFMA;
+                          # "wgmma": wgmma.mma_async (sm_90a, emmy.cuda.gemm_sm90)
+    bm: int               # block tile
+    bn: int
+    bk: int
+    wm: int               # warps along M and along N (threads = 32 * wm * wn)
+    wn: int
+    stages: int           # 1: synchronous loads into one shared buffer; 2..4: a cp.async ring
+    split: int = 1        # blocks sharing one output tile's K range
+    split_mode: str = ""  # "atomic" (epilogue adds into zeroed outputs) | "combine" (see below)
+    group: int = 1        # launch order: 1 row-major over tiles; G > 1 grouped by G tile rows
+    tma: bool = False     # wgmma only: operands loaded by TMA (else cp.async)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.wm * self.wn
+
+
+@dataclass(frozen=True)
+class Body:
+    """A template's output: the lines inside the function, and how to launch it."""
+
+    lines: tuple[str, ...]
+    grid: int
+    threads: int
+    smem_bytes: int

@@ -1,0 +1,414 @@
+// emmy_sm90.cuh: Hopper (sm_90a) matrix-product intrinsics: wgmma.mma_async with both operands in
+// shared memory, its 64-bit shared-memory matrix descriptors, the proxy fence that makes
+// ordinary shared-memory writes visible to it, and TMA copies completing on mbarriers. Sources
+// that use them include this header after emmy_kernel.cuh (or emmy_intrinsics.cuh).
+//
+// As in emmy_intrinsics.cuh, each instruction has a device version (inline PTX, NVRTC/nvcc) and
+// a CPU version (cuda_emulate.h, EMMY_EMULATE) that follows the PTX ISA: the emulated wgmma is
+// collective over the warpgroup (4 consecutive warps, 128 threads, which must all issue the same
+// instruction with the same descriptors), finds each A and B element in shared memory through
+// the descriptor exactly as the hardware does (core matrices, leading / stride byte offsets,
+// the 32/64/128-byte swizzles), and writes each thread's accumulators in the documented D
+// fragment layout. It runs at the wgmma.wait_group that covers it, so reading accumulators
+// before the wait, or overwriting operands the wgmma still reads, gives wrong results there too.
+//
+//   addresses    sm90_smem_addr(p): p's shared-window address (the emulator: offset in the
+//                block's dynamic shared memory, where descriptor operands must lie)
+//   descriptors  wgmma_desc(addr, lbo, sbo, swizzle), WGMMA_SWIZZLE_{NONE,128B,64B,32B}
+//   wgmma        wgmma_m64k16<N, BF16, TransA, TransB>(d, desc_a, desc_b, scale_d),
+//                N in {64, 128, 256}; f16 or bf16 inputs, f32 accumulators
+//   ordering     wgmma_fence, wgmma_commit, wgmma_wait<N>, wgmma_fence_acc(d),
+//                fence_proxy_async_shared
+//   TMA          EmmyTensorMap, tma_load_3d; mbarriers: mbar_init, mbar_init_fence,
+//                mbar_arrive, mbar_arrive_expect_tx, mbar_wait
+#pragma once
+#include "emmy_intrinsics.cuh"
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory addresses. The descriptor holds bits 4..17 of a shared-window address.
+// ---------------------------------------------------------------------------------------------
+#if defined(__CUDACC__)
+EMMY_FN unsigned sm90_smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+#else
+inline unsigned sm90_smem_addr(const void* p) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    const unsigned char* base = emmy_emu::dynamic_shared();
+    if (c < base || c > base + emmy_emu::dynamic_shared_bytes())
+        emmy_emu::fail("sm90_smem_addr: %p is not in the block's dynamic shared memory (the "
+                       "emulator gives addresses to dynamic shared memory only)", p);
+    return static_cast<unsigned>(c - base);
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// The shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"), 64 bits:
+//   bits  0..13  start address >> 4       bits 16..29  leading dimension byte offset >> 4
+//   bits 32..45  stride dimension byte offset >> 4
+//   bits 49..51  base offset (0: every swizzle pattern starts at its own boundary, 1024 bytes
+//                for 128B; the only value emmy uses and the emulator accepts)
+//   bits 62..63  swizzle: 0 none, 1 128-byte, 2 64-byte, 3 32-byte
+// How an element is found, for 16-bit elements (mn: row of A or column of B; k in 0..15),
+// W = the swizzle width in bytes:
+//   K-major,  no swizzle: start + (mn/8)*SBO + (k/8)*LBO + (mn%8)*16 + (k%8)*2
+//   K-major,  W swizzle:  start + (mn/8)*SBO + (mn%8)*W + k*2                   (LBO unused)
+//   MN-major, no swizzle: start + (mn/8)*SBO + (k/8)*LBO + (k%8)*16 + (mn%8)*2
+//   MN-major, W swizzle:  start + (2mn/W)*LBO + (k/8)*SBO + (k%8)*W + (2mn)%W
+// and a W swizzle then XORs address bits 4.. (the 16-byte chunk) with bits 7.. (the row in
+// the 8-row pattern): 1, 2 or 3 bits for W = 32, 64, 128. The pattern follows the absolute
+// address, so moving `start` by 32 bytes steps K by 16 inside a 128-byte swizzled row.
+// ---------------------------------------------------------------------------------------------
+enum : int { WGMMA_SWIZZLE_NONE = 0, WGMMA_SWIZZLE_128B = 1, WGMMA_SWIZZLE_64B = 2,
+             WGMMA_SWIZZLE_32B = 3 };
+
+EMMY_FN uint64_t wgmma_desc(unsigned smem_addr, unsigned lbo_bytes, unsigned sbo_bytes,
+                            int swizzle) {
+    return uint64_t((smem_addr & 0x3FFFFu) >> 4) | uint64_t((lbo_bytes & 0x3FFFFu) >> 4) << 16 |
+           uint64_t((sbo_bytes & 0x3FFFFu) >> 4) << 32 | uint64_t(swizzle & 3) << 62;
+}
+
+// ---------------------------------------------------------------------------------------------
+// fence.proxy.async.shared::cta: shared memory written by ordinary stores or cp.async (the
+// generic proxy) is read by wgmma through the async proxy; each writing thread fences after
+// its writes land and before the barrier that hands them to the warpgroup.
+// wgmma.fence: before the first wgmma.mma_async, and between other accesses to accumulator
+// registers and a wgmma that uses them. commit_group closes the group of wgmmas issued since
+// the last commit; wait_group N returns once at most N committed groups are still running.
+// wgmma_fence_acc: an empty asm per accumulator register, so the compiler keeps its accesses
+// on their side of the wgmma instructions (it cannot see that they write the registers late).
+// ---------------------------------------------------------------------------------------------
+#if defined(__CUDACC__)
+EMMY_FN void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+EMMY_FN void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+EMMY_FN void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> EMMY_FN void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+template <int R> EMMY_FN void wgmma_fence_acc(float (&d)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+#else
+namespace emmy_emu {
+// What each thread of a warpgroup brings to a wgmma instruction; all 128 must agree.
+struct WgmmaCall {
+    uint64_t desc_a = 0, desc_b = 0;
+    unsigned what = 0;  // the instruction (and its shape, types, layouts)
+    int value = 0;      // scale-d, or wait_group's N
+};
+
+inline void wgmma_collective(const char* name, const WgmmaCall& mine) {
+    if (warpgroup().live != kWarpGroup)
+        fail("%s: only %u of the warpgroup's 128 threads are running; wgmma instructions "
+             "need all", name, warpgroup().live);
+    const WgmmaCall* all = warpgroup_exchange(mine);
+    for (unsigned t = 0; t < kWarpGroup; ++t)
+        if (std::memcmp(&all[t], &mine, sizeof mine) != 0)
+            fail("%s: threads %u and %u of one warpgroup (block (%u,%u,%u)) reach different "
+                 "wgmma instructions or operands at once (.aligned needs all 128 alike)",
+                 name, t, warpgroup_rank(), blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+inline void wgmma_wait(int newest_pending) {
+    wgmma_collective("wgmma.wait_group", WgmmaCall{0, 0, 3, newest_pending});
+    Fiber& f = *block().current;
+    const unsigned keep = unsigned(newest_pending);
+    const unsigned limit = f.mma_groups > keep ? f.mma_groups - keep : 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < f.async_mmas.size(); ++i) {
+        const AsyncMma op = f.async_mmas[i];
+        if (op.group < limit) op.run(op);
+        else f.async_mmas[kept++] = op;
+    }
+    f.async_mmas.resize(kept);
+}
+}  // namespace emmy_emu
+
+inline void fence_proxy_async_shared() {}
+inline void wgmma_fence() {
+    emmy_emu::wgmma_collective("wgmma.fence", emmy_emu::WgmmaCall{0, 0, 1, 0});
+    emmy_emu::block().current->mma_fenced = true;
+}
+inline void wgmma_commit() {
+    emmy_emu::wgmma_collective("wgmma.commit_group", emmy_emu::WgmmaCall{0, 0, 2, 0});
+    emmy_emu::block().current->mma_groups++;
+}
+template <int N> inline void wgmma_wait() { emmy_emu::wgmma_wait(N); }
+template <int R> inline void wgmma_fence_acc(float (&)[R]) {}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}: D(64xN) = A(64x16) B(16xN)
+// (+ D when scale_d != 0), A and B in shared memory through descriptors; TransA / TransB: 0
+// K-major, 1 MN-major (M-contiguous A, N-contiguous B). Thread t of the warpgroup (warp w =
+// t/32, g = lane/4, q = lane%4) holds N/2 accumulators; d[4i + 2h + c] is
+//   D[16w + g + 8h][8i + 2q + c]        (i < N/8, h and c in {0, 1})
+// ---------------------------------------------------------------------------------------------
+#if !defined(__CUDACC__)
+namespace emmy_emu {
+// The byte offset in shared memory of operand element (mn, k), per the table above.
+inline unsigned wgmma_element_offset(uint64_t desc, bool mn_major, unsigned mn, unsigned k) {
+    const unsigned start = unsigned(desc & 0x3FFF) << 4;
+    const unsigned lbo = unsigned(desc >> 16 & 0x3FFF) << 4;
+    const unsigned sbo = unsigned(desc >> 32 & 0x3FFF) << 4;
+    const unsigned mode = unsigned(desc >> 62);
+    if (desc >> 49 & 7) fail("wgmma: a descriptor with a non-zero base offset is not emulated");
+    const unsigned width = mode == 0 ? 0 : 256u >> mode;  // swizzle width W in bytes
+    unsigned addr;
+    if (width == 0 && !mn_major)
+        addr = start + mn / 8 * sbo + k / 8 * lbo + mn % 8 * 16 + k % 8 * 2;
+    else if (width == 0)
+        addr = start + mn / 8 * sbo + k / 8 * lbo + k % 8 * 16 + mn % 8 * 2;
+    else if (!mn_major)
+        addr = start + mn / 8 * sbo + mn % 8 * width + k * 2;
+    else
+        addr = start + 2 * mn / width * lbo + k / 8 * sbo + k % 8 * width + 2 * mn % width;
+    if (width) addr ^= (addr >> 7 & (width / 16 - 1)) << 4;
+    if (addr + 2 > dynamic_shared_bytes())
+        fail("wgmma reads shared memory at byte %u, past the block's %zu bytes of dynamic "
+             "shared memory", addr, dynamic_shared_bytes());
+    return addr;
+}
+
+// This thread's part of one wgmma: its two rows of A, its N/4 columns of B, products summed
+// in double and rounded once.
+template <int N, float (*ToFloat)(uint16_t), int TransA, int TransB>
+inline void wgmma_run(const AsyncMma& op) {
+    const unsigned t = warpgroup_rank(), g = t % 32 / 4, q = t % 4;
+    const unsigned char* smem = dynamic_shared();
+    auto element = [&](uint64_t desc, bool mn_major, unsigned mn, unsigned k) {
+        uint16_t bits;
+        std::memcpy(&bits, smem + wgmma_element_offset(desc, mn_major, mn, k), 2);
+        return double(ToFloat(bits));
+    };
+    double a[2][16];
+    for (unsigned h = 0; h < 2; ++h)
+        for (unsigned k = 0; k < 16; ++k)
+            a[h][k] = element(op.desc_a, TransA, 16 * (t / 32) + g + 8 * h, k);
+    for (unsigned i = 0; i < unsigned(N) / 8; ++i)
+        for (unsigned c = 0; c < 2; ++c) {
+            double b[16];
+            for (unsigned k = 0; k < 16; ++k) b[k] = element(op.desc_b, TransB, 8 * i + 2 * q + c, k);
+            for (unsigned h = 0; h < 2; ++h) {
+                float& d = op.acc[4 * i + 2 * h + c];
+                double sum = op.scale_d ? double(d) : 0.0;
+                for (unsigned k = 0; k < 16; ++k) sum += a[h][k] * b[k];
+                d = float(sum);
+            }
+        }
+}
+}  // namespace emmy_emu
+#else
+// The accumulators as "+f" operands, 8 at a time.
+#define EMMY_F8(i)                                                                              \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+        "+f"(d[i + 6]), "+f"(d[i + 7])
+#define EMMY_F32(i) EMMY_F8(i), EMMY_F8(i + 8), EMMY_F8(i + 16), EMMY_F8(i + 24)
+#define EMMY_WGMMA_D64 EMMY_F32(0)
+#define EMMY_WGMMA_D128 EMMY_F32(0), EMMY_F32(32)
+#define EMMY_WGMMA_D256 EMMY_F32(0), EMMY_F32(32), EMMY_F32(64), EMMY_F32(96)
+#define EMMY_WGMMA_IN "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransA), "n"(TransB)
+// Operands: N/2 accumulators, desc-a, desc-b, scale-d (to a predicate), trans-a, trans-b;
+// imm-scale-a = imm-scale-b = 1 (no negation).
+#define EMMY_WGMMA_PRED64 "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+#define EMMY_WGMMA_REGS64 \
+    "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+    "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+    "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+#define EMMY_WGMMA_PRED128 "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+#define EMMY_WGMMA_REGS128 \
+    "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+    "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, " \
+    "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
+    "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+    "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+#define EMMY_WGMMA_PRED256 "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+#define EMMY_WGMMA_REGS256 \
+    "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+    "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, " \
+    "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
+    "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, " \
+    "%66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
+    "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, " \
+    "%98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, " \
+    "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, " \
+    "%124, %125, %126, %127" \
+    "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
+#define EMMY_WGMMA(N, T)                                                                     \
+    asm volatile(EMMY_WGMMA_PRED##N "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #T "." #T \
+                 " " EMMY_WGMMA_REGS##N : EMMY_WGMMA_D##N : EMMY_WGMMA_IN)
+#endif
+
+template <int N, bool BF16, int TransA, int TransB>
+EMMY_FN void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    static_assert(N == 64 || N == 128 || N == 256, "wgmma_m64k16: N is 64, 128 or 256");
+    static_assert((TransA == 0 || TransA == 1) && (TransB == 0 || TransB == 1),
+                  "wgmma_m64k16: TransA / TransB are 0 (K-major) or 1 (MN-major)");
+#if defined(__CUDACC__)
+    if constexpr (N == 64 && !BF16) EMMY_WGMMA(64, f16);
+    if constexpr (N == 64 && BF16) EMMY_WGMMA(64, bf16);
+    if constexpr (N == 128 && !BF16) EMMY_WGMMA(128, f16);
+    if constexpr (N == 128 && BF16) EMMY_WGMMA(128, bf16);
+    if constexpr (N == 256 && !BF16) EMMY_WGMMA(256, f16);
+    if constexpr (N == 256 && BF16) EMMY_WGMMA(256, bf16);
+#else
+    using namespace emmy_emu;
+    const unsigned what = 0x1000u | unsigned(N) | unsigned(BF16) << 9 | unsigned(TransA) << 10 |
+                          unsigned(TransB) << 11;
+    wgmma_collective("wgmma.mma_async", WgmmaCall{desc_a, desc_b, what, scale_d != 0});
+    Fiber& f = *block().current;
+    if (!f.mma_fenced) fail("wgmma.mma_async before any wgmma.fence");
+    constexpr auto to_float = BF16 ? bf16_bits_to_f32 : f16_bits_to_f32;
+    f.async_mmas.push_back(AsyncMma{&wgmma_run<N, to_float, TransA, TransB>, d, desc_a, desc_b,
+                                    scale_d != 0, f.mma_groups});
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// mbarrier (a 64-bit object in shared memory) and TMA (cp.async.bulk.tensor, the copy engine).
+// A phase of an mbarrier completes when its expected arrivals have all arrived and the bytes
+// announced with arrive.expect_tx have all landed (complete_tx); then the next phase starts
+// with the same expected count. try_wait.parity(P) succeeds once the phase of parity P is over:
+// on a fresh barrier (phase 0 running) parity 1 passes at once, parity 0 waits.
+//   mbar_init(bar, count)            by one thread, then mbar_init_fence() and a block barrier
+//   mbar_arrive(bar) / mbar_arrive_expect_tx(bar, bytes) / mbar_wait(bar, parity)
+//   tma_load_3d(dst, map, c0, c1, c2, bar): the box of `map` at element coordinates (c0
+//   innermost, c1, c2) into shared memory at dst (128-byte aligned; 1024 for the 128-byte
+//   swizzle, which places the box exactly as the wgmma layouts above expect), zeros outside
+//   the tensor, then complete_tx(box bytes) on bar. The tensor map lives in global memory,
+//   written before the launch (cuTensorMapEncodeTiled on a GPU, emu_harness.h here).
+// CPU: the mbarrier's state is packed into its 8 bytes (pending arrivals, expected arrivals,
+// pending bytes, phase parity); a TMA copy lands when it is issued.
+// ---------------------------------------------------------------------------------------------
+struct alignas(64) EmmyTensorMap {
+    unsigned char opaque[128];
+};
+
+#if defined(__CUDACC__)
+EMMY_FN void mbar_init(uint64_t* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"
+                 :: "r"(sm90_smem_addr(bar)), "r"(count) : "memory");
+}
+EMMY_FN void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+EMMY_FN void mbar_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+                 :: "r"(sm90_smem_addr(bar)) : "memory");
+}
+EMMY_FN void mbar_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                 :: "r"(sm90_smem_addr(bar)), "r"(bytes) : "memory");
+}
+EMMY_FN void mbar_wait(uint64_t* bar, unsigned parity) {
+    const unsigned addr = sm90_smem_addr(bar);
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+    } while (!done);
+}
+EMMY_FN void tma_load_3d(void* dst, const EmmyTensorMap* map, int c0, int c1, int c2,
+                         uint64_t* bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4}], [%5];\n"
+                 :: "r"(sm90_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2),
+                    "r"(sm90_smem_addr(bar)) : "memory");
+}
+#else
+namespace emmy_emu {
+// bits 0..20 pending arrivals, 21..41 expected arrivals, 42..62 pending bytes (signed), 63 the
+// running phase's parity.
+struct MbarState {
+    unsigned pending, expected;
+    long long bytes;
+    unsigned parity;
+};
+
+inline MbarState mbar_load(const uint64_t* bar) {
+    sm90_smem_addr(bar);  // fails unless the barrier is in dynamic shared memory
+    const uint64_t v = *bar;
+    long long bytes = (long long)(v >> 42 & 0x1FFFFF);
+    if (bytes >= (1 << 20)) bytes -= 1 << 21;
+    return MbarState{unsigned(v & 0x1FFFFF), unsigned(v >> 21 & 0x1FFFFF), bytes, unsigned(v >> 63)};
+}
+
+// Stores the state, first completing the phase when nothing is pending.
+inline void mbar_store(uint64_t* bar, MbarState s) {
+    if (s.pending == 0 && s.bytes == 0) {
+        s.pending = s.expected;
+        s.parity ^= 1u;
+    }
+    if (s.bytes >= (1 << 20) || s.bytes < -(1 << 20))
+        fail("mbarrier: %lld bytes pending, more than the emulator's 20 bits", s.bytes);
+    *bar = uint64_t(s.pending) | uint64_t(s.expected) << 21 |
+           uint64_t(s.bytes & 0x1FFFFF) << 42 | uint64_t(s.parity) << 63;
+    block().stalled = 0;  // progress: a waiting thread may now pass
+}
+
+inline void mbar_arrive(uint64_t* bar, long long bytes) {
+    MbarState s = mbar_load(bar);
+    if (s.pending == 0) fail("mbarrier: more arrivals than its count %u in one phase", s.expected);
+    s.pending--;
+    s.bytes += bytes;
+    mbar_store(bar, s);
+}
+
+inline void tma_load(unsigned char* dst, const TensorMap* map, const int* coord, uint64_t* bar) {
+    if (map->magic != TensorMap::kMagic) fail("tma: %p is not a tensor map", (const void*)map);
+    const unsigned offset = sm90_smem_addr(dst);
+    if (offset % 128) fail("tma: the shared-memory destination must be 128-byte aligned");
+    size_t total = map->elem_bytes;
+    for (unsigned d = 0; d < map->rank; ++d) total *= map->box[d];
+    if (offset + total > dynamic_shared_bytes())
+        fail("tma: a %zu-byte box at %u overruns dynamic shared memory", total, offset);
+    const unsigned width = map->swizzle ? 256u >> map->swizzle : 0;
+    unsigned index[4] = {0, 0, 0, 0};
+    for (size_t e = 0, at = 0; e < total / map->elem_bytes; ++e, at += map->elem_bytes) {
+        size_t rest = e;
+        bool inside = true;
+        const unsigned char* src = map->base;
+        for (unsigned d = 0; d < map->rank; ++d) {
+            index[d] = unsigned(rest % map->box[d]);
+            rest /= map->box[d];
+            const long long c = (long long)coord[d] + index[d];
+            inside = inside && c >= 0 && (unsigned long long)c < map->dims[d];
+            src += c * (long long)map->strides[d];
+        }
+        unsigned addr = unsigned(offset + at);
+        if (width) addr ^= (addr >> 7 & (width / 16 - 1)) << 4;
+        if (inside) std::memcpy(dynamic_shared() + addr, src, map->elem_bytes);
+        else std::memset(dynamic_shared() + addr, 0, map->elem_bytes);
+    }
+    MbarState s = mbar_load(bar);
+    s.bytes -= (long long)total;
+    mbar_store(bar, s);
+}
+}  // namespace emmy_emu
+
+inline void mbar_init(uint64_t* bar, unsigned count) {
+    sm90_smem_addr(bar);
+    if (count == 0 || count >= (1u << 20)) emmy_emu::fail("mbarrier.init: count %u", count);
+    *bar = uint64_t(count) | uint64_t(count) << 21;
+}
+inline void mbar_init_fence() {}
+inline void mbar_arrive(uint64_t* bar) { emmy_emu::mbar_arrive(bar, 0); }
+inline void mbar_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
+    emmy_emu::mbar_arrive(bar, bytes);
+}
+inline void mbar_wait(uint64_t* bar, unsigned parity) {
+    if (emmy_emu::mbar_load(bar).parity != (parity & 1u)) return;
+    emmy_emu::wait_until([&] { return emmy_emu::mbar_load(bar).parity != (parity & 1u); });
+}
+inline void tma_load_3d(void* dst, const EmmyTensorMap* map, int c0, int c1, int c2,
+                        uint64_t* bar) {
+    const int coord[3] = {c0, c1, c2};
+    const auto* m = reinterpret_cast<const emmy_emu::TensorMap*>(map);
+    if (m->rank != 3) emmy_emu::fail("tma_load_3d with a rank-%u tensor map", m->rank);
+    emmy_emu::tma_load(static_cast<unsigned char*>(dst), m, coord, bar);
+}
+#endif
