@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="print an IR stage of a workload")
     _add_workload_args(comp)
     _add_schedule_args(comp)
-    comp.add_argument("--ir", default="loop", choices=(*STAGE_NAMES, "ptx", "all"),
+    comp.add_argument("--ir", default="loop", choices=(*STAGE_NAMES, "ptx", "sass", "all"),
                       help="the stage to print (default: loop; all: every stage in order)")
 
     run = sub.add_parser("run", help="run a workload's compiled program")
@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_schedule_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--row", help='a schedule row, e.g. "WORK=block:256 TILE=v4x1 REDUCE=shuffle"')
+    p.add_argument("--row", action="append", default=[],
+                   help='a schedule row, e.g. "WORK=block:256 TILE=v4x1 REDUCE=shuffle"; repeat '
+                        'it as "KERNEL: ROW" to give several kernels their rows')
     p.add_argument("--kernel", metavar="K", help="the kernel --row is for (when there are several)")
     p.add_argument("--target", default="sm_90a", help="sm_90a (H100/H200, default) or sm_80")
     p.add_argument("--db", metavar="PATH", default="",
@@ -90,8 +92,24 @@ def _options(args):
 
     if args.kernel and not args.row:
         raise UserError("--kernel names the kernel a --row is for; give --row too")
-    rows = {args.kernel or "": args.row} if args.row else {}
-    return Options(target=args.target, rows=rows, db=args.db)
+    return Options(target=args.target, rows=parse_row_args(args.row, args.kernel), db=args.db)
+
+
+def parse_row_args(values: list[str], kernel: str | None) -> dict[str, str]:
+    """--row values ("ROW" or "KERNEL: ROW") as rows by kernel name ("" = the only kernel)."""
+    import re
+
+    rows: dict[str, str] = {}
+    for text in values:
+        m = re.fullmatch(r"\s*([A-Za-z_]\w*):\s+(\S.*)", text)
+        name, row = (m[1], m[2]) if m else (kernel or "", text)
+        if m and kernel:
+            raise UserError(f"--row {text!r} names its kernel; --kernel is for a row without one")
+        if name in rows:
+            raise UserError(f"two rows for kernel `{name or 'the only kernel'}`: give one --row "
+                            f"per kernel")
+        rows[name] = row
+    return rows
 
 
 def load_workload(args):
@@ -111,8 +129,8 @@ def cmd_compile(args) -> int:
 
     workload = load_workload(args)
     options = _options(args)
-    if args.ir == "ptx":
-        return _print_ptx(compile_to(workload, "cuda", options)["cuda"])
+    if args.ir in ("ptx", "sass"):
+        return _print_ptx(compile_to(workload, "cuda", options)["cuda"], sass=args.ir == "sass")
     last = STAGE_NAMES[-1] if args.ir == "all" else args.ir
     results = compile_to(workload, last, options)
     stages = STAGE_NAMES[: STAGE_NAMES.index(last) + 1] if args.ir == "all" else (last,)
@@ -123,18 +141,20 @@ def cmd_compile(args) -> int:
     return EXIT_OK
 
 
-def _print_ptx(program) -> int:
+def _print_ptx(program, *, sass: bool = False) -> int:
+    """Each kernel's PTX (NVRTC), or its SASS (the cubin through cuobjdump)."""
     from emmy.cuda.nvrtc import compile_cuda
+    from emmy.cuda.sass import disassemble
     from emmy.schedule.targets import get_target
 
     target = get_target(program.target)
     for unit in program.units:
-        result = compile_cuda(unit.source, target, ptx=True)
+        result = compile_cuda(unit.source, target, ptx=not sass)
         if not result.ok:
             print(f"emmy: error: NVRTC failed on kernel {unit.kernel}:\n{result.log}", file=sys.stderr)
             return EXIT_CHECK_FAILED
-        print(f"// kernel {unit.kernel}  row: {unit.row}")
-        print(result.ptx)
+        print(f"// kernel {unit.kernel}  row: {unit.row}  ({target.name})")
+        print(disassemble(result.cubin) if sass else result.ptx)
     return EXIT_OK
 
 
@@ -148,7 +168,8 @@ def cmd_run(args) -> int:
         raise UserError("--row schedules the CUDA kernels; the loop engine has no schedule")
     results = compile_to(workload, "loop" if args.engine == "loop" else "cuda", options)
     lp = results["loop"]
-    print(f"{workload.name}: {len(lp.kernels)} kernel(s)")
+    count = len(results["cuda"].units) if args.engine == "cuda" else len(lp.kernels)
+    print(f"{workload.name}: {count} kernel(s)")
     if args.engine == "cuda":
         for unit in results["cuda"].units:
             print(f"  {unit.kernel}: {unit.row}")

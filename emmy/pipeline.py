@@ -66,8 +66,8 @@ def _to_tile(lp, o: Options) -> Scheduled:
     from emmy.tile_ir.lift import lift_program
 
     target = get_target(o.target)
-    tp = lift_program(lp)
-    return Scheduled(tp, choose_rows(tp, target, o.rows, db=o.db), target)
+    tp, rows = choose_rows(lift_program(lp), target, o.rows, db=o.db)
+    return Scheduled(tp, rows, target)
 
 
 def _to_kernel(s: Scheduled, o: Options) -> Materialized:

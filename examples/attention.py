@@ -1,4 +1,5 @@
-"""Causal scaled dot-product attention (fp32): softmax(q k^T / sqrt(d) + mask) v."""
+"""Scaled dot-product attention (fp32): softmax(q k^T / sqrt(d) + mask) v, causal unless
+is_causal = False."""
 
 import torch
 import torch.nn as nn
@@ -8,6 +9,7 @@ batch_size = 2
 heads = 4
 seq_len = 64
 head_dim = 32
+is_causal = True
 
 
 class Model(nn.Module):
@@ -25,4 +27,4 @@ def get_inputs():
 
 
 def get_init_inputs():
-    return [True]
+    return [is_causal]

@@ -151,10 +151,6 @@ def _assemble(name, specs, items, outcomes, start, command) -> SuiteReport:
         elif all(o.ok and o.value is None for _, o in mine):
             wnotes.append("not run: the suite's time budget was spent before it")
         workloads.append(WorkloadResult(spec, prepared, tuple(rows), tuple(base), tuple(wnotes)))
-    if not any("mma" in r.row_text for w in workloads for r in w.rows) and any(
-            w.baseline("cuBLAS") for w in workloads):
-        notes.append("emmy's schedule space has no tensor-core (mma/wgmma) rows yet: its matrix "
-                     "products run on CUDA cores, cuBLAS on tensor cores")
     return SuiteReport(name, time.strftime("%Y-%m-%d %H:%M:%S %Z"), command, device, copy, gbps,
                        tuple(workloads), time.time() - start, tuple(notes))
 

@@ -46,7 +46,7 @@ class WorkloadSpec:
     name: str
     example: str                              # examples/<example>.py
     sets: tuple[tuple[str, Any], ...] = ()
-    dtype: str = "f32"                        # f32 as the file makes it; bf16 casts model+inputs
+    dtype: str = "f32"                        # f32 as the file makes it; bf16/f16 cast model+inputs
     shape: str = ""
 
     @property
@@ -97,11 +97,24 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
              *_both("log_softmax", "log_softmax", {"batch_size": N, "dim": N}, f"{N}x{N}"),
              *_both("elementwise_chain", "elementwise_chain", {"batch_size": N, "dim": N},
                     f"2x {N}x{N}")),
-    "matmul": (*_both("matmul", "matmul", {"M": 2048, "K": 2048, "N": 2048}, "2048^3"),
-               *_both("linear+relu", "linear", {"batch_size": 4096, "in_features": 4096,
-                                                "out_features": 4096}, "4096^3")),
-    "attention": _both("attention", "attention", {"batch_size": 4, "heads": 16, "seq_len": 1024,
-                                                  "head_dim": 64}, "4x16x1024x64 causal"),
+    # The targets: fp16/bf16 4096^3 against cuBLAS (mma.sync and wgmma rows), f32 on
+    # CUDA cores, a linear layer with a fused bias + ReLU epilogue, a batched product.
+    "matmul": (WorkloadSpec("matmul", "matmul", (("M", 4096), ("K", 4096), ("N", 4096)),
+                            "f16", "4096^3"),
+               WorkloadSpec("matmul", "matmul", (("M", 4096), ("K", 4096), ("N", 4096)),
+                            "bf16", "4096^3"),
+               WorkloadSpec("matmul", "matmul", (("M", 2048), ("K", 2048), ("N", 2048)),
+                            "f32", "2048^3"),
+               WorkloadSpec("linear+relu", "linear", (("batch_size", 4096), ("in_features", 4096),
+                                                      ("out_features", 4096)), "bf16", "4096^3"),
+               WorkloadSpec("bmm", "bmm", (("batch_size", 16), ("M", 1024), ("K", 1024),
+                                           ("N", 1024)), "f16", "16x1024^3")),
+    # batch 4, 32 heads, sequence 4096, head dim 128
+    "attention": tuple(WorkloadSpec(f"attention{'' if causal else ' (full)'}", "attention",
+                                    (("batch_size", 4), ("heads", 32), ("seq_len", 4096),
+                                     ("head_dim", 128), ("is_causal", causal)), d,
+                                    f"4x32x4096x128{' causal' if causal else ''}")
+                       for causal, d in ((True, "f16"), (False, "f16"), (True, "bf16"))),
 }
 
 

@@ -21,7 +21,8 @@ _ARG = {ReduceOp.ARGMAX: "true", ReduceOp.ARGMIN: "false"}
 
 def emit_program(p: K.KProgram) -> str:
     """The CUDA source of every function a kernel's row launches."""
-    head = [f"// emmy: kernel {p.name}", '#include "emmy_kernel.cuh"', ""]
+    head = [f"// emmy: kernel {p.name}", '#include "emmy_kernel.cuh"',
+            *(f'#include "{h}"' for h in p.headers), ""]
     return "\n".join(head + [emit_function(f) for f in p.functions])
 
 
@@ -96,6 +97,8 @@ def _stmt(s: K.KStmt, depth: int) -> list[str]:
             return [f"atomicAdd({b} + ({_ix(off)}), em_cvt<{t}>({v}));"]
         case K.Comment(text=t):
             return [f"// {t}"]
+        case K.Template(lines=lines):
+            return list(lines)
     raise AssertionError(f"no CUDA for {s!r}")
 
 

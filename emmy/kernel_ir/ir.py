@@ -175,9 +175,18 @@ class Comment:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class Template:
+    """A kernel body a template built (a tiled matrix product, flash attention): Kernel IR
+    keeps its summary (what it computes, with the configuration) and its CUDA lines."""
+
+    summary: tuple[str, ...]
+    lines: tuple[str, ...]
+
+
 KStmt = Union[Let, Index, Fold, Set, For, If, GlobalLoad, GlobalStore, SharedArray, SharedLoad,
               SharedStore, CpAsync, CpAsyncWaitAll, Barrier, LaneCombine, ScanLanes, AtomicAdd,
-              Comment]
+              Comment, Template]
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +205,7 @@ class KFunction:
     shared_bytes: int    # dynamic shared memory per block
     body: tuple[KStmt, ...]
     row: str             # the row it was built from (kept as a comment)
+    tensor_maps: tuple = ()  # TMA tensor maps (emmy.cuda.program.TensorMapSpec) the launch passes
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,3 +221,4 @@ class KProgram:
     launches: tuple[Launch, ...]            # in order
     temporaries: tuple[tuple[str, str, int], ...]  # (name, ctype, elements): scratch buffers
     zero_fill: tuple[str, ...]              # buffers to zero before the first launch
+    headers: tuple[str, ...] = ()           # extra headers the source includes (emmy_sm90.cuh)

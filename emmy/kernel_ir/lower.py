@@ -22,6 +22,15 @@ from emmy.tile_ir.values import value_types
 
 def lower_applied(name: str, applied: Applied) -> K.KProgram:
     """All the launches a row makes of one kernel."""
+    first = applied.parts[0]
+    if first.kernel.kind is KernelKind.CONTRACT:
+        from emmy.kernel_ir.gemm import lower_contract
+
+        return lower_contract(first.kernel, first.row, applied.target)
+    if first.kernel.kind is KernelKind.ATTENTION:
+        from emmy.kernel_ir.flash import lower_attention
+
+        return lower_attention(first.kernel, first.row, applied.target)
     functions = tuple(lower_part(p) for p in applied.parts)
     launches = tuple(K.Launch(f.name, tuple(p.name for p in f.params)) for f in functions)
     temps = tuple((b.name, b.type.dtype.c_name, b.type.numel) for b in applied.temporaries)

@@ -36,6 +36,8 @@ def _stmt(s: K.KStmt, depth: int, lines: list[str]) -> None:
         case K.If(cond=c, body=body):
             lines.append(f"{pad}if {c}")
             _block(body, depth + 1, lines)
+        case K.Template(summary=summary):
+            lines.extend(pad + line for line in summary)
         case _:
             lines.append(pad + _line(s))
 

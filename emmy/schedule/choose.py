@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping
 
 from emmy.errors import UserError
 from emmy.schedule.row import Row, RowError, parse
 from emmy.schedule.space import Space
 from emmy.schedule.targets import Target
+from emmy.tile_ir.chain import cut_chain, find_chain
 from emmy.tile_ir.ir import TileProgram
 
 
 def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str], *,
-                db: str | None = "") -> dict[str, Row]:
+                db: str | None = "") -> tuple[TileProgram, dict[str, Row]]:
     """Rows by kernel name: the row given for a kernel ("" names the only one), else the
     schedule database's record for its identity (db: a path, "" the default, None: no
-    database), else the space's default. A record the space no longer accepts is skipped."""
+    database), else the space's default. A record the space no longer accepts is skipped.
+
+    A fused chain of products whose row says PLACE=cut becomes its two kernels
+    (`<name>_cut0`, `<name>_cut1`, emmy.tile_ir.chain) with the intermediate between them,
+    and each of those gets its own row the same way; the program returned has them."""
     names = [k.name for k in tp.kernels]
     given = dict(given)
     if "" in given:
@@ -23,27 +29,45 @@ def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str], *,
             raise UserError(f"the program has {len(names)} kernels; say which one the row is "
                             f"for with --kernel ({', '.join(names)})")
         given[names[0]] = given.pop("")
-    for name in given:
-        if name not in names:
-            raise UserError(f"no kernel `{name}`; the kernels are {', '.join(names)}")
     rows: dict[str, Row] = {}
+    kernels, intermediates = [], list(tp.intermediates)
     for k in tp.kernels:
-        space = Space(k, target)
-        if k.name not in given:
-            rows[k.name] = _recorded(k, space, target, db) or space.default()
+        row = _choose(k, target, given, db)
+        chain = find_chain(k) if row.get("PLACE") == "cut" else None
+        if chain is None:
+            kernels.append(k)
+            rows[k.name] = row
             continue
-        text = given[k.name]
-        try:
-            row = parse(text)
-        except RowError as e:
-            raise UserError(f"In row for kernel `{k.name}`: {e}") from None
-        refusals = space.check(row)
-        if refusals:
-            reasons = "\n".join(f"  - {r}" for r in refusals)
-            raise UserError(f"In row for kernel `{k.name}` on {target.name}: `{text}` is illegal:\n"
-                            f"{reasons}")
-        rows[k.name] = row
-    return rows
+        first, second, mid = cut_chain(k, chain)
+        intermediates.append(mid)
+        for part in (first, second):
+            kernels.append(part)
+            rows[part.name] = _choose(part, target, given, db)
+    unknown = [n for n in given if n not in rows and n not in names]
+    if unknown:
+        hint = [f"{k.name}_cut0, {k.name}_cut1 exist when {k.name}'s row has PLACE=cut"
+                for k in tp.kernels if Space(k, target).facts.chain]
+        raise UserError(f"no kernel `{unknown[0]}`; the kernels are {', '.join(rows)}"
+                        + (f" ({'; '.join(hint)})" if hint else ""))
+    program = replace(tp, kernels=tuple(kernels), intermediates=tuple(intermediates))
+    return program, rows
+
+
+def _choose(k, target: Target, given: Mapping[str, str], db: str | None) -> Row:
+    space = Space(k, target)
+    if k.name not in given:
+        return _recorded(k, space, target, db) or space.default()
+    text = given[k.name]
+    try:
+        row = parse(text)
+    except RowError as e:
+        raise UserError(f"In row for kernel `{k.name}`: {e}") from None
+    refusals = space.check(row)
+    if refusals:
+        reasons = "\n".join(f"  - {r}" for r in refusals)
+        raise UserError(f"In row for kernel `{k.name}` on {target.name}: `{text}` is illegal:\n"
+                        f"{reasons}")
+    return row
 
 
 def _recorded(k, space: Space, target: Target, db: str | None) -> Row | None:

@@ -8,6 +8,7 @@ from functools import lru_cache
 from emmy.loop_ir.ir import Compute, Load, Store
 from emmy.symbolic import Lin, Sym, lin
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
+from emmy.tile_ir.chain import find_chain
 from emmy.tile_ir.ir import Fold, FoldKind, Item, KernelKind, TileKernel
 
 
@@ -34,6 +35,7 @@ class Facts:
     split_ops: tuple[ReduceOp, ...] | None  # accumulators when the job is a pure reduction
     atomic_ok: bool                        # pure f32 sum whose store is linear in the accumulator
     widest: int                            # widest element among distributed accesses (bytes)
+    chain: bool = False                    # a fused chain of two products (PLACE=cut splits it)
 
 
 def buffer_types(k: TileKernel) -> dict:
@@ -120,7 +122,8 @@ def facts(k: TileKernel) -> Facts:
                  fold_kinds=tuple(f.kind for f in folds), reused=tuple(reused),
                  reuse_row_bytes=row_bytes, split_ops=split_ops,
                  atomic_ok=pure_reduction and _atomic_ok(k),
-                 widest=max((a.itemsize for a in accesses), default=4))
+                 widest=max((a.itemsize for a in accesses), default=4),
+                 chain=find_chain(k) is not None)
 
 
 def _atomic_ok(k: TileKernel) -> bool:

@@ -21,7 +21,8 @@ KEYS: tuple[str, ...] = ("WORK", "TILE", "REDUCE", "STAGE", "RASTER", "PLACE")
 
 _WORD = r"[a-z][a-z0-9]*"
 _INT = r"(?:0|[1-9][0-9]*)"
-_VALUE = re.compile(rf"{_WORD}(?::(?:{_WORD}|{_INT}))*")
+_DIMS = rf"{_INT}(?:x{_INT})+"         # 128x128x32: a tile shape
+_VALUE = re.compile(rf"{_WORD}(?::(?:{_WORD}|{_DIMS}|{_INT}))*")
 _LOOSE_PAIR = re.compile(r"^\s*([A-Za-z_]+)\s*[=:]\s*(\S+)\s*$")
 
 
@@ -44,7 +45,7 @@ class Row:
                 raise RowError(f"unknown key {key}; keys are {', '.join(KEYS)}")
             if not _VALUE.fullmatch(value):
                 raise RowError(f"{key}={value}: a value is a lowercase word with optional "
-                               ":parameters, e.g. block:256")
+                               ":parameters, e.g. block:256 or mma:128x128x32")
 
     def __str__(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.items)

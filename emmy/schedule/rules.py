@@ -199,6 +199,21 @@ def cut_leaves_nothing_to_stage(c: Ctx) -> str | None:
     return None
 
 
+CHAIN_CUT_ROW = {"WORK": "thread:32", "TILE": "v1x1", "REDUCE": "serial"}
+
+
+def cut_chain_is_two_kernels(c: Ctx) -> str | None:
+    if not (c.cut and c.facts.chain):
+        return None
+    given = {"WORK": f"{c.work.mode}:{c.work.count}", "TILE": f"v{c.tile.vec}x{c.tile.n}",
+             "REDUCE": c.reduce.method if c.reduce else "serial"}
+    if given != CHAIN_CUT_ROW:
+        return (f"PLACE=cut makes `{c.kernel}` two matrix products ({c.kernel}_cut0 and "
+                f"{c.kernel}_cut1), each scheduled by its own row; this row's other keys are "
+                f"unused and read " + " ".join(f"{k}={v}" for k, v in CHAIN_CUT_ROW.items()))
+    return None
+
+
 RULES: tuple[Rule, ...] = (
     Rule("work.threads_per_block", "WORK", threads_per_block),
     Rule("work.map_is_per_thread", "WORK", map_is_per_thread),
@@ -216,4 +231,5 @@ RULES: tuple[Rule, ...] = (
     Rule("stage.shared_budget", "STAGE", stage_shared_budget),
     Rule("stage.async", "STAGE", stage_async),
     Rule("place.cut_leaves_nothing_to_stage", "PLACE", cut_leaves_nothing_to_stage),
+    Rule("place.cut_chain_is_two_kernels", "PLACE", cut_chain_is_two_kernels),
 )

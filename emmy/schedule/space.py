@@ -37,6 +37,8 @@ GRAMMAR_TEXT = {
     "STAGE": "direct | smem | smem:async",
     "PLACE": "fuse | cut",
 }
+_PREFERRED = {"WORK": ("block:256", "warp:4", "thread:256"), "TILE": ("v4x1", "v2x1", "v1x1"),
+              "REDUCE": ("shuffle", "serial"), "STAGE": ("direct",), "PLACE": ("fuse",)}
 _APPLY = {"WORK": "work", "TILE": "tile", "REDUCE": "reduce", "STAGE": "stage", "PLACE": "cut"}
 _READ = {"WORK": dec.read_work, "TILE": dec.read_tile, "REDUCE": dec.read_reduce,
          "STAGE": dec.read_stage, "PLACE": lambda v: v == "cut"}
@@ -61,7 +63,7 @@ def keys_for(f: Facts) -> tuple[str, ...]:
     if f.kind is KernelKind.ROW:
         if f.reused:
             keys.append("STAGE")
-        if has_edge(f):
+        if has_edge(f) or f.chain:
             keys.append("PLACE")
     return tuple(keys)
 
@@ -73,25 +75,44 @@ def has_edge(f: Facts) -> bool:
 
 
 class Space:
+    """A kernel's legal rows. Contractions (matrix products) have their own decision points,
+    grammar and rules (emmy.schedule.gemm); the other kinds share the ones in this module."""
+
     def __init__(self, kernel: TileKernel, target: Target):
+        from emmy.schedule import flash, gemm
+
         self.kernel = kernel
         self.target = target
         self.facts = facts(kernel)
-        self.keys = keys_for(self.facts)
+        profile = {KernelKind.CONTRACT: gemm, KernelKind.ATTENTION: flash}.get(kernel.kind)
+        self.contract = profile is not None      # a template's space (rules in order)
+        if profile is not None:
+            self.keys = profile.KEYS
+            self.grammar, self.grammar_text = profile.GRAMMAR, profile.GRAMMAR_TEXT
+            self._rules, self._fields, self._read = profile.RULES, profile.FIELD, profile.READ
+            self._preferred = profile.PREFERRED
+            self._make_ctx = profile.make_ctx
+        else:
+            self.keys = keys_for(self.facts)
+            self.grammar, self.grammar_text = GRAMMAR, GRAMMAR_TEXT
+            self._rules, self._fields, self._read = RULES, _APPLY, _READ
+            self._preferred = _PREFERRED
 
-    def _ctx(self) -> Ctx:
+    def _ctx(self):
+        if self.contract:
+            return self._make_ctx(self.kernel, self.target)
         return Ctx(self.kernel.name, self.facts, self.target)
 
-    def _apply(self, ctx: Ctx, key: str, value: str) -> Ctx:
-        return replace(ctx, **{_APPLY[key]: _READ[key](value)})
+    def _apply(self, ctx, key: str, value: str):
+        return replace(ctx, **{self._fields[key]: self._read[key](value)})
 
-    def _refusals(self, ctx: Ctx, key: str, value: str) -> list[Refusal]:
-        return [Refusal(r.name, key, value, reason) for r in RULES
+    def _refusals(self, ctx, key: str, value: str) -> list[Refusal]:
+        return [Refusal(r.name, key, value, reason) for r in self._rules
                 if r.key == key and (reason := r.check(ctx)) is not None]
 
-    def options(self, key: str, ctx: Ctx) -> Iterator[tuple[str, Ctx]]:
+    def options(self, key: str, ctx) -> Iterator[tuple[str, object]]:
         """The values of `key` legal after the decisions in `ctx`, with the context they make."""
-        for value in GRAMMAR[key]:
+        for value in self.grammar[key]:
             nxt = self._apply(ctx, key, value)
             if not self._refusals(nxt, key, value):
                 yield value, nxt
@@ -138,9 +159,9 @@ class Space:
                 out.append(Refusal("row.keys", k, row[k], f"{k} does not apply to kernel "
                                    f"`{self.kernel.name}`; its decision points are "
                                    f"{' '.join(self.keys)}"))
-            elif row[k] not in GRAMMAR[k]:
+            elif row[k] not in self.grammar[k]:
                 out.append(Refusal("row.grammar", k, row[k],
-                                   f"not a {k} value; allowed: {GRAMMAR_TEXT[k]}"))
+                                   f"not a {k} value; allowed: {self.grammar_text[k]}"))
         for k in self.keys:
             if k not in row.keys:
                 out.append(Refusal("row.keys", k, "", f"missing; kernel `{self.kernel.name}` "
@@ -151,19 +172,27 @@ class Space:
         for key in self.keys:
             ctx = self._apply(ctx, key, row[key])
             out.extend(self._refusals(ctx, key, row[key]))
+            if out and self.contract:
+                break    # a contraction's later rules assume the earlier decisions are legal
         return out
 
     def default(self) -> Row:
-        """A reasonable legal row to use when none is given (the cost model refines this)."""
-        preferred = {"WORK": ("block:256", "warp:4", "thread:256"), "TILE": ("v4x1", "v2x1", "v1x1"),
-                     "REDUCE": ("shuffle", "serial"), "STAGE": ("direct",), "PLACE": ("fuse",)}
-        ctx = self._ctx()
-        chosen: dict[str, str] = {}
-        for key in self.keys:
-            legal = [v for v, _ in self.options(key, ctx)]
-            pick = next((v for v in preferred[key] if v in legal), legal[0] if legal else None)
-            if pick is None:
-                raise AssertionError(f"kernel {self.kernel.name}: no legal {key}")
-            chosen[key] = pick
-            ctx = self._apply(ctx, key, pick)
-        return make_row(chosen)
+        """A reasonable legal row to use when none is given (the cost model refines this):
+        at each key the first preferred value that still leads to a legal row, else the
+        first legal value that does (depth first, so a late key can send an earlier back)."""
+        def walk(i: int, ctx, chosen: dict[str, str]) -> Row | None:
+            if i == len(self.keys):
+                return make_row(chosen)
+            key = self.keys[i]
+            options = dict(self.options(key, ctx))
+            order = [v for v in self._preferred[key] if v in options]
+            order += [v for v in options if v not in order]
+            for value in order:
+                row = walk(i + 1, options[value], {**chosen, key: value})
+                if row is not None:
+                    return row
+            return None
+        row = walk(0, self._ctx(), {})
+        if row is None:
+            raise AssertionError(f"kernel {self.kernel.name}: no legal row")
+        return row

@@ -36,10 +36,18 @@ class Applied:
     parts: tuple[Part, ...]
     temporaries: tuple[Buffer, ...]     # buffers the parts pass between them
     zero_fill: tuple[str, ...]          # outputs to zero before the first part runs
+    target: Target | None = None        # contractions: the template's target
+
+
+def is_contract(k: TileKernel) -> bool:
+    """Kernels a template builds (a tiled product, flash attention): one part, the row as is."""
+    return k.kind in (KernelKind.CONTRACT, KernelKind.ATTENTION)
 
 
 def apply_row(k: TileKernel, row: Row, target: Target) -> Applied:
     """The kernels `row` makes of `k` (the row must be legal for `k`)."""
+    if is_contract(k):   # a template builds the launches (emmy.kernel_ir.gemm)
+        return Applied((Part(k, row, None),), (), (), target)
     d = dec.read(row)
     if d.cut:
         first, second, stats = cut(k)

@@ -38,6 +38,8 @@ class KernelKind(Enum):
     MAP = "map"          # body has no folds: one element per job (a perfect nest of maps)
     ROW = "row"          # body folds along an axis: reductions, then maybe an output pass
     SCAN = "scan"        # body scans along an axis
+    CONTRACT = "contract"  # a sum of products of two loads: a matrix product (tile_ir.contract)
+    ATTENTION = "attention"  # f16/bf16 scaled dot-product attention (tile_ir.attention)
 
     def __str__(self) -> str:
         return self.value
@@ -71,6 +73,8 @@ class TileKernel:
     grid: tuple[Axis, ...]            # outer parallel axes, outermost first
     body: tuple[Item, ...]
     atomic: bool = False              # stores add into outputs zeroed beforehand (split reductions)
+    contract: object = None           # CONTRACT kernels: their tile_ir.contract.Contraction
+    attention: object = None          # ATTENTION kernels: their tile_ir.attention.Attention
 
     @property
     def jobs(self) -> int:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from emmy.loop_ir.ir import (Accum, CastTo, Compute, IndexValue, Init, Kernel, Load, Loop,
                              LoopKind, LoopProgram, Stmt)
 from emmy.symbolic import floordiv, mod, var
+from emmy.tile_ir.attention import find_attention, flash_ok
+from emmy.tile_ir.contract import find_contraction
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, KernelKind, TileKernel, TileProgram
 from emmy.tile_ir.values import substitute_item
 
@@ -47,8 +51,13 @@ def lift_kernel(k: Kernel, identity: str = "") -> TileKernel:
         kind = KernelKind.SCAN
     else:
         kind = KernelKind.ROW
-    return TileKernel(name=k.name, identity=identity, kind=kind, inputs=k.inputs,
-                      outputs=k.outputs, grid=tuple(grid), body=body)
+    tk = TileKernel(name=k.name, identity=identity, kind=kind, inputs=k.inputs,
+                    outputs=k.outputs, grid=tuple(grid), body=body)
+    if kind is KernelKind.ROW and (con := find_contraction(tk)) is not None:
+        return replace(tk, kind=KernelKind.CONTRACT, contract=con)
+    if kind is KernelKind.ROW and (att := find_attention(tk)) is not None and flash_ok(att):
+        return replace(tk, kind=KernelKind.ATTENTION, attention=att)
+    return tk
 
 
 def _has_scan(f: Fold) -> bool:

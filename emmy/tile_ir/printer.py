@@ -25,6 +25,14 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
     types = {b.name: b.type.dtype for b in (*k.inputs, *k.outputs)} | value_types(k.body)
     grid = " × ".join(f"{a.var} in 0..{a.extent}" for a in k.grid) or "(one job)"
     lines.append(f"{INDENT}grid {grid}  ({k.jobs} job{'s' if k.jobs != 1 else ''})")
+    if k.contract is not None:
+        c = k.contract
+        batch = " × ".join(a.var for a in c.batch)
+        lines.append(f"{INDENT}contraction: {c.a.buffer}[{batch + ', ' if batch else ''}{c.m.var}, "
+                     f"{c.k.var}] · {c.b.buffer}[{c.k.var}, {c.n.var}] -> {c.acc}  "
+                     f"({c.m.extent}x{c.n.extent}x{c.k.extent}"
+                     f"{f', batch {c.batch_size}' if c.batch else ''}, {c.element}; "
+                     f"{'tensor cores' if c.tensor_core_ok else 'CUDA cores'})")
     _items(k.body, 2, types, lines)
     if row is not None:
         lines.append(f"{INDENT}schedule: {row}")

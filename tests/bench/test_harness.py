@@ -141,3 +141,18 @@ def test_an_overflow_the_model_itself_has_is_not_a_failure():
                           distributions=("large",))
     assert check.verdict == "ok", check.reasons
     assert check.cases[0].verdict == "ok"
+
+
+def test_inf_within_rounding_of_the_overflow_threshold_is_not_a_failure():
+    """A sum of 65521.8 rounds to inf in f16 (max 65504) in one summation order and to 65504 in
+    another: both are within tolerance; inf far from the threshold is still wrong."""
+    from emmy.bench.harness import compare_output
+    from emmy.dtypes import DType
+
+    ref = torch.tensor([65521.8, 1.0, -65530.0], dtype=torch.float64)
+    got = torch.tensor([float("inf"), 1.0, float("-inf")], dtype=torch.float16)
+    assert compare_output("out", DType.F16, got, ref).ok
+    far = torch.tensor([60000.0, 1.0, -65530.0], dtype=torch.float64)
+    assert not compare_output("out", DType.F16, got, far).ok
+    wrong_sign = torch.tensor([-65521.8, 1.0, -65530.0], dtype=torch.float64)
+    assert not compare_output("out", DType.F16, got, wrong_sign).ok

@@ -35,7 +35,9 @@ def test_suites_cover_the_issue():
     ("elementwise_chain", (("batch_size", 4), ("dim", 64))),
     ("matmul", (("M", 8), ("K", 16), ("N", 8))),
     ("linear", (("batch_size", 4), ("in_features", 16), ("out_features", 8))),
-    ("attention", (("batch_size", 1), ("heads", 2), ("seq_len", 8), ("head_dim", 4))),
+    ("bmm", (("batch_size", 2), ("M", 8), ("K", 16), ("N", 8))),
+    ("attention", (("batch_size", 1), ("heads", 2), ("seq_len", 8), ("head_dim", 4),
+                   ("is_causal", False))),
 ])
 def test_every_suite_workload_loads_and_casts(example, sets):
     """The suite's files and size constants exist; the bf16 cast reaches model and inputs."""

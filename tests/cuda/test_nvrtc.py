@@ -96,3 +96,20 @@ def test_missing_cuda_headers_are_a_user_error(monkeypatch):
     with pytest.raises(UserError, match="CUDA headers for `cudart` not found") as e:
         include_options.__wrapped__()
     assert "nvidia-cuda-runtime" in str(e.value)
+
+
+def test_tensor_core_rows_become_hmma_in_sass():
+    """A half-precision matmul row on mma.sync: HMMA and LDSM (ldmatrix) in the sm_80 SASS."""
+    from emmy.cuda.sass import cuobjdump, disassemble, instructions
+    from emmy.frontend.workload import load_file
+    from emmy.pipeline import Options, compile_to
+
+    if cuobjdump() is None:
+        pytest.skip("cuobjdump is not installed (pip install nvidia-cuda-cuobjdump)")
+    row = "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=smem RASTER=row"
+    prog = compile_to(load_file("examples/matmul_half.py", ()), "cuda",
+                      Options(target="sm_80", rows={"": row}))["cuda"]
+    result = compile_cuda(prog.units[0].source, get_target("sm_80"))
+    ops = instructions(disassemble(result.cubin))
+    assert any(op.startswith("HMMA.16816.F32") for op in ops), sorted(set(ops))
+    assert any(op.startswith("LDSM") for op in ops)

@@ -121,3 +121,14 @@ def test_bench_without_a_gpu_or_with_a_bad_filter_exits_2(capsys, monkeypatch):
     assert rc == 2 and "matches no workload" in err and "rmsnorm" in err
     rc, _, err = run(capsys, "bench", "--suite", "core", "--budget", "-3")
     assert rc == 2 and "--budget" in err
+
+
+def test_rows_for_several_kernels_name_their_kernel(capsys):
+    cut = "k0_mlp: WORK=thread:32 TILE=v1x1 REDUCE=serial PLACE=cut"
+    rc, _, err = run(capsys, "compile", "examples/mlp.py", "--row", cut, "--row", cut)
+    assert rc == 2 and "two rows for kernel `k0_mlp`" in err
+    rc, _, err = run(capsys, "compile", "examples/mlp.py", "--row", cut, "--kernel", "k0_mlp")
+    assert rc == 2 and "names its kernel" in err
+    rc, _, err = run(capsys, "compile", "examples/mlp.py", "--ir", "tile", "--row",
+                     "k0_mlp_cut0: WORK=warps:1x1 TILE=simt:32x32x8 REDUCE=serial STAGE=smem RASTER=row")
+    assert rc == 2 and "exist when k0_mlp's row has PLACE=cut" in err

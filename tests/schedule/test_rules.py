@@ -38,6 +38,7 @@ SOFTMAX = "nn.Softmax(-1)(torch.randn(8, 100))"               # row of 100, 400 
 CUMSUM = "(lambda x: torch.cumsum(x, 1))(torch.randn(8, 64))"
 EW = "(lambda x: torch.exp(x) * 2 + 1)(torch.randn(4, 4))"
 MAP_102 = "(lambda x: x * 2)(torch.randn(102))"
+CHAIN = "(lambda a, b, c: (a @ b) @ c)(torch.randn(8, 16), torch.randn(16, 8), torch.randn(8, 4))"
 SLICE = "(lambda x: x[:, 1:] * 2)(torch.randn(4, 65))"        # loads start at odd offsets
 SUM_102 = "(lambda x: x.sum())(torch.randn(102))"
 SCALAR = "(lambda x: x * 2)(torch.randn(()))"                  # a map of one element
@@ -147,6 +148,10 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
          ("cp.async copies 4, 8 or 16 bytes", "TILE=v1x1 copies 2 bytes")),
         (RMS, "sm_75", "WORK=block:256 TILE=v4x1 REDUCE=shuffle STAGE=smem:async PLACE=fuse",
          ("cp.async needs sm_80 or later; sm_75 has none",)),
+    ],
+    "place.cut_chain_is_two_kernels": [
+        (CHAIN, "sm_90a", "WORK=warp:4 TILE=v1x1 REDUCE=shuffle PLACE=cut",
+         ("two matrix products", "_cut0", "WORK=thread:32 TILE=v1x1 REDUCE=serial")),
     ],
     "place.cut_leaves_nothing_to_stage": [
         (RMS, "sm_90a", "WORK=block:256 TILE=v4x1 REDUCE=shuffle STAGE=smem PLACE=cut",

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from emmy.frontend.workload import load_expr, load_file, parse_sets
 from emmy.pipeline import compile_to
 from emmy.schedule.row import make_row, parse
-from emmy.schedule.space import GRAMMAR, Space
+from emmy.schedule.space import Space
 from emmy.schedule.targets import get_target
 from emmy.tile_ir.ir import KernelKind, TileKernel
 
@@ -53,7 +53,8 @@ PURE = ("WORK", "TILE", "REDUCE")   # a pure reduction or a scan: nothing reused
 KINDS = {"rmsnorm": (ROW, FULL), "softmax": (ROW, FULL), "layernorm": (ROW, FULL),
          "sum": (ROW, PURE), "rmsnorm_f16": (ROW, FULL), "sum_102": (ROW, PURE),
          "argmax": (ROW, PURE), "amax": (ROW, PURE), "cumsum": (SCAN, PURE), "elementwise": (MAP, ("WORK", "TILE")),
-         "transpose": (MAP, ("WORK", "TILE")), "slice": (MAP, ("WORK", "TILE")), "attention": (ROW, FULL), "matmul": (ROW, PURE),
+         "transpose": (MAP, ("WORK", "TILE")), "slice": (MAP, ("WORK", "TILE")), "attention": (ROW, FULL),
+         "matmul": (KernelKind.CONTRACT, ("WORK", "TILE", "REDUCE", "STAGE", "RASTER")),
          "scale": (ROW, ("WORK", "TILE", "REDUCE", "PLACE")), "cumsum_norm": (SCAN, PURE)}
 
 
@@ -128,7 +129,7 @@ def test_decision_points(name):
     points = sp.decision_points()
     assert [k for k, _ in points] == list(sp.keys)
     for key, values in points:
-        assert values and set(values) <= set(GRAMMAR[key])
+        assert values and set(values) <= set(sp.grammar[key])
         assert set(values) == {r[key] for r in sp.all_rows}
 
 
@@ -161,12 +162,13 @@ def test_made_up_targets_narrow_the_space():
 
 
 def test_split_rows_are_listed_for_pure_reductions_only():
-    """matmul's 32-element reduction is too short to split over 32+ lanes × 2+ blocks."""
+    """Splits for pure reductions and for the matrix product (whose K range splits over blocks
+    by BK steps); amax cannot add partial maxima atomically."""
     for name in NAMES:
         splits = {r["REDUCE"].split(":")[2] for r in space(name).all_rows
                   if "REDUCE" in r.keys and r["REDUCE"].startswith("split")}
         want = {"sum": {"atomic", "combine"}, "sum_102": {"atomic", "combine"},
-                "amax": {"combine"}}.get(name, set())
+                "amax": {"combine"}, "matmul": {"atomic", "combine"}}.get(name, set())
         assert splits == want, name
 
 
@@ -186,8 +188,8 @@ def grammar_rows(draw):
     """A kernel, and a row with one grammar value for each of its keys."""
     name = draw(st.sampled_from(NAMES))
     target = draw(st.sampled_from(["sm_90a", "sm_80"]))
-    keys = space(name, target).keys
-    return name, target, make_row({k: draw(st.sampled_from(GRAMMAR[k])) for k in keys})
+    sp = space(name, target)
+    return name, target, make_row({k: draw(st.sampled_from(sp.grammar[k])) for k in sp.keys})
 
 
 @st.composite
@@ -198,7 +200,7 @@ def near_legal_rows(draw):
     sp = space(name, target)
     row = draw(st.sampled_from(sp.all_rows))
     key = draw(st.sampled_from(sp.keys))
-    return name, target, row.replace(key, draw(st.sampled_from(GRAMMAR[key])))
+    return name, target, row.replace(key, draw(st.sampled_from(sp.grammar[key])))
 
 
 def _agrees(name, target, row):
@@ -228,7 +230,7 @@ def test_whole_grammar_is_legal_iff_listed(name):
 
     sp = space(name)
     legal = 0
-    for values in itertools.product(*(GRAMMAR[k] for k in sp.keys)):
+    for values in itertools.product(*(sp.grammar[k] for k in sp.keys)):
         row = make_row(dict(zip(sp.keys, values)))
         ok = sp.check(row) == []
         assert ok == (row in listed(name)), str(row)

@@ -19,7 +19,7 @@ from emmy.runtime.costmodel.work import launch_work
 from emmy.schedule.row import Row, parse
 from emmy.schedule.targets import Target
 from emmy.tile_ir.apply import apply_row
-from emmy.tile_ir.ir import TileKernel
+from emmy.tile_ir.ir import KernelKind, TileKernel
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,17 @@ def _unit_launches(tk: TileKernel, row: Row, kp: K.KProgram, source: str, target
                    zero_fill: Iterable[str], l2: L2Residency, *, nvrtc: bool = True
                    ) -> list[LaunchEstimate]:
     """The estimates of one Tile IR kernel's launches under `row`, memsets first."""
+    if tk.kind is KernelKind.CONTRACT:
+        return _contract_launches(tk, row, kp, source, target, zero_fill, nvrtc=nvrtc)
+    if tk.kind is KernelKind.ATTENTION:
+        from emmy.kernel_ir.flash import flash_config
+        from emmy.runtime.costmodel.gemm import estimate_attention_launch
+
+        problem, config = flash_config(tk, row, target)
+        res = resources_of(source, target, nvrtc=nvrtc)
+        return [estimate_attention_launch(tk.name, f.name, problem, config, f.grid, f.threads,
+                                          f.shared_bytes, res.get(f.name), target)
+                for f in kp.functions]
     applied = apply_row(tk, row, target)
     functions = {f.name: f for f in kp.functions}
     parts = {p.kernel.name: p for p in applied.parts}
@@ -79,6 +90,25 @@ def _unit_launches(tk: TileKernel, row: Row, kp: K.KProgram, source: str, target
         spec = LaunchSpec(fn.name, fn.grid, fn.threads, fn.shared_bytes, launch.args)
         work = launch_work(parts[fn.name], fn)
         out.append(estimate_launch(work, spec, res.get(fn.name), target, l2, kernel=tk.name))
+    return out
+
+
+def _contract_launches(tk: TileKernel, row: Row, kp: K.KProgram, source: str, target: Target,
+                       zero_fill: Iterable[str], *, nvrtc: bool) -> list[LaunchEstimate]:
+    from emmy.kernel_ir.gemm import gemm_config
+    from emmy.runtime.costmodel.gemm import estimate_combine_launch, estimate_gemm_launch
+
+    problem, config = gemm_config(tk, row, target)
+    res = resources_of(source, target, nvrtc=nvrtc)
+    sizes = {b.name: b.type.numel * b.type.dtype.itemsize for b in tk.outputs}
+    out = [memset_estimate(tk.name, name, sizes.get(name, 0), target) for name in zero_fill]
+    for f in kp.functions:
+        if f.name.endswith("_combine"):
+            out.append(estimate_combine_launch(tk.name, f.name, problem, config, f.grid,
+                                               f.threads, target))
+        else:
+            out.append(estimate_gemm_launch(tk.name, f.name, problem, config, f.grid, f.threads,
+                                            f.shared_bytes, res.get(f.name), target))
     return out
 
 

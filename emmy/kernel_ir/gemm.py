@@ -1,0 +1,140 @@
+"""Lower a contraction kernel (Tile IR kind `contract`) with its row to Kernel IR.
+
+The tiled product comes from a template (emmy.cuda.gemm for mma.sync and SIMT tiles,
+emmy.cuda.gemm_sm90 for wgmma); the compiler's part is the fused epilogue: the Tile IR
+statements after the fold (bias, activation, scaling, residual, the store), lowered for one
+output element at the template's (batch, row, column) with the accumulator bound to `e_acc`.
+REDUCE=split:S:combine launches two functions: the partial products into a scratch buffer,
+then a combine that sums them and runs the epilogue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from emmy.cuda.emit import _block as emit_block
+from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmProblem
+from emmy.kernel_ir import ir as K
+from emmy.kernel_ir.context import Fn
+from emmy.kernel_ir.elements import stmts
+from emmy.schedule import gemm as G
+from emmy.schedule.row import Row
+from emmy.schedule.targets import Target
+from emmy.symbolic import floordiv, mod, var
+from emmy.tile_ir.ir import TileKernel
+from emmy.tile_ir.values import value_types
+
+PARTIAL = "emmy_partial"     # the partial sums' parameter name inside the template
+
+
+def gemm_config(k: TileKernel, row: Row, target: Target) -> tuple[GemmProblem, GemmConfig]:
+    ctx = G.make_ctx(k, target)
+    for key in G.KEYS:
+        ctx = replace(ctx, **{G.FIELD[key]: G.READ[key](row[key])})
+    return ctx.problem, G.config_of(ctx)
+
+
+def lower_contract(k: TileKernel, row: Row, target: Target) -> K.KProgram:
+    problem, config = gemm_config(k, row, target)
+    atomic = config.split_mode == "atomic"
+    epilogue = make_epilogue(k, atomic=atomic)
+    params = tuple(K.Param(b.name, b.type.dtype.c_name, False) for b in k.inputs) + \
+        tuple(K.Param(b.name, b.type.dtype.c_name, True) for b in k.outputs)
+    summary = _summary(k, problem, config)
+    headers: tuple[str, ...] = ()
+    if config.inst == "wgmma":
+        from emmy.cuda.gemm_sm90 import HEADER, gemm_sm90_body
+
+        body = gemm_sm90_body(problem, config, epilogue)
+        headers = (HEADER,)
+    else:
+        from emmy.cuda.gemm import gemm_body
+
+        body = gemm_body(problem, config, epilogue)
+    if config.split_mode != "combine":
+        maps = getattr(body, "tensor_maps", ())
+        # a map's buffer is named after the kernel (a program may hold several wgmma kernels);
+        # inside the function it keeps the template's parameter name
+        unique = {tm.name: f"{k.name}_{tm.name}" for tm in maps}
+        f = _function(k.name, params + tuple(K.Param(tm.name, "EmmyTensorMap", False)
+                                             for tm in maps), body, summary, row,
+                      tuple(replace(tm, name=unique[tm.name]) for tm in maps))
+        return K.KProgram(name=k.name, functions=(f,),
+                          launches=(K.Launch(f.name, tuple(unique.get(a, a) for a in _args(f))),),
+                          temporaries=(), zero_fill=tuple(b.name for b in k.outputs) if atomic
+                          else (), headers=headers)
+    from emmy.cuda.gemm import combine_body
+
+    scratch = f"{k.name}_partial"
+    operands = {problem.a.buffer, problem.b.buffer}
+    first = _function(f"{k.name}_partial",
+                      tuple(p for p in params if p.name in operands)
+                      + (K.Param(PARTIAL, "float", True),), body,
+                      summary + (f"partial sums -> {PARTIAL}[{config.split}][batch][m][n]",), row)
+    rest = tuple(p for p in params if p.is_output or p.name not in operands or _epilogue_reads(k, p.name))
+    second = _function(f"{k.name}_combine", (K.Param(PARTIAL, "float", False),) + rest,
+                       combine_body(problem, config, epilogue),
+                       (f"sum the {config.split} partials of {PARTIAL}, then the epilogue",), row)
+    count = config.split * problem.batch * problem.m * problem.n
+    rename = {PARTIAL: scratch}
+    return K.KProgram(name=k.name, functions=(first, second),
+                      launches=tuple(K.Launch(f.name, tuple(rename.get(a, a) for a in _args(f)))
+                                     for f in (first, second)),
+                      temporaries=((scratch, "float", count),), zero_fill=(), headers=headers)
+
+
+def _function(name: str, params, body: Body, summary, row: Row,
+              tensor_maps: tuple = ()) -> K.KFunction:
+    return K.KFunction(name=name, params=params, grid=body.grid, threads=body.threads,
+                       shared_bytes=body.smem_bytes,
+                       body=(K.Template(tuple(summary), tuple(body.lines)),), row=str(row),
+                       tensor_maps=tensor_maps)
+
+
+def _args(f: K.KFunction) -> tuple[str, ...]:
+    return tuple(p.name for p in f.params)
+
+
+def _epilogue_reads(k: TileKernel, buffer: str) -> bool:
+    from emmy.loop_ir.ir import Load
+
+    return any(isinstance(s, Load) and s.buffer == buffer for s in k.contract.epilogue)
+
+
+def make_epilogue(k: TileKernel, *, atomic: bool = False) -> Epilogue:
+    """C statements for one output element: the Tile IR epilogue at (e_bz, e_row, e_col)."""
+    con = k.contract
+    bounds = {"e_row": con.m.extent, "e_col": con.n.extent, "e_bz": max(con.batch_size, 1)}
+    shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
+    env = {con.m.var: var("e_row"), con.n.var: var("e_col")}
+    rest = con.batch_size
+    for ax in con.batch:
+        rest //= ax.extent
+        env[ax.var] = mod(floordiv(var("e_bz"), rest, bounds), ax.extent, bounds)
+    kernel = replace(k, atomic=atomic)
+
+    def epilogue(bz: str, row: str, col: str, acc: str) -> list[str]:
+        fn = Fn(kernel, None, value_types(con.epilogue), shapes, dict(bounds))
+        body = stmts(fn, con.epilogue, "", env, lane0_stores=False, accs={con.acc: "e_acc"})
+        return ["{", f"  const long long e_bz = {bz};", f"  const int e_row = {row};",
+                f"  const int e_col = {col};", f"  const float e_acc = {acc};",
+                *emit_block(body, 1), "}"]
+    return epilogue
+
+
+def _summary(k: TileKernel, p: GemmProblem, c: GemmConfig) -> tuple[str, ...]:
+    con = k.contract
+    inst = {"mma": "mma.sync m16n8k16 (tensor cores, f32 accumulate)",
+            "simt": "f32 FFMA (CUDA cores)", "wgmma": "wgmma.mma_async (sm_90a warpgroups)"}
+    stage = ("TMA + mbarrier" if c.tma else "cp.async") + f", {c.stages} stages" \
+        if c.stages > 1 or c.tma else "synchronous copies, one buffer"
+    lines = [f"matrix product {p.batch} x ({p.m} x {p.k}) @ ({p.k} x {p.n}): "
+             f"{con.a.buffer} · {con.b.buffer} over {con.k.var}",
+             f"  instruction {inst[c.inst]}",
+             f"  block tile {c.bm}x{c.bn}x{c.bk}, {c.wm}x{c.wn} warps "
+             f"(warp tile {c.bm // c.wm}x{c.bn // c.wn}), staging: {stage}",
+             f"  launch order: {'row-major' if c.group == 1 else f'groups of {c.group} tile rows'}"]
+    if c.split > 1:
+        lines.append(f"  K split over {c.split} blocks ({c.split_mode})")
+    lines.append(f"  epilogue: {len(con.epilogue)} statement(s) per element, reading {con.acc}")
+    return tuple(lines)

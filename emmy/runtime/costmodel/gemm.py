@@ -1,0 +1,148 @@
+"""The model of a tiled matrix product (a contraction kernel's launches).
+
+Per launch: the blocks run in waves over the SMs (occupancy from ptxas's registers, the
+shared memory and the threads); each block computes a BM x BN tile over its K range in BK
+steps. A step costs the larger of its arithmetic (the tile's FLOPs at the SM's share of the
+instruction's rate) and its copies (the step's operand bytes at the SM's share of the
+bandwidth that serves them); with one shared buffer (STAGE=smem) the copy latency is paid on
+every step as well, with a cp.async/TMA ring of N stages it is hidden behind N-1 steps.
+Operand bytes come from DRAM once per wave for each distinct tile row of A and tile column
+of B the wave touches (the launch order decides how many: row-major waves touch few rows and
+many columns, grouped waves a square-ish patch), from L2 for the rest.
+"""
+
+from __future__ import annotations
+
+import math
+
+from emmy.cuda.gemm_spec import GemmConfig, GemmProblem
+from emmy.cuda.nvrtc import Resources
+from emmy.runtime.costmodel.constants import (DRAM_EFFICIENCY, DRAM_LATENCY_S, L2_OVER_DRAM,
+                                              METHOD)
+from emmy.runtime.costmodel.timing import LaunchEstimate
+from emmy.runtime.occupancy import occupancy
+from emmy.schedule.targets import Target
+
+# Fraction of the datasheet rate each instruction path reaches in a well-fed main loop
+# (estimates to calibrate against measurements): mma.sync on Hopper runs on the legacy tensor
+# path, well under wgmma's peak; on Ampere it is the peak path.
+INSTRUCTION_EFFICIENCY = {("mma", "sm_90a"): 0.62, ("mma", "sm_80"): 0.85,
+                          ("wgmma", "sm_90a"): 0.85, ("simt", "sm_90a"): 0.75,
+                          ("simt", "sm_80"): 0.75}
+STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
+EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
+
+
+def _rate(c: GemmConfig, p: GemmProblem, t: Target) -> float:
+    if c.inst == "simt":
+        peak = t.fp32_flops
+    else:
+        peak = t.bf16_tensor_flops if p.a.ctype == "__nv_bfloat16" else t.fp16_tensor_flops
+    return peak * INSTRUCTION_EFFICIENCY.get((c.inst, t.name), 0.6)
+
+
+def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConfig, grid: int,
+                         threads: int, smem: int, resources: Resources | None,
+                         target: Target) -> LaunchEstimate:
+    """The main-loop launch of a tiled product (its grid includes batch and K split)."""
+    occ = occupancy(threads, smem, resources, target)
+    if occ.blocks_per_sm == 0:
+        return LaunchEstimate(kernel, function, math.inf, 0, 0, 0, 0.0, 0, 0, "resources",
+                              resources, grid, threads)
+    tiles_m, tiles_n = -(-p.m // c.bm), -(-p.n // c.bn)
+    k_range = -(-p.k // c.split)
+    steps = -(-k_range // c.bk)
+    item = 2 if p.a.ctype != "float" else 4
+    clock = target.clock_hz
+    per_sm_rate = _rate(c, p, target) / target.sm_count
+    concurrent = occ.blocks_per_sm
+    # one K step of one block, with `concurrent` blocks sharing the SM
+    step_flops = 2 * c.bm * c.bn * c.bk
+    compute_s = step_flops * concurrent / per_sm_rate
+    step_bytes = (c.bm + c.bn) * c.bk * item
+    resident = min(grid, concurrent * target.sm_count)
+    l2_bw = target.dram_bytes_per_s * L2_OVER_DRAM
+    dram_bw = target.dram_bytes_per_s * DRAM_EFFICIENCY
+    # distinct operand tiles one wave touches, by the launch order
+    per_batch = max(1, resident // max(1, c.split))
+    if c.group > 1:
+        rows = min(tiles_m, c.group, per_batch)
+        cols = min(tiles_n, -(-per_batch // rows))
+    else:
+        cols = min(tiles_n, per_batch)
+        rows = min(tiles_m, -(-per_batch // tiles_n))
+    dram_fraction = min(1.0, (rows * c.bm + cols * c.bn) / max(1, per_batch * (c.bm + c.bn)))
+    bytes_step_all = step_bytes * resident
+    copy_s = max(bytes_step_all * dram_fraction / dram_bw, bytes_step_all / l2_bw)
+    overhead_s = STEP_OVERHEAD_CYCLES / clock
+    if c.stages <= 1:
+        step_s = compute_s + copy_s + DRAM_LATENCY_S / 2 + overhead_s
+    else:
+        step_s = max(compute_s, copy_s, DRAM_LATENCY_S / (c.stages - 1)) + overhead_s
+    waves = -(-grid // resident)
+    epilogue_s = c.bm * c.bn / threads * EPILOGUE_CYCLES_PER_ELEMENT / clock
+    out_bytes = p.batch * p.m * p.n * (4 if c.split_mode else item)
+    seconds = waves * (steps * step_s + epilogue_s) + out_bytes / dram_bw \
+        + target.launch_overhead_s
+    flops = 2 * p.batch * tiles_m * c.bm * tiles_n * c.bn * steps * c.bk * c.split
+    operand_bytes = p.batch * (p.m * p.k + p.k * p.n) * item
+    reads = operand_bytes * (tiles_n + tiles_m) / 2
+    limiter = "compute" if compute_s >= copy_s else "memory"
+    breakdown = (("compute", waves * steps * compute_s), ("copies", waves * steps * copy_s),
+                 ("launch", target.launch_overhead_s))
+    return LaunchEstimate(kernel=kernel, function=function, seconds=seconds,
+                          bytes_dram=round(operand_bytes + out_bytes), bytes_l2=round(reads),
+                          flops=flops, occupancy=occ.fraction, blocks_per_sm=concurrent,
+                          waves=waves, limiter=limiter, resources=resources, grid=grid,
+                          threads=threads, breakdown=breakdown, method=METHOD)
+
+
+def estimate_combine_launch(kernel: str, function: str, p: GemmProblem, c: GemmConfig,
+                            grid: int, threads: int, target: Target) -> LaunchEstimate:
+    """The split-K combine: read S partial planes, write the output once."""
+    n = p.batch * p.m * p.n
+    moved = n * 4 * c.split + n * 4
+    seconds = moved / (target.dram_bytes_per_s * DRAM_EFFICIENCY) + target.launch_overhead_s
+    return LaunchEstimate(kernel=kernel, function=function, seconds=seconds, bytes_dram=moved,
+                          bytes_l2=0, flops=n * c.split, occupancy=1.0, blocks_per_sm=0,
+                          waves=1, limiter="memory", resources=None, grid=grid,
+                          threads=threads, breakdown=(("dram", seconds),), method=METHOD)
+
+
+def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threads: int,
+                              smem: int, resources: Resources | None,
+                              target: Target) -> LaunchEstimate:
+    """Flash attention: Q K^T and P V on mma.sync (4 B H Sq Sk D FLOPs, about half of them
+    under a causal mask), the softmax's exponentials on the special-function units, K and V
+    read once per query block (from L2 after the first), q, k, v and the output from DRAM."""
+    occ = occupancy(threads, smem, resources, target)
+    if occ.blocks_per_sm == 0:
+        return LaunchEstimate(kernel, function, math.inf, 0, 0, 0, 0.0, 0, 0, "resources",
+                              resources, grid, threads)
+    heads = p.batch * p.heads
+    q_blocks = -(-p.sq // c.bq)
+    steps = -(-p.sk // c.bkv)
+    visible = 0.5 + 0.5 / q_blocks if p.causal else 1.0     # key blocks a query block reads
+    flops = 4 * heads * (q_blocks * c.bq) * (steps * c.bkv) * p.d * visible
+    peak = target.bf16_tensor_flops if p.q.ctype == "__nv_bfloat16" else target.fp16_tensor_flops
+    rate = peak * INSTRUCTION_EFFICIENCY.get(("mma", target.name), 0.6)
+    exps = heads * q_blocks * c.bq * steps * c.bkv * visible
+    sfu_rate = 16 * target.sm_count * target.clock_hz                     # exp2 per second
+    resident = min(grid, occ.blocks_per_sm * target.sm_count)
+    waves = -(-grid // resident)
+    wave_eff = grid / (waves * resident)                                 # the last wave's idle SMs
+    compute_s = (flops / rate + exps / sfu_rate) / wave_eff
+    io = 4 * heads * p.sq * p.d * 2
+    reread = 2 * heads * q_blocks * steps * visible * c.bkv * p.d * 2
+    memory_s = io / (target.dram_bytes_per_s * DRAM_EFFICIENCY) + \
+        reread / (target.dram_bytes_per_s * L2_OVER_DRAM)
+    latency_s = 0.0 if c.stages > 1 else waves * steps * visible * DRAM_LATENCY_S / 2
+    seconds = max(compute_s, memory_s) + latency_s + target.launch_overhead_s
+    return LaunchEstimate(kernel=kernel, function=function, seconds=seconds, bytes_dram=io,
+                          bytes_l2=round(reread), flops=round(flops), occupancy=occ.fraction,
+                          blocks_per_sm=occ.blocks_per_sm, waves=waves,
+                          limiter="compute" if compute_s >= memory_s else "memory",
+                          resources=resources, grid=grid, threads=threads,
+                          breakdown=(("compute", compute_s), ("memory", memory_s),
+                                     ("latency", latency_s), ("launch", target.launch_overhead_s)),
+                          method=METHOD)

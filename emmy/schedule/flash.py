@@ -1,0 +1,141 @@
+"""The decision points of an attention kernel (f16/bf16 q, k, v; emmy.tile_ir.attention),
+built as one flash-attention kernel: a block of queries walks the keys once, with the softmax
+as an online fold that rescales its running sum and output.
+
+    WORK    warps:W              W warps per block (4 or 8), each owning BQ/W query rows
+    TILE    flash:BQxBKV         BQ queries per block, BKV keys per step (mma.sync for Q K^T
+                                 and P V, f32 accumulate)
+    STAGE   smem | async:2       K/V tiles copied synchronously, or double-buffered by cp.async
+
+The last rule asks the template (emmy.cuda.attention) itself, so a listed row always builds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from emmy.schedule.targets import Target
+
+KIB = 1024
+GRAMMAR: dict[str, tuple[str, ...]] = {
+    "WORK": ("warps:4", "warps:8"),
+    "TILE": tuple(f"flash:{q}x{kv}" for q in (64, 128) for kv in (32, 64, 128)),
+    "STAGE": ("smem", "async:2"),
+}
+GRAMMAR_TEXT = {
+    "WORK": "warps:4 | warps:8  (warps per block)",
+    "TILE": "flash:BQxBKV  (BQ = 64 | 128 queries per block, BKV = 32 | 64 | 128 keys per step)",
+    "STAGE": "smem | async:2  (K/V copies: synchronous, or a cp.async double buffer)",
+}
+# Measured on an H200 (4 x 32 heads x 4096, f16): 128 queries on 4 warps (32 rows a warp) with
+# 32 (d = 128) or 64-128 (d = 64) keys per step, double-buffered, was fastest.
+PREFERRED = {"WORK": ("warps:4", "warps:8"), "TILE": ("flash:128x32", "flash:128x64", "flash:64x64"),
+             "STAGE": ("async:2", "smem")}
+KEYS = ("WORK", "TILE", "STAGE")
+
+
+@dataclass(frozen=True, slots=True)
+class FlashTile:
+    bq: int
+    bkv: int
+
+
+def read_work(value: str) -> int:
+    return int(value.split(":")[1])
+
+
+def read_tile(value: str) -> FlashTile:
+    m = re.fullmatch(r"flash:(\d+)x(\d+)", value)
+    assert m, value
+    return FlashTile(int(m[1]), int(m[2]))
+
+
+def read_stage(value: str) -> int:
+    return 1 if value == "smem" else int(value.split(":")[1])
+
+
+READ = {"WORK": read_work, "TILE": read_tile, "STAGE": read_stage}
+FIELD = {"WORK": "warps", "TILE": "tile", "STAGE": "stages"}
+
+
+@dataclass(frozen=True)
+class FlashCtx:
+    kernel: str
+    problem: object              # emmy.cuda.attention.AttentionProblem
+    target: Target
+    warps: int | None = None
+    tile: FlashTile | None = None
+    stages: int | None = None
+
+
+def config_of(c: FlashCtx):
+    from emmy.cuda.attention import AttentionConfig
+
+    return AttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps, stages=c.stages)
+
+
+def problem_of(att):
+    """The template's view of an Attention (emmy.tile_ir.attention)."""
+    from emmy.cuda.attention import AttentionProblem, AttnOperand
+
+    def strides(op) -> tuple[int, int, int, int]:
+        coef = {a.name: c for a, c in op.offset.terms}
+        b = [coef.get(ax.var, 0) for ax in att.batch]
+        batch, head = ([0] * (2 - len(b)) + b)[-2:]
+        return batch, head, coef.get("s", 0), coef.get("d", 0)
+
+    ext = [ax.extent for ax in att.batch]
+    batch, heads = ([1] * (2 - len(ext)) + ext)[-2:]
+    return AttentionProblem(batch=batch, heads=heads, sq=att.query.extent, sk=att.keys,
+                            d=att.dim, q=AttnOperand(att.q.buffer, att.q.dtype.c_name, strides(att.q)),
+                            k=AttnOperand(att.k.buffer, att.k.dtype.c_name, strides(att.k)),
+                            v=AttnOperand(att.v.buffer, att.v.dtype.c_name, strides(att.v)),
+                            scale=att.scale, causal=att.causal)
+
+
+def make_ctx(kernel, target: Target) -> FlashCtx:
+    return FlashCtx(kernel.name, problem_of(kernel.attention), target)
+
+
+# --- rules ------------------------------------------------------------------------------------
+
+def threads_per_block(c: FlashCtx) -> str | None:
+    if 32 * c.warps > c.target.max_threads_per_block:
+        return f"{32 * c.warps} threads > {c.target.max_threads_per_block} per block"
+    return None
+
+
+def rows_per_warp(c: FlashCtx) -> str | None:
+    if c.tile.bq % (16 * c.warps):
+        return (f"{c.warps} warps share {c.tile.bq} query rows: each warp needs a multiple of "
+                f"16 rows (the mma m16 atom)")
+    return None
+
+
+def async_copies(c: FlashCtx) -> str | None:
+    if c.stages > 1 and not c.target.has_cp_async:
+        return f"cp.async needs sm_80 or later; {c.target.name} has none"
+    return None
+
+
+def template_builds(c: FlashCtx) -> str | None:
+    from emmy.cuda.attention import constraints
+
+    reasons = constraints(c.problem, config_of(c), c.target.name)
+    return reasons[0] if reasons else None
+
+
+@dataclass(frozen=True)
+class FlashRule:
+    name: str
+    key: str
+    check: object
+
+
+RULES = (
+    FlashRule("work.threads_per_block", "WORK", threads_per_block),
+    FlashRule("tile.rows_per_warp", "TILE", rows_per_warp),
+    FlashRule("stage.async", "STAGE", async_copies),
+    FlashRule("stage.template_builds", "STAGE", template_builds),
+)

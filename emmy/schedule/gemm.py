@@ -1,0 +1,334 @@
+"""The decision points of a contraction (a matrix product with a fused epilogue).
+
+    WORK    warps:WMxWN            WM x WN warps per block, each owning a (BM/WM) x (BN/WN) tile
+    TILE    mma:BMxBNxBK           block tile on tensor cores: mma.sync m16n8k16, f16/bf16 -> f32
+            simt:BMxBNxBK          block tile on CUDA cores: f32 FFMA, register micro-tiles
+            wgmma:BMxBNxBK         block tile on Hopper's warpgroup mma (sm_90a)
+    REDUCE  serial | split:S:atomic | split:S:combine     S blocks share one tile's K range
+    STAGE   smem | async:N | tma:N  synchronous copies into one shared buffer, a cp.async ring of
+                                   N stages, or TMA copies completing on mbarriers (wgmma only)
+    RASTER  row | group:G          tile launch order: row-major, or G tile rows at a time (L2 reuse)
+
+Each rule below refuses one thing with its reason; the last one asks the template itself
+(emmy.cuda.gemm / gemm_sm90), so whatever the space lists, the template builds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from emmy.cuda.gemm_spec import ELEMENT_BYTES, GemmConfig, GemmOperand, GemmProblem
+from emmy.dtypes import DType
+from emmy.schedule.decisions import Reduce, read_reduce
+from emmy.schedule.targets import Target
+from emmy.symbolic import floordiv, lin, mod, render, var
+
+KIB = 1024
+_WARPS = ("1x1", "1x2", "2x1", "2x2", "1x4", "4x1", "2x4", "4x2", "4x4")
+_MMA = tuple(f"mma:{m}x{n}x{k}" for m in (32, 64, 128, 256) for n in (32, 64, 128, 256)
+             for k in (16, 32, 64))
+_SIMT = tuple(f"simt:{m}x{n}x{k}" for m in (32, 64, 128) for n in (32, 64, 128) for k in (8, 16, 32))
+_WGMMA = tuple(f"wgmma:{m}x{n}x64" for m in (64, 128) for n in (64, 128, 256))
+
+GRAMMAR: dict[str, tuple[str, ...]] = {
+    "WORK": tuple(f"warps:{w}" for w in _WARPS),
+    "TILE": _MMA + _SIMT + _WGMMA,
+    "REDUCE": ("serial", *(f"split:{s}:{how}" for s in (2, 4, 8, 16) for how in ("atomic", "combine"))),
+    "STAGE": ("smem", "async:2", "async:3", "async:4", "tma:3", "tma:4"),
+    "RASTER": ("row", "group:4", "group:8"),
+}
+GRAMMAR_TEXT = {
+    "WORK": "warps:WMxWN  (warps along M and N: " + " ".join(_WARPS) + ")",
+    "TILE": "mma:BMxBNxBK | simt:BMxBNxBK | wgmma:BMxBNx64  (block tile; mma BM,BN in 32..256, "
+            "BK 16|32|64; simt BM,BN in 32..128, BK 8|16|32; wgmma BM 64|128, BN 64|128|256)",
+    "REDUCE": "serial | split:S:atomic | split:S:combine  (S in 2,4,8,16)",
+    "STAGE": "smem | async:N (N = 2,3,4 cp.async stages) | tma:N (N = 3,4; wgmma only)",
+    "RASTER": "row | group:G  (G = 4, 8 tile rows per group)",
+}
+# Measured on an H200 at 4096^3 (f16): wgmma 128x256x64 with 4 cp.async stages reached about
+# 595 TFLOP/s (its TMA form about 610), mma.sync 128x256x64 on 2x4 warps with 3 stages about 390;
+# the rest are fallbacks for smaller problems and older targets (no wgmma before sm_90a).
+PREFERRED = {
+    "WORK": ("warps:2x4", "warps:2x2", "warps:1x1"),
+    "TILE": ("wgmma:128x256x64", "mma:128x256x64", "mma:128x128x32", "mma:64x64x32",
+             "simt:128x128x16", "simt:64x64x16", "simt:32x32x8", "mma:32x32x16"),
+    "REDUCE": ("serial",),
+    "STAGE": ("async:4", "async:3", "async:2", "smem"),
+    "RASTER": ("group:8", "group:4", "row"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GemmTile:
+    inst: str
+    bm: int
+    bn: int
+    bk: int
+
+
+@dataclass(frozen=True, slots=True)
+class GemmStage:
+    kind: str        # smem | async | tma
+    stages: int
+
+
+def read_work(value: str) -> tuple[int, int]:
+    wm, wn = value.split(":")[1].split("x")
+    return int(wm), int(wn)
+
+
+def read_tile(value: str) -> GemmTile:
+    m = re.fullmatch(r"(mma|simt|wgmma):(\d+)x(\d+)x(\d+)", value)
+    assert m, value
+    return GemmTile(m[1], int(m[2]), int(m[3]), int(m[4]))
+
+
+def read_stage(value: str) -> GemmStage:
+    if value == "smem":
+        return GemmStage("smem", 1)
+    kind, n = value.split(":")
+    return GemmStage(kind, int(n))
+
+
+def read_raster(value: str) -> int:
+    return 1 if value == "row" else int(value.split(":")[1])
+
+
+READ = {"WORK": read_work, "TILE": read_tile, "REDUCE": read_reduce, "STAGE": read_stage,
+        "RASTER": read_raster}
+FIELD = {"WORK": "work", "TILE": "tile", "REDUCE": "reduce", "STAGE": "stage", "RASTER": "raster"}
+KEYS = ("WORK", "TILE", "REDUCE", "STAGE", "RASTER")
+
+
+@dataclass(frozen=True)
+class GemmCtx:
+    kernel: str
+    problem: GemmProblem
+    plain_store: bool          # the epilogue stores the accumulator as it is (split:atomic)
+    out_f32: bool
+    target: Target
+    work: tuple[int, int] | None = None
+    tile: GemmTile | None = None
+    reduce: Reduce | None = None
+    stage: GemmStage | None = None
+    raster: int | None = None
+
+
+def config_of(c: GemmCtx) -> GemmConfig:
+    """The template configuration of a complete context."""
+    wm, wn = c.work
+    r = c.reduce
+    return GemmConfig(inst=c.tile.inst, bm=c.tile.bm, bn=c.tile.bn, bk=c.tile.bk, wm=wm, wn=wn,
+                      stages=c.stage.stages, split=r.split if r.method == "split" else 1,
+                      split_mode=r.combine if r.method == "split" else "",
+                      group=c.raster, tma=c.stage.kind == "tma")
+
+
+# --- problem ----------------------------------------------------------------------------------
+
+def problem_of(con) -> GemmProblem:
+    """The template's view of a Contraction (emmy.tile_ir.contract): sizes and operand layouts.
+    The batch axes flatten into one index `bz` (outermost first)."""
+    def operand(op) -> GemmOperand:
+        strides = {a.name: c for a, c in op.offset.terms}
+        bounds = {"bz": max(con.batch_size, 1)}
+        off, rest = lin(op.offset.const), con.batch_size
+        for ax in con.batch:
+            rest //= ax.extent
+            off = off + mod(floordiv(var("bz"), rest, bounds), ax.extent, bounds) * strides.get(ax.var, 0)
+        coefs = [strides.get(ax.var, 0) for ax in con.batch]
+        inner = coefs[-1] if coefs else 0
+        flat = all(c == inner * _after(con.batch, i) for i, c in enumerate(coefs))
+        if flat and op.offset.const == 0:       # the common cases, spelled plainly
+            text = f"bz * {inner}LL" if inner else "0"
+        else:
+            text = f"(long long)({render(off)})"
+        return GemmOperand(buffer=op.buffer, ctype=op.dtype.c_name,
+                           stride_outer=strides.get(op.outer, 0), stride_k=strides[con.k.var],
+                           batch_offset=text, batch_stride=inner if flat else None)
+    return GemmProblem(m=con.m.extent, n=con.n.extent, k=con.k.extent,
+                       batch=max(con.batch_size, 1), a=operand(con.a), b=operand(con.b))
+
+
+def _after(batch, i: int) -> int:
+    out = 1
+    for ax in batch[i + 1:]:
+        out *= ax.extent
+    return out
+
+
+# --- rules ------------------------------------------------------------------------------------
+
+def _itemsize(c: GemmCtx) -> int:
+    return ELEMENT_BYTES[c.problem.a.ctype]
+
+
+def threads_per_block(c: GemmCtx) -> str | None:
+    wm, wn = c.work
+    if 32 * wm * wn > c.target.max_threads_per_block:
+        return f"{32 * wm * wn} threads > {c.target.max_threads_per_block} per block"
+    return None
+
+
+def instruction_types(c: GemmCtx) -> str | None:
+    t = c.problem.a.ctype
+    if c.tile.inst in ("mma", "wgmma") and t not in ("__half", "__nv_bfloat16"):
+        return (f"{c.tile.inst} multiplies f16/bf16 operands (f32 accumulate); this product's "
+                f"operands are {_dtype_name(t)}: use simt")
+    if c.tile.inst == "simt" and t != "float":
+        return (f"simt tiles multiply f32 operands; this product's operands are "
+                f"{_dtype_name(t)}: use mma (tensor cores)")
+    return None
+
+
+def instruction_set(c: GemmCtx) -> str | None:
+    if c.tile.inst == "wgmma" and not c.target.has_wgmma:
+        return f"wgmma is an sm_90a instruction; {c.target.name} has none"
+    if c.tile.inst == "mma" and not c.target.has_mma_sync:
+        return f"mma.sync m16n8k16 needs sm_80 or later; {c.target.name} has none"
+    return None
+
+
+def warp_tile(c: GemmCtx) -> str | None:
+    wm, wn = c.work
+    t = c.tile
+    if t.bm % wm or t.bn % wn:
+        return f"the {t.bm}x{t.bn} block tile does not split over {wm}x{wn} warps"
+    m, n = t.bm // wm, t.bn // wn
+    if t.inst == "mma" and (m % 16 or n % 16):
+        return (f"each warp's {m}x{n} tile must be a multiple of 16x16 (mma m16n8k16 atoms, "
+                f"B fragments in pairs)")
+    if t.inst == "wgmma" and (wm * wn) % 4:
+        return "wgmma is issued by warpgroups of 4 warps: WM x WN must be a multiple of 4"
+    if t.inst == "simt" and (m * n) % 32:
+        return f"each warp's {m}x{n} tile must give its 32 lanes equal micro-tiles"
+    return None
+
+
+def accumulator_registers(c: GemmCtx) -> str | None:
+    wm, wn = c.work
+    per_thread = c.tile.bm * c.tile.bn // (32 * wm * wn)
+    limit = 128 if c.tile.inst != "simt" else 64
+    if per_thread > limit:
+        return (f"{per_thread} f32 accumulators per thread > {limit}: the tile would spill "
+                f"registers; use more warps or a smaller tile")
+    return None
+
+
+def tile_fits_problem(c: GemmCtx) -> str | None:
+    p, t = c.problem, c.tile
+    most_m, most_n = max(32, 2 * _ceil_pow2(p.m)), max(32, 2 * _ceil_pow2(p.n))
+    if t.bm > most_m or t.bn > most_n:
+        return (f"a {t.bm}x{t.bn} tile over a {p.m}x{p.n} output is mostly padding; use a "
+                f"tile of at most {most_m}x{most_n}")
+    if t.bk > max(16, 2 * _ceil_pow2(p.k)):
+        return f"BK={t.bk} is more than twice K={p.k}"
+    return None
+
+
+def split_range(c: GemmCtx) -> str | None:
+    r = c.reduce
+    if r.method != "split":
+        return None
+    if r.split * c.tile.bk > c.problem.k:
+        return (f"split:{r.split} gives each block fewer than BK={c.tile.bk} of K={c.problem.k}")
+    if r.combine == "atomic" and not (c.plain_store and c.out_f32):
+        return ("split:S:atomic adds partial sums into the output, so the epilogue must store "
+                "the f32 accumulator as it is; use split:S:combine")
+    if c.tile.inst == "wgmma":
+        return "the wgmma template does not split K"
+    return None
+
+
+def stage_kind(c: GemmCtx) -> str | None:
+    s = c.stage
+    if s.kind == "tma" and c.tile.inst != "wgmma":
+        return "TMA staging feeds wgmma tiles only; use async:N"
+    if s.kind == "async" and not c.target.has_cp_async:
+        return f"cp.async needs sm_80 or later; {c.target.name} has none"
+    return None
+
+
+def stage_alignment(c: GemmCtx) -> str | None:
+    if c.stage.kind == "smem":
+        return None
+    for name, op in (("A", c.problem.a), ("B", c.problem.b)):
+        contiguous = op.stride_k == 1 or op.stride_outer == 1
+        row = (op.stride_outer if op.stride_k == 1 else op.stride_k) * op.itemsize
+        if not contiguous:
+            return f"cp.async copies 16-byte chunks; operand {name} has no contiguous dimension"
+        if row % 16:
+            return (f"cp.async copies 16-byte chunks; operand {name}'s rows start every {row} "
+                    f"bytes, not a multiple of 16 (use STAGE=smem)")
+    return None
+
+
+def shared_budget(c: GemmCtx) -> str | None:
+    t, s = c.tile, c.stage
+    per_stage = (t.bm + t.bn) * (t.bk + 16 // _itemsize(c)) * _itemsize(c)
+    need = per_stage * s.stages
+    if need > c.target.shared_per_block_optin:
+        return (f"{s.stages} stage(s) x {_kib(per_stage)} = {_kib(need)} shared memory > "
+                f"{_kib(c.target.shared_per_block_optin)} per block on {c.target.name}")
+    return None
+
+
+def template_builds(c: GemmCtx) -> str | None:
+    """Anything else the template cannot build (its own constraints, in its own words)."""
+    reasons = template_constraints(c.problem, config_of(c), c.target.name)
+    return reasons[0] if reasons else None
+
+
+def template_constraints(problem: GemmProblem, config: GemmConfig, target: str) -> list[str]:
+    if config.inst == "wgmma":
+        from emmy.cuda import gemm_sm90
+
+        return gemm_sm90.constraints_sm90(problem, config, target)
+    from emmy.cuda import gemm
+
+    return gemm.constraints(problem, config, target)
+
+
+@dataclass(frozen=True)
+class GemmRule:
+    name: str
+    key: str
+    check: object
+
+
+RULES = (
+    GemmRule("work.threads_per_block", "WORK", threads_per_block),
+    GemmRule("tile.instruction_types", "TILE", instruction_types),
+    GemmRule("tile.instruction_set", "TILE", instruction_set),
+    GemmRule("tile.warp_tile", "TILE", warp_tile),
+    GemmRule("tile.accumulator_registers", "TILE", accumulator_registers),
+    GemmRule("tile.fits_problem", "TILE", tile_fits_problem),
+    GemmRule("reduce.split_range", "REDUCE", split_range),
+    GemmRule("stage.kind", "STAGE", stage_kind),
+    GemmRule("stage.alignment", "STAGE", stage_alignment),
+    GemmRule("stage.shared_budget", "STAGE", shared_budget),
+    GemmRule("raster.template_builds", "RASTER", template_builds),
+)
+
+
+def _ceil_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _kib(n: int) -> str:
+    return f"{n / KIB:g} KiB" if n >= KIB else f"{n} B"
+
+
+def _dtype_name(ctype: str) -> str:
+    return {"__half": "f16", "__nv_bfloat16": "bf16", "float": "f32"}.get(ctype, ctype)
+
+
+def make_ctx(kernel, target: Target) -> GemmCtx:
+    con = kernel.contract
+    outs = kernel.outputs
+    return GemmCtx(kernel.name, problem_of(con), con.plain_store,
+                   all(b.type.dtype is DType.F32 for b in outs), target)

@@ -1,0 +1,241 @@
+"""Attention: the three folds that scaled dot-product attention lowers to, recognized as one.
+
+    grid b.. × i
+      reduce j: m = max(S(i, j))                         S = (q[i]·k[j]) * scale, masked
+      reduce j: l = sum(exp(S(i, j) - m))
+      map d:    out[i, d] = sum_j v[j, d] * exp(S(i, j) - m) / l
+
+Each fold recomputes the scores. The recognizer reads each fold's folded value as an
+expression tree (through nested folds) and matches the three trees above, with the same
+q, k, scale and mask in each; a kernel is attention only when all of it matches, so the
+flash-attention template (one pass over the keys with an online, rescaling softmax: the max
+and the sum folds merged into the output fold) computes exactly what the kernel computes.
+The mask, when there is one, is causal (key j visible to query i iff j <= i).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emmy.dtypes import DType
+from emmy.loop_ir.ir import CastTo, Compute, IndexValue, Load, Store
+from emmy.schedule.facts import offset
+from emmy.symbolic import Lin, Sym, var
+from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
+from emmy.tile_ir.ir import Axis, Fold, FoldKind, TileKernel
+
+_HALF = (DType.F16, DType.BF16)
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    buffer: str
+    dtype: DType
+    offset: Lin          # element offset with the key/query axis named "s" and the dim "d"
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    batch: tuple[Axis, ...]      # grid axes besides the query axis, outermost first
+    query: Axis                  # i
+    keys: int                    # extent of j
+    dim: int                     # head dim of q, k (and of v and the output)
+    q: Operand
+    k: Operand
+    v: Operand
+    scale: float
+    causal: bool
+    store: Store                 # out[.., i, d] = value (after `cast`, if any)
+    d_var: str                   # the output fold's axis var (in `store`)
+    value_var: str               # the stored value's name
+    cast: CastTo | None          # the cast of the accumulator before the store
+
+
+def find_attention(k: TileKernel) -> Attention | None:
+    """The kernel as attention (module docstring), or None."""
+    if not k.grid:
+        return None
+    folds = [i for i in k.body if isinstance(i, Fold)]
+    rest = [i for i in k.body if not isinstance(i, Fold)]
+    if len(folds) != 3 or any(not isinstance(i, (IndexValue, CastTo, Store)) for i in rest):
+        return None
+    f_max, f_sum, f_out = folds
+    if not (_reduce(f_max, ReduceOp.MAX) and _reduce(f_sum, ReduceOp.SUM)
+            and f_out.kind is FoldKind.MAP):
+        return None
+    inner = [i for i in f_out.body if isinstance(i, Fold)]
+    tail = [i for i in f_out.body if not isinstance(i, Fold)]
+    if len(inner) != 1 or not _reduce(inner[0], ReduceOp.SUM):
+        return None
+    i_axis = k.grid[-1]
+    shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
+    outer_defs = {s.dst: s for s in k.body if isinstance(s, IndexValue)}
+    m, l, o = f_max.accs[0].acc, f_sum.accs[0].acc, inner[0].accs[0].acc
+    s1 = _score(_tree(_folded(f_max), f_max, outer_defs), f_max.axis.var, i_axis.var, shapes)
+    t2 = _tree(_folded(f_sum), f_sum, outer_defs)
+    t3 = _tree(_folded(inner[0]), inner[0], outer_defs)
+    if s1 is None:
+        return None
+    # sum: exp(S - m)
+    if not (t2[0] == "exp" and t2[1][0] == "sub" and t2[1][2] == ("acc", m)):
+        return None
+    s2 = _score(t2[1][1], f_sum.axis.var, i_axis.var, shapes)
+    # output: v[j, d] * exp(S - m) / l, either order of the product
+    if t3[0] != EwOp.MUL.value:
+        return None
+    load_v, prob = (t3[1], t3[2]) if _is_load(t3[1]) else (t3[2], t3[1])
+    if not (_is_load(load_v) and prob[0] == EwOp.DIV.value and prob[2] == ("acc", l)):
+        return None
+    p = prob[1]
+    if not (p[0] == "exp" and p[1][0] == "sub" and p[1][2] == ("acc", m)):
+        return None
+    s3 = _score(p[1][1], inner[0].axis.var, i_axis.var, shapes)
+    if s2 is None or s3 is None or not (s1 == s2 == s3):
+        return None
+    (q_off, q_buf, k_off, k_buf), scale, causal = s1
+    d_var = f_out.axis.var
+    _, v_buf, v_idx = _load_of(load_v)
+    v_off = _rename(offset(v_idx, shapes[v_buf]), {inner[0].axis.var: "s", d_var: "d"})
+    stores = [s for s in (*rest, *tail) if isinstance(s, Store)]
+    casts = [s for s in (*rest, *tail) if isinstance(s, CastTo)]
+    if len(stores) != 1 or len(casts) > 1:
+        return None
+    store, cast = stores[0], (casts[0] if casts else None)
+    value = cast.dst if cast else o
+    if store.value != value or (cast and cast.arg != o):
+        return None
+    types = {b.name: b.type.dtype for b in (*k.inputs, *k.outputs)}
+    if not (types[q_buf] is types[k_buf] is types[v_buf]):
+        return None
+    batch = tuple(a for a in k.grid if a is not i_axis)
+    vars_ok = {a.var for a in batch} | {"s", "d"}
+    for off in (q_off, k_off, v_off):
+        if not {a.name for a, _ in off.terms} <= vars_ok | {i_axis.var}:
+            return None
+    q_off = _rename(q_off, {i_axis.var: "s"})
+    dim = _extent_of(f_out)
+    if _extent_of(_nested(f_max)) != dim:
+        return None
+    return Attention(batch=batch, query=i_axis, keys=f_max.axis.extent, dim=dim,
+                     q=Operand(q_buf, types[q_buf], q_off), k=Operand(k_buf, types[k_buf], k_off),
+                     v=Operand(v_buf, types[v_buf], v_off), scale=scale, causal=causal,
+                     store=store, d_var=d_var, value_var=value, cast=cast)
+
+
+def flash_ok(a: Attention) -> bool:
+    """Whether the flash template takes it: f16/bf16 operands (f32 stays on CUDA cores), at
+    most two batch axes (batch, heads), and a layout its smallest configuration builds on any
+    target with mma.sync (else the kernel keeps the generic row space)."""
+    if a.q.dtype not in _HALF or len(a.batch) > 2:
+        return False
+    from emmy.cuda.attention import AttentionConfig, constraints
+    from emmy.schedule.flash import problem_of
+
+    return not constraints(problem_of(a), AttentionConfig(bq=64, bkv=32, warps=4, stages=1),
+                           "sm_80")
+
+
+# --- expression trees -------------------------------------------------------------------------
+
+def _reduce(f: Fold, op: ReduceOp) -> bool:
+    return f.kind is FoldKind.REDUCE and len(f.accs) == 1 and f.accs[0].op is op and not f.reverse
+
+
+def _folded(f: Fold) -> str:
+    from emmy.loop_ir.ir import Accum
+
+    (acc,) = [s for s in f.body if isinstance(s, Accum)]
+    return acc.value
+
+
+def _nested(f: Fold) -> Fold:
+    return next(i for i in f.body if isinstance(i, Fold))
+
+
+def _extent_of(f: Fold) -> int:
+    return f.axis.extent
+
+
+def _tree(name, fold: Fold, outer: dict):
+    """The expression `name` denotes inside `fold`: nested folds become ("sum", axis, tree)."""
+    defs = {s.dst: s for s in fold.body if isinstance(s, (Load, Compute, CastTo, IndexValue))}
+    nested = {i.accs[0].acc: i for i in fold.body if isinstance(i, Fold) and len(i.accs) == 1}
+
+    def walk(n):
+        if isinstance(n, Scalar):
+            return ("const", float(n.value))
+        if n in nested:
+            f = nested[n]
+            if not _reduce(f, ReduceOp.SUM):
+                return ("opaque", n)
+            return ("sum", f.axis.var, _tree(_folded(f), f, {**outer, **defs}))
+        s = defs.get(n) or outer.get(n)
+        match s:
+            case None:
+                return ("acc", n)
+            case Load():
+                return ("load", s.buffer, s.index)
+            case CastTo():
+                return ("cast", walk(s.arg))
+            case IndexValue():
+                return ("index", s.expr)
+            case Compute():
+                return (s.op.value, *(walk(a) for a in s.args))
+        return ("opaque", n)
+    return walk(name)
+
+
+def _is_load(t) -> bool:
+    return t[0] == "load" or (t[0] == "cast" and t[1][0] == "load")
+
+
+def _load_of(t):
+    return t if t[0] == "load" else t[1] if t[0] == "cast" and t[1][0] == "load" else None
+
+
+def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
+    """((q offset, q buffer, k offset, k buffer), scale, causal) of S(i, j), offsets renamed so
+    that the sequence axis is "s" and the head dim "d"; None when `t` is not a score."""
+    causal = False
+    if t[0] == "where":
+        cond, s, other = t[1], t[2], t[3]
+        if other != ("const", float("-inf")) or not _causal(cond, j, i):
+            return None
+        t, causal = s, True
+    scale = 1.0
+    if t[0] == EwOp.MUL.value and ("const" in (t[1][0], t[2][0])):
+        c, t = (t[1], t[2]) if t[1][0] == "const" else (t[2], t[1])
+        scale = c[1]
+    if t[0] != "sum":
+        return None
+    d, prod = t[1], t[2]
+    if prod[0] != EwOp.MUL.value:
+        return None
+    a, b = _load_of(prod[1]), _load_of(prod[2])
+    if a is None or b is None:
+        return None
+    oa, ob = offset(a[2], shapes[a[1]]), offset(b[2], shapes[b[1]])
+    va = {x.name for x, _ in oa.terms}
+    vb = {x.name for x, _ in ob.terms}
+    if i in va and j in vb and j not in va and i not in vb:
+        q, k = (oa, a[1]), (ob, b[1])
+    elif i in vb and j in va and j not in vb and i not in va:
+        q, k = (ob, b[1]), (oa, a[1])
+    else:
+        return None
+    qo = _rename(q[0], {d: "d"})
+    ko = _rename(k[0], {d: "d", j: "s"})
+    if any(not isinstance(x, Sym) for x, _ in (*qo.terms, *ko.terms)):
+        return None
+    return (qo, q[1], ko, k[1]), scale, causal
+
+
+def _causal(cond, j: str, i: str) -> bool:
+    return (cond[0] == EwOp.LE.value and cond[1] == ("index", var(j))
+            and cond[2] == ("index", var(i)))
+
+
+def _rename(e: Lin, names: dict[str, str]) -> Lin:
+    from emmy.symbolic import substitute
+
+    return substitute(e, {a: var(b) for a, b in names.items()}, {})

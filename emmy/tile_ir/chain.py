@@ -1,0 +1,160 @@
+"""Chained products: a contraction whose operand is itself a contraction, fused.
+
+    grid i × j
+      reduce k2 into acc
+        c = load C[k2, j]
+        reduce k1 into inner { A[i, k1] * B[k1, k2] }
+        h = epilogue1(inner)          (bias, activation: the MLP's up projection)
+        acc <- add(acc, multiply(c, h))
+      epilogue2(acc)
+
+is O = epilogue2((epilogue1(A B)) C) computed without the intermediate ever reaching memory:
+every output element recomputes its row of the intermediate (the Loop IR's fusion). PLACE=cut
+on this edge splits it into two kernels, each a contraction with its own row:
+
+    <name>_cut0: grid i × k2:  T[i, k2] = epilogue1(sum_k1 A[i, k1] B[k1, k2])
+    <name>_cut1: grid i × j:   O[i, j]  = epilogue2(sum_k2 T[i, k2] C[k2, j])
+
+with T a planned intermediate buffer (`<name>_mid`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+
+from emmy.loop_ir.ir import Accum, Buffer, CastTo, Compute, IndexValue, Load, Store
+from emmy.symbolic import var
+from emmy.tensor_ir.ir import EwOp, ReduceOp
+from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, KernelKind, TileKernel
+from emmy.tile_ir.values import used, value_types
+from emmy.torch_ir.ir import TensorType
+
+
+@dataclass(frozen=True)
+class Chain:
+    outer: Fold                 # the fold over k2
+    producer: tuple[Item, ...]  # the inner fold and the statements computing h, in order
+    h: str                      # the producer's value the outer product multiplies
+    axes: tuple[Axis, ...]      # the grid axes the producer reads (outermost first)
+
+
+def find_chain(k: TileKernel) -> Chain | None:
+    """The kernel as a fused chain of two products, or None."""
+    if k.kind is not KernelKind.ROW:
+        return None
+    folds = [i for i in k.body if isinstance(i, Fold)]
+    if len(folds) != 1:
+        return None
+    outer = folds[0]
+    if (outer.kind is not FoldKind.REDUCE or len(outer.accs) != 1
+            or outer.accs[0].op is not ReduceOp.SUM or outer.reverse):
+        return None
+    inner = [i for i in outer.body if isinstance(i, Fold)]
+    accums = [i for i in outer.body if isinstance(i, Accum)]
+    if len(inner) != 1 or inner[0].kind is not FoldKind.REDUCE or len(accums) != 1:
+        return None
+    defs = {s.dst: s for s in outer.body if isinstance(s, (Load, Compute, CastTo, IndexValue))}
+    mul = defs.get(accums[0].value)
+    if not isinstance(mul, Compute) or mul.op is not EwOp.MUL:
+        return None
+    inner_accs = {i.acc for i in inner[0].accs}
+    for h in (a for a in mul.args if isinstance(a, str)):
+        slice_ = _slice(h, defs, inner_accs)
+        other = next((a for a in mul.args if a != h), None)
+        if slice_ is None or other is None or _slice(other, defs, inner_accs) is not None:
+            continue
+        producer = tuple(i for i in outer.body if i is inner[0] or
+                         (not isinstance(i, Fold) and getattr(i, "dst", None) in slice_))
+        reads = _index_vars(producer)
+        grid = {a.var for a in k.grid}
+        if not reads <= grid | {outer.axis.var} | _fold_vars(inner[0]):
+            return None
+        axes = tuple(a for a in k.grid if a.var in reads)
+        return Chain(outer, producer, h, axes)
+    return None
+
+
+def _slice(name: str, defs: dict, inner_accs: set[str]) -> set[str] | None:
+    """The statements `name` depends on inside the outer fold, if it depends on the inner fold."""
+    seen: set[str] = set()
+    stack, touches = [name], False
+    while stack:
+        n = stack.pop()
+        if n in inner_accs:
+            touches = True
+            continue
+        if n in seen or n not in defs:
+            continue
+        seen.add(n)
+        s = defs[n]
+        stack += [a for a in getattr(s, "args", ()) if isinstance(a, str)]
+        if isinstance(s, CastTo):
+            stack.append(s.arg)
+    return seen if touches else None
+
+
+def _index_vars(items) -> set[str]:
+    out: set[str] = set()
+    for i in items:
+        match i:
+            case Fold():
+                out |= _index_vars(i.body)
+            case Load() | Store():
+                out |= {v for e in i.index for v in e.free_vars()}
+            case IndexValue():
+                out |= set(i.expr.free_vars())
+    return out
+
+
+def _fold_vars(f: Fold) -> set[str]:
+    out = {f.axis.var}
+    for i in f.body:
+        if isinstance(i, Fold):
+            out |= _fold_vars(i)
+    return out
+
+
+def cut_chain(k: TileKernel, chain: Chain) -> tuple[TileKernel, TileKernel, Buffer]:
+    """The producer and consumer kernels, and the intermediate between them."""
+    from emmy.tile_ir.contract import find_contraction
+
+    outer = chain.outer
+    types = value_types(k.body)
+    mid_axes = chain.axes + (outer.axis,)
+    index = tuple(var(a.var) for a in mid_axes)
+    mid = Buffer(f"{k.name}_mid", TensorType(tuple(a.extent for a in mid_axes), types[chain.h]))
+    needed = _buffers(chain.producer)
+    first = replace(k, name=f"{k.name}_cut0", identity=_derived(k.identity, "cut0"),
+                    inputs=tuple(b for b in k.inputs if b.name in needed), outputs=(mid,),
+                    grid=mid_axes, body=chain.producer + (Store(mid.name, index, chain.h),),
+                    kind=KernelKind.ROW, contract=None)
+    produced = set(value_types(chain.producer))
+    rest = tuple(i for i in outer.body if not (i in chain.producer))
+    body = (Load(chain.h, mid.name, index, types[chain.h]),) + rest
+    new_outer = replace(outer, body=body)
+    second_body = tuple(new_outer if i is outer else i for i in k.body)
+    still = _buffers(second_body)
+    second = replace(k, name=f"{k.name}_cut1", identity=_derived(k.identity, "cut1"),
+                     inputs=tuple(b for b in k.inputs if b.name in still) + (mid,),
+                     body=second_body, kind=KernelKind.ROW, contract=None)
+    assert not (used(rest) & (produced - {chain.h})), "the consumer reads a producer value"
+    out = []
+    for part in (first, second):
+        con = find_contraction(part)
+        out.append(replace(part, kind=KernelKind.CONTRACT, contract=con) if con else part)
+    return out[0], out[1], mid
+
+
+def _buffers(items) -> set[str]:
+    out: set[str] = set()
+    for i in items:
+        if isinstance(i, Fold):
+            out |= _buffers(i.body)
+        elif isinstance(i, (Load, Store)):
+            out.add(i.buffer)
+    return out
+
+
+def _derived(identity: str, tag: str) -> str:
+    return hashlib.sha256(f"{identity}/{tag}".encode()).hexdigest()[:12]

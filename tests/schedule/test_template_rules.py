@@ -1,0 +1,108 @@
+"""The rules of the template spaces (matrix products, flash attention): each refuses a row with
+a reason that names the facts, and the refused row is absent from the enumeration."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+
+import pytest
+
+from emmy.frontend.workload import load_expr, load_file
+from emmy.pipeline import compile_to
+from emmy.schedule import flash, gemm
+from emmy.schedule.row import parse
+from emmy.schedule.space import Space
+from emmy.schedule.targets import get_target
+
+SM90, SM80 = get_target("sm_90a"), get_target("sm_80")
+# Limits no real target has within the grammar, on made-up variants of sm_90a (named as it, so
+# the templates' own checks read sm_90a's table).
+SMALL_BLOCKS = dataclasses.replace(SM90, max_threads_per_block=256)
+TINY_BLOCKS = dataclasses.replace(SM90, max_threads_per_block=128)
+NO_CP_ASYNC = dataclasses.replace(SM90, has_cp_async=False)
+
+F32 = "torch.matmul(torch.randn(64, 48), torch.randn(48, 80))"
+F16 = "torch.matmul(torch.randn(64, 48).half(), torch.randn(48, 80).half())"
+F16_BIG = "torch.matmul(torch.randn(512, 256).half(), torch.randn(256, 512).half())"
+
+
+@lru_cache(maxsize=None)
+def kernel(source: str, sets: tuple = ()):
+    w = load_file(source, sets) if source.endswith(".py") else load_expr(source)
+    (k,) = compile_to(w, "tile")["tile"].program.kernels
+    return k
+
+
+ATT = ("examples/attention_half.py", ())
+ATT128 = ("examples/attention_half.py", (("head_dim", 128),))
+CASES = {
+    "work.threads_per_block": [
+        ((F16,), SMALL_BLOCKS, "WORK=warps:4x4 TILE=mma:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
+         ("512 threads > 256",)),
+        (ATT, TINY_BLOCKS, "WORK=warps:8 TILE=flash:128x32 STAGE=smem", ("256 threads > 128",))],
+    "tile.instruction_types": [
+        ((F32,), SM90, "WORK=warps:2x2 TILE=mma:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
+         ("f16/bf16", "f32", "use simt")),
+        ((F16,), SM90, "WORK=warps:2x2 TILE=simt:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
+         ("f32 operands", "f16", "mma"))],
+    "tile.instruction_set": [
+        ((F16,), SM80, "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=serial STAGE=async:3 RASTER=row",
+         ("sm_90a instruction", "sm_80"))],
+    "tile.warp_tile": [
+        ((F16,), SM90, "WORK=warps:1x4 TILE=mma:32x32x16 REDUCE=serial STAGE=smem RASTER=row",
+         ("32x8 tile must be a multiple of 16x16",)),
+        ((F16,), SM90, "WORK=warps:2x1 TILE=wgmma:64x64x64 REDUCE=serial STAGE=async:2 RASTER=row",
+         ("warpgroups of 4 warps",))],
+    "tile.accumulator_registers": [
+        ((F16_BIG,), SM90, "WORK=warps:1x1 TILE=mma:128x128x16 REDUCE=serial STAGE=smem RASTER=row",
+         ("512 f32 accumulators per thread > 128",))],
+    "tile.fits_problem": [
+        ((F16,), SM90, "WORK=warps:4x4 TILE=mma:256x256x16 REDUCE=serial STAGE=smem RASTER=row",
+         ("mostly padding", "64x80"))],
+    "reduce.split_range": [
+        ((F16,), SM90, "WORK=warps:2x2 TILE=mma:64x64x16 REDUCE=split:4:combine STAGE=smem RASTER=row",
+         ("fewer than BK=16 of K=48",)),
+        ("examples/linear.py", SM90,
+         "WORK=warps:2x2 TILE=simt:32x32x8 REDUCE=split:2:atomic STAGE=smem RASTER=row",
+         ("f32 accumulator as it is", "split:S:combine"))],
+    "stage.kind": [
+        ((F16,), SM90, "WORK=warps:2x2 TILE=mma:64x64x16 REDUCE=serial STAGE=tma:3 RASTER=row",
+         ("TMA staging feeds wgmma tiles only",))],
+    "stage.alignment": [
+        ("examples/matmul_half.py", SM90,
+         "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:2 RASTER=row",
+         ("16-byte chunks", "126 bytes", "STAGE=smem"))],
+    "stage.shared_budget": [
+        ((F16_BIG,), SM80, "WORK=warps:4x4 TILE=mma:256x256x64 REDUCE=serial STAGE=async:4 RASTER=row",
+         ("4 stage(s)", "163 KiB per block on sm_80"))],
+    "raster.template_builds": [
+        ((F16_BIG,), SM90, "WORK=warps:2x4 TILE=wgmma:64x64x64 REDUCE=serial STAGE=async:2 RASTER=row",
+         ("warpgroups", "256 threads"))],
+    "tile.rows_per_warp": [
+        (ATT, SM90, "WORK=warps:8 TILE=flash:64x32 STAGE=smem", ("multiple of 16 rows",))],
+    "stage.async": [
+        (ATT, NO_CP_ASYNC, "WORK=warps:4 TILE=flash:64x32 STAGE=async:2", ("cp.async needs sm_80",))],
+    "stage.template_builds": [
+        (ATT128, SM80, "WORK=warps:4 TILE=flash:128x128 STAGE=async:2", ("shared memory",))],
+}
+PARAMS = [pytest.param(rule, *case, id=f"{rule}-{i}")
+          for rule, cases in CASES.items() for i, case in enumerate(cases)]
+
+
+def test_every_template_rule_has_a_case():
+    names = {r.name for r in (*gemm.RULES, *flash.RULES)}
+    assert names == set(CASES), set(CASES) ^ names
+
+
+@pytest.mark.parametrize("rule, source, target, text, fragments", PARAMS)
+def test_template_rule_refuses_its_row(rule, source, target, text, fragments):
+    k = kernel(source[0], source[1]) if isinstance(source, tuple) and len(source) == 2 \
+        else kernel(source[0] if isinstance(source, tuple) else source)
+    space = Space(k, target)
+    row = parse(text)
+    refusals = space.check(row)
+    assert [r.rule for r in refusals] == [rule], [str(r) for r in refusals]
+    for fragment in fragments:
+        assert fragment in refusals[0].reason, refusals[0].reason
+    assert row not in space.all_rows

@@ -1,0 +1,102 @@
+"""Contractions (matrix products with fused epilogues) are recognized in Tile IR, with the
+operand layouts the templates need; fused chains of products cut into two contractions."""
+
+import pytest
+
+from emmy.frontend.workload import load_expr, load_file
+from emmy.pipeline import Options, compile_to
+from emmy.schedule.gemm import problem_of
+from emmy.schedule.space import Space
+from emmy.schedule.targets import get_target
+from emmy.tile_ir.chain import cut_chain, find_chain
+from emmy.tile_ir.ir import KernelKind
+
+SM90 = get_target("sm_90a")
+
+
+def tile(expr: str, **sets):
+    return compile_to(load_expr(expr), "tile")["tile"].program.kernels
+
+
+def example(name: str, *rows):
+    opts = Options(rows=dict(rows))
+    return compile_to(load_file(f"examples/{name}.py", ()), "tile", opts)["tile"]
+
+
+@pytest.mark.parametrize("expr, shape, a_layout, b_layout, batch", [
+    ("torch.matmul(torch.randn(32, 48), torch.randn(48, 16))", (32, 16, 48), (48, 1), (1, 16), 1),
+    ("torch.bmm(torch.randn(3, 32, 48), torch.randn(3, 48, 16))", (32, 16, 48), (48, 1), (1, 16), 3),
+    # x @ w.t(): the weight is read k-contiguous
+    ("nn.Linear(48, 16)(torch.randn(32, 48))", (32, 16, 48), (48, 1), (48, 1), 1),
+    # a 3-D input: the batch axis is the sequence's, the weight is broadcast (batch stride 0)
+    ("nn.Linear(48, 16, bias=False)(torch.randn(2, 8, 48))", (8, 16, 48), (48, 1), (48, 1), 2),
+])
+def test_products_are_contractions_with_their_layouts(expr, shape, a_layout, b_layout, batch):
+    (k,) = tile(expr)
+    assert k.kind is KernelKind.CONTRACT
+    p = problem_of(k.contract)
+    assert (p.m, p.n, p.k, p.batch) == (*shape, batch)
+    assert (p.a.stride_outer, p.a.stride_k) == a_layout
+    assert (p.b.stride_outer, p.b.stride_k) == b_layout
+
+
+def test_the_epilogue_is_the_statements_after_the_fold():
+    (k,) = example("linear").program.kernels          # relu(x @ w.t() + b)
+    assert k.kind is KernelKind.CONTRACT
+    assert not k.contract.plain_store          # bias + relu: split:S:atomic is refused
+    space = Space(k, SM90)
+    row = "WORK=warps:2x2 TILE=simt:32x32x8 REDUCE=split:2:atomic STAGE=smem RASTER=row"
+    from emmy.schedule.row import parse
+    (refusal,) = space.check(parse(row))
+    assert refusal.rule == "reduce.split_range" and "split:S:combine" in refusal.reason
+
+
+@pytest.mark.parametrize("expr", [
+    "torch.matmul(torch.randn(32, 48), torch.randn(48))",             # a matrix-vector product
+    "nn.RMSNorm(64)(torch.randn(4, 64))",
+])
+def test_other_reductions_are_not_contractions(expr):
+    assert all(k.kind is not KernelKind.CONTRACT for k in tile(expr))
+
+
+def test_half_products_offer_tensor_core_tiles_and_refuse_misaligned_copies():
+    (k,) = example("matmul_half").program.kernels
+    space = Space(k, SM90)
+    values = dict(space.decision_points())
+    assert all(v.startswith("mma:") for v in values["TILE"])
+    assert values["STAGE"] == ["smem"]          # K = 63: rows of 126 bytes, no 16-byte chunks
+    from emmy.schedule.row import parse
+    bad = parse("WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:2 RASTER=row")
+    (refusal,) = space.check(bad)
+    assert refusal.rule == "stage.alignment" and "126 bytes" in refusal.reason
+
+
+@pytest.mark.parametrize("name", ["chained_matmul", "mlp"])
+def test_a_fused_chain_cuts_into_two_contractions(name):
+    (k,) = example(name).program.kernels
+    assert k.kind is KernelKind.ROW and find_chain(k) is not None
+    first, second, mid = cut_chain(k, find_chain(k))
+    assert first.kind is second.kind is KernelKind.CONTRACT
+    assert first.outputs == (mid,) and mid in second.inputs
+    cut = "WORK=thread:32 TILE=v1x1 REDUCE=serial PLACE=cut"
+    space = Space(k, SM90)
+    assert sum(r["PLACE"] == "cut" for r in space.all_rows) == 1   # one row says "cut"
+    from emmy.schedule.row import parse
+    assert space.check(parse(cut)) == []
+    (refusal,) = space.check(parse(cut.replace("v1x1", "v2x1")))
+    assert refusal.rule == "place.cut_chain_is_two_kernels" and f"{k.name}_cut0" in refusal.reason
+    scheduled = example(name, (k.name, cut))
+    assert [x.name for x in scheduled.program.kernels] == [f"{k.name}_cut0", f"{k.name}_cut1"]
+    assert mid in scheduled.program.intermediates
+    assert set(scheduled.rows) == {f"{k.name}_cut0", f"{k.name}_cut1"}
+
+
+def test_rows_for_the_cut_kernels_are_given_by_name():
+    from emmy.errors import UserError
+
+    cut = ("k0_mlp", "WORK=thread:32 TILE=v1x1 REDUCE=serial PLACE=cut")
+    row = "WORK=warps:1x2 TILE=simt:64x32x16 REDUCE=serial STAGE=smem RASTER=row"
+    scheduled = example("mlp", cut, ("k0_mlp_cut1", row))
+    assert str(scheduled.rows["k0_mlp_cut1"]) == row
+    with pytest.raises(UserError, match="exist when k0_mlp's row has PLACE=cut"):
+        example("mlp", ("k0_mlp_cut1", row))
