@@ -4,9 +4,11 @@
 # PYTHONPATH, e.g.
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \
 #   export PYTHONPATH=$PWD:/tmp/site && bash bench/device_check.sh
-# Knobs (environment): SUITES="core matmul attention" (the suites to run, in order),
-# BUDGET=400 (each suite's --budget in seconds), ONLY="" (--only prefixes), TESTS=1 (0 skips
-# the GPU tests).
+# Knobs (environment): SUITES="core matmul attention" — each item SUITE[:BUDGET[:ONLY]] runs
+# `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of
+# workload-name prefixes); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=240 (seconds),
+# RUN_BENCH=1 (0 skips `emmy run --bench`), SUITE_SLACK=120 (seconds a suite may run past its
+# budget before it is stopped).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 # Logs go to $work; after each step they are packed into $OUT/device.tgz (the device tool brings
@@ -15,10 +17,6 @@ dest=${OUT:-device-out}
 out=$(mktemp -d /tmp/emmy-device.XXXX)
 mkdir -p "$dest"
 pack() { cp BENCHMARKS.md "$out/" 2>/dev/null; tar czf "$dest/device.tgz" -C "$out" .; }
-SUITES=${SUITES:-core}
-BUDGET=${BUDGET:-400}
-only=()
-for o in ${ONLY:-}; do only+=(--only "$o"); done
 step() {  # step NAME SECONDS CMD...: run with a time limit, log to $out/NAME.log
     local name=$1 limit=$2; shift 2
     local t0=$SECONDS
@@ -33,11 +31,17 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
     > "$out/gpu.txt" 2>&1; cat "$out/gpu.txt"
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__)"
 if [ "${TESTS:-1}" = 1 ]; then
-    step gpu_tests 240 python3 -m pytest -m gpu tests -q -p no:cacheprovider
+    TAIL=12 step gpu_tests "${TESTS_LIMIT:-240}" python3 -m pytest -m gpu tests -q \
+        -p no:cacheprovider -rfE --continue-on-collection-errors
 fi
-step run_bench 120 python3 -m emmy run examples/rmsnorm.py --bench --json "$out/rmsnorm_bench.json"
-for s in $SUITES; do
-    TAIL=40 step "suite_$s" $((BUDGET + 200)) python3 -m emmy bench --suite "$s" "${only[@]}" \
-        --budget "$BUDGET" --json "$out/$s.json"
+if [ "${RUN_BENCH:-1}" = 1 ]; then
+    step run_bench 120 python3 -m emmy run examples/rmsnorm.py --bench --json "$out/rmsnorm_bench.json"
+fi
+for item in ${SUITES:-core}; do
+    IFS=: read -r suite budget only <<< "$item"
+    budget=${budget:-400}
+    args=(--suite "$suite" --budget "$budget" --json "$out/$suite.json")
+    for o in ${only//,/ }; do args+=(--only "$o"); done
+    TAIL=30 step "suite_$suite" $((budget + ${SUITE_SLACK:-120})) python3 -m emmy bench "${args[@]}"
 done
 pack
