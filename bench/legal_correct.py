@@ -1,7 +1,7 @@
 """Legal => correct sweep: sampled legal rows of every kernel of every example, compiled with
 NVRTC (sm_90a and sm_80) and checked on the CPU emulator against PyTorch.
 
-    .venv/bin/python bench/legal_correct.py [--rows 20] [examples/*.py]
+    .venv/bin/python bench/legal_correct.py [--rows 20] [--set NAME=VALUE ...] [examples/*.py]
 
 Prints one line per example (rows tried, failures, seconds) and the totals.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from emmy.frontend.workload import load_file  # noqa: E402
+from emmy.frontend.workload import load_file, parse_sets  # noqa: E402
 from emmy.verify import verify_rows  # noqa: E402
 
 
@@ -25,12 +25,15 @@ def main() -> int:
     ap.add_argument("files", nargs="*", type=Path)
     ap.add_argument("--rows", type=int, default=20, help="legal rows sampled per kernel")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a module-level constant of every file (e.g. dtype=bfloat16)")
     args = ap.parse_args()
     files = args.files or sorted(Path(__file__).resolve().parents[1].glob("examples/*.py"))
     totals: Counter = Counter()
     for path in files:
         t0 = time.perf_counter()
-        results = verify_rows(load_file(path), per_kernel=args.rows, seed=args.seed)
+        results = verify_rows(load_file(path, parse_sets(args.sets)), per_kernel=args.rows,
+                              seed=args.seed)
         verdicts = Counter(r.verdict for r in results)
         totals.update(verdicts)
         kernels = len({r.kernel for r in results})

@@ -23,7 +23,8 @@ class RowResult:
 
 def verify_rows(workload, *, per_kernel: int = 20, targets=("sm_90a", "sm_80"), seed: int = 0,
                 kernels: tuple[str, ...] | None = None) -> list[RowResult]:
-    from emmy.cuda.nvrtc import compile_cuda
+    """Sampled rows of every kernel; a fused chain of products is also cut (PLACE=cut) and
+    rows of each of its two kernels sampled in turn."""
     from emmy.schedule.space import Space
     from emmy.schedule.targets import get_target
 
@@ -33,29 +34,44 @@ def verify_rows(workload, *, per_kernel: int = 20, targets=("sm_90a", "sm_80"), 
     for k in tp.kernels:
         if kernels is not None and k.name not in kernels:
             continue
-        rows = Space(k, get_target(targets[0])).sample(per_kernel, seed)
-        for row in rows:
-            text = str(row)
-            prog = compile_to(workload, "cuda", Options(target=targets[0], rows={k.name: text}))["cuda"]
-            unit = next(u for u in prog.units if u.kernel == k.name)
-            failed = None
-            for t in targets:
-                if t != targets[0] and Space(k, get_target(t)).check(row):
-                    continue  # not legal on this target: nothing to compile
-                compiled = compile_cuda(unit.source, get_target(t))
-                if not compiled.ok:
-                    failed = RowResult(k.name, text, "compile_error", f"{t}: " + "\n".join(compiled.errors[:5]))
-                    break
-            if failed:
-                results.append(failed)
+        space = Space(k, get_target(targets[0]))
+        for row in space.sample(per_kernel, seed):
+            results.append(_verify_row(workload, graph, k, str(row), {k.name: str(row)}, targets))
+        if not space.facts.chain:
+            continue
+        cut = str(next(r for r in space.all_rows if r.get("PLACE") == "cut"))
+        parts = compile_to(workload, "tile", Options(target=targets[0], rows={k.name: cut}))
+        for part in parts["tile"].program.kernels:
+            if not part.name.startswith(f"{k.name}_cut"):
                 continue
-            report, run = check_cuda_program(workload, graph, prog)
-            if report is None:
-                results.append(RowResult(k.name, text, run.status, run.log[-1500:]))
-            elif not report.ok:
-                worst = max(report.outputs, key=lambda o: o.max_abs)
-                results.append(RowResult(k.name, text, "incorrect",
-                                         f"{worst.name}: max abs err {worst.max_abs:.3g}"))
-            else:
-                results.append(RowResult(k.name, text, "ok"))
+            for row in Space(part, get_target(targets[0])).sample(per_kernel, seed):
+                results.append(_verify_row(workload, graph, part, str(row),
+                                           {k.name: cut, part.name: str(row)}, targets))
     return results
+
+
+def _verify_row(workload, graph, k, text: str, rows: dict[str, str], targets) -> RowResult:
+    """Compile with `rows` (every unit the row makes, for each target where it is legal) and
+    check the program against PyTorch on the emulator."""
+    from emmy.cuda.nvrtc import compile_cuda
+    from emmy.schedule.row import parse
+    from emmy.schedule.space import Space
+    from emmy.schedule.targets import get_target
+
+    prog = compile_to(workload, "cuda", Options(target=targets[0], rows=rows))["cuda"]
+    units = [u for u in prog.units if u.kernel == k.name or u.kernel.startswith(f"{k.name}_cut")]
+    for t in targets:
+        if t != targets[0] and Space(k, get_target(t)).check(parse(text)):
+            continue  # not legal on this target: nothing to compile
+        for unit in units:
+            compiled = compile_cuda(unit.source, get_target(t))
+            if not compiled.ok:
+                return RowResult(k.name, text, "compile_error",
+                                 f"{t}: " + "\n".join(compiled.errors[:5]))
+    report, run = check_cuda_program(workload, graph, prog)
+    if report is None:
+        return RowResult(k.name, text, run.status, run.log[-1500:])
+    if not report.ok:
+        worst = max(report.outputs, key=lambda o: o.max_abs)
+        return RowResult(k.name, text, "incorrect", f"{worst.name}: max abs err {worst.max_abs:.3g}")
+    return RowResult(k.name, text, "ok")

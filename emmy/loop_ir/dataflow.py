@@ -116,3 +116,13 @@ def rename_reads(s: Stmt, names: Mapping[str, str]) -> Stmt:
         case Loop():
             return dataclasses.replace(s, body=tuple(rename_reads(t, names) for t in s.body))
     return s
+
+
+def loop_extents(body: tuple[Stmt, ...]) -> dict[str, int]:
+    """The extent of every loop variable in `body`, nested loops included."""
+    out: dict[str, int] = {}
+    for s in body:
+        if isinstance(s, Loop):
+            out[s.var] = s.extent
+            out.update(loop_extents(s.body))
+    return out

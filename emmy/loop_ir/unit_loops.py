@@ -9,22 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from emmy.loop_ir.dataflow import loop_extents
 from emmy.loop_ir.ir import Accum, IndexValue, Kernel, Load, Loop, LoopKind, Stmt, Store
 from emmy.symbolic import lin, substitute
 
 
 def drop_unit_loops(k: Kernel) -> Kernel:
     """Inline every parallel loop of extent 1 into its parent block."""
-    return dataclasses.replace(k, body=_block(k.body, _extents(k.body)))
-
-
-def _extents(body: tuple[Stmt, ...]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for s in body:
-        if isinstance(s, Loop):
-            out[s.var] = s.extent
-            out.update(_extents(s.body))
-    return out
+    return dataclasses.replace(k, body=_block(k.body, loop_extents(k.body)))
 
 
 def _block(body: tuple[Stmt, ...], bounds: dict[str, int]) -> tuple[Stmt, ...]:

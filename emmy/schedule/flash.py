@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from emmy.schedule.rules import Rule
 from emmy.schedule.targets import Target
 
 KIB = 1024
@@ -126,16 +127,9 @@ def template_builds(c: FlashCtx) -> str | None:
     return reasons[0] if reasons else None
 
 
-@dataclass(frozen=True)
-class FlashRule:
-    name: str
-    key: str
-    check: object
-
-
 RULES = (
-    FlashRule("work.threads_per_block", "WORK", threads_per_block),
-    FlashRule("tile.rows_per_warp", "TILE", rows_per_warp),
-    FlashRule("stage.async", "STAGE", async_copies),
-    FlashRule("stage.template_builds", "STAGE", template_builds),
+    Rule("work.threads_per_block", "WORK", threads_per_block),
+    Rule("tile.rows_per_warp", "TILE", rows_per_warp),
+    Rule("stage.async", "STAGE", async_copies),
+    Rule("stage.template_builds", "STAGE", template_builds),
 )

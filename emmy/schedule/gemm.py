@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from emmy.cuda.gemm_spec import ELEMENT_BYTES, GemmConfig, GemmOperand, GemmProblem
 from emmy.dtypes import DType
 from emmy.schedule.decisions import Reduce, read_reduce
+from emmy.schedule.rules import Rule
 from emmy.schedule.targets import Target
 from emmy.symbolic import floordiv, lin, mod, render, var
 
@@ -290,25 +291,18 @@ def template_constraints(problem: GemmProblem, config: GemmConfig, target: str) 
     return gemm.constraints(problem, config, target)
 
 
-@dataclass(frozen=True)
-class GemmRule:
-    name: str
-    key: str
-    check: object
-
-
 RULES = (
-    GemmRule("work.threads_per_block", "WORK", threads_per_block),
-    GemmRule("tile.instruction_types", "TILE", instruction_types),
-    GemmRule("tile.instruction_set", "TILE", instruction_set),
-    GemmRule("tile.warp_tile", "TILE", warp_tile),
-    GemmRule("tile.accumulator_registers", "TILE", accumulator_registers),
-    GemmRule("tile.fits_problem", "TILE", tile_fits_problem),
-    GemmRule("reduce.split_range", "REDUCE", split_range),
-    GemmRule("stage.kind", "STAGE", stage_kind),
-    GemmRule("stage.alignment", "STAGE", stage_alignment),
-    GemmRule("stage.shared_budget", "STAGE", shared_budget),
-    GemmRule("raster.template_builds", "RASTER", template_builds),
+    Rule("work.threads_per_block", "WORK", threads_per_block),
+    Rule("tile.instruction_types", "TILE", instruction_types),
+    Rule("tile.instruction_set", "TILE", instruction_set),
+    Rule("tile.warp_tile", "TILE", warp_tile),
+    Rule("tile.accumulator_registers", "TILE", accumulator_registers),
+    Rule("tile.fits_problem", "TILE", tile_fits_problem),
+    Rule("reduce.split_range", "REDUCE", split_range),
+    Rule("stage.kind", "STAGE", stage_kind),
+    Rule("stage.alignment", "STAGE", stage_alignment),
+    Rule("stage.shared_budget", "STAGE", shared_budget),
+    Rule("raster.template_builds", "RASTER", template_builds),
 )
 
 

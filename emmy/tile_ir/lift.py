@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from emmy.loop_ir.dataflow import loop_extents
 from emmy.loop_ir.ir import (Accum, CastTo, Compute, IndexValue, Init, Kernel, Load, Loop,
                              LoopKind, LoopProgram, Stmt)
 from emmy.symbolic import floordiv, mod, var
@@ -43,7 +44,7 @@ def lift_kernel(k: Kernel, identity: str = "") -> TileKernel:
             block = loops[0].body
             continue
         break
-    body = tuple(prefix) + _items(block, _extents(k.body))
+    body = tuple(prefix) + _items(block, loop_extents(k.body))
     folds = [i for i in body if isinstance(i, Fold)]
     if not folds:
         kind = KernelKind.MAP
@@ -62,15 +63,6 @@ def lift_kernel(k: Kernel, identity: str = "") -> TileKernel:
 
 def _has_scan(f: Fold) -> bool:
     return f.kind is FoldKind.SCAN or any(isinstance(i, Fold) and _has_scan(i) for i in f.body)
-
-
-def _extents(block: tuple[Stmt, ...]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for s in block:
-        if isinstance(s, Loop):
-            out[s.var] = s.extent
-            out.update(_extents(s.body))
-    return out
 
 
 def _items(block: tuple[Stmt, ...], extents: dict[str, int]) -> tuple[Item, ...]:

@@ -23,12 +23,14 @@ from emmy.runtime.costmodel.timing import LaunchEstimate
 from emmy.runtime.occupancy import occupancy
 from emmy.schedule.targets import Target
 
-# Fraction of the datasheet rate each instruction path reaches in a well-fed main loop
-# (estimates to calibrate against measurements): mma.sync on Hopper runs on the legacy tensor
-# path, well under wgmma's peak; on Ampere it is the peak path.
-INSTRUCTION_EFFICIENCY = {("mma", "sm_90a"): 0.62, ("mma", "sm_80"): 0.85,
-                          ("wgmma", "sm_90a"): 0.85, ("simt", "sm_90a"): 0.75,
+# Fraction of the datasheet rate each instruction path reaches in a well-fed main loop. sm_90a:
+# calibrated on an H200 (BENCHMARKS.md, 2026-11-30): mma.sync's best 4096^3 rows ran at 380-410
+# TFLOP/s of 989, wgmma at about 610, SIMT f32 at 39 of 67; flash attention at about 300.
+# sm_80: estimates (mma.sync is Ampere's peak path).
+INSTRUCTION_EFFICIENCY = {("mma", "sm_90a"): 0.40, ("mma", "sm_80"): 0.85,
+                          ("wgmma", "sm_90a"): 0.62, ("simt", "sm_90a"): 0.59,
                           ("simt", "sm_80"): 0.75}
+ATTENTION_EFFICIENCY = {"sm_90a": 0.30, "sm_80": 0.6}
 STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
 EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
 
@@ -125,7 +127,7 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     visible = 0.5 + 0.5 / q_blocks if p.causal else 1.0     # key blocks a query block reads
     flops = 4 * heads * (q_blocks * c.bq) * (steps * c.bkv) * p.d * visible
     peak = target.bf16_tensor_flops if p.q.ctype == "__nv_bfloat16" else target.fp16_tensor_flops
-    rate = peak * INSTRUCTION_EFFICIENCY.get(("mma", target.name), 0.6)
+    rate = peak * ATTENTION_EFFICIENCY.get(target.name, 0.3)
     exps = heads * q_blocks * c.bq * steps * c.bkv * visible
     sfu_rate = 16 * target.sm_count * target.clock_hz                     # exp2 per second
     resident = min(grid, occ.blocks_per_sm * target.sm_count)
