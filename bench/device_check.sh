@@ -4,10 +4,12 @@
 # PYTHONPATH, e.g.
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \
 #   export PYTHONPATH=$PWD:/tmp/site && bash bench/device_check.sh
-# Knobs (environment): SUITES="core matmul attention" — each item SUITE[:BUDGET[:ONLY]] runs
+# The defaults fit one 15-minute lease with its start-up: GPU tests, `emmy run --bench`, then
+# core, matmul and attention at about 2-3 minutes each.
+# Knobs (environment): SUITES="core:150 matmul:180 attention:150" — each item SUITE[:BUDGET[:ONLY]] runs
 # `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of
-# workload-name prefixes); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=240 (seconds),
-# RUN_BENCH=1 (0 skips `emmy run --bench`), SUITE_SLACK=120 (seconds a suite may run past its
+# workload-name prefixes); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=150 (seconds),
+# RUN_BENCH=1 (0 skips `emmy run --bench`), SUITE_SLACK=60 (seconds a suite may run past its
 # budget before it is stopped).
 set -o pipefail
 export PYTHONUNBUFFERED=1
@@ -31,17 +33,17 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
     > "$out/gpu.txt" 2>&1; cat "$out/gpu.txt"
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__)"
 if [ "${TESTS:-1}" = 1 ]; then
-    TAIL=12 step gpu_tests "${TESTS_LIMIT:-240}" python3 -m pytest -m gpu tests -q \
+    TAIL=12 step gpu_tests "${TESTS_LIMIT:-150}" python3 -m pytest -m gpu tests -q \
         -p no:cacheprovider -rfE --continue-on-collection-errors
 fi
 if [ "${RUN_BENCH:-1}" = 1 ]; then
     step run_bench 120 python3 -m emmy run examples/rmsnorm.py --bench --json "$out/rmsnorm_bench.json"
 fi
-for item in ${SUITES:-core}; do
+for item in ${SUITES:-core:150 matmul:180 attention:150}; do
     IFS=: read -r suite budget only <<< "$item"
     budget=${budget:-400}
     args=(--suite "$suite" --budget "$budget" --json "$out/$suite.json")
     for o in ${only//,/ }; do args+=(--only "$o"); done
-    TAIL=30 step "suite_$suite" $((budget + ${SUITE_SLACK:-120})) python3 -m emmy bench "${args[@]}"
+    TAIL=30 step "suite_$suite" $((budget + ${SUITE_SLACK:-60})) python3 -m emmy bench "${args[@]}"
 done
 pack

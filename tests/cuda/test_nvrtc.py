@@ -98,18 +98,25 @@ def test_missing_cuda_headers_are_a_user_error(monkeypatch):
     assert "nvidia-cuda-runtime" in str(e.value)
 
 
-def test_tensor_core_rows_become_hmma_in_sass():
-    """A half-precision matmul row on mma.sync: HMMA and LDSM (ldmatrix) in the sm_80 SASS."""
+@pytest.mark.parametrize("target, sets, row, wanted", [
+    # mma.sync with ldmatrix on sm_80
+    ("sm_80", (), "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=smem RASTER=row",
+     ("HMMA.16816.F32", "LDSM")),
+    # wgmma fed by TMA on sm_90a (K = 64, N = 256: 16-byte aligned rows)
+    ("sm_90a", (("K", 64), ("N", 256)), "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=serial STAGE=tma:3 "
+     "RASTER=row", ("HGMMA.64x128x16.F32", "UTMALDG")),
+])
+def test_tensor_core_rows_become_tensor_core_sass(target, sets, row, wanted):
+    """A half-precision matmul row compiles to the tensor-core instructions it names."""
     from emmy.cuda.sass import cuobjdump, disassemble, instructions
     from emmy.frontend.workload import load_file
     from emmy.pipeline import Options, compile_to
 
     if cuobjdump() is None:
         pytest.skip("cuobjdump is not installed (pip install nvidia-cuda-cuobjdump)")
-    row = "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=smem RASTER=row"
-    prog = compile_to(load_file("examples/matmul_half.py", ()), "cuda",
-                      Options(target="sm_80", rows={"": row}))["cuda"]
-    result = compile_cuda(prog.units[0].source, get_target("sm_80"))
+    prog = compile_to(load_file("examples/matmul_half.py", sets), "cuda",
+                      Options(target=target, rows={"": row}))["cuda"]
+    result = compile_cuda(prog.units[0].source, get_target(target))
     ops = instructions(disassemble(result.cubin))
-    assert any(op.startswith("HMMA.16816.F32") for op in ops), sorted(set(ops))
-    assert any(op.startswith("LDSM") for op in ops)
+    for op in wanted:
+        assert any(o.startswith(op) for o in ops), (op, sorted(set(ops)))
