@@ -142,10 +142,9 @@ class Session:
                       text=_clip(self._compiler(lambda: self.ev.read_ir(a.stage, a.kernel))))
 
     def schedule_space(self, a: KernelArgs) -> SpaceInfo:
-        from emmy.schedule.space import GRAMMAR_TEXT
-
         info = self._kernel(a.kernel)
-        points = [DecisionPoint(key=k, grammar=GRAMMAR_TEXT.get(k, ""), options=list(v))
+        grammar = self.ev.grammar_text(a.kernel)
+        points = [DecisionPoint(key=k, grammar=grammar.get(k, ""), options=list(v))
                   for k, v in self.ev.decision_points(a.kernel)]
         examples = [info.default_row] + [r for r in self.ev.sample_rows(a.kernel, 5, 0)
                                          if r != info.default_row][:4]

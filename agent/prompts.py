@@ -33,6 +33,14 @@ def system_prompt(session) -> str:
             "Times are CUDA-event medians on the GPU; small differences within the p10..p90 "
             "spread are noise.")
     grammar = "\n".join(f"- {k}: {text}" for k, text in GRAMMAR_TEXT.items())
+    kinds: dict[str, dict[str, str]] = {}
+    for k in session.kernel_summaries():
+        if k.kind in ("contract", "attention"):
+            kinds.setdefault(k.kind, session.ev.grammar_text(k.name))
+    for kind, text in kinds.items():
+        title = {"contract": "Matrix-product kernels (kind contract) decide instead",
+                 "attention": "Attention kernels (kind attention) decide instead"}[kind]
+        grammar += f"\n{title}:\n" + "\n".join(f"- {k}: {t}" for k, t in text.items())
     return _load("system.txt").substitute(
         workload=session.ev.workload_name, target=session.ev.target, device=session.ev.device,
         timing_method=session.timing_method, timing_note=note, keys=" ".join(KEYS),

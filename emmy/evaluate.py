@@ -78,6 +78,11 @@ class Evaluator:
     def decision_points(self, kernel: str) -> list[tuple[str, list[str]]]:
         return self.space(kernel).decision_points()
 
+    def grammar_text(self, kernel: str) -> dict[str, str]:
+        """What each of the kernel's keys may say (its kind's grammar), by key."""
+        space = self.space(kernel)
+        return {k: space.grammar_text[k] for k in space.keys}
+
     def sample_rows(self, kernel: str, n: int, seed: int = 0) -> list[str]:
         return [str(r) for r in self.space(kernel).sample(n, seed)]
 

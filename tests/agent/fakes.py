@@ -56,6 +56,11 @@ class FakeEvaluator:
                 rows.append(str(make_row(d)))
         return rows
 
+    def grammar_text(self, kernel: str) -> dict[str, str]:
+        from emmy.schedule.space import GRAMMAR_TEXT
+
+        return {k: GRAMMAR_TEXT[k] for k in self.keys[kernel]}
+
     def decision_points(self, kernel: str):
         return [(k, list(self._options(k))) for k in self.keys[kernel]]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from agent.api import Session
 from agent.budget import Budget
-from agent.models import CheckResult, EvaluationEvent, SpaceInfo, ToolError, WorkloadInfo
+from agent.models import (CheckResult, EvaluationEvent, KernelArgs, SpaceInfo, ToolError,
+                          WorkloadInfo)
 from tests.agent.fakes import FakeEvaluator
 
 K = "k0_norm"
@@ -118,3 +119,20 @@ def test_compiler_crash_is_a_verdict():
     res = s.invoke("evaluate_row", "test", kernel=K, row=FAST)
     assert res.verdict == "crash" and "lowering failed" in res.reasons[0]
     assert s.budget.used_evaluations == 1
+
+
+def test_template_kernels_show_their_own_grammar():
+    """A matrix product's space speaks its keys (warps, mma/simt/wgmma tiles, stages, raster),
+    in the schedule_space tool and in the LLM's system prompt."""
+    from agent.prompts import system_prompt
+    from emmy.evaluate import Evaluator
+    from emmy.frontend.workload import load_file
+
+    session = Session(Evaluator(load_file("examples/matmul_half.py"), device="cpu"))
+    (kernel,) = session.kernel_summaries()
+    assert kernel.kind == "contract"
+    space = session.schedule_space(KernelArgs(kernel=kernel.name))
+    grammar = {p.key: p.grammar for p in space.decision_points}
+    assert "mma:BMxBNxBK" in grammar["TILE"] and "group:G" in grammar["RASTER"]
+    prompt = system_prompt(session)
+    assert "Matrix-product kernels (kind contract)" in prompt and "async:N" in prompt
