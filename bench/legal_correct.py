@@ -1,7 +1,8 @@
 """Legal => correct sweep: sampled legal rows of every kernel of every example, compiled with
 NVRTC (sm_90a and sm_80) and checked on the CPU emulator against PyTorch.
 
-    .venv/bin/python bench/legal_correct.py [--rows 20] [--set NAME=VALUE ...] [examples/*.py]
+    .venv/bin/python bench/legal_correct.py [--rows 20] [--set NAME=VALUE ...] [--tile PREFIX]
+        [examples/*.py]
 
 Prints one line per example (rows tried, failures, seconds) and the totals.
 """
@@ -25,6 +26,8 @@ def main() -> int:
     ap.add_argument("files", nargs="*", type=Path)
     ap.add_argument("--rows", type=int, default=20, help="legal rows sampled per kernel")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tile", metavar="PREFIX", default="",
+                    help="sample only rows whose TILE starts with PREFIX (e.g. wgmma)")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
                     help="override a module-level constant of every file (e.g. dtype=bfloat16)")
     args = ap.parse_args()
@@ -32,8 +35,9 @@ def main() -> int:
     totals: Counter = Counter()
     for path in files:
         t0 = time.perf_counter()
+        where = (lambda r: r.get("TILE", "").startswith(args.tile)) if args.tile else None
         results = verify_rows(load_file(path, parse_sets(args.sets)), per_kernel=args.rows,
-                              seed=args.seed)
+                              seed=args.seed, where=where)
         verdicts = Counter(r.verdict for r in results)
         totals.update(verdicts)
         kernels = len({r.kernel for r in results})

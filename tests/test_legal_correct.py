@@ -39,6 +39,33 @@ def test_sampled_legal_rows_are_correct(name):
     assert not bad, bad
 
 
+WGMMA = (("K", 64), ("N", 256))      # 16-byte aligned rows: wgmma (cp.async and TMA) rows legal
+
+
+def _wgmma(stage: str):
+    return lambda row: row.get("TILE", "").startswith("wgmma") and row["STAGE"].startswith(stage)
+
+
+@pytest.mark.parametrize("stage", ["async", "tma"])
+def test_sampled_wgmma_rows_are_correct(stage):
+    """wgmma rows are a few hundred of several thousand: sampled on their own."""
+    w = load_file(Path(__file__).resolve().parents[1] / "examples" / "matmul_half.py", WGMMA)
+    results = verify_rows(w, per_kernel=2, seed=3, targets=("sm_90a",), where=_wgmma(stage))
+    assert len(results) == 2
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_sweep(dtype):
+    w = load_file(Path(__file__).resolve().parents[1] / "examples" / "matmul_half.py",
+                  WGMMA + (("dtype", dtype),))
+    results = verify_rows(w, per_kernel=40, targets=("sm_90a",), where=_wgmma(""))
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_full_sweep(path):
