@@ -66,13 +66,15 @@ def program_inputs(graph, inputs: tuple) -> dict[str, np.ndarray]:
     return bound
 
 
-def compare(names, dtypes, got: list[np.ndarray], expected: list) -> CheckReport:
-    """Compare each output with the eager result in float64, with a tolerance by dtype."""
+def compare(names, dtypes, got: list[np.ndarray], expected: list, *,
+            tf32: bool = False) -> CheckReport:
+    """Compare each output with the eager result in float64, with a tolerance by dtype (f32 as
+    f16 where the workload allows tf32 products)."""
     checks = []
     for name, dtype, g, e in zip(names, dtypes, got, expected):
         ref = to_numpy(e).astype(np.float64)
         val = np.asarray(g).astype(np.float64)
-        atol, rtol = tolerance(dtype)
+        atol, rtol = tolerance(dtype, tf32=tf32)
         if val.shape != ref.shape:
             checks.append(OutputCheck(name, dtype, ref.shape, float("inf"), float("inf"),
                                       atol, rtol, False))
@@ -112,10 +114,12 @@ def check_cuda_program(workload, graph, cuda_program):
     result = run_program(cuda_program, program_inputs(graph, workload.inputs))
     if not result.ok:
         return None, result
-    return _compare_outputs(cuda_program.outputs, list(result.outputs), eager_outputs(workload)), result
+    return _compare_outputs(cuda_program.outputs, list(result.outputs), eager_outputs(workload),
+                            tf32=graph.tf32), result
 
 
-def _compare_outputs(outs, got, expected) -> CheckReport:
+def _compare_outputs(outs, got, expected, *, tf32: bool = False) -> CheckReport:
     if len(expected) != len(outs):
         raise UserError(f"the model returns {len(expected)} tensors; the program has {len(outs)}")
-    return compare([b.name for b in outs], [b.type.dtype for b in outs], got, expected)
+    return compare([b.name for b in outs], [b.type.dtype for b in outs], got, expected,
+                   tf32=tf32)

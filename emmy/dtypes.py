@@ -68,7 +68,10 @@ def to_numpy(dtype: DType):
             DType.BOOL: np.bool_}[dtype]
 
 
-def tolerance(dtype: DType) -> tuple[float, float]:
-    """(atol, rtol) for comparing a result of this type against a reference."""
+def tolerance(dtype: DType, *, tf32: bool = False) -> tuple[float, float]:
+    """(atol, rtol) for comparing a result of this type against a reference; `tf32`: the
+    workload lets its f32 products round operands to tf32 (10 mantissa bits, like f16)."""
+    if tf32 and dtype is DType.F32:
+        dtype = DType.F16
     return {DType.F64: (1e-9, 1e-7), DType.F32: (1e-4, 1e-4), DType.F16: (1e-2, 1e-2),
             DType.BF16: (5e-2, 5e-2)}.get(dtype, (0.0, 0.0))

@@ -45,7 +45,7 @@ def _capture(w: Workload, o: Options):
     from emmy.torch_ir.capture import capture
 
     return capture(w.model, w.inputs, name=w.name,
-                   origin=w.origin if w.origin != "<expr>" else None)
+                   origin=w.origin if w.origin != "<expr>" else None, tf32=w.tf32)
 
 
 def _to_tensor(graph, o: Options):

@@ -36,6 +36,7 @@ class Case:
     expected: tuple                   # reference outputs, flattened
     reference_dtype: str              # "f64", or the model's own dtype when f64 failed
     overflow: tuple = ()              # per output: the model's own result where it has inf/NaN
+    tf32: bool = False                # the workload allows tf32 products: f32 outputs as f16's
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,8 @@ def make_cases(workload, graph, *, seeds: Sequence[int] = (0, 1),
                          for x in template)
             inputs, params = _bind(graph, args, d, gen, dev, randomize_params)
             expected, overflow = reference.outputs(args, params)
-            cases.append(Case(seed, d, args, inputs, expected, reference.dtype, overflow))
+            cases.append(Case(seed, d, args, inputs, expected, reference.dtype, overflow,
+                              tf32=graph.tf32))
     return cases
 
 
@@ -250,20 +252,24 @@ class Tolerance:
     l2: float
 
 
-def output_tolerance(dtype: DType) -> Tolerance:
-    """The tolerance for an output of this dtype against a float64 reference."""
+def output_tolerance(dtype: DType, *, tf32: bool = False) -> Tolerance:
+    """The tolerance for an output of this dtype against a float64 reference (f32 outputs of a
+    workload that allows tf32 products are held to f16's)."""
+    if tf32 and dtype is DType.F32:
+        dtype = DType.F16
     atol, rtol = tolerance(dtype)
     stol, l2 = {DType.F64: (1e-9, 1e-10), DType.F32: (1e-3, 1e-4), DType.F16: (1e-2, 5e-3),
                 DType.BF16: (2e-2, 2e-2)}.get(dtype, (0.0, 0.0))
     return Tolerance(atol, rtol, stol, l2)
 
 
-def compare_output(name: str, dtype: DType, got, expected, own=None) -> OutputError:
+def compare_output(name: str, dtype: DType, got, expected, own=None, *,
+                   tf32: bool = False) -> OutputError:
     """Compare one output with its reference; NaN or inf fails unless the reference has it,
     or the model run in its own dtype (`own`) has the same there (an honest overflow)."""
     import torch
 
-    tol = output_tolerance(dtype)
+    tol = output_tolerance(dtype, tf32=tf32)
     ref = expected.detach().to(torch.float64)
     val = got.detach().to(device=ref.device, dtype=torch.float64)
     total = ref.numel()
@@ -437,7 +443,7 @@ def check_case(run, prog: CudaProgram, case: Case) -> CaseResult:
         raise UserError(f"the model returns {len(case.expected)} tensors; the program has "
                         f"{len(prog.outputs)}")
     own = case.overflow or (None,) * len(case.expected)
-    errors = tuple(compare_output(b.name, b.type.dtype, g, e, o)
+    errors = tuple(compare_output(b.name, b.type.dtype, g, e, o, tf32=case.tf32)
                    for b, g, e, o in zip(prog.outputs, done.outputs, case.expected, own))
     reasons = [f"the kernel wrote into its input `{n}`" for n in done.changed_inputs]
     for e in errors:

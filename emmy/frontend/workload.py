@@ -21,6 +21,9 @@ class Workload:
     origin: str                         # the file path, or "<expr>"
     sets: tuple[tuple[str, Any], ...] = ()
     make_inputs: Any = field(default=None, compare=False, repr=False)  # fresh inputs on demand
+    # the file set torch.set_float32_matmul_precision("high" | "medium"): its float32 products
+    # may round their operands to tf32 (torch's own switch; emmy then offers tf32 tiles)
+    tf32: bool = False
 
     @property
     def source_hash(self) -> str:
@@ -54,7 +57,14 @@ def load_file(path: str | Path, sets: tuple[tuple[str, Any], ...] = ()) -> Workl
     except SyntaxError as e:
         raise UserError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
     _check_set_names(source, path, sets)
-    namespace = _exec_with_overrides(path, dict(sets))
+    import torch
+
+    precision = torch.get_float32_matmul_precision()
+    try:
+        namespace = _exec_with_overrides(path, dict(sets))
+        tf32 = torch.get_float32_matmul_precision() != "highest"
+    finally:   # the file's setting belongs to its workload, not to this process
+        torch.set_float32_matmul_precision(precision)
     model_cls = namespace.get("Model")
     if model_cls is None:
         raise UserError(f"{path} defines no `Model` class",
@@ -69,7 +79,7 @@ def load_file(path: str | Path, sets: tuple[tuple[str, Any], ...] = ()) -> Workl
     make_inputs = namespace["get_inputs"]
     inputs = tuple(_call_user(make_inputs, path, "get_inputs()"))
     return Workload(name=path.stem, model=model, inputs=inputs, source=source, origin=str(path),
-                    sets=sets, make_inputs=lambda: tuple(make_inputs()))
+                    sets=sets, make_inputs=lambda: tuple(make_inputs()), tf32=tf32)
 
 
 def load_expr(expr: str) -> Workload:

@@ -125,7 +125,8 @@ def make_epilogue(k: TileKernel, *, atomic: bool = False) -> Epilogue:
 def _summary(k: TileKernel, p: GemmProblem, c: GemmConfig) -> tuple[str, ...]:
     con = k.contract
     inst = {"mma": "mma.sync m16n8k16 (tensor cores, f32 accumulate)",
-            "simt": "f32 FFMA (CUDA cores)", "wgmma": "wgmma.mma_async (sm_90a warpgroups)"}
+            "simt": "f32 FFMA (CUDA cores)", "wgmma": "wgmma.mma_async (sm_90a warpgroups)",
+            "tf32": "mma.sync m16n8k8 on tf32-rounded f32 operands (tensor cores)"}
     stage = ("TMA + mbarrier" if c.tma else "cp.async") + f", {c.stages} stages" \
         if c.stages > 1 or c.tma else "synchronous copies, one buffer"
     lines = [f"matrix product {p.batch} x ({p.m} x {p.k}) @ ({p.k} x {p.n}): "

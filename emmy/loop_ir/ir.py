@@ -137,3 +137,4 @@ class LoopProgram:
     outputs: tuple[Buffer, ...]        # program outputs, in order
     kernels: tuple[Kernel, ...]        # in execution order
     notes: tuple[str, ...] = ()        # fusion decisions worth reading: why a value was materialized
+    tf32: bool = False                 # float32 products may round operands to tf32

@@ -38,7 +38,7 @@ def lower(p: Program, *, normalized: bool = True) -> LoopProgram:
         intermediates=tuple(Buffer(names[n], defs[n].type) for n in plan.stored if n not in outputs),
         outputs=tuple(Buffer(names[n], defs[n].type) for n in p.outputs),
         kernels=tuple(normalize(k) if normalized else k for k, _ in built),
-        notes=plan.notes + tuple(n for _, extra in built for n in extra))
+        notes=plan.notes + tuple(n for _, extra in built for n in extra), tf32=p.tf32)
 
 
 def _build_within_budget(p: Program):

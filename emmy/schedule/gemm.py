@@ -31,18 +31,22 @@ _MMA = tuple(f"mma:{m}x{n}x{k}" for m in (32, 64, 128, 256) for n in (32, 64, 12
              for k in (16, 32, 64))
 _SIMT = tuple(f"simt:{m}x{n}x{k}" for m in (32, 64, 128) for n in (32, 64, 128) for k in (8, 16, 32))
 _WGMMA = tuple(f"wgmma:{m}x{n}x64" for m in (64, 128) for n in (64, 128, 256))
+_TF32 = tuple(f"tf32:{m}x{n}x{k}" for m in (32, 64, 128, 256) for n in (32, 64, 128, 256)
+              for k in (16, 32))
 
 GRAMMAR: dict[str, tuple[str, ...]] = {
     "WORK": tuple(f"warps:{w}" for w in _WARPS),
-    "TILE": _MMA + _SIMT + _WGMMA,
+    "TILE": _MMA + _SIMT + _WGMMA + _TF32,
     "REDUCE": ("serial", *(f"split:{s}:{how}" for s in (2, 4, 8, 16) for how in ("atomic", "combine"))),
     "STAGE": ("smem", "async:2", "async:3", "async:4", "tma:3", "tma:4"),
     "RASTER": ("row", "group:4", "group:8"),
 }
 GRAMMAR_TEXT = {
     "WORK": "warps:WMxWN  (warps along M and N: " + " ".join(_WARPS) + ")",
-    "TILE": "mma:BMxBNxBK | simt:BMxBNxBK | wgmma:BMxBNx64  (block tile; mma BM,BN in 32..256, "
-            "BK 16|32|64; simt BM,BN in 32..128, BK 8|16|32; wgmma BM 64|128, BN 64|128|256)",
+    "TILE": "mma:BMxBNxBK | simt:BMxBNxBK | wgmma:BMxBNx64 | tf32:BMxBNxBK  (block tile; mma "
+            "BM,BN in 32..256, BK 16|32|64; simt BM,BN in 32..128, BK 8|16|32; wgmma BM 64|128, "
+            "BN 64|128|256; tf32 (f32 operands on tensor cores, only where the workload allows "
+            "tf32) BM,BN in 32..256, BK 16|32)",
     "REDUCE": "serial | split:S:atomic | split:S:combine  (S in 2,4,8,16)",
     "STAGE": "smem | async:N (N = 2,3,4 cp.async stages) | tma:N (N = 3,4; wgmma only)",
     "RASTER": "row | group:G  (G = 4, 8 tile rows per group)",
@@ -80,7 +84,7 @@ def read_work(value: str) -> tuple[int, int]:
 
 
 def read_tile(value: str) -> GemmTile:
-    m = re.fullmatch(r"(mma|simt|wgmma):(\d+)x(\d+)x(\d+)", value)
+    m = re.fullmatch(r"(mma|simt|wgmma|tf32):(\d+)x(\d+)x(\d+)", value)
     assert m, value
     return GemmTile(m[1], int(m[2]), int(m[3]), int(m[4]))
 
@@ -109,6 +113,7 @@ class GemmCtx:
     plain_store: bool          # the epilogue stores the accumulator as it is (split:atomic)
     out_f32: bool
     target: Target
+    allow_tf32: bool = False   # the workload lets its f32 products round operands to tf32
     work: tuple[int, int] | None = None
     tile: GemmTile | None = None
     reduce: Reduce | None = None
@@ -177,16 +182,27 @@ def instruction_types(c: GemmCtx) -> str | None:
     if c.tile.inst in ("mma", "wgmma") and t not in ("__half", "__nv_bfloat16"):
         return (f"{c.tile.inst} multiplies f16/bf16 operands (f32 accumulate); this product's "
                 f"operands are {_dtype_name(t)}: use simt")
+    if c.tile.inst == "tf32" and t != "float":
+        return (f"tf32 tiles multiply f32 operands; this product's operands are "
+                f"{_dtype_name(t)}: use mma")
     if c.tile.inst == "simt" and t != "float":
         return (f"simt tiles multiply f32 operands; this product's operands are "
                 f"{_dtype_name(t)}: use mma (tensor cores)")
     return None
 
 
+def tf32_allowed(c: GemmCtx) -> str | None:
+    if c.tile.inst == "tf32" and not c.allow_tf32:
+        return ("tf32 rounds the f32 operands to 10 mantissa bits (about 1e-3 relative error), "
+                "more than an f32 check allows; a workload that accepts it says so with "
+                "torch.set_float32_matmul_precision(\"high\") in its file")
+    return None
+
+
 def instruction_set(c: GemmCtx) -> str | None:
     if c.tile.inst == "wgmma" and not c.target.has_wgmma:
         return f"wgmma is an sm_90a instruction; {c.target.name} has none"
-    if c.tile.inst == "mma" and not c.target.has_mma_sync:
+    if c.tile.inst in ("mma", "tf32") and not c.target.has_mma_sync:
         return f"mma.sync m16n8k16 needs sm_80 or later; {c.target.name} has none"
     return None
 
@@ -197,7 +213,7 @@ def warp_tile(c: GemmCtx) -> str | None:
     if t.bm % wm or t.bn % wn:
         return f"the {t.bm}x{t.bn} block tile does not split over {wm}x{wn} warps"
     m, n = t.bm // wm, t.bn // wn
-    if t.inst == "mma" and (m % 16 or n % 16):
+    if t.inst in ("mma", "tf32") and (m % 16 or n % 16):
         return (f"each warp's {m}x{n} tile must be a multiple of 16x16 (mma m16n8k16 atoms, "
                 f"B fragments in pairs)")
     if t.inst == "wgmma" and (wm * wn) % 4:
@@ -294,6 +310,7 @@ def template_constraints(problem: GemmProblem, config: GemmConfig, target: str) 
 RULES = (
     Rule("work.threads_per_block", "WORK", threads_per_block),
     Rule("tile.instruction_types", "TILE", instruction_types),
+    Rule("tile.tf32_allowed", "TILE", tf32_allowed),
     Rule("tile.instruction_set", "TILE", instruction_set),
     Rule("tile.warp_tile", "TILE", warp_tile),
     Rule("tile.accumulator_registers", "TILE", accumulator_registers),
@@ -325,4 +342,5 @@ def make_ctx(kernel, target: Target) -> GemmCtx:
     con = kernel.contract
     outs = kernel.outputs
     return GemmCtx(kernel.name, problem_of(con), con.plain_store,
-                   all(b.type.dtype is DType.F32 for b in outs), target)
+                   all(b.type.dtype is DType.F32 for b in outs), target,
+                   allow_tf32=con.allow_tf32)

@@ -181,7 +181,7 @@ class Builder:
                 counter += 1
         defs = tuple(_rename(d, names) for n, d in self.defs.items() if n in live)
         return Program(self.name, defs, tuple(names.get(o, o) for o in outputs),
-                       dict(values or {}))
+                       values=dict(values or {}))
 
     # ---- helpers -------------------------------------------------------------------------
 

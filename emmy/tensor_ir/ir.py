@@ -151,6 +151,7 @@ class Program:
     name: str
     defs: tuple[Def, ...]
     outputs: tuple[str, ...]
+    tf32: bool = False        # float32 products may round operands to tf32 (Graph.tf32)
     # Values of PARAM/BUFFER/CONSTANT inputs by name (torch tensors); not part of identity.
     values: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 

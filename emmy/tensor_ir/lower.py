@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from typing import Any
 
 from emmy.dtypes import DType
@@ -28,7 +29,7 @@ def lower(graph: Graph) -> Program:
         env[node.name] = lower_node(b, node, env)
     values = {p.name: graph.values[p.name] for p in graph.placeholders
               if p.kind is not InputKind.INPUT and p.name in graph.values}
-    return b.finish([env[r.name] for r in graph.outputs], values)
+    return replace(b.finish([env[r.name] for r in graph.outputs], values), tf32=graph.tf32)
 
 
 def lower_node(b: Builder, node: Node, env: dict[str, Any]):

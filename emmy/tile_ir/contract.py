@@ -47,6 +47,7 @@ class Contraction:
     b: Operand
     acc: str                      # the accumulator the epilogue reads
     epilogue: tuple[Item, ...]    # the job's statements besides the fold, in order
+    allow_tf32: bool = False      # f32 operands may be rounded to tf32 (the workload's choice)
 
     @property
     def batch_size(self) -> int:
@@ -122,7 +123,8 @@ def find_contraction(k: TileKernel) -> Contraction | None:
                        n=axes[n], k=fold.axis,
                        a=Operand(loads[0].buffer, a_type, oa, m),
                        b=Operand(loads[1].buffer, b_type, ob, n),
-                       acc=fold.accs[0].acc, epilogue=epilogue)
+                       acc=fold.accs[0].acc, epilogue=epilogue,
+                       allow_tf32=k.tf32 and a_type is DType.F32)
 
 
 def _product(fold: Fold) -> tuple[Load, Load] | None:

@@ -75,6 +75,7 @@ class TileKernel:
     atomic: bool = False              # stores add into outputs zeroed beforehand (split reductions)
     contract: object = None           # CONTRACT kernels: their tile_ir.contract.Contraction
     attention: object = None          # ATTENTION kernels: their tile_ir.attention.Attention
+    tf32: bool = False                # its float32 products may round operands to tf32
 
     @property
     def jobs(self) -> int:

@@ -24,10 +24,10 @@ def lift_program(lp: LoopProgram) -> TileProgram:
 
     return TileProgram(name=lp.name, inputs=lp.inputs, intermediates=lp.intermediates,
                        outputs=lp.outputs,
-                       kernels=tuple(lift_kernel(k, kernel_id(k)) for k in lp.kernels))
+                       kernels=tuple(lift_kernel(k, kernel_id(k), tf32=lp.tf32) for k in lp.kernels))
 
 
-def lift_kernel(k: Kernel, identity: str = "") -> TileKernel:
+def lift_kernel(k: Kernel, identity: str = "", *, tf32: bool = False) -> TileKernel:
     """Peel the outer parallel loops into the grid; the rest of the nest becomes Folds."""
     grid: list[Axis] = []
     prefix: list[Stmt] = []
@@ -53,7 +53,7 @@ def lift_kernel(k: Kernel, identity: str = "") -> TileKernel:
     else:
         kind = KernelKind.ROW
     tk = TileKernel(name=k.name, identity=identity, kind=kind, inputs=k.inputs,
-                    outputs=k.outputs, grid=tuple(grid), body=body)
+                    outputs=k.outputs, grid=tuple(grid), body=body, tf32=tf32)
     if kind is KernelKind.ROW and (con := find_contraction(tk)) is not None:
         return replace(tk, kind=KernelKind.CONTRACT, contract=con)
     if kind is KernelKind.ROW and (att := find_attention(tk)) is not None and flash_ok(att):

@@ -14,7 +14,8 @@ _KINDS = {"PARAMETER": InputKind.PARAM, "BUFFER": InputKind.BUFFER,
           "CONSTANT_TENSOR": InputKind.CONSTANT, "USER_INPUT": InputKind.INPUT}
 
 
-def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | None = None) -> Graph:
+def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | None = None,
+            tf32: bool = False) -> Graph:
     """Export `model(*inputs)` and mirror the exported graph, one node per op."""
     ep = _export(model, inputs)
     sig = {spec.arg.name: spec for spec in ep.graph_signature.input_specs
@@ -49,7 +50,7 @@ def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | Non
                 raise UserError("the model must return tensors (or a tuple of tensors); it "
                                 f"returns {fx_node.args[0]!r}")
     return Graph(name=name, placeholders=tuple(placeholders), nodes=tuple(nodes), outputs=outputs,
-                 values=values)
+                 tf32=tf32, values=values)
 
 
 def op_name(target: Any) -> str:

@@ -73,6 +73,7 @@ class Graph:
     placeholders: tuple[Placeholder, ...]
     nodes: tuple[Node, ...]
     outputs: tuple[Ref, ...]
+    tf32: bool = False        # float32 products may round operands to tf32 (Workload.tf32)
     # Values of params, buffers and constants by placeholder name (torch tensors); not part of
     # the graph's identity, so excluded from comparison.
     values: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)

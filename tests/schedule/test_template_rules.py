@@ -46,6 +46,9 @@ CASES = {
          ("f16/bf16", "f32", "use simt")),
         ((F16,), SM90, "WORK=warps:2x2 TILE=simt:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
          ("f32 operands", "f16", "mma"))],
+    "tile.tf32_allowed": [
+        ((F32,), SM90, "WORK=warps:2x2 TILE=tf32:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
+         ("10 mantissa bits", 'set_float32_matmul_precision("high")'))],
     "tile.instruction_set": [
         ((F16,), SM80, "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=serial STAGE=async:3 RASTER=row",
          ("sm_90a instruction", "sm_80"))],

@@ -100,3 +100,21 @@ def test_rows_for_the_cut_kernels_are_given_by_name():
     assert str(scheduled.rows["k0_mlp_cut1"]) == row
     with pytest.raises(UserError, match="exist when k0_mlp's row has PLACE=cut"):
         example("mlp", ("k0_mlp_cut1", row))
+
+
+def test_a_workload_that_allows_tf32_offers_tf32_tiles_and_a_tf32_tolerance():
+    """torch.set_float32_matmul_precision("high") in the file: tf32 tiles become legal, the
+    check holds f32 outputs to f16's tolerance; the setting does not leak into the process."""
+    import torch
+
+    from emmy.dtypes import DType, tolerance
+
+    before = torch.get_float32_matmul_precision()
+    w = load_file("examples/matmul_tf32.py", ())
+    assert w.tf32 and torch.get_float32_matmul_precision() == before
+    (k,) = compile_to(w, "tile")["tile"].program.kernels
+    assert k.contract.allow_tf32
+    tiles = dict(Space(k, SM90).decision_points())["TILE"]
+    assert any(t.startswith("tf32:") for t in tiles)
+    assert not load_file("examples/matmul.py", ()).tf32
+    assert tolerance(DType.F32, tf32=True) == tolerance(DType.F16)

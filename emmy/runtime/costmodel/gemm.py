@@ -29,7 +29,8 @@ from emmy.schedule.targets import Target
 # sm_80: estimates (mma.sync is Ampere's peak path).
 INSTRUCTION_EFFICIENCY = {("mma", "sm_90a"): 0.40, ("mma", "sm_80"): 0.85,
                           ("wgmma", "sm_90a"): 0.62, ("simt", "sm_90a"): 0.59,
-                          ("simt", "sm_80"): 0.75}
+                          ("simt", "sm_80"): 0.75, ("tf32", "sm_90a"): 0.40,
+                          ("tf32", "sm_80"): 0.85}
 ATTENTION_EFFICIENCY = {"sm_90a": 0.30, "sm_80": 0.6}
 STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
 EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
@@ -38,6 +39,8 @@ EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue
 def _rate(c: GemmConfig, p: GemmProblem, t: Target) -> float:
     if c.inst == "simt":
         peak = t.fp32_flops
+    elif c.inst == "tf32":
+        peak = t.tf32_tensor_flops
     else:
         peak = t.bf16_tensor_flops if p.a.ctype == "__nv_bfloat16" else t.fp16_tensor_flops
     return peak * INSTRUCTION_EFFICIENCY.get((c.inst, t.name), 0.6)
