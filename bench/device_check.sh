@@ -6,9 +6,9 @@
 #   export PYTHONPATH=$PWD:/tmp/site && bash bench/device_check.sh
 # The defaults fit one 15-minute lease with its start-up: GPU tests, `emmy run --bench`, then
 # core, matmul and attention at about 2-3 minutes each.
-# Knobs (environment): SUITES="core:150 matmul:180 attention:150" — each item SUITE[:BUDGET[:ONLY]] runs
+# Knobs (environment): SUITES="core:120 matmul:150 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs
 # `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of
-# workload-name prefixes); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=150 (seconds),
+# workload-name prefixes); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=120 (seconds),
 # RUN_BENCH=1 (0 skips `emmy run --bench`), SUITE_SLACK=60 (seconds a suite may run past its
 # budget before it is stopped).
 set -o pipefail
@@ -33,13 +33,13 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
     > "$out/gpu.txt" 2>&1; cat "$out/gpu.txt"
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__)"
 if [ "${TESTS:-1}" = 1 ]; then
-    TAIL=12 step gpu_tests "${TESTS_LIMIT:-150}" python3 -m pytest -m gpu tests -q \
+    TAIL=12 step gpu_tests "${TESTS_LIMIT:-120}" python3 -m pytest -m gpu tests -q \
         -p no:cacheprovider -rfE --continue-on-collection-errors
 fi
 if [ "${RUN_BENCH:-1}" = 1 ]; then
     step run_bench 120 python3 -m emmy run examples/rmsnorm.py --bench --json "$out/rmsnorm_bench.json"
 fi
-for item in ${SUITES:-core:150 matmul:180 attention:150}; do
+for item in ${SUITES:-core:120 matmul:150 attention:120}; do
     IFS=: read -r suite budget only <<< "$item"
     budget=${budget:-400}
     args=(--suite "$suite" --budget "$budget" --json "$out/$suite.json")
