@@ -33,6 +33,12 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
                      f"({c.m.extent}x{c.n.extent}x{c.k.extent}"
                      f"{f', batch {c.batch_size}' if c.batch else ''}, {c.element}; "
                      f"{'tensor cores' if c.tensor_core_ok else 'CUDA cores'})")
+    if k.attention is not None:
+        a = k.attention
+        lines.append(f"{INDENT}attention: softmax({a.q.buffer}·{a.k.buffer} over {a.dim} × "
+                     f"{a.scale:g}{', causal' if a.causal else ''}) · {a.v.buffer}, "
+                     f"{a.query.extent} queries × {a.keys} keys per head: one flash kernel, "
+                     f"the max and sum folds merged into the output fold (online softmax)")
     _items(k.body, 2, types, lines)
     if row is not None:
         lines.append(f"{INDENT}schedule: {row}")

@@ -1,0 +1,55 @@
+"""Attention's three folds are recognized as one flash kernel only when every part matches:
+the same scores in each fold, a causal mask or none, a plain load of v."""
+
+import pytest
+
+from emmy.frontend.workload import load_expr, load_file
+from emmy.pipeline import compile_to
+from emmy.tile_ir.attention import find_attention
+from emmy.tile_ir.ir import KernelKind
+
+
+def kernels(w):
+    return compile_to(w, "tile")["tile"].program.kernels
+
+
+@pytest.mark.parametrize("sets, causal", [((), True), ((("is_causal", False),), False),
+                                          ((("dtype", "bfloat16"),), True)])
+def test_sdpa_in_half_precision_is_one_flash_kernel(sets, causal):
+    (k,) = kernels(load_file("examples/attention_half.py", sets))
+    assert k.kind is KernelKind.ATTENTION
+    a = k.attention
+    assert (a.causal, a.dim, a.keys, a.query.extent, a.scale) == (causal, 64, 70, 70, 0.125)
+    assert (a.q.buffer, a.k.buffer, a.v.buffer) == ("q", "k", "v")
+
+
+def test_fp32_attention_is_recognized_but_keeps_the_generic_space():
+    (k,) = kernels(load_file("examples/attention.py", ()))
+    assert find_attention(k) is not None and k.kind is KernelKind.ROW
+
+
+def test_a_hand_written_softmax_attention():
+    """In f32, softmax(q kᵀ s) v written by hand is the same three folds: recognized. In f16,
+    eager rounds the scores and the probabilities to f16 between the ops; a flash kernel would
+    drop those roundings, so that program keeps its own semantics (not attention)."""
+    expr = ("(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v)"
+            "(torch.randn(2, 32, 16){h}, torch.randn(2, 32, 16){h}, torch.randn(2, 32, 16){h})")
+    (k,) = kernels(load_expr(expr.format(h="")))
+    a = find_attention(k)
+    assert a is not None and not a.causal and a.scale == 0.25
+    (k,) = kernels(load_expr(expr.format(h=".half()")))
+    assert k.kind is KernelKind.ROW and find_attention(k) is None
+
+
+def test_scaled_values_are_not_a_plain_load_of_v():
+    """softmax(q kᵀ) (2 v): the output fold multiplies by an expression, not a load of v; the
+    kernel keeps the generic space (and is still correct there)."""
+    from emmy.check import check_cuda_program
+
+    w = load_expr("(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ (v * 2))"
+                  "(torch.randn(16, 16).half(), torch.randn(16, 16).half(), torch.randn(16, 16).half())")
+    (k,) = kernels(w)
+    assert k.kind is not KernelKind.ATTENTION
+    results = compile_to(w, "cuda")
+    report, _ = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None and report.ok
