@@ -1,5 +1,6 @@
-"""Matrix-product kernel templates: mma.sync (f16/bf16 operands, f32 accumulators) and SIMT
-FFMA (f32), for the problems and configurations of emmy.cuda.gemm_spec.
+"""Matrix-product kernel templates: mma.sync (f16/bf16 operands, f32 accumulators), mma.sync
+on TF32 (f32 operands rounded to tf32, f32 accumulators) and SIMT FFMA (f32), for the problems
+and configurations of emmy.cuda.gemm_spec.
 
     gemm_body(problem, config, epilogue)  the lines inside the kernel, its grid, block, smem
     combine_body(problem, config, epilogue)  split_mode "combine": the kernel that sums the
@@ -15,7 +16,9 @@ How one block computes its bm x bn output tile (every size is a compile-time con
 - Each K tile of A (bm x bk) and B (bk x bn) is staged in shared memory in the operand's own
   contiguous order: "k-major" (rows = m or n, k contiguous) when stride_k is the smaller stride,
   "outer-major" (rows = k) otherwise; rows are padded by 16 bytes where that makes the row
-  pitch an odd number of 16-byte units, so 8 rows read together hit 8 different bank groups.
+  pitch an odd number of 16-byte units, so 8 rows read together hit 8 different bank groups
+  (tf32's k-major tiles: by 32 bytes where that makes the pitch an odd number of 32-byte
+  units, so the 4 rows x 8 bytes a half warp reads hit 32 different banks).
 - stages 1: every thread copies its share of the tile synchronously (16-byte vectors when the
   operand's rows are 16-byte aligned, else element by element), with predicates that zero-fill
   outside the matrix, so any shape works. stages 2..4: a ring of cp.async copies (zfill at the
@@ -26,6 +29,10 @@ How one block computes its bm x bn output tile (every size is a compile-time con
   one k step ahead, across K tiles too: the barrier that publishes tile i+1 sits before tile
   i's last k step, so its mma overlap the next tile's first ldmatrix (on an H200 this took
   128x256x32 from 258 to 365 TFLOP/s).
+- tf32: the same warp tiles of m16n8k8 atoms (f32 accumulators as mma), pipelined one k step
+  ahead like mma; fragments come from plain shared loads (ldmatrix moves 16-bit elements),
+  rounded by cvt.rna.tf32.f32. A and B read each k step in one permuted order (a lane's k t
+  and t + 4 at 2t and 2t + 1), so k-major tiles give a lane's two k in one 8-byte load.
 - simt: each lane owns a tm x tn micro-tile whose rows (and columns) come in vectors of up to 4
   strided across the warp's lanes, read from shared memory as 16-byte vectors.
 - The epilogue is called once per output element inside the bounds; with split_mode
@@ -43,6 +50,7 @@ from emmy.schedule.targets import TARGETS
 
 CHUNK_BYTES = 16              # one cp.async / one vector copy
 MMA_K = 16                    # m16n8k16
+TF32_K = 8                    # m16n8k8 (tf32)
 MAX_STAGES = 4
 MAX_MMA_ACCUMULATORS = 128    # f32 accumulators per thread: more leaves too few registers
 MAX_SIMT_ACCUMULATORS = 64
@@ -53,6 +61,8 @@ SPLIT_MODES = ("atomic", "combine")
 PARTIAL = "emmy_partial"      # combine: the f32 partial sums, [split][batch][m][n]
 STORAGE = {"__half": "unsigned short", "__nv_bfloat16": "unsigned short", "float": "float"}
 MMA_FN = {"__half": "mma_m16n8k16_f16f32", "__nv_bfloat16": "mma_m16n8k16_bf16f32"}
+TENSOR_CORE = ("mma", "tf32")  # warp tiles of 16x8 mma.sync atoms
+INSTS = ("mma", "tf32", "simt")
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -81,6 +91,7 @@ class _Tile:
     bk: int
     batch: int
     threads: int
+    tf32: bool = False    # fragments read element by element (tf32): see pad
 
     @property
     def k_major(self) -> bool:
@@ -134,7 +145,11 @@ class _Tile:
 
     @property
     def pad(self) -> int:
-        """Padding elements per row: the row pitch becomes an odd number of 16-byte units."""
+        """Padding elements per row: the row pitch becomes an odd number of 16-byte units; for
+        tf32's k-major tiles an odd number of 32-byte units (8 mod 16 floats), as each half
+        warp reads 8 bytes at (row g, k 2t) for g < 4, t < 4: rows 8 banks apart."""
+        if self.tf32 and self.k_major:
+            return 0 if self.cols % 16 == 8 else 8 + (-self.cols) % 8
         units = self.cols * self.itemsize // CHUNK_BYTES
         return self.chunk if units % 2 == 0 else 0
 
@@ -256,12 +271,14 @@ class _Plan:
     @cached_property
     def a(self) -> _Tile:
         p, c = self.p, self.c
-        return _Tile("A", "a", p.a, "m", p.m, c.bm, p.k, c.bk, p.batch, c.threads)
+        return _Tile("A", "a", p.a, "m", p.m, c.bm, p.k, c.bk, p.batch, c.threads,
+                     c.inst == "tf32")
 
     @cached_property
     def b(self) -> _Tile:
         p, c = self.p, self.c
-        return _Tile("B", "b", p.b, "n", p.n, c.bn, p.k, c.bk, p.batch, c.threads)
+        return _Tile("B", "b", p.b, "n", p.n, c.bn, p.k, c.bk, p.batch, c.threads,
+                     c.inst == "tf32")
 
     @cached_property
     def lanes(self) -> _SimtLanes | None:
@@ -286,8 +303,8 @@ def _shape_problems(p: GemmProblem, c: GemmConfig) -> list[str]:
     """Target-independent reasons (problem, config) cannot be built; empty when it can."""
     if c.inst == "wgmma":
         return ["wgmma configurations are built by emmy.cuda.gemm_sm90, not this template"]
-    if c.inst not in ("mma", "simt"):
-        return [f"unknown instruction kind `{c.inst}` (mma or simt)"]
+    if c.inst not in INSTS:
+        return [f"unknown instruction kind `{c.inst}` (mma, tf32 or simt)"]
     out = []
     if min(p.m, p.n, p.k, p.batch) < 1:
         out.append(f"empty problem {p.batch} x {p.m} x {p.n} x {p.k}")
@@ -297,8 +314,8 @@ def _shape_problems(p: GemmProblem, c: GemmConfig) -> list[str]:
         out.append(f"A and B must have one element type, got {p.a.ctype} and {p.b.ctype}")
     if c.inst == "mma" and p.a.ctype not in MMA_FN:
         out.append(f"mma needs f16/bf16 operands, got {p.a.ctype}")
-    if c.inst == "simt" and p.a.ctype != "float":
-        out.append(f"simt needs float operands, got {p.a.ctype}")
+    if c.inst in ("simt", "tf32") and (p.a.ctype, p.b.ctype) != ("float", "float"):
+        out.append(f"{c.inst} needs float operands, got {p.a.ctype} and {p.b.ctype}")
     if c.tma:
         out.append("TMA loads belong to wgmma configurations")
     if c.threads > 1024:
@@ -308,11 +325,12 @@ def _shape_problems(p: GemmProblem, c: GemmConfig) -> list[str]:
         return out
     plan = _Plan(p, c)
     wtm, wtn = plan.wtm, plan.wtn
-    if c.inst == "mma":
+    if c.inst in TENSOR_CORE:
+        k_step = MMA_K if c.inst == "mma" else TF32_K
         if wtm % 16 or wtn % 8:
-            out.append(f"warp tile {wtm}x{wtn} is not a multiple of the 16x8 mma atom")
-        if c.bk % MMA_K:
-            out.append(f"bk={c.bk} is not a multiple of the mma's k step {MMA_K}")
+            out.append(f"warp tile {wtm}x{wtn} is not a multiple of the 16x8 {c.inst} atom")
+        if c.bk % k_step:
+            out.append(f"bk={c.bk} is not a multiple of the {c.inst}'s k step {k_step}")
         if wtm * wtn // 32 > MAX_MMA_ACCUMULATORS:
             out.append(f"warp tile {wtm}x{wtn} needs {wtm * wtn // 32} f32 accumulators per "
                        f"thread > {MAX_MMA_ACCUMULATORS} (register pressure)")
@@ -352,11 +370,13 @@ def constraints(problem: GemmProblem, config: GemmConfig, target_name: str) -> l
         return out + [f"unknown target `{target_name}` (known: {', '.join(TARGETS)})"]
     if config.inst == "mma" and not (target.has_mma_sync and target.has_ldmatrix):
         out.append(f"{target_name} has no mma.sync / ldmatrix")
+    if config.inst == "tf32" and not target.has_mma_sync:
+        out.append(f"{target_name} has no mma.sync (tf32 needs sm_80+)")
     if config.stages > 1 and not target.has_cp_async:
         out.append(f"{target_name} has no cp.async")
     if config.threads > target.max_threads_per_block:
         out.append(f"{config.threads} threads > {target.max_threads_per_block} on {target_name}")
-    if out or config.inst not in ("mma", "simt"):
+    if out or config.inst not in INSTS:
         return out
     plan = _Plan(problem, config)
     limit = target.shared_per_block_optin
@@ -546,16 +566,99 @@ class _Emitter:
             return stmts
         return [f"if ({' && '.join(conds)}) {{", *_indent(stmts), "}"]
 
+    @property
+    def k_step(self) -> int:
+        return TF32_K if self.c.inst == "tf32" else MMA_K
+
+    def tf32_fragments(self) -> tuple[list[str], Callable[[str, str, str], list[str]]]:
+        """The lane's fragment offsets, and the loads of the m16n8k8 tf32 fragments, rounded
+        to tf32. The mma sums over its 8 k in any order, so A and B agree on a permutation of
+        each k step that makes a lane's two k adjacent: logical k t and t + 4 (a0/a2, a1/a3,
+        b0/b1 of lane 4g + t) sit at k 2t and 2t + 1 of the tile. A k-major tile then gives
+        both in one 8-byte load, an outer-major tile one 4-byte load each."""
+        plan = self.plan
+        a, b = plan.a, plan.b
+        mi, nj = plan.wtm // 16, plan.wtn // 8
+        out = ["// m16n8k8 tf32 fragments of lane 4g + t: its k t and t + 4 are read at k 2t, "
+               "2t + 1",
+               "const int gm_lg = gm_lane / 4, gm_lt2 = gm_lane % 4 * 2;"]
+        if a.k_major:
+            out.append(f"const int gm_a_frag = (gm_wm0 + gm_lg) * {a.ld} + gm_lt2;")
+            a_i, a_k = 16 * a.ld, TF32_K
+        else:
+            out.append(f"const int gm_a_frag = gm_lt2 * {a.ld} + gm_wm0 + gm_lg;")
+            a_i, a_k = 16, TF32_K * a.ld
+        if b.k_major:
+            out.append(f"const int gm_b_frag = (gm_wn0 + gm_lg) * {b.ld} + gm_lt2;")
+            b_j, b_k = 8 * b.ld, TF32_K
+        else:
+            out.append(f"const int gm_b_frag = gm_lt2 * {b.ld} + gm_wn0 + gm_lg;")
+            b_j, b_k = 8, TF32_K * b.ld
+
+        def fragments(af: str, bf: str, ks: str) -> list[str]:
+            a_at = f"gm_as + gm_a_frag + gm_i * {a_i} + {ks} * {a_k}"
+            b_at = f"gm_bs + gm_b_frag + gm_j * {b_j} + {ks} * {b_k}"
+            if a.k_major:    # rows g and g + 8 (a0, a2 and a1, a3), two k each
+                a_loads = ["float gm_x[4];",
+                           f"em_vload({a_at}, gm_x[0], gm_x[2]);",
+                           f"em_vload({a_at} + {8 * a.ld}, gm_x[1], gm_x[3]);",
+                           *[f"{af}[gm_i][{r}] = to_tf32(gm_x[{r}]);" for r in range(4)]]
+            else:            # a_r at row g + 8(r%2), k 2t + r/2
+                a_loads = [f"{af}[gm_i][{r}] = to_tf32(*({a_at} + {8 * (r % 2) + (r // 2) * a.ld}"
+                           "));" for r in range(4)]
+            if b.k_major:
+                b_loads = ["float gm_y[2];", f"em_vload({b_at}, gm_y[0], gm_y[1]);",
+                           *[f"{bf}[gm_j][{r}] = to_tf32(gm_y[{r}]);" for r in range(2)]]
+            else:            # b_r at k 2t + r
+                b_loads = [f"{bf}[gm_j][{r}] = to_tf32(*({b_at} + {r * b.ld}));"
+                           for r in range(2)]
+            return [*_unrolled("gm_i", mi, a_loads), *_unrolled("gm_j", nj, b_loads)]
+
+        return out, fragments
+
     def mma(self) -> list[str]:
-        """Warp tiles of m16n8k16 atoms, fragments by ldmatrix, then the epilogue."""
+        """Warp tiles of m16n8k16 atoms (fragments by ldmatrix) or of m16n8k8 tf32 atoms
+        (fragments by plain shared loads), then the epilogue."""
         c, plan = self.c, self.plan
+        mi, nj = plan.wtm // 16, plan.wtn // 8
+        out = ["const int gm_lane = tid % 32, gm_warp = tid / 32;",
+               f"const int gm_wm0 = gm_warp / {c.wn} * {plan.wtm}, gm_wn0 = gm_warp % {c.wn} * "
+               f"{plan.wtn};"]
+        if c.inst == "tf32":
+            setup, fragments = self.tf32_fragments()
+            out += setup
+            fn = "mma_m16n8k8_tf32"
+        else:
+            setup, fragments = self.ldmatrix_fragments()
+            out += setup
+            fn = MMA_FN[self.p.a.ctype]
+        out.append(f"float gm_acc[{mi}][{nj}][4] = {{}};  // (16 x 8 atom i, j), c0..c3")
+        mmas = _unrolled("gm_i", mi, _unrolled("gm_j", nj, [
+            f"{fn}(gm_acc[gm_i][gm_j], gm_af[gm_i], gm_bf[gm_j], gm_acc[gm_i][gm_j]);"]))
+        if c.stages == 1:
+            compute = _unrolled("gm_ks", c.bk // self.k_step, [
+                f"unsigned gm_af[{mi}][4], gm_bf[{nj}][2];",
+                *fragments("gm_af", "gm_bf", "gm_ks"), *mmas])
+            out += self.main_loop(compute)
+        else:
+            out += self.mma_pipelined(fragments, mmas, mi, nj)
+        out += ["// accumulator c_r of atom (i, j): row 16i + lane/4 + 8(r/2), column 8j + "
+                "2(lane%4) + r%2",
+                "const int gm_row0 = gm_m0 + gm_wm0 + gm_lane / 4;",
+                "const int gm_col0 = gm_n0 + gm_wn0 + 2 * (gm_lane % 4);"]
+        out += _unrolled("gm_i", mi, _unrolled("gm_j", nj, _unrolled("gm_q", 4, [
+            "const int gm_row = gm_row0 + 16 * gm_i + 8 * (gm_q / 2);",
+            "const int gm_col = gm_col0 + 8 * gm_j + gm_q % 2;",
+            *self.store("gm_row", "gm_col", "gm_acc[gm_i][gm_j][gm_q]")])))
+        return out
+
+    def ldmatrix_fragments(self) -> tuple[list[str], Callable[[str, str, str], list[str]]]:
+        """The lane's ldmatrix addresses, and the ldmatrix loads of the m16n8k16 fragments."""
+        plan = self.plan
         a, b = plan.a, plan.b
         mi, nj = plan.wtm // 16, plan.wtn // 8
         a_trans, b_trans = not a.k_major, not b.k_major
-        out = ["const int gm_lane = tid % 32, gm_warp = tid / 32;",
-               f"const int gm_wm0 = gm_warp / {c.wn} * {plan.wtm}, gm_wn0 = gm_warp % {c.wn} * "
-               f"{plan.wtn};",
-               "// ldmatrix: lane 8j+r addresses row r of 8x8 matrix j",
+        out = ["// ldmatrix: lane 8j+r addresses row r of 8x8 matrix j",
                "const int gm_mat = gm_lane / 8, gm_mrow = gm_lane % 8;"]
         # A's matrices j = 0..3: (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
         if a.k_major:
@@ -575,9 +678,7 @@ class _Emitter:
             out.append(f"const int gm_b_frag = (8 * (gm_mat % 2) + gm_mrow) * {b.ld} + gm_wn0 + "
                        "8 * (gm_mat / 2);")
             b_j, b_k = 16, 16 * b.ld
-        out.append(f"float gm_acc[{mi}][{nj}][4] = {{}};  // (16 x 8 atom i, j), c0..c3")
         tr_a, tr_b = "_trans" if a_trans else "", "_trans" if b_trans else ""
-        fn = MMA_FN[self.p.a.ctype]
 
         def fragments(af: str, bf: str, ks: str) -> list[str]:
             """ldmatrix the A and B fragments of k step `ks` of the stage at gm_as / gm_bs."""
@@ -592,31 +693,14 @@ class _Emitter:
             return [*_unrolled("gm_i", mi, [f"ldmatrix_x4{tr_a}({af}[gm_i], gm_as + gm_a_frag + "
                                             f"gm_i * {a_i} + {ks} * {a_k});"]), *pairs, *odd]
 
-        mmas = _unrolled("gm_i", mi, _unrolled("gm_j", nj, [
-            f"{fn}(gm_acc[gm_i][gm_j], gm_af[gm_i], gm_bf[gm_j], gm_acc[gm_i][gm_j]);"]))
-        if c.stages == 1:
-            compute = _unrolled("gm_ks", c.bk // MMA_K, [
-                f"unsigned gm_af[{mi}][4], gm_bf[{nj}][2];",
-                *fragments("gm_af", "gm_bf", "gm_ks"), *mmas])
-            out += self.main_loop(compute)
-        else:
-            out += self.mma_pipelined(fragments, mmas, mi, nj)
-        out += ["// accumulator c_r of atom (i, j): row 16i + lane/4 + 8(r/2), column 8j + "
-                "2(lane%4) + r%2",
-                "const int gm_row0 = gm_m0 + gm_wm0 + gm_lane / 4;",
-                "const int gm_col0 = gm_n0 + gm_wn0 + 2 * (gm_lane % 4);"]
-        out += _unrolled("gm_i", mi, _unrolled("gm_j", nj, _unrolled("gm_q", 4, [
-            "const int gm_row = gm_row0 + 16 * gm_i + 8 * (gm_q / 2);",
-            "const int gm_col = gm_col0 + 8 * gm_j + gm_q % 2;",
-            *self.store("gm_row", "gm_col", "gm_acc[gm_i][gm_j][gm_q]")])))
-        return out
+        return out, fragments
 
     def mma_pipelined(self, fragments: Callable[[str, str, str], list[str]], mmas: list[str],
                       mi: int, nj: int) -> list[str]:
         """The cp.async ring with fragments one k step ahead: the next tile's first
         fragments are read before the current tile's last mma."""
         c, plan = self.c, self.plan
-        s, ks_n = c.stages, c.bk // MMA_K
+        s, ks_n = c.stages, c.bk // self.k_step
         copy_next = _unrolled("gm_i", mi, _unrolled("gm_e", 4, [
             "gm_af[gm_i][gm_e] = gm_an[gm_i][gm_e];"])) + \
             _unrolled("gm_j", nj, _unrolled("gm_e", 2, ["gm_bf[gm_j][gm_e] = gm_bn[gm_j][gm_e];"]))
@@ -704,7 +788,7 @@ class _Emitter:
                 "memory",
                 "gm_t* gm_smem = reinterpret_cast<gm_t*>(emmy_smem);"]
         head += self.decode() + self.copy_setup(a) + self.copy_setup(b)
-        return head + (self.mma() if c.inst == "mma" else self.simt())
+        return head + (self.mma() if c.inst in TENSOR_CORE else self.simt())
 
 
 def gemm_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue) -> Body:

@@ -69,6 +69,7 @@ class GemmProblem:
 @dataclass(frozen=True)
 class GemmConfig:
     inst: str             # "mma": mma.sync m16n8k16 (f16/bf16 -> f32); "simt": f32 FFMA;
+                          # "tf32": mma.sync m16n8k8 on tf32-rounded f32 operands;
                           # "wgmma": wgmma.mma_async (sm_90a, emmy.cuda.gemm_sm90)
     bm: int               # block tile
     bn: int

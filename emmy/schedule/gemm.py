@@ -56,7 +56,8 @@ GRAMMAR_TEXT = {
 # the rest are fallbacks for smaller problems and older targets (no wgmma before sm_90a).
 PREFERRED = {
     "WORK": ("warps:2x4", "warps:2x2", "warps:1x1"),
-    "TILE": ("wgmma:128x256x64", "mma:128x256x64", "mma:128x128x32", "mma:64x64x32",
+    "TILE": ("wgmma:128x256x64", "mma:128x256x64", "tf32:128x128x32", "mma:128x128x32",
+             "mma:64x64x32", "tf32:64x64x16",
              "simt:128x128x16", "simt:64x64x16", "simt:32x32x8", "mma:32x32x16"),
     "REDUCE": ("serial",),
     "STAGE": ("async:4", "async:3", "async:2", "smem"),

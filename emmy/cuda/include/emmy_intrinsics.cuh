@@ -7,7 +7,8 @@
 //   cp.async    cp_async_4 / _8 / _16, cp_async_16_zfill, cp_async_commit,
 //               cp_async_wait<N>, cp_async_wait_all
 //   ldmatrix    ldmatrix_x1 / _x2 / _x4 and their _trans forms (m8n8, b16)
-//   mma.sync    mma_m16n8k16_f16f32, mma_m16n8k16_bf16f32  (row.col, f32 accumulate)
+//   mma.sync    mma_m16n8k16_f16f32, mma_m16n8k16_bf16f32  (row.col, f32 accumulate),
+//               mma_m16n8k8_tf32 with to_tf32 (cvt.rna.tf32.f32)
 //   packing     pack_f16x2, pack_bf16x2
 //   warps       warp_sum, warp_max, warp_min (butterfly; every lane gets the result)
 //   constants   EMMY_INF_F32
@@ -218,4 +219,66 @@ template <class T> EMMY_FN T warp_max(T v, int width = 32) {
 template <class T> EMMY_FN T warp_min(T v, int width = 32) {
     for (int o = width / 2; o > 0; o /= 2) v = min(v, __shfl_xor_sync(0xffffffffu, v, o, width));
     return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TF32: f32 operands on the tensor cores (sm_80+).
+// to_tf32(x): x rounded to 10 mantissa bits, to nearest with ties away from zero
+// (cvt.rna.tf32.f32), as the .b32 register mma takes; the CPU version zeroes the low 13 bits.
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: D(16x8) = A(16x8) B(8x8) + C.
+// With g = lane/4, t = lane%4 (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32):
+//   A: 4 regs a0..a3: row g + 8*(i%2), col t + 4*(i/2)
+//   B: 2 regs b0, b1: row (k) t + 4*i, col (n) g
+//   C, D: 4 floats c0..c3: row g + 8*(i/2), col 2t + i%2 (as m16n8k16)
+// CPU: the operands' low 13 bits are ignored; products summed in double, rounded once.
+// ---------------------------------------------------------------------------------------------
+EMMY_FN unsigned to_tf32(float x) {
+#if defined(__CUDACC__)
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+#else
+    const unsigned u = __float_as_uint(x);
+    if ((u & 0x7f800000u) == 0x7f800000u)                  // inf stays inf, NaN stays NaN
+        return (u & 0x007fffffu) ? 0x7fffffffu : u;
+    // half an ulp of tf32 added to the magnitude: ties round away from zero; a carry into
+    // the exponent is the correct rounding (up to inf past the largest finite value)
+    return (u + 0x1000u) & 0xffffe000u;
+#endif
+}
+
+#if !defined(__CUDACC__)
+namespace emmy_emu {
+inline float tf32_bits_to_f32(unsigned reg) { return __uint_as_float(reg & 0xffffe000u); }
+}  // namespace emmy_emu
+#endif
+
+EMMY_FN void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
+                              const float (&c)[4]) {
+#if defined(__CUDACC__)
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+          "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#else
+    emmy_emu::MmaOperands mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+    const emmy_emu::MmaOperands* all = emmy_emu::warp_exchange(0xffffffffu, mine);
+    auto a_at = [&](unsigned row, unsigned k) {   // lane 4*(row%8) + k%4 holds A[row][k]
+        return emmy_emu::tf32_bits_to_f32(all[4 * (row & 7) + (k & 3)].a[(row >> 3) + 2 * (k >> 2)]);
+    };
+    auto b_at = [&](unsigned k, unsigned n) {     // lane 4*n + k%4 holds B[k][n]
+        return emmy_emu::tf32_bits_to_f32(all[4 * n + (k & 3)].b[k >> 2]);
+    };
+    const unsigned g = emmy_emu::lane() / 4, t = emmy_emu::lane() % 4;
+    float out[4];
+    for (unsigned i = 0; i < 4; ++i) {
+        const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
+        double acc = c[i];
+        for (unsigned k = 0; k < 8; ++k) acc += double(a_at(row, k)) * double(b_at(k, col));
+        out[i] = float(acc);
+    }
+    for (unsigned i = 0; i < 4; ++i) d[i] = out[i];
+#endif
 }
