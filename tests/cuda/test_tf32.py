@@ -21,6 +21,7 @@ from emmy.cuda.gemm import combine_body, constraints, gemm_body, smem_bytes
 from emmy.cuda.gemm_spec import Body, GemmConfig, GemmOperand, GemmProblem
 from emmy.cuda.nvrtc import compile_cuda
 from emmy.schedule.targets import get_target
+from test_gemm import kernel_source, program  # the same wrapper emmy.cuda.emit prints
 
 rng = np.random.default_rng(1988)
 LANES = np.arange(32)
@@ -164,22 +165,7 @@ def test_intrinsics_compile(target):
 
 
 # --- the template ------------------------------------------------------------------------------
-
-def kernel_source(name: str, body: Body, params: list[tuple[str, str, bool]]) -> str:
-    """One kernel as emmy.cuda.emit prints it: `params` are (ctype, name, is_output)."""
-    plist = ", ".join(f"{c}* __restrict__ {n}" if out else f"const {c}* __restrict__ {n}"
-                      for c, n, out in params)
-    lines = [f'extern "C" __global__ void __launch_bounds__({body.threads}) {name}({plist}) {{',
-             "  const int tid = threadIdx.x;",
-             "  const long long bid = blockIdx.x;"]
-    if body.smem_bytes:
-        lines.append("  extern __shared__ __align__(16) unsigned char emmy_smem[];")
-    return "\n".join(lines + ["  " + line for line in body.lines] + ["}", ""])
-
-
-def program(kernels: list[str]) -> str:
-    return "\n".join(['#include "emmy_kernel.cuh"', "", *kernels])
-
+# kernels are printed as emmy.cuda.emit prints them, by test_gemm's helpers
 
 @dataclass(frozen=True)
 class Layout:
