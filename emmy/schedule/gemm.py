@@ -115,6 +115,7 @@ class GemmCtx:
     out_f32: bool
     target: Target
     allow_tf32: bool = False   # the workload lets its f32 products round operands to tf32
+    starts: tuple[int, int] = (0, 0)   # A's and B's first element's offset in their buffers
     work: tuple[int, int] | None = None
     tile: GemmTile | None = None
     reduce: Reduce | None = None
@@ -271,7 +272,11 @@ def stage_kind(c: GemmCtx) -> str | None:
 def stage_alignment(c: GemmCtx) -> str | None:
     if c.stage.kind == "smem":
         return None
-    for name, op in (("A", c.problem.a), ("B", c.problem.b)):
+    for name, op, start in (("A", c.problem.a, c.starts[0]), ("B", c.problem.b, c.starts[1])):
+        if start * op.itemsize % 16:
+            return (f"cp.async copies 16-byte chunks; operand {name} starts {start} elements "
+                    f"({start * op.itemsize} bytes) into its buffer, off a 16-byte boundary "
+                    f"(use STAGE=smem)")
         contiguous = op.stride_k == 1 or op.stride_outer == 1
         row = (op.stride_outer if op.stride_k == 1 else op.stride_k) * op.itemsize
         if not contiguous:
@@ -344,4 +349,4 @@ def make_ctx(kernel, target: Target) -> GemmCtx:
     outs = kernel.outputs
     return GemmCtx(kernel.name, problem_of(con), con.plain_store,
                    all(b.type.dtype is DType.F32 for b in outs), target,
-                   allow_tf32=con.allow_tf32)
+                   allow_tf32=con.allow_tf32, starts=(con.a.offset.const, con.b.offset.const))

@@ -124,10 +124,13 @@ def find_attention(k: TileKernel) -> Attention | None:
 
 def flash_ok(a: Attention) -> bool:
     """Whether the flash template takes it: f16/bf16 operands (f32 stays on CUDA cores), at
-    most two batch axes (batch, heads), and a layout its smallest configuration builds on any
+    most two batch axes (batch, heads), operands that start at their buffers' first element
+    (not slices of a packed q|k|v), and a layout its smallest configuration builds on any
     target with mma.sync (else the kernel keeps the generic row space)."""
     if a.q.dtype not in _HALF or len(a.batch) > 2:
         return False
+    if any(op.offset.const for op in (a.q, a.k, a.v)):
+        return False     # the template addresses each operand from its buffer's start
     from emmy.cuda.attention import AttentionConfig, constraints
     from emmy.schedule.flash import problem_of
 

@@ -53,3 +53,18 @@ def test_scaled_values_are_not_a_plain_load_of_v():
     results = compile_to(w, "cuda")
     report, _ = check_cuda_program(w, results["torch"], results["cuda"])
     assert report is not None and report.ok
+
+
+def test_q_k_v_sliced_from_one_packed_tensor_keep_the_generic_space():
+    """k and v start 64 and 128 elements into the packed buffer: the flash template addresses
+    operands from their buffer's start, so the kernel stays generic (and correct)."""
+    from emmy.check import check_cuda_program
+
+    w = load_expr("(lambda x: F.scaled_dot_product_attention(x[..., :64], x[..., 64:128], "
+                  "x[..., 128:]))(torch.randn(1, 2, 16, 192).half())")
+    (k,) = kernels(w)
+    assert find_attention(k) is not None and k.kind is KernelKind.ROW
+    results = compile_to(w, "cuda")
+    report, _ = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None and report.ok
+

@@ -118,3 +118,12 @@ def test_a_workload_that_allows_tf32_offers_tf32_tiles_and_a_tf32_tolerance():
     assert any(t.startswith("tf32:") for t in tiles)
     assert not load_file("examples/matmul.py", ()).tf32
     assert tolerance(DType.F32, tf32=True) == tolerance(DType.F16)
+
+
+def test_a_misaligned_operand_start_refuses_async_copies():
+    """A's rows are 144 bytes apart (aligned) but it starts one element into its buffer."""
+    (k,) = tile("(lambda a, b: a[:, 1:65] @ b)"
+                "(torch.randn(64, 72).half(), torch.randn(64, 64).half())")
+    assert k.kind is KernelKind.CONTRACT
+    stages = dict(Space(k, SM90).decision_points())["STAGE"]
+    assert stages == ["smem"]
