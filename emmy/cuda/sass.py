@@ -1,7 +1,8 @@
 """SASS, the machine code a row became: NVRTC's cubin disassembled by `cuobjdump`.
 
-cuobjdump comes with the CUDA toolkit and as a pip wheel (`nvidia-cuda-cuobjdump`, which the
-README's setup installs); it is looked for on PATH, then in that wheel, then in $CUDA_HOME.
+cuobjdump comes with the CUDA toolkit and as pip wheels (`nvidia-cuda-cuobjdump`, and
+`nvidia-cuda-nvdisasm`, which it runs to print SASS; the README's setup installs both); each is
+looked for on PATH, then in those wheels, then in $CUDA_HOME.
 """
 
 from __future__ import annotations
@@ -18,34 +19,41 @@ from emmy.errors import UserError
 
 
 @cache
-def cuobjdump() -> str | None:
-    """The cuobjdump executable, or None when there is none."""
-    found = shutil.which("cuobjdump")
+def tool(name: str) -> str | None:
+    """The executable `name` (cuobjdump, nvdisasm), or None when there is none."""
+    found = shutil.which(name)
     if found:
         return found
     roots = [Path(p) / "nvidia" for p in sys.path if p and Path(p, "nvidia").is_dir()]
     for root in roots:
-        for candidate in sorted(root.glob("*/bin/cuobjdump")):
+        for candidate in sorted(root.glob(f"*/bin/{name}")):
             if os.access(candidate, os.X_OK):
                 return str(candidate)
     home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
-    candidate = Path(home) / "bin" / "cuobjdump"
+    candidate = Path(home) / "bin" / name
     return str(candidate) if os.access(candidate, os.X_OK) else None
+
+
+def cuobjdump() -> str | None:
+    """cuobjdump, when it can print SASS (it needs nvidia's nvdisasm too); else None."""
+    return tool("cuobjdump") if tool("nvdisasm") else None
 
 
 def disassemble(cubin: bytes) -> str:
     """`cuobjdump --dump-sass` of a cubin."""
-    tool = cuobjdump()
-    if tool is None:
-        raise UserError("--ir sass needs cuobjdump; none was found on PATH, in the "
-                        "nvidia-cuda-cuobjdump wheel or in $CUDA_HOME",
-                        hint='pip install "nvidia-cuda-cuobjdump>=13.0" (the README\'s setup '
-                             "does), or put the CUDA toolkit's bin/ on PATH")
+    missing = [n for n in ("cuobjdump", "nvdisasm") if tool(n) is None]
+    if missing:
+        raise UserError(f"--ir sass needs cuobjdump and nvdisasm; {' and '.join(missing)} "
+                        f"{'was' if len(missing) == 1 else 'were'} found neither on PATH, in the "
+                        "nvidia wheels nor in $CUDA_HOME",
+                        hint='pip install "nvidia-cuda-cuobjdump>=13.0" "nvidia-cuda-nvdisasm>=13.0" '
+                             "(the README's setup does), or put the CUDA toolkit's bin/ on PATH")
+    env = {**os.environ, "NVDISASM_PATH": str(Path(tool("nvdisasm")).parent)}
     with tempfile.TemporaryDirectory(prefix="emmy-sass-") as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        proc = subprocess.run([tool, "--dump-sass", str(path)], capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run([tool("cuobjdump"), "--dump-sass", str(path)], capture_output=True,
+                              text=True, timeout=120, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"cuobjdump failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc.stdout

@@ -5,8 +5,6 @@ on the hardware, where the same layouts, products and tensor maps are checked.""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ from emmy.cuda.emulate.run import TensorMapArg, build_and_run
 from emmy.cuda.gemm_sm90 import HEADER, TmaBody, constraints_sm90, gemm_sm90_body
 from emmy.cuda.gemm_spec import GemmConfig, GemmOperand, GemmProblem
 from emmy.cuda.nvrtc import compile_cuda
+from emmy.cuda.sass import cuobjdump, disassemble
 from emmy.schedule.targets import get_target
 
 rng = np.random.default_rng(90)
@@ -488,38 +487,14 @@ def test_main_configs_compile_without_spills(name, b_mn, tma):
     assert ("cp.async.bulk.tensor.3d" if tma else "cp.async.cg") in r.ptx
 
 
-def cuobjdump() -> str | None:
-    """cuobjdump with its nvdisasm, on PATH or from the nvidia-cuda-cuobjdump wheel."""
-    found = shutil.which("cuobjdump")
-    if found and shutil.which("nvdisasm"):
-        return found
-    try:
-        import nvidia
-    except ImportError:
-        return None
-    for root in map(Path, nvidia.__path__):
-        for tool in root.glob("cu*/bin/cuobjdump"):
-            if (tool.parent / "nvdisasm").exists():
-                return str(tool)
-    return None
-
-
 @pytest.mark.skipif(cuobjdump() is None, reason="cuobjdump (and nvdisasm) not installed")
-def test_sass_uses_hgmma(tmp_path):
-    import os
-    import subprocess
-
+def test_sass_uses_hgmma():
     problem = large_problem()
     body = gemm_sm90_body(problem, config(128, 256, 4, group=8),
                           store_epilogue(problem.m, problem.n))
     r = compile_cuda(gemm_source(problem, body), get_target("sm_90a"))
     assert r.ok, r.log
-    cubin = tmp_path / "gemm.cubin"
-    cubin.write_bytes(r.cubin)
-    tool = cuobjdump()
-    env = dict(os.environ, PATH=f"{Path(tool).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    sass = subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True,
-                          env=env, check=True).stdout
+    sass = disassemble(r.cubin)
     assert "HGMMA.64x256x16.F32" in sass
     assert "LDL" not in sass and "STL" not in sass      # nothing in local memory
 

@@ -132,3 +132,11 @@ def test_rows_for_several_kernels_name_their_kernel(capsys):
     rc, _, err = run(capsys, "compile", "examples/mlp.py", "--ir", "tile", "--row",
                      "k0_mlp_cut0: WORK=warps:1x1 TILE=simt:32x32x8 REDUCE=serial STAGE=smem RASTER=row")
     assert rc == 2 and "exist when k0_mlp's row has PLACE=cut" in err
+
+
+def test_sass_without_the_disassembler_exits_2(capsys, monkeypatch):
+    import emmy.cuda.sass as sass
+
+    monkeypatch.setattr(sass, "tool", lambda name: None)
+    rc, _, err = run(capsys, "compile", "examples/rmsnorm.py", "--ir", "sass")
+    assert rc == 2 and "needs cuobjdump and nvdisasm" in err and "pip install" in err
