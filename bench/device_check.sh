@@ -38,6 +38,10 @@ if [ "${TESTS:-1}" = 1 ]; then
 fi
 if [ "${RUN_BENCH:-1}" = 1 ]; then
     step run_bench 120 python3 -m emmy run examples/rmsnorm.py --bench --json "$out/rmsnorm_bench.json"
+    # a wgmma row fed by TMA through the runtime's tensor-map binding, against cuBLAS
+    step tma_bench 120 python3 -m emmy run examples/matmul_half.py --set M=4096 --set K=4096 \
+        --set N=4096 --bench --json "$out/tma_bench.json" \
+        --row "WORK=warps:2x4 TILE=wgmma:128x256x64 REDUCE=serial STAGE=tma:4 RASTER=group:8"
 fi
 for item in ${SUITES:-core:120 matmul:150 attention:120}; do
     IFS=: read -r suite budget only <<< "$item"
