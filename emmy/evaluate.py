@@ -130,11 +130,13 @@ class Evaluator:
                               seconds=time.perf_counter() - t0)
         compiled = self.compiled(kernel, row)
         prog = compiled["cuda"]
-        unit = next(u for u in prog.units if u.kernel == kernel)
-        resources, failure = self._compile(unit)
-        if failure:
-            return Evaluation(kernel, row, "compile_error", (failure,), k.identity,
-                              seconds=time.perf_counter() - t0)
+        resources: dict = {}
+        for unit in units_of(prog, kernel):
+            found, failure = self._compile(unit)
+            if failure:
+                return Evaluation(kernel, row, "compile_error", (failure,), k.identity,
+                                  seconds=time.perf_counter() - t0)
+            resources.update(found)
         verdict, reasons, abs_err, rel_err = self._check(prog)
         timing = None
         if verdict == "ok":
@@ -208,6 +210,12 @@ class Evaluator:
         from emmy.runtime.costmodel import estimate_compiled
 
         return estimate_compiled(compiled)
+
+
+def units_of(prog, kernel: str) -> list:
+    """The units a kernel's row made: its own, or after PLACE=cut on a chain of products, the
+    two kernels it became (`<kernel>_cut0`, `<kernel>_cut1`)."""
+    return [u for u in prog.units if u.kernel == kernel or u.kernel.startswith(f"{kernel}_cut")]
 
 
 def _pick_device(device: str) -> str:

@@ -57,12 +57,13 @@ def _verify_row(workload, graph, k, text: str, rows: dict[str, str], targets) ->
     """Compile with `rows` (every unit the row makes, for each target where it is legal) and
     check the program against PyTorch on the emulator."""
     from emmy.cuda.nvrtc import compile_cuda
+    from emmy.evaluate import units_of
     from emmy.schedule.row import parse
     from emmy.schedule.space import Space
     from emmy.schedule.targets import get_target
 
     prog = compile_to(workload, "cuda", Options(target=targets[0], rows=rows))["cuda"]
-    units = [u for u in prog.units if u.kernel == k.name or u.kernel.startswith(f"{k.name}_cut")]
+    units = units_of(prog, k.name)
     for t in targets:
         if t != targets[0] and Space(k, get_target(t)).check(parse(text)):
             continue  # not legal on this target: nothing to compile

@@ -19,6 +19,7 @@ from emmy.schedule import decisions as dec
 from emmy.schedule.row import Row, make_row
 from emmy.schedule.targets import Target
 from emmy.symbolic import var
+from emmy.tile_ir.chain import find_chain
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, KernelKind, TileKernel
 from emmy.tile_ir.values import free, reads, substitute_item, used, value_types
 from emmy.torch_ir.ir import TensorType
@@ -49,6 +50,9 @@ def apply_row(k: TileKernel, row: Row, target: Target) -> Applied:
     if is_contract(k):   # a template builds the launches (emmy.kernel_ir.gemm)
         return Applied((Part(k, row, None),), (), (), target)
     d = dec.read(row)
+    if d.cut and find_chain(k) is not None:
+        raise ValueError(f"`{k.name}` with PLACE=cut is two kernels (emmy.tile_ir.chain): the "
+                         "tile stage cuts it (emmy.schedule.choose), each with its own row")
     if d.cut:
         first, second, stats = cut(k)
         first_row = make_row({key: v for key, v in row.items if key not in ("STAGE", "PLACE")})

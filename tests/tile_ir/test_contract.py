@@ -127,3 +127,19 @@ def test_a_misaligned_operand_start_refuses_async_copies():
     assert k.kind is KernelKind.CONTRACT
     stages = dict(Space(k, SM90).decision_points())["STAGE"]
     assert stages == ["smem"]
+
+
+def test_the_cut_row_of_a_chain_evaluates_and_is_modeled():
+    """The agent's evaluation and the cost model take the fused kernel's cut row: the two
+    kernels it becomes are compiled, checked and modeled together."""
+    from emmy.evaluate import Evaluator
+    from emmy.runtime.costmodel.api import estimate_kernel
+
+    cut = "WORK=thread:32 TILE=v1x1 REDUCE=serial PLACE=cut"
+    ev = Evaluator(load_file("examples/chained_matmul.py", ()), device="cpu")
+    result = ev.evaluate("k0_chained_matmul", cut)
+    assert result.verdict == "ok", result.reasons
+    assert {"k0_chained_matmul_cut0", "k0_chained_matmul_cut1"} <= set(result.resources)
+    (k,) = example("chained_matmul").program.kernels
+    modeled = estimate_kernel(k, cut, SM90)
+    assert modeled.seconds > 0 and len(modeled.launches) == 2
