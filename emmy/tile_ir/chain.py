@@ -23,12 +23,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 
+from emmy.dtypes import DType
 from emmy.loop_ir.ir import Accum, Buffer, CastTo, Compute, IndexValue, Load, Store
 from emmy.symbolic import var
 from emmy.tensor_ir.ir import EwOp, ReduceOp
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, KernelKind, TileKernel
 from emmy.tile_ir.values import used, value_types
 from emmy.torch_ir.ir import TensorType
+
+_HALF = (DType.F16, DType.BF16)
 
 
 @dataclass(frozen=True)
@@ -116,28 +119,38 @@ def _fold_vars(f: Fold) -> set[str]:
 
 
 def cut_chain(k: TileKernel, chain: Chain) -> tuple[TileKernel, TileKernel, Buffer]:
-    """The producer and consumer kernels, and the intermediate between them."""
+    """The producer and consumer kernels, and the intermediate between them.
+
+    When the program rounds the intermediate to f16/bf16 before widening it again (as eager
+    torch does between two half-precision products), the buffer holds the rounded value in
+    that type and the consumer widens it after its load: both kernels stay contractions on
+    half-precision operands, and the rounding is exactly the program's."""
     from emmy.tile_ir.contract import find_contraction
 
     outer = chain.outer
     types = value_types(k.body)
+    producer, stored, widen = chain.producer, chain.h, None
+    d = next((s for s in producer if isinstance(s, CastTo) and s.dst == chain.h), None)
+    if d is not None and types.get(d.arg) in _HALF and types[chain.h] is DType.F32:
+        producer = tuple(s for s in producer if s is not d)
+        stored, widen = d.arg, d
     mid_axes = chain.axes + (outer.axis,)
     index = tuple(var(a.var) for a in mid_axes)
-    mid = Buffer(f"{k.name}_mid", TensorType(tuple(a.extent for a in mid_axes), types[chain.h]))
-    needed = _buffers(chain.producer)
+    mid = Buffer(f"{k.name}_mid", TensorType(tuple(a.extent for a in mid_axes), types[stored]))
+    needed = _buffers(producer)
     first = replace(k, name=f"{k.name}_cut0", identity=_derived(k.identity, "cut0"),
                     inputs=tuple(b for b in k.inputs if b.name in needed), outputs=(mid,),
-                    grid=mid_axes, body=chain.producer + (Store(mid.name, index, chain.h),),
-                    kind=KernelKind.ROW, contract=None)
+                    grid=mid_axes, body=producer + (Store(mid.name, index, stored),),
+                    kind=KernelKind.ROW, contract=None, attention=None)
     produced = set(value_types(chain.producer))
     rest = tuple(i for i in outer.body if not (i in chain.producer))
-    body = (Load(chain.h, mid.name, index, types[chain.h]),) + rest
+    body = (Load(stored, mid.name, index, types[stored]),) + ((widen,) if widen else ()) + rest
     new_outer = replace(outer, body=body)
     second_body = tuple(new_outer if i is outer else i for i in k.body)
     still = _buffers(second_body)
     second = replace(k, name=f"{k.name}_cut1", identity=_derived(k.identity, "cut1"),
                      inputs=tuple(b for b in k.inputs if b.name in still) + (mid,),
-                     body=second_body, kind=KernelKind.ROW, contract=None)
+                     body=second_body, kind=KernelKind.ROW, contract=None, attention=None)
     assert not (used(rest) & (produced - {chain.h})), "the consumer reads a producer value"
     out = []
     for part in (first, second):

@@ -143,3 +143,21 @@ def test_the_cut_row_of_a_chain_evaluates_and_is_modeled():
     (k,) = example("chained_matmul").program.kernels
     modeled = estimate_kernel(k, cut, SM90)
     assert modeled.seconds > 0 and len(modeled.launches) == 2
+
+
+def test_a_half_precision_chain_cuts_into_two_tensor_core_products():
+    """Eager rounds (A@B) to f16 before @C: the intermediate buffer holds f16, and both cut
+    kernels are f16 contractions (tensor-core tiles), checked against torch."""
+    from emmy.check import check_cuda_program
+    from emmy.dtypes import DType
+
+    w = load_expr("(lambda a, b, c: (a @ b) @ c)(torch.randn(32, 64).half(), "
+                  "torch.randn(64, 48).half(), torch.randn(48, 16).half())")
+    cut = Options(rows={"k0_expr": "WORK=thread:32 TILE=v1x1 REDUCE=serial PLACE=cut"})
+    results = compile_to(w, "cuda", cut)
+    first, second = results["tile"].program.kernels
+    assert first.kind is second.kind is KernelKind.CONTRACT
+    assert first.contract.tensor_core_ok and second.contract.tensor_core_ok
+    assert first.outputs[0].type.dtype is DType.F16
+    report, _ = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None and report.ok
