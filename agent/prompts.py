@@ -35,11 +35,12 @@ def system_prompt(session) -> str:
     grammar = "\n".join(f"- {k}: {text}" for k, text in GRAMMAR_TEXT.items())
     kinds: dict[str, dict[str, str]] = {}
     for k in session.kernel_summaries():
-        if k.kind in ("contract", "attention"):
+        if k.kind in ("contract", "attention", "chain"):
             kinds.setdefault(k.kind, session.ev.grammar_text(k.name))
     for kind, text in kinds.items():
         title = {"contract": "Matrix-product kernels (kind contract) decide instead",
-                 "attention": "Attention kernels (kind attention) decide instead"}[kind]
+                 "attention": "Attention kernels (kind attention) decide instead",
+                 "chain": "Chained-product kernels (kind chain) decide instead"}[kind]
         grammar += f"\n{title}:\n" + "\n".join(f"- {k}: {t}" for k, t in text.items())
     return _load("system.txt").substitute(
         workload=session.ev.workload_name, target=session.ev.target, device=session.ev.device,

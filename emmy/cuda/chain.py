@@ -56,7 +56,10 @@ Mid = Callable[[str, str, str, str], tuple[list[str], str]]
 
 INSTS = ("simt", "mma")
 MAX_MMA_ACCUMULATORS = 128    # f32 accumulators per thread, H chunk and O together
-MAX_SIMT_ACCUMULATORS = 80
+MAX_SIMT_ACCUMULATORS = 48    # H and O micro-tiles together: 32 + 32 spilled under ptxas
+REGISTER_FILE = 65536         # 32-bit registers per SM: a block of T threads gets <= 65536 / T
+MAX_REGISTERS = 255
+OTHER_REGISTERS = 64          # besides the accumulators: fragments, addresses, loop state
 PACK = {"__half": "pack_f16x2", "__nv_bfloat16": "pack_bf16x2"}
 
 
@@ -209,9 +212,22 @@ def _shape_problems(p: ChainProblem, c: ChainConfig) -> list[str]:
         if c.bm % 4 or c.bn % 4 or c.bk1 % SIMT_K_STEP or c.bk2 % SIMT_K_STEP:
             out.append(f"simt tiles must be multiples of 4 floats (16 bytes), got bm {c.bm}, "
                        f"bn {c.bn}, bk1 {c.bk1}, bk2 {c.bk2}")
+    acc = _accumulators(plan)
+    budget = min(MAX_REGISTERS, REGISTER_FILE // c.threads)
+    if acc is not None and acc + OTHER_REGISTERS > budget:
+        out.append(f"{acc} accumulators + ~{OTHER_REGISTERS} other registers per thread > "
+                   f"{budget} registers a thread may have in a block of {c.threads} threads")
     if plan.grid > MAX_GRID:
         out.append(f"grid of {plan.grid} blocks > {MAX_GRID}")
     return out
+
+
+def _accumulators(plan: _Plan) -> int | None:
+    """f32 accumulators per thread (H chunk and O together); None when the tiles do not fit."""
+    if plan.c.inst == "mma":
+        return (plan.wtm * plan.wtn1 + plan.wtm * plan.wtn2) // 32
+    l1, l2 = plan.lanes1, plan.lanes2
+    return None if l1 is None or l2 is None else l1.tm * l1.tn + l2.tm * l2.tn
 
 
 def constraints(problem: ChainProblem, config: ChainConfig, target_name: str) -> list[str]:

@@ -104,22 +104,35 @@ def _epilogue_reads(k: TileKernel, buffer: str) -> bool:
 def make_epilogue(k: TileKernel, *, atomic: bool = False) -> Epilogue:
     """C statements for one output element: the Tile IR epilogue at (e_bz, e_row, e_col)."""
     con = k.contract
-    bounds = {"e_row": con.m.extent, "e_col": con.n.extent, "e_bz": max(con.batch_size, 1)}
-    shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
-    env = {con.m.var: var("e_row"), con.n.var: var("e_col")}
-    rest = con.batch_size
-    for ax in con.batch:
-        rest //= ax.extent
-        env[ax.var] = mod(floordiv(var("e_bz"), rest, bounds), ax.extent, bounds)
     kernel = replace(k, atomic=atomic)
 
     def epilogue(bz: str, row: str, col: str, acc: str) -> list[str]:
-        fn = Fn(kernel, None, value_types(con.epilogue), shapes, dict(bounds))
-        body = stmts(fn, con.epilogue, "", env, lane0_stores=False, accs={con.acc: "e_acc"})
-        return ["{", f"  const long long e_bz = {bz};", f"  const int e_row = {row};",
-                f"  const int e_col = {col};", f"  const float e_acc = {acc};",
-                *emit_block(body, 1), "}"]
+        lines = element_lines(kernel, con.epilogue, con.acc, (con.m, con.n), con.batch,
+                              (bz, row, col, acc))
+        return ["{", *("  " + line for line in lines), "}"]
     return epilogue
+
+
+def element_lines(k: TileKernel, items, acc: str, axes, batch, at) -> list[str]:
+    """The Tile IR statements `items` for one element, as C: `axes` (the row and column grid
+    axes) and `batch` (the batch axes, flattened into one index) bound at `at` = (batch index,
+    row, column, accumulator value) C expressions, the accumulator `acc` read as `e_acc`."""
+    row_ax, col_ax = axes
+    size = 1
+    for ax in batch:
+        size *= ax.extent
+    bounds = {"e_row": row_ax.extent, "e_col": col_ax.extent, "e_bz": max(size, 1)}
+    shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
+    env = {row_ax.var: var("e_row"), col_ax.var: var("e_col")}
+    rest = size
+    for ax in batch:
+        rest //= ax.extent
+        env[ax.var] = mod(floordiv(var("e_bz"), rest, bounds), ax.extent, bounds)
+    fn = Fn(k, None, value_types(items), shapes, dict(bounds))
+    body = stmts(fn, items, "", env, lane0_stores=False, accs={acc: "e_acc"})
+    bz, row, col, value = at
+    return [f"const long long e_bz = {bz};", f"const int e_row = {row};",
+            f"const int e_col = {col};", f"const float e_acc = {value};", *emit_block(body, 0)]
 
 
 def _summary(k: TileKernel, p: GemmProblem, c: GemmConfig) -> tuple[str, ...]:

@@ -27,6 +27,10 @@ def lower_applied(name: str, applied: Applied) -> K.KProgram:
         from emmy.kernel_ir.gemm import lower_contract
 
         return lower_contract(first.kernel, first.row, applied.target)
+    if first.kernel.kind is KernelKind.CHAIN:
+        from emmy.kernel_ir.b2b import lower_chain
+
+        return lower_chain(first.kernel, first.row, applied.target)
     if first.kernel.kind is KernelKind.ATTENTION:
         from emmy.kernel_ir.flash import lower_attention
 

@@ -79,12 +79,13 @@ class Space:
     grammar and rules (emmy.schedule.gemm); the other kinds share the ones in this module."""
 
     def __init__(self, kernel: TileKernel, target: Target):
-        from emmy.schedule import flash, gemm
+        from emmy.schedule import b2b, flash, gemm
 
         self.kernel = kernel
         self.target = target
         self.facts = facts(kernel)
-        profile = {KernelKind.CONTRACT: gemm, KernelKind.ATTENTION: flash}.get(kernel.kind)
+        profile = {KernelKind.CONTRACT: gemm, KernelKind.ATTENTION: flash,
+                   KernelKind.CHAIN: b2b}.get(kernel.kind)
         self.contract = profile is not None      # a template's space (rules in order)
         if profile is not None:
             self.keys = profile.KEYS
@@ -107,8 +108,13 @@ class Space:
         return replace(ctx, **{self._fields[key]: self._read[key](value)})
 
     def _refusals(self, ctx, key: str, value: str) -> list[Refusal]:
-        return [Refusal(r.name, key, value, reason) for r in self._rules
-                if r.key == key and (reason := r.check(ctx)) is not None]
+        out = []
+        for r in self._rules:
+            if r.key == key and (reason := r.check(ctx)) is not None:
+                out.append(Refusal(r.name, key, value, reason))
+                if self.contract:   # a template space's rules run in order, its own check last
+                    break
+        return out
 
     def options(self, key: str, ctx) -> Iterator[tuple[str, object]]:
         """The values of `key` legal after the decisions in `ctx`, with the context they make."""

@@ -42,17 +42,17 @@ class Applied:
 
 def is_contract(k: TileKernel) -> bool:
     """Kernels a template builds (a tiled product, flash attention): one part, the row as is."""
-    return k.kind in (KernelKind.CONTRACT, KernelKind.ATTENTION)
+    return k.kind in (KernelKind.CONTRACT, KernelKind.ATTENTION, KernelKind.CHAIN)
 
 
 def apply_row(k: TileKernel, row: Row, target: Target) -> Applied:
     """The kernels `row` makes of `k` (the row must be legal for `k`)."""
-    if is_contract(k):   # a template builds the launches (emmy.kernel_ir.gemm)
+    if is_contract(k) and row.get("PLACE") != "cut":   # a template builds the launches
         return Applied((Part(k, row, None),), (), (), target)
-    d = dec.read(row)
-    if d.cut and find_chain(k) is not None:
+    if row.get("PLACE") == "cut" and find_chain(k) is not None:
         raise ValueError(f"`{k.name}` with PLACE=cut is two kernels (emmy.tile_ir.chain): the "
                          "tile stage cuts it (emmy.schedule.choose), each with its own row")
+    d = dec.read(row)
     if d.cut:
         first, second, stats = cut(k)
         first_row = make_row({key: v for key, v in row.items if key not in ("STAGE", "PLACE")})

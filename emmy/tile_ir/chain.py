@@ -44,7 +44,7 @@ class Chain:
 
 def find_chain(k: TileKernel) -> Chain | None:
     """The kernel as a fused chain of two products, or None."""
-    if k.kind is not KernelKind.ROW:
+    if k.kind not in (KernelKind.ROW, KernelKind.CHAIN):
         return None
     folds = [i for i in k.body if isinstance(i, Fold)]
     if len(folds) != 1:
@@ -171,3 +171,49 @@ def _buffers(items) -> set[str]:
 
 def _derived(identity: str, tag: str) -> str:
     return hashlib.sha256(f"{identity}/{tag}".encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class FusedChain:
+    """A chain whose two halves are contractions over the same batch axes: the fused kernel a
+    back-to-back template (emmy.cuda.chain) computes tile by tile, recomputing each row
+    block's slice of the intermediate for every column tile of the output."""
+
+    first: TileKernel            # H[.., i, k2] = mid(A @ B): the producer, as a contraction
+    second: TileKernel           # O[.., i, j] = epilogue(H @ C)
+    mid: Buffer                  # the intermediate (not allocated when fused)
+    batch: tuple[Axis, ...]
+    i: Axis
+    k2: Axis
+    j: Axis
+    a: object                    # tile_ir.contract.Operand of A (outer axis i)
+    b: object                    # of B (outer axis k2)
+    c: object                    # of C (outer axis j)
+    half: bool                   # f16/bf16 operands, H rounded to their type by the program
+
+
+def fused_products(k: TileKernel) -> FusedChain | None:
+    """The fused chain as two contractions the back-to-back template can take, or None."""
+    chain = find_chain(k)
+    if chain is None or not chain.axes:
+        return None
+    first, second, mid = cut_chain(k, chain)
+    if first.kind is not KernelKind.CONTRACT or second.kind is not KernelKind.CONTRACT:
+        return None
+    i, batch, k2 = chain.axes[-1], chain.axes[:-1], chain.outer.axis
+    f, s = first.contract, second.contract
+    if [a.var for a in f.batch] != [a.var for a in batch] or \
+            [a.var for a in s.batch] != [a.var for a in batch]:
+        return None
+    if {f.m.var, f.n.var} != {i.var, k2.var} or i.var not in (s.m.var, s.n.var):
+        return None
+    a, b = (f.a, f.b) if f.a.outer == i.var else (f.b, f.a)
+    c = s.b if s.a.buffer == mid.name else s.a
+    if c.buffer == mid.name or c.outer == i.var:
+        return None
+    j = s.n if s.n.var != i.var else s.m
+    types = {a.dtype, b.dtype, c.dtype}
+    half = len(types) == 1 and a.dtype in _HALF and mid.type.dtype is a.dtype
+    if not half and types != {DType.F32}:
+        return None
+    return FusedChain(first, second, mid, batch, i, k2, j, a, b, c, half)

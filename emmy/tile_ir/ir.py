@@ -40,6 +40,7 @@ class KernelKind(Enum):
     SCAN = "scan"        # body scans along an axis
     CONTRACT = "contract"  # a sum of products of two loads: a matrix product (tile_ir.contract)
     ATTENTION = "attention"  # f16/bf16 scaled dot-product attention (tile_ir.attention)
+    CHAIN = "chain"        # two chained contractions, fused (tile_ir.chain.FusedChain)
 
     def __str__(self) -> str:
         return self.value
@@ -75,6 +76,7 @@ class TileKernel:
     atomic: bool = False              # stores add into outputs zeroed beforehand (split reductions)
     contract: object = None           # CONTRACT kernels: their tile_ir.contract.Contraction
     attention: object = None          # ATTENTION kernels: their tile_ir.attention.Attention
+    chain: object = None              # CHAIN kernels: their tile_ir.chain.FusedChain
     tf32: bool = False                # its float32 products may round operands to tf32
 
     @property

@@ -124,7 +124,7 @@ def test_bench_without_a_gpu_or_with_a_bad_filter_exits_2(capsys, monkeypatch):
 
 
 def test_rows_for_several_kernels_name_their_kernel(capsys):
-    cut = "k0_mlp: WORK=thread:32 TILE=v1x1 REDUCE=serial PLACE=cut"
+    cut = "k0_mlp: WORK=warps:1x1 TILE=simt:32x32x8x16 PLACE=cut"
     rc, _, err = run(capsys, "compile", "examples/mlp.py", "--row", cut, "--row", cut)
     assert rc == 2 and "two rows for kernel `k0_mlp`" in err
     rc, _, err = run(capsys, "compile", "examples/mlp.py", "--row", cut, "--kernel", "k0_mlp")

@@ -10,7 +10,7 @@ import pytest
 
 from emmy.frontend.workload import load_expr, load_file
 from emmy.pipeline import compile_to
-from emmy.schedule import flash, gemm
+from emmy.schedule import b2b, flash, gemm
 from emmy.schedule.row import parse
 from emmy.schedule.space import Space
 from emmy.schedule.targets import get_target
@@ -35,17 +35,24 @@ def kernel(source: str, sets: tuple = ()):
 
 
 ATT = ("examples/attention_half.py", ())
+CHAIN = ("examples/chained_matmul.py", ())
+CHAIN_F16 = ("(lambda a, b, c: (a @ b) @ c)(torch.randn(32, 64).half(), "
+             "torch.randn(64, 48).half(), torch.randn(48, 16).half())",)
 ATT128 = ("examples/attention_half.py", (("head_dim", 128),))
 CASES = {
     "work.threads_per_block": [
         ((F16,), SMALL_BLOCKS, "WORK=warps:4x4 TILE=mma:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
          ("512 threads > 256",)),
-        (ATT, TINY_BLOCKS, "WORK=warps:8 TILE=flash:128x32 STAGE=smem", ("256 threads > 128",))],
+        (ATT, TINY_BLOCKS, "WORK=warps:8 TILE=flash:128x32 STAGE=smem", ("256 threads > 128",)),
+        (CHAIN, TINY_BLOCKS, "WORK=warps:2x4 TILE=simt:32x32x8x16 PLACE=fuse",
+         ("256 threads > 128",))],
     "tile.instruction_types": [
         ((F32,), SM90, "WORK=warps:2x2 TILE=mma:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
          ("f16/bf16", "f32", "use simt")),
         ((F16,), SM90, "WORK=warps:2x2 TILE=simt:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
-         ("f32 operands", "f16", "mma"))],
+         ("f32 operands", "f16", "mma")),
+        (CHAIN, SM90, "WORK=warps:2x2 TILE=mma:32x32x16x16 PLACE=fuse", ("chain is f32", "simt")),
+        (CHAIN_F16, SM90, "WORK=warps:2x2 TILE=simt:32x32x8x16 PLACE=fuse", ("use mma",))],
     "tile.tf32_allowed": [
         ((F32,), SM90, "WORK=warps:2x2 TILE=tf32:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
          ("10 mantissa bits", 'set_float32_matmul_precision("high")'))],
@@ -62,7 +69,8 @@ CASES = {
          ("512 f32 accumulators per thread > 128",))],
     "tile.fits_problem": [
         ((F16,), SM90, "WORK=warps:4x4 TILE=mma:256x256x16 REDUCE=serial STAGE=smem RASTER=row",
-         ("mostly padding", "64x80"))],
+         ("mostly padding", "64x80")),
+        (CHAIN, SM90, "WORK=warps:2x2 TILE=simt:128x64x8x16 PLACE=fuse", ("BM=128", "at most 64"))],
     "reduce.split_range": [
         ((F16,), SM90, "WORK=warps:2x2 TILE=mma:64x64x16 REDUCE=split:4:combine STAGE=smem RASTER=row",
          ("fewer than BK=16 of K=48",)),
@@ -82,6 +90,15 @@ CASES = {
     "raster.template_builds": [
         ((F16_BIG,), SM90, "WORK=warps:2x4 TILE=wgmma:64x64x64 REDUCE=serial STAGE=async:2 RASTER=row",
          ("warpgroups", "256 threads"))],
+    "work.unused_after_cut": [
+        (CHAIN, SM90, "WORK=warps:2x2 TILE=simt:32x32x8x16 PLACE=cut",
+         ("two matrix products", "_cut0", "WORK=warps:1x1"))],
+    "tile.unused_after_cut": [
+        (CHAIN, SM90, "WORK=warps:1x1 TILE=simt:64x64x8x16 PLACE=cut",
+         ("TILE is unused", "TILE=simt:32x32x8x16"))],
+    "tile.template_builds": [
+        (CHAIN, SM90, "WORK=warps:1x1 TILE=simt:32x32x8x32 PLACE=fuse",
+         ("48 accumulators",))],
     "tile.rows_per_warp": [
         (ATT, SM90, "WORK=warps:8 TILE=flash:64x32 STAGE=smem", ("multiple of 16 rows",))],
     "stage.async": [
@@ -94,7 +111,7 @@ PARAMS = [pytest.param(rule, *case, id=f"{rule}-{i}")
 
 
 def test_every_template_rule_has_a_case():
-    names = {r.name for r in (*gemm.RULES, *flash.RULES)}
+    names = {r.name for r in (*gemm.RULES, *flash.RULES, *b2b.RULES)}
     assert names == set(CASES), set(CASES) ^ names
 
 

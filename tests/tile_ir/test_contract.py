@@ -12,6 +12,8 @@ from emmy.tile_ir.chain import cut_chain, find_chain
 from emmy.tile_ir.ir import KernelKind
 
 SM90 = get_target("sm_90a")
+# the one row of a fused chain that cuts it (its WORK and TILE are unused, and say so)
+CUT = "WORK=warps:1x1 TILE=simt:32x32x8x16 PLACE=cut"
 
 
 def tile(expr: str, **sets):
@@ -74,17 +76,17 @@ def test_half_products_offer_tensor_core_tiles_and_refuse_misaligned_copies():
 @pytest.mark.parametrize("name", ["chained_matmul", "mlp"])
 def test_a_fused_chain_cuts_into_two_contractions(name):
     (k,) = example(name).program.kernels
-    assert k.kind is KernelKind.ROW and find_chain(k) is not None
+    assert k.kind is KernelKind.CHAIN and find_chain(k) is not None
     first, second, mid = cut_chain(k, find_chain(k))
     assert first.kind is second.kind is KernelKind.CONTRACT
     assert first.outputs == (mid,) and mid in second.inputs
-    cut = "WORK=thread:32 TILE=v1x1 REDUCE=serial PLACE=cut"
+    cut = CUT
     space = Space(k, SM90)
     assert sum(r["PLACE"] == "cut" for r in space.all_rows) == 1   # one row says "cut"
     from emmy.schedule.row import parse
     assert space.check(parse(cut)) == []
-    (refusal,) = space.check(parse(cut.replace("v1x1", "v2x1")))
-    assert refusal.rule == "place.cut_chain_is_two_kernels" and f"{k.name}_cut0" in refusal.reason
+    (refusal,) = space.check(parse(cut.replace("warps:1x1", "warps:2x2")))
+    assert refusal.rule == "work.unused_after_cut" and f"{k.name}_cut0" in refusal.reason
     scheduled = example(name, (k.name, cut))
     assert [x.name for x in scheduled.program.kernels] == [f"{k.name}_cut0", f"{k.name}_cut1"]
     assert mid in scheduled.program.intermediates
@@ -94,7 +96,7 @@ def test_a_fused_chain_cuts_into_two_contractions(name):
 def test_rows_for_the_cut_kernels_are_given_by_name():
     from emmy.errors import UserError
 
-    cut = ("k0_mlp", "WORK=thread:32 TILE=v1x1 REDUCE=serial PLACE=cut")
+    cut = ("k0_mlp", CUT)
     row = "WORK=warps:1x2 TILE=simt:64x32x16 REDUCE=serial STAGE=smem RASTER=row"
     scheduled = example("mlp", cut, ("k0_mlp_cut1", row))
     assert str(scheduled.rows["k0_mlp_cut1"]) == row
@@ -135,7 +137,7 @@ def test_the_cut_row_of_a_chain_evaluates_and_is_modeled():
     from emmy.evaluate import Evaluator
     from emmy.runtime.costmodel.api import estimate_kernel
 
-    cut = "WORK=thread:32 TILE=v1x1 REDUCE=serial PLACE=cut"
+    cut = CUT
     ev = Evaluator(load_file("examples/chained_matmul.py", ()), device="cpu")
     result = ev.evaluate("k0_chained_matmul", cut)
     assert result.verdict == "ok", result.reasons
@@ -153,11 +155,31 @@ def test_a_half_precision_chain_cuts_into_two_tensor_core_products():
 
     w = load_expr("(lambda a, b, c: (a @ b) @ c)(torch.randn(32, 64).half(), "
                   "torch.randn(64, 48).half(), torch.randn(48, 16).half())")
-    cut = Options(rows={"k0_expr": "WORK=thread:32 TILE=v1x1 REDUCE=serial PLACE=cut"})
+    cut = Options(rows={"k0_expr": CUT})
     results = compile_to(w, "cuda", cut)
     first, second = results["tile"].program.kernels
     assert first.kind is second.kind is KernelKind.CONTRACT
     assert first.contract.tensor_core_ok and second.contract.tensor_core_ok
     assert first.outputs[0].type.dtype is DType.F16
+    report, _ = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None and report.ok
+
+
+@pytest.mark.parametrize("expr, row", [
+    ("(lambda a, b, c: (a @ b) @ c)(torch.randn(33, 70).half(), torch.randn(70, 45).half(), "
+     "torch.randn(45, 50).half())", "WORK=warps:2x2 TILE=mma:32x64x16x32 PLACE=fuse"),
+    ("(lambda a, b, c: torch.bmm(torch.bmm(a, b), c))(torch.randn(2, 33, 70), "
+     "torch.randn(2, 70, 45), torch.randn(2, 45, 50))", "WORK=warps:2x2 TILE=simt:32x32x8x16 PLACE=fuse"),
+])
+def test_a_fused_chain_runs_back_to_back(expr, row):
+    """Ragged sizes, f16 on tensor cores (the intermediate rounded as eager rounds it) and a
+    batched f32 chain: one back-to-back kernel, checked against torch on the emulator."""
+    from emmy.check import check_cuda_program
+
+    w = load_expr(expr)
+    (k,) = tile(expr)
+    assert k.kind is KernelKind.CHAIN and k.chain.half == ("half" in expr)
+    results = compile_to(w, "cuda", Options(rows={"": row}))
+    assert [u.kernel for u in results["cuda"].units] == [k.name]
     report, _ = check_cuda_program(w, results["torch"], results["cuda"])
     assert report is not None and report.ok

@@ -71,6 +71,15 @@ def _unit_launches(tk: TileKernel, row: Row, kp: K.KProgram, source: str, target
     """The estimates of one Tile IR kernel's launches under `row`, memsets first."""
     if tk.kind is KernelKind.CONTRACT:
         return _contract_launches(tk, row, kp, source, target, zero_fill, nvrtc=nvrtc)
+    if tk.kind is KernelKind.CHAIN:
+        from emmy.kernel_ir.b2b import chain_config
+        from emmy.runtime.costmodel.gemm import estimate_chain_launch
+
+        problem, config = chain_config(tk, row, target)
+        res = resources_of(source, target, nvrtc=nvrtc)
+        return [estimate_chain_launch(tk.name, f.name, problem, config, f.grid, f.threads,
+                                      f.shared_bytes, res.get(f.name), target)
+                for f in kp.functions]
     if tk.kind is KernelKind.ATTENTION:
         from emmy.kernel_ir.flash import flash_config
         from emmy.runtime.costmodel.gemm import estimate_attention_launch

@@ -151,3 +151,42 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
                           breakdown=(("compute", compute_s), ("memory", memory_s),
                                      ("latency", latency_s), ("launch", target.launch_overhead_s)),
                           method=METHOD)
+
+
+def estimate_chain_launch(kernel: str, function: str, p, c, grid: int, threads: int,
+                          smem: int, resources: Resources | None,
+                          target: Target) -> LaunchEstimate:
+    """A back-to-back product: every block recomputes its rows' slice of the intermediate
+    (2 M K1 K2 FLOPs per column tile of the output) and multiplies it into its tile (2 M K2 N
+    over the grid); operands from DRAM once, their re-reads from L2."""
+    occ = occupancy(threads, smem, resources, target)
+    if occ.blocks_per_sm == 0:
+        return LaunchEstimate(kernel, function, math.inf, 0, 0, 0, 0.0, 0, 0, "resources",
+                              resources, grid, threads)
+    tiles_m, tiles_n = -(-p.m // c.bm), -(-p.n // c.bn)
+    flops = 2 * p.batch * (tiles_m * c.bm) * (p.k1 * p.k2 * tiles_n + p.k2 * tiles_n * c.bn)
+    item = 4 if p.a.ctype == "float" else 2
+    if c.inst == "simt":
+        rate = target.fp32_flops * INSTRUCTION_EFFICIENCY.get(("simt", target.name), 0.6)
+    else:
+        peak = target.bf16_tensor_flops if p.a.ctype == "__nv_bfloat16" else target.fp16_tensor_flops
+        rate = peak * INSTRUCTION_EFFICIENCY.get(("mma", target.name), 0.6)
+    resident = min(grid, occ.blocks_per_sm * target.sm_count)
+    waves = -(-grid // resident)
+    wave_eff = grid / (waves * resident)
+    compute_s = flops / rate / wave_eff
+    io = p.batch * (p.m * p.k1 + p.k1 * p.k2 + p.k2 * p.n + p.m * p.n) * item
+    reread = p.batch * (p.m * p.k1 * tiles_n + p.k1 * p.k2 * tiles_m * tiles_n
+                        + p.k2 * p.n * tiles_m) * item
+    memory_s = io / (target.dram_bytes_per_s * DRAM_EFFICIENCY) + \
+        reread / (target.dram_bytes_per_s * L2_OVER_DRAM)
+    latency_s = waves * (-(-p.k2 // c.bk2)) * (-(-p.k1 // c.bk1)) * DRAM_LATENCY_S / 4
+    seconds = max(compute_s, memory_s) + latency_s + target.launch_overhead_s
+    return LaunchEstimate(kernel=kernel, function=function, seconds=seconds, bytes_dram=io,
+                          bytes_l2=reread, flops=flops, occupancy=occ.fraction,
+                          blocks_per_sm=occ.blocks_per_sm, waves=waves,
+                          limiter="compute" if compute_s >= memory_s else "memory",
+                          resources=resources, grid=grid, threads=threads,
+                          breakdown=(("compute", compute_s), ("memory", memory_s),
+                                     ("latency", latency_s), ("launch", target.launch_overhead_s)),
+                          method=METHOD)
