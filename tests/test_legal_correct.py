@@ -27,7 +27,7 @@ FAST = ["rmsnorm", "softmax", "layernorm", "log_softmax", "scan", "reductions", 
         "losses", "elementwise_chain", "transpose", "attention", "half_precision",
         # templates: ragged f16 tensor-core products, a batched bf16 linear with a fused
         # epilogue, flash attention at a ragged length, a chain cut into two products
-        "matmul_half", "linear_half", "bmm", "attention_half", "chained_matmul", "matmul_tf32"]
+        "matmul_half", "linear_half", "bmm", "attention_half", "chained_matmul", "matmul_tf32", "mlp_half"]
 
 
 @pytest.mark.parametrize("name", FAST)
