@@ -5,22 +5,18 @@ program's rounding) and the consumer's epilogue per output element."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.gemm import element_lines
 from emmy.loop_ir.ir import Store
 from emmy.schedule import b2b as B
 from emmy.schedule.row import Row
+from emmy.schedule.space import template_config
 from emmy.schedule.targets import Target
 from emmy.tile_ir.ir import TileKernel
 
 
 def chain_config(k: TileKernel, row: Row, target: Target):
-    ctx = B.make_ctx(k, target)
-    for key in B.KEYS:
-        ctx = replace(ctx, **{B.FIELD[key]: B.READ[key](row[key])})
-    return ctx.problem, B.config_of(ctx)
+    return template_config(B, k, row, target)
 
 
 def lower_chain(k: TileKernel, row: Row, target: Target) -> K.KProgram:

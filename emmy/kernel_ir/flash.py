@@ -4,24 +4,20 @@ store of each output element (the cast to the output type, the output's layout).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from emmy.cuda.emit import _block as emit_block
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import Fn
 from emmy.kernel_ir.elements import stmts
 from emmy.schedule import flash as F
 from emmy.schedule.row import Row
+from emmy.schedule.space import template_config
 from emmy.schedule.targets import Target
 from emmy.symbolic import var
 from emmy.tile_ir.ir import TileKernel
 
 
 def flash_config(k: TileKernel, row: Row, target: Target):
-    ctx = F.make_ctx(k, target)
-    for key in F.KEYS:
-        ctx = replace(ctx, **{F.FIELD[key]: F.READ[key](row[key])})
-    return ctx.problem, F.config_of(ctx)
+    return template_config(F, k, row, target)
 
 
 def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:

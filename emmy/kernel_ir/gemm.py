@@ -19,6 +19,7 @@ from emmy.kernel_ir.context import Fn
 from emmy.kernel_ir.elements import stmts
 from emmy.schedule import gemm as G
 from emmy.schedule.row import Row
+from emmy.schedule.space import template_config
 from emmy.schedule.targets import Target
 from emmy.symbolic import floordiv, mod, var
 from emmy.tile_ir.ir import TileKernel
@@ -27,11 +28,8 @@ from emmy.tile_ir.values import value_types
 PARTIAL = "emmy_partial"     # the partial sums' parameter name inside the template
 
 
-def gemm_config(k: TileKernel, row: Row, target: Target) -> tuple[GemmProblem, GemmConfig]:
-    ctx = G.make_ctx(k, target)
-    for key in G.KEYS:
-        ctx = replace(ctx, **{G.FIELD[key]: G.READ[key](row[key])})
-    return ctx.problem, G.config_of(ctx)
+def gemm_config(k: TileKernel, row: Row, target: Target):
+    return template_config(G, k, row, target)
 
 
 def lower_contract(k: TileKernel, row: Row, target: Target) -> K.KProgram:

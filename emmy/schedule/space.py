@@ -74,6 +74,15 @@ def has_edge(f: Facts) -> bool:
     return FoldKind.REDUCE in kinds and FoldKind.MAP in kinds[kinds.index(FoldKind.REDUCE):]
 
 
+def template_config(profile, kernel: TileKernel, row: Row, target: Target):
+    """(problem, config) a template space's row gives its template: `profile` is the space's
+    module (emmy.schedule.gemm, .flash, .b2b)."""
+    ctx = profile.make_ctx(kernel, target)
+    for key in profile.KEYS:
+        ctx = replace(ctx, **{profile.FIELD[key]: profile.READ[key](row[key])})
+    return ctx.problem, profile.config_of(ctx)
+
+
 class Space:
     """A kernel's legal rows. Contractions (matrix products) have their own decision points,
     grammar and rules (emmy.schedule.gemm); the other kinds share the ones in this module."""
