@@ -9,8 +9,10 @@
       epilogue2(acc)
 
 is O = epilogue2((epilogue1(A B)) C) computed without the intermediate ever reaching memory:
-every output element recomputes its row of the intermediate (the Loop IR's fusion). PLACE=cut
-on this edge splits it into two kernels, each a contraction with its own row:
+as the Loop IR fused it, every output element recomputes its row of the intermediate; when both
+halves are contractions (FusedChain), the kernel is of kind `chain` and a back-to-back template
+recomputes it once per output tile instead. PLACE=cut on this edge splits it into two kernels,
+each a contraction with its own row:
 
     <name>_cut0: grid i × k2:  T[i, k2] = epilogue1(sum_k1 A[i, k1] B[k1, k2])
     <name>_cut1: grid i × j:   O[i, j]  = epilogue2(sum_k2 T[i, k2] C[k2, j])
