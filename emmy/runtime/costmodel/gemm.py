@@ -31,7 +31,10 @@ INSTRUCTION_EFFICIENCY = {("mma", "sm_90a"): 0.40, ("mma", "sm_80"): 0.85,
                           ("wgmma", "sm_90a"): 0.62, ("simt", "sm_90a"): 0.59,
                           ("simt", "sm_80"): 0.75, ("tf32", "sm_90a"): 0.40,
                           ("tf32", "sm_80"): 0.85}
-ATTENTION_EFFICIENCY = {"sm_90a": 0.30, "sm_80": 0.6}
+# flash attention's mma rate once its exponentials and shared-memory reads are counted apart
+# (fit to the best measured H200 row, 4 x 32 x 4096 x 128 fp16, 2026-11-30)
+ATTENTION_EFFICIENCY = {"sm_90a": 0.51, "sm_80": 0.7}
+SMEM_BYTES_PER_CLOCK = 128       # one SM's shared-memory bandwidth (32 banks x 4 bytes)
 STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
 EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
 
@@ -118,8 +121,10 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
                               smem: int, resources: Resources | None,
                               target: Target) -> LaunchEstimate:
     """Flash attention: Q K^T and P V on mma.sync (4 B H Sq Sk D FLOPs, about half of them
-    under a causal mask), the softmax's exponentials on the special-function units, K and V
-    read once per query block (from L2 after the first), q, k, v and the output from DRAM."""
+    under a causal mask), the softmax's exponentials on the special-function units, every warp
+    reading each K and V tile from shared memory (so fewer query rows per warp cost more), spills
+    re-read every key step; K and V read once per query block (from L2 after the first), q, k,
+    v and the output from DRAM."""
     occ = occupancy(threads, smem, resources, target)
     if occ.blocks_per_sm == 0:
         return LaunchEstimate(kernel, function, math.inf, 0, 0, 0, 0.0, 0, 0, "resources",
@@ -136,7 +141,13 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     resident = min(grid, occ.blocks_per_sm * target.sm_count)
     waves = -(-grid // resident)
     wave_eff = grid / (waves * resident)                                 # the last wave's idle SMs
-    compute_s = (flops / rate + exps / sfu_rate) / wave_eff
+    smem_read = grid * c.warps * steps * visible * 2 * c.bkv * p.d * 2      # K and V, per warp
+    smem_s = smem_read / (SMEM_BYTES_PER_CLOCK * target.sm_count * target.clock_hz)
+    spills = 0.0
+    if resources and (resources.spill_store_bytes or resources.spill_load_bytes):
+        spilled = (resources.spill_store_bytes + resources.spill_load_bytes) * grid * threads
+        spills = spilled * steps * visible / (target.dram_bytes_per_s * L2_OVER_DRAM)
+    compute_s = (flops / rate + exps / sfu_rate + smem_s + spills) / wave_eff
     io = 4 * heads * p.sq * p.d * 2
     reread = 2 * heads * q_blocks * steps * visible * c.bkv * p.d * 2
     memory_s = io / (target.dram_bytes_per_s * DRAM_EFFICIENCY) + \
@@ -148,7 +159,8 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
                           blocks_per_sm=occ.blocks_per_sm, waves=waves,
                           limiter="compute" if compute_s >= memory_s else "memory",
                           resources=resources, grid=grid, threads=threads,
-                          breakdown=(("compute", compute_s), ("memory", memory_s),
+                          breakdown=(("compute", compute_s), ("shared memory", smem_s),
+                                     ("spills", spills), ("memory", memory_s),
                                      ("latency", latency_s), ("launch", target.launch_overhead_s)),
                           method=METHOD)
 
