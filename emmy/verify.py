@@ -26,7 +26,6 @@ def verify_rows(workload, *, per_kernel: int = 20, targets=("sm_90a", "sm_80"), 
     """Sampled rows of every kernel; a fused chain of products is also cut (PLACE=cut) and
     rows of each of its two kernels sampled in turn. `where(row)`: sample only among the rows
     it accepts (e.g. the wgmma tiles, rare in a uniform sample)."""
-    import random
     from emmy.schedule.space import Space
     from emmy.schedule.targets import get_target
 
@@ -37,8 +36,7 @@ def verify_rows(workload, *, per_kernel: int = 20, targets=("sm_90a", "sm_80"), 
         if kernels is not None and k.name not in kernels:
             continue
         space = Space(k, get_target(targets[0]))
-        pool = [r for r in space.all_rows if where is None or where(r)]
-        for row in random.Random(seed).sample(pool, min(per_kernel, len(pool))):
+        for row in space.sample(per_kernel, seed, where):
             results.append(_verify_row(workload, graph, k, str(row), {k.name: str(row)}, targets))
         if not space.facts.chain:
             continue

@@ -45,9 +45,9 @@ from types import SimpleNamespace
 from typing import Callable
 
 from emmy.cuda.gemm import (MAX_GRID, MMA_FN, MMA_K, SIMT_K_STEP, STORAGE, _ceil_div, _Emitter,
-                            _indent, _kib, _simt_lanes, _SimtLanes, _Tile, _unrolled)
+                            _indent, _kib, _simt_lanes, _SimtLanes, _Tile, _unrolled,
+                            target_problems)
 from emmy.cuda.gemm_spec import Body, Epilogue, GemmOperand
-from emmy.schedule.targets import TARGETS
 
 # mid(bz, row, col, acc) -> (C statements, C expression of the float value of H at (row, col));
 # the arguments are C expressions (long long batch, int row < m, int col < k2, f32 inner sum).
@@ -234,13 +234,8 @@ def constraints(problem: ChainProblem, config: ChainConfig, target_name: str) ->
     """Plain-English reasons `config` cannot be built for `problem` on `target_name`; empty
     when it can (and then the kernel is correct for every input)."""
     out = _shape_problems(problem, config)
-    target = TARGETS.get(target_name)
-    if target is None:
-        return out + [f"unknown target `{target_name}` (known: {', '.join(TARGETS)})"]
-    if config.inst == "mma" and not (target.has_mma_sync and target.has_ldmatrix):
-        out.append(f"{target_name} has no mma.sync / ldmatrix")
-    if config.threads > target.max_threads_per_block:
-        out.append(f"{config.threads} threads > {target.max_threads_per_block} on {target_name}")
+    target, missing = target_problems(config.inst, config.threads, 1, target_name)
+    out += missing
     if out:
         return out
     plan = _Plan(problem, config)

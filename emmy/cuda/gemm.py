@@ -361,21 +361,30 @@ def _shape_problems(p: GemmProblem, c: GemmConfig) -> list[str]:
     return out
 
 
+def target_problems(inst: str, threads: int, stages: int, target_name: str):
+    """(the target, what it lacks for `inst` with `threads` threads and `stages` copy stages);
+    the target is None when the name is unknown. Shared with emmy.cuda.chain."""
+    target = TARGETS.get(target_name)
+    if target is None:
+        return None, [f"unknown target `{target_name}` (known: {', '.join(TARGETS)})"]
+    out = []
+    if inst == "mma" and not (target.has_mma_sync and target.has_ldmatrix):
+        out.append(f"{target_name} has no mma.sync / ldmatrix")
+    if inst == "tf32" and not target.has_mma_sync:
+        out.append(f"{target_name} has no mma.sync (tf32 needs sm_80+)")
+    if stages > 1 and not target.has_cp_async:
+        out.append(f"{target_name} has no cp.async")
+    if threads > target.max_threads_per_block:
+        out.append(f"{threads} threads > {target.max_threads_per_block} on {target_name}")
+    return target, out
+
+
 def constraints(problem: GemmProblem, config: GemmConfig, target_name: str) -> list[str]:
     """Plain-English reasons `config` cannot be built for `problem` on `target_name`; empty
     when it can (and then the kernel is correct for every input)."""
     out = _shape_problems(problem, config)
-    target = TARGETS.get(target_name)
-    if target is None:
-        return out + [f"unknown target `{target_name}` (known: {', '.join(TARGETS)})"]
-    if config.inst == "mma" and not (target.has_mma_sync and target.has_ldmatrix):
-        out.append(f"{target_name} has no mma.sync / ldmatrix")
-    if config.inst == "tf32" and not target.has_mma_sync:
-        out.append(f"{target_name} has no mma.sync (tf32 needs sm_80+)")
-    if config.stages > 1 and not target.has_cp_async:
-        out.append(f"{target_name} has no cp.async")
-    if config.threads > target.max_threads_per_block:
-        out.append(f"{config.threads} threads > {target.max_threads_per_block} on {target_name}")
+    target, missing = target_problems(config.inst, config.threads, config.stages, target_name)
+    out += missing
     if out or config.inst not in INSTS:
         return out
     plan = _Plan(problem, config)

@@ -6,7 +6,7 @@ program's rounding) and the consumer's epilogue per output element."""
 from __future__ import annotations
 
 from emmy.kernel_ir import ir as K
-from emmy.kernel_ir.gemm import element_lines
+from emmy.kernel_ir.elements import element_lines
 from emmy.loop_ir.ir import Store
 from emmy.schedule import b2b as B
 from emmy.schedule.row import Row
@@ -15,15 +15,11 @@ from emmy.schedule.targets import Target
 from emmy.tile_ir.ir import TileKernel
 
 
-def chain_config(k: TileKernel, row: Row, target: Target):
-    return template_config(B, k, row, target)
-
-
 def lower_chain(k: TileKernel, row: Row, target: Target) -> K.KProgram:
     from emmy.cuda.chain import chain_body
 
     fc = k.chain
-    problem, config = chain_config(k, row, target)
+    problem, config = template_config(B, k, row, target)
     first, second = fc.first.contract, fc.second.contract
     (store,) = [s for s in first.epilogue if isinstance(s, Store)]
     produce = tuple(s for s in first.epilogue if s is not store)

@@ -8,7 +8,7 @@ from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, ctype, elem
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
 from emmy.schedule.facts import offset, stride_along
-from emmy.symbolic import Lin, lin, render, substitute, var
+from emmy.symbolic import Lin, floordiv, lin, mod, render, substitute, var
 from emmy.dtypes import DType
 from emmy.tensor_ir.ir import Scalar
 from emmy.tile_ir.ir import Fold, Item
@@ -170,3 +170,27 @@ def _c_index(e: Lin) -> str:
 
 def init_acc(name: str, init: Init) -> list[K.KStmt]:
     return [K.Let(name, ctype(init.dtype), "identity", (init.op.value,), mutable=True)]
+
+
+def element_lines(k, items, acc: str, axes, batch, at) -> list[str]:
+    """For the templates' epilogues: the Tile IR statements `items` for one element, as C: `axes` (the row and column grid
+    axes) and `batch` (the batch axes, flattened into one index) bound at `at` = (batch index,
+    row, column, accumulator value) C expressions, the accumulator `acc` read as `e_acc`."""
+    row_ax, col_ax = axes
+    size = 1
+    for ax in batch:
+        size *= ax.extent
+    bounds = {"e_row": row_ax.extent, "e_col": col_ax.extent, "e_bz": max(size, 1)}
+    shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
+    env = {row_ax.var: var("e_row"), col_ax.var: var("e_col")}
+    rest = size
+    for ax in batch:
+        rest //= ax.extent
+        env[ax.var] = mod(floordiv(var("e_bz"), rest, bounds), ax.extent, bounds)
+    from emmy.cuda.emit import _block as emit_block   # the emitter imports this module's IR
+
+    fn = Fn(k, None, value_types(items), shapes, dict(bounds))
+    body = stmts(fn, items, "", env, lane0_stores=False, accs={acc: "e_acc"})
+    bz, row, col, value = at
+    return [f"const long long e_bz = {bz};", f"const int e_row = {row};",
+            f"const int e_col = {col};", f"const float e_acc = {value};", *emit_block(body, 0)]

@@ -12,28 +12,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from emmy.cuda.emit import _block as emit_block
 from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmProblem
 from emmy.kernel_ir import ir as K
-from emmy.kernel_ir.context import Fn
-from emmy.kernel_ir.elements import stmts
+from emmy.kernel_ir.elements import element_lines
 from emmy.schedule import gemm as G
 from emmy.schedule.row import Row
 from emmy.schedule.space import template_config
 from emmy.schedule.targets import Target
-from emmy.symbolic import floordiv, mod, var
 from emmy.tile_ir.ir import TileKernel
-from emmy.tile_ir.values import value_types
 
 PARTIAL = "emmy_partial"     # the partial sums' parameter name inside the template
 
 
-def gemm_config(k: TileKernel, row: Row, target: Target):
-    return template_config(G, k, row, target)
-
-
 def lower_contract(k: TileKernel, row: Row, target: Target) -> K.KProgram:
-    problem, config = gemm_config(k, row, target)
+    problem, config = template_config(G, k, row, target)
     atomic = config.split_mode == "atomic"
     epilogue = make_epilogue(k, atomic=atomic)
     params = tuple(K.Param(b.name, b.type.dtype.c_name, False) for b in k.inputs) + \
@@ -109,28 +101,6 @@ def make_epilogue(k: TileKernel, *, atomic: bool = False) -> Epilogue:
                               (bz, row, col, acc))
         return ["{", *("  " + line for line in lines), "}"]
     return epilogue
-
-
-def element_lines(k: TileKernel, items, acc: str, axes, batch, at) -> list[str]:
-    """The Tile IR statements `items` for one element, as C: `axes` (the row and column grid
-    axes) and `batch` (the batch axes, flattened into one index) bound at `at` = (batch index,
-    row, column, accumulator value) C expressions, the accumulator `acc` read as `e_acc`."""
-    row_ax, col_ax = axes
-    size = 1
-    for ax in batch:
-        size *= ax.extent
-    bounds = {"e_row": row_ax.extent, "e_col": col_ax.extent, "e_bz": max(size, 1)}
-    shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
-    env = {row_ax.var: var("e_row"), col_ax.var: var("e_col")}
-    rest = size
-    for ax in batch:
-        rest //= ax.extent
-        env[ax.var] = mod(floordiv(var("e_bz"), rest, bounds), ax.extent, bounds)
-    fn = Fn(k, None, value_types(items), shapes, dict(bounds))
-    body = stmts(fn, items, "", env, lane0_stores=False, accs={acc: "e_acc"})
-    bz, row, col, value = at
-    return [f"const long long e_bz = {bz};", f"const int e_row = {row};",
-            f"const int e_col = {col};", f"const float e_acc = {value};", *emit_block(body, 0)]
 
 
 def _summary(k: TileKernel, p: GemmProblem, c: GemmConfig) -> tuple[str, ...]:

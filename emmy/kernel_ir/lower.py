@@ -10,6 +10,8 @@ by every lane alike; stores outside folds are made by lane 0.
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import Fn, decode
 from emmy.kernel_ir.elements import group
@@ -20,21 +22,19 @@ from emmy.tile_ir.ir import KernelKind
 from emmy.tile_ir.values import value_types
 
 
+# kernel kinds a template builds: the module and function that lower them
+_TEMPLATES = {KernelKind.CONTRACT: ("emmy.kernel_ir.gemm", "lower_contract"),
+              KernelKind.CHAIN: ("emmy.kernel_ir.b2b", "lower_chain"),
+              KernelKind.ATTENTION: ("emmy.kernel_ir.flash", "lower_attention")}
+
+
 def lower_applied(name: str, applied: Applied) -> K.KProgram:
     """All the launches a row makes of one kernel."""
     first = applied.parts[0]
-    if first.kernel.kind is KernelKind.CONTRACT:
-        from emmy.kernel_ir.gemm import lower_contract
-
-        return lower_contract(first.kernel, first.row, applied.target)
-    if first.kernel.kind is KernelKind.CHAIN:
-        from emmy.kernel_ir.b2b import lower_chain
-
-        return lower_chain(first.kernel, first.row, applied.target)
-    if first.kernel.kind is KernelKind.ATTENTION:
-        from emmy.kernel_ir.flash import lower_attention
-
-        return lower_attention(first.kernel, first.row, applied.target)
+    if first.kernel.kind in _TEMPLATES:     # one part, built by a template's lowering
+        module, function = _TEMPLATES[first.kernel.kind]
+        lower = getattr(import_module(module), function)
+        return lower(first.kernel, first.row, applied.target)
     functions = tuple(lower_part(p) for p in applied.parts)
     launches = tuple(K.Launch(f.name, tuple(p.name for p in f.params)) for f in functions)
     temps = tuple((b.name, b.type.dtype.c_name, b.type.numel) for b in applied.temporaries)

@@ -95,7 +95,7 @@ class Space:
         self.facts = facts(kernel)
         profile = {KernelKind.CONTRACT: gemm, KernelKind.ATTENTION: flash,
                    KernelKind.CHAIN: b2b}.get(kernel.kind)
-        self.contract = profile is not None      # a template's space (rules in order)
+        self.template = profile is not None      # a template's space (rules in order)
         if profile is not None:
             self.keys = profile.KEYS
             self.grammar, self.grammar_text = profile.GRAMMAR, profile.GRAMMAR_TEXT
@@ -109,7 +109,7 @@ class Space:
             self._preferred = _PREFERRED
 
     def _ctx(self):
-        if self.contract:
+        if self.template:
             return self._make_ctx(self.kernel, self.target)
         return Ctx(self.kernel.name, self.facts, self.target)
 
@@ -121,7 +121,7 @@ class Space:
         for r in self._rules:
             if r.key == key and (reason := r.check(ctx)) is not None:
                 out.append(Refusal(r.name, key, value, reason))
-                if self.contract:   # a template space's rules run in order, its own check last
+                if self.template:   # a template space's rules run in order, its own check last
                     break
         return out
 
@@ -150,9 +150,10 @@ class Space:
     def count(self) -> int:
         return len(self.all_rows)
 
-    def sample(self, n: int, seed: int = 0) -> list[Row]:
-        """n distinct legal rows drawn uniformly (all of them when there are fewer)."""
-        rows = list(self.all_rows)
+    def sample(self, n: int, seed: int = 0, where=None) -> list[Row]:
+        """n distinct legal rows drawn uniformly (all of them when there are fewer); `where`:
+        only among the rows it accepts."""
+        rows = [r for r in self.all_rows if where is None or where(r)]
         if n >= len(rows):
             return rows
         return random.Random(seed).sample(rows, n)
@@ -187,7 +188,7 @@ class Space:
         for key in self.keys:
             ctx = self._apply(ctx, key, row[key])
             out.extend(self._refusals(ctx, key, row[key]))
-            if out and self.contract:
+            if out and self.template:
                 break    # a contraction's later rules assume the earlier decisions are legal
         return out
 

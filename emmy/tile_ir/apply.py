@@ -40,14 +40,14 @@ class Applied:
     target: Target | None = None        # contractions: the template's target
 
 
-def is_contract(k: TileKernel) -> bool:
+def built_by_template(k: TileKernel) -> bool:
     """Kernels a template builds (a tiled product, flash attention): one part, the row as is."""
     return k.kind in (KernelKind.CONTRACT, KernelKind.ATTENTION, KernelKind.CHAIN)
 
 
 def apply_row(k: TileKernel, row: Row, target: Target) -> Applied:
     """The kernels `row` makes of `k` (the row must be legal for `k`)."""
-    if is_contract(k) and row.get("PLACE") != "cut":   # a template builds the launches
+    if built_by_template(k) and row.get("PLACE") != "cut":   # a template builds the launches
         return Applied((Part(k, row, None),), (), (), target)
     if row.get("PLACE") == "cut" and find_chain(k) is not None:
         raise ValueError(f"`{k.name}` with PLACE=cut is two kernels (emmy.tile_ir.chain): the "

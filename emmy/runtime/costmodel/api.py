@@ -71,24 +71,17 @@ def _unit_launches(tk: TileKernel, row: Row, kp: K.KProgram, source: str, target
     """The estimates of one Tile IR kernel's launches under `row`, memsets first."""
     if tk.kind is KernelKind.CONTRACT:
         return _contract_launches(tk, row, kp, source, target, zero_fill, nvrtc=nvrtc)
-    if tk.kind is KernelKind.CHAIN:
-        from emmy.kernel_ir.b2b import chain_config
-        from emmy.runtime.costmodel.gemm import estimate_chain_launch
+    if tk.kind in (KernelKind.CHAIN, KernelKind.ATTENTION):
+        from emmy.runtime.costmodel import gemm as model
+        from emmy.schedule import b2b, flash
+        from emmy.schedule.space import template_config
 
-        problem, config = chain_config(tk, row, target)
+        profile, estimate = ((b2b, model.estimate_chain_launch) if tk.kind is KernelKind.CHAIN
+                             else (flash, model.estimate_attention_launch))
+        problem, config = template_config(profile, tk, row, target)
         res = resources_of(source, target, nvrtc=nvrtc)
-        return [estimate_chain_launch(tk.name, f.name, problem, config, f.grid, f.threads,
-                                      f.shared_bytes, res.get(f.name), target)
-                for f in kp.functions]
-    if tk.kind is KernelKind.ATTENTION:
-        from emmy.kernel_ir.flash import flash_config
-        from emmy.runtime.costmodel.gemm import estimate_attention_launch
-
-        problem, config = flash_config(tk, row, target)
-        res = resources_of(source, target, nvrtc=nvrtc)
-        return [estimate_attention_launch(tk.name, f.name, problem, config, f.grid, f.threads,
-                                          f.shared_bytes, res.get(f.name), target)
-                for f in kp.functions]
+        return [estimate(tk.name, f.name, problem, config, f.grid, f.threads, f.shared_bytes,
+                         res.get(f.name), target) for f in kp.functions]
     applied = apply_row(tk, row, target)
     functions = {f.name: f for f in kp.functions}
     parts = {p.kernel.name: p for p in applied.parts}
@@ -105,10 +98,11 @@ def _unit_launches(tk: TileKernel, row: Row, kp: K.KProgram, source: str, target
 
 def _contract_launches(tk: TileKernel, row: Row, kp: K.KProgram, source: str, target: Target,
                        zero_fill: Iterable[str], *, nvrtc: bool) -> list[LaunchEstimate]:
-    from emmy.kernel_ir.gemm import gemm_config
     from emmy.runtime.costmodel.gemm import estimate_combine_launch, estimate_gemm_launch
+    from emmy.schedule import gemm
+    from emmy.schedule.space import template_config
 
-    problem, config = gemm_config(tk, row, target)
+    problem, config = template_config(gemm, tk, row, target)
     res = resources_of(source, target, nvrtc=nvrtc)
     sizes = {b.name: b.type.numel * b.type.dtype.itemsize for b in tk.outputs}
     out = [memset_estimate(tk.name, name, sizes.get(name, 0), target) for name in zero_fill]

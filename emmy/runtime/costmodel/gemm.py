@@ -39,6 +39,20 @@ STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
 EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
 
 
+def _does_not_fit(kernel: str, function: str, grid: int, threads: int,
+                  resources: Resources | None) -> LaunchEstimate:
+    """A launch whose block fits on no SM (registers, shared memory or threads)."""
+    return LaunchEstimate(kernel, function, math.inf, 0, 0, 0, 0.0, 0, 0, "resources",
+                          resources, grid, threads)
+
+
+def _waves(grid: int, occ, target: Target) -> tuple[int, float]:
+    """Waves of `grid` blocks over the SMs, and the share of the last wave's slots in use."""
+    resident = min(grid, occ.blocks_per_sm * target.sm_count)
+    waves = -(-grid // resident)
+    return waves, grid / (waves * resident)
+
+
 def _rate(c: GemmConfig, p: GemmProblem, t: Target) -> float:
     if c.inst == "simt":
         peak = t.fp32_flops
@@ -55,8 +69,7 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     """The main-loop launch of a tiled product (its grid includes batch and K split)."""
     occ = occupancy(threads, smem, resources, target)
     if occ.blocks_per_sm == 0:
-        return LaunchEstimate(kernel, function, math.inf, 0, 0, 0, 0.0, 0, 0, "resources",
-                              resources, grid, threads)
+        return _does_not_fit(kernel, function, grid, threads, resources)
     tiles_m, tiles_n = -(-p.m // c.bm), -(-p.n // c.bn)
     k_range = -(-p.k // c.split)
     steps = -(-k_range // c.bk)
@@ -127,8 +140,7 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     v and the output from DRAM."""
     occ = occupancy(threads, smem, resources, target)
     if occ.blocks_per_sm == 0:
-        return LaunchEstimate(kernel, function, math.inf, 0, 0, 0, 0.0, 0, 0, "resources",
-                              resources, grid, threads)
+        return _does_not_fit(kernel, function, grid, threads, resources)
     heads = p.batch * p.heads
     q_blocks = -(-p.sq // c.bq)
     steps = -(-p.sk // c.bkv)
@@ -138,9 +150,7 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     rate = peak * ATTENTION_EFFICIENCY.get(target.name, 0.3)
     exps = heads * q_blocks * c.bq * steps * c.bkv * visible
     sfu_rate = 16 * target.sm_count * target.clock_hz                     # exp2 per second
-    resident = min(grid, occ.blocks_per_sm * target.sm_count)
-    waves = -(-grid // resident)
-    wave_eff = grid / (waves * resident)                                 # the last wave's idle SMs
+    waves, wave_eff = _waves(grid, occ, target)
     smem_read = grid * c.warps * steps * visible * 2 * c.bkv * p.d * 2      # K and V, per warp
     smem_s = smem_read / (SMEM_BYTES_PER_CLOCK * target.sm_count * target.clock_hz)
     spills = 0.0
@@ -173,8 +183,7 @@ def estimate_chain_launch(kernel: str, function: str, p, c, grid: int, threads: 
     over the grid); operands from DRAM once, their re-reads from L2."""
     occ = occupancy(threads, smem, resources, target)
     if occ.blocks_per_sm == 0:
-        return LaunchEstimate(kernel, function, math.inf, 0, 0, 0, 0.0, 0, 0, "resources",
-                              resources, grid, threads)
+        return _does_not_fit(kernel, function, grid, threads, resources)
     tiles_m, tiles_n = -(-p.m // c.bm), -(-p.n // c.bn)
     flops = 2 * p.batch * (tiles_m * c.bm) * (p.k1 * p.k2 * tiles_n + p.k2 * tiles_n * c.bn)
     item = 4 if p.a.ctype == "float" else 2
@@ -183,9 +192,7 @@ def estimate_chain_launch(kernel: str, function: str, p, c, grid: int, threads: 
     else:
         peak = target.bf16_tensor_flops if p.a.ctype == "__nv_bfloat16" else target.fp16_tensor_flops
         rate = peak * INSTRUCTION_EFFICIENCY.get(("mma", target.name), 0.6)
-    resident = min(grid, occ.blocks_per_sm * target.sm_count)
-    waves = -(-grid // resident)
-    wave_eff = grid / (waves * resident)
+    waves, wave_eff = _waves(grid, occ, target)
     compute_s = flops / rate / wave_eff
     io = p.batch * (p.m * p.k1 + p.k1 * p.k2 + p.k2 * p.n + p.m * p.n) * item
     reread = p.batch * (p.m * p.k1 * tiles_n + p.k1 * p.k2 * tiles_m * tiles_n
