@@ -108,13 +108,14 @@ def parse(text: str) -> Row:
 
 
 def _value_problem(value: str) -> str:
-    parts = value.split(":")
+    parts = [n for p in value.split(":") for n in (p.split("x") if re.fullmatch(r"[0-9x]+", p) else [p])]
     for p in parts:
         if re.fullmatch(r"0[0-9]+", p):
             return f"write {int(p)}, not {p} (no leading zeros)"
     if value != value.lower():
         return f"values are lowercase: {value.lower()}"
-    return "a value is a lowercase word with optional :parameters, e.g. block:256"
+    return ("a value is a lowercase word with optional :parameters, e.g. block:256 or "
+            "mma:128x128x32")
 
 
 def _canonical_guess(text: str) -> str | None:

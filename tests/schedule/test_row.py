@@ -89,3 +89,8 @@ def test_mutated_rows_raise_only_row_errors(data):
     except RowError:
         return
     assert str(row) == text
+
+
+def test_a_tile_shape_with_a_leading_zero_is_refused_with_the_canonical_number():
+    with pytest.raises(RowError, match=r"write 64, not 064"):
+        parse("WORK=warps:2x2 TILE=mma:064x64x32 REDUCE=serial STAGE=smem RASTER=row")
