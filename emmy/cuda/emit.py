@@ -32,7 +32,7 @@ def emit_function(f: K.KFunction) -> str:
         for p in f.params)
     lines = [f"// row: {f.row}",
              f"// launch: grid {f.grid}, block {f.threads}, dynamic shared memory {f.shared_bytes} B",
-             f'extern "C" __global__ void __launch_bounds__({f.threads}) {f.name}({params}) {{',
+             f'extern "C" __global__ void __launch_bounds__({_bounds(f)}) {f.name}({params}) {{',
              "  const int tid = threadIdx.x;",
              "  const long long bid = blockIdx.x;"]
     if f.shared_bytes:
@@ -40,6 +40,10 @@ def emit_function(f: K.KFunction) -> str:
     lines += _block(f.body, 1)
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _bounds(f: K.KFunction) -> str:
+    return f"{f.threads}, {f.min_blocks}" if f.min_blocks else str(f.threads)
 
 
 def _block(stmts, depth: int) -> list[str]:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable
 
-from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmOperand, GemmProblem
+from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmOperand, GemmProblem, pair_of
 from emmy.schedule.targets import TARGETS
 
 CHUNK_BYTES = 16              # one cp.async / one vector copy
@@ -575,6 +575,21 @@ class _Emitter:
             return stmts
         return [f"if ({' && '.join(conds)}) {{", *_indent(stmts), "}"]
 
+    def store_pair(self, row: str, col: str, acc0: str, acc1: str) -> list[str] | None:
+        """Output elements (row, col) and (row, col + 1), col even, through the epilogue's
+        pair form inside the bounds; None when there is none (see gemm_spec.pair_of), the
+        partial sums go to the combine kernel, or n is odd (col + 1 could be out of range)."""
+        p, c = self.p, self.c
+        pair = pair_of(self.epilogue)
+        if pair is None or c.split_mode == "combine" or p.n % 2:
+            return None
+        stmts = pair("bz", row, col, acc0, acc1)
+        if stmts is None:
+            return None
+        conds = ([f"{row} < {p.m}"] if p.m % c.bm else []) + \
+                ([f"{col} < {p.n}"] if p.n % c.bn else [])
+        return stmts if not conds else [f"if ({' && '.join(conds)}) {{", *_indent(stmts), "}"]
+
     @property
     def k_step(self) -> int:
         return TF32_K if self.c.inst == "tf32" else MMA_K
@@ -655,6 +670,12 @@ class _Emitter:
                 "2(lane%4) + r%2",
                 "const int gm_row0 = gm_m0 + gm_wm0 + gm_lane / 4;",
                 "const int gm_col0 = gm_n0 + gm_wn0 + 2 * (gm_lane % 4);"]
+        pair = self.store_pair("gm_row", "gm_col", "gm_acc[gm_i][gm_j][2 * gm_h]",
+                               "gm_acc[gm_i][gm_j][2 * gm_h + 1]")
+        if pair is not None:     # c0, c1 (and c2, c3) are neighbouring columns: one store each
+            return out + _unrolled("gm_i", mi, _unrolled("gm_j", nj, _unrolled("gm_h", 2, [
+                "const int gm_row = gm_row0 + 16 * gm_i + 8 * gm_h;",
+                "const int gm_col = gm_col0 + 8 * gm_j;", *pair])))
         out += _unrolled("gm_i", mi, _unrolled("gm_j", nj, _unrolled("gm_q", 4, [
             "const int gm_row = gm_row0 + 16 * gm_i + 8 * (gm_q / 2);",
             "const int gm_col = gm_col0 + 8 * gm_j + gm_q % 2;",

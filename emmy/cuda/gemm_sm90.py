@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmOperand, GemmProblem
+from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmOperand, GemmProblem, pair_of
 from emmy.cuda.program import TensorMapSpec
 
 HEADER = "emmy_sm90.cuh"
@@ -137,11 +137,13 @@ def _operand_refusals(name: str, op: GemmOperand, outer: str, batch: int) -> lis
     return why
 
 
-def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue) -> Body:
+def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue, *,
+                   sm_count: int) -> Body:
     """The kernel body for `problem` with `config` (which constraints_sm90 accepted); a TmaBody
-    when config.tma."""
+    when config.tma, whose grid is persistent: min(tiles, sm_count) blocks walk the tiles."""
     p, c = problem, config
     tiles_m, tiles_n = _cdiv(p.m, c.bm), _cdiv(p.n, c.bn)
+    tiles = p.batch * tiles_m * tiles_n
     ta, tb = int(not p.a.k_contiguous), int(not p.b.k_contiguous)
     a_bytes = c.bm * BK * 2
     head = [
@@ -150,12 +152,10 @@ def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue)
         f"{c.stages}-stage {'TMA' if c.tma else 'cp.async'} ring, wgmma m64n{c.bn}k16 "
         f"(A {'MN' if ta else 'K'}-major, B {'MN' if tb else 'K'}-major)",
         f"constexpr int M = {p.m}, N = {p.n}, KT = {_cdiv(p.k, BK)};",
+        f"constexpr int BM = {c.bm}, BN = {c.bn}, BK = {BK}, STAGES = {c.stages};",
         f"constexpr int TILES_M = {tiles_m}, TILES_N = {tiles_n};",
+        f"constexpr long long TILES = {tiles}LL;",
         f"constexpr unsigned STAGE = {a_bytes + c.bn * BK * 2}u;",
-        "const long long bz = bid / (TILES_M * TILES_N);",
-        "const int tile = int(bid % (TILES_M * TILES_N));",
-        *_raster(c.group),
-        f"const int m0 = tm * {c.bm}, n0 = tn * {c.bn};",
         "// the stage ring, aligned to the 1024-byte period of the 128-byte swizzle",
         "unsigned char* const smem = emmy_smem + ((1024u - (sm90_smem_addr(emmy_smem) & 1023u)) "
         "& 1023u);",
@@ -176,38 +176,92 @@ def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue)
         _descriptor("a_desc", "smem_addr + 8192u * cw", ta),
         _descriptor("b_desc", f"smem_addr + {a_bytes}u", tb),
         f"float acc[{c.bn // 2}];",
-        "#pragma unroll",
-        f"for (int i = 0; i < {c.bn // 2}; ++i) acc[i] = 0.f;",
     ]
-    tail = [
-        "wgmma_wait<0>();",
-        "wgmma_fence_acc(acc);",
+    zero = ["#pragma unroll", f"for (int i = 0; i < {c.bn // 2}; ++i) acc[i] = 0.f;"]
+    store = _store_lines(p, c, epilogue)
+    if not c.tma:
+        lines = [*_private(head + _decode("bid", c.group) + consumer + zero
+                           + _cp_async_mainloop(p, c, wgmmas) + _drained()), *store]
+        return Body(lines=_buffers(lines, p), grid=tiles, threads=2 * c.bm,
+                    smem_bytes=smem_bytes_sm90(p, c))
+    setup, producer, consume = _tma_mainloop(p, c, wgmmas)
+    regs = _REGISTERS.get(2 * c.bm + 128)
+    give = [f"setmaxnreg_dec<{regs[0]}>();   // the producer needs few registers"] if regs else []
+    take = [f"setmaxnreg_inc<{regs[1]}>();   // the consumers hold the accumulators"] \
+        if regs else []
+    consumers = [*_private(consumer + ["int it = 0;                 // k-tiles consumed so far",
+                                       "for (long long w = bid; w < TILES; w += gridDim.x) {"]
+                           + _indent(_decode("w", c.group) + zero + consume
+                                     + _drained(release=True))),
+                 *_indent(store), "}"]
+    lines = [*_private(head + setup),
+             "if (tid < 128) {                     // the producer warpgroup",
+             *_indent(give + _private(producer)), "} else {                             "
+             "// the consumer warpgroups", *_indent(take + consumers), "}"]
+    return TmaBody(lines=_buffers(lines, p), grid=min(tiles, sm_count), threads=2 * c.bm + 128,
+                   smem_bytes=smem_bytes_sm90(p, c), tensor_maps=_tensor_maps(p, c),
+                   min_blocks=1 if regs else 0)
+
+
+# Threads per block -> (producer, consumer) registers per thread for setmaxnreg: with two
+# consumer warpgroups and __launch_bounds__(384, 1) each thread starts with 168 (65,536 / 384,
+# rounded down to 8); the producer gives back 128, the consumers take 64 more each (232: the
+# 128 accumulators of m64n256 and room for the addresses). One consumer warpgroup (256
+# threads) already gets 255 at entry.
+_REGISTERS = {384: (40, 232)}
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return ["  " + line for line in lines]
+
+
+def _decode(index: str, group: int) -> list[str]:
+    """(bz, tm, tn, m0, n0) of tile `index` (batch-major, then the raster within a batch)."""
+    return [f"const long long bz = {index} / (TILES_M * TILES_N);",
+            f"const int tile = int({index} % (TILES_M * TILES_N));",
+            *_raster(group), "const int m0 = tm * BM, n0 = tn * BN;"]
+
+
+def _drained(release: bool = False) -> list[str]:
+    """After a tile's last k-tile: its wgmmas are done (with TMA the consumer warps then free
+    the last slot), and the accumulators may be read."""
+    out = ["wgmma_wait<0>();"]
+    if release:
+        out.append("if (tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);")
+    return out + ["wgmma_fence_acc(acc);"]
+
+
+def _store_lines(p: GemmProblem, c: GemmConfig, epilogue: Epilogue) -> list[str]:
+    """The epilogue over a consumer thread's accumulators: acc[4i + 2h + cc] is C[row0 + 8h]
+    [col0 + 8i + cc] (the wgmma D fragment), neighbouring columns stored together where the
+    epilogue has a pair form."""
+    conds = ([f"{PREFIX}row < {PREFIX}M"] if p.m % c.bm else []) + \
+            ([f"{PREFIX}col < {PREFIX}N"] if p.n % c.bn else [])
+    out = _private([
         "// acc[4i + 2h + c] is C[row0 + 8h][col0 + 8i + c] (the wgmma D fragment)",
         "const int row0 = m0 + 64 * cw + 16 * (tid % 128 / 32) + tid % 32 / 4;",
         "const int col0 = n0 + 2 * (tid % 4);",
-        "#pragma unroll",
-        f"for (int i = 0; i < {c.bn // 8}; ++i) {{",
-        "#pragma unroll",
-        "  for (int h = 0; h < 2; ++h) {",
-        "#pragma unroll",
-        "    for (int c = 0; c < 2; ++c) {",
-        "      const int row = row0 + 8 * h, col = col0 + 8 * i + c;",
-        "      if (row < M && col < N) {",
-    ]
-    store = epilogue(f"{PREFIX}bz", f"{PREFIX}row", f"{PREFIX}col",
-                     f"{PREFIX}acc[4 * {PREFIX}i + 2 * {PREFIX}h + {PREFIX}c]")
-    store_lines = [*("        " + line for line in store), "      }", "    }", "  }", "}"]
-    grid, smem = p.batch * tiles_m * tiles_n, smem_bytes_sm90(p, c)
-    if not c.tma:
-        lines = [*_private(head + consumer + _cp_async_mainloop(p, c, wgmmas) + tail),
-                 *store_lines]
-        return Body(lines=tuple(lines), grid=grid, threads=2 * c.bm, smem_bytes=smem)
-    producer, consume = _tma_mainloop(p, c, wgmmas)
-    indent = ["  " + line for line in _private(consumer + consume + tail)]
-    lines = [*_private(head + producer), "} else {", *indent,
-             *("  " + line for line in store_lines), "}"]
-    return TmaBody(lines=tuple(lines), grid=grid, threads=2 * c.bm + 128, smem_bytes=smem,
-                   tensor_maps=_tensor_maps(p, c))
+    ])
+    pair = pair_of(epilogue)
+    acc = f"{PREFIX}acc[4 * {PREFIX}i + 2 * {PREFIX}h"
+    two = None if pair is None or p.n % 2 else \
+        pair(f"{PREFIX}bz", f"{PREFIX}row", f"{PREFIX}col", f"{acc}]", f"{acc} + 1]")
+    if two is not None:
+        loops = [("i", c.bn // 8), ("h", 2)]
+        inner = [f"const int {PREFIX}row = {PREFIX}row0 + 8 * {PREFIX}h, {PREFIX}col = "
+                 f"{PREFIX}col0 + 8 * {PREFIX}i;"]
+        stmts = two
+    else:
+        loops = [("i", c.bn // 8), ("h", 2), ("c", 2)]
+        inner = [f"const int {PREFIX}row = {PREFIX}row0 + 8 * {PREFIX}h, {PREFIX}col = "
+                 f"{PREFIX}col0 + 8 * {PREFIX}i + {PREFIX}c;"]
+        stmts = epilogue(f"{PREFIX}bz", f"{PREFIX}row", f"{PREFIX}col",
+                         f"{acc} + {PREFIX}c]")
+    body = inner + ([f"if ({' && '.join(conds)}) {{", *_indent(stmts), "}"] if conds else stmts)
+    for name, count in reversed(loops):
+        body = ["#pragma unroll", f"for (int {PREFIX}{name} = 0; {PREFIX}{name} < {count}; "
+                f"++{PREFIX}{name}) {{", *_indent(body), "}"]
+    return out + body
 
 
 def _cp_async_mainloop(p: GemmProblem, c: GemmConfig, wgmmas: list[str]) -> list[str]:
@@ -216,8 +270,8 @@ def _cp_async_mainloop(p: GemmProblem, c: GemmConfig, wgmmas: list[str]) -> list
     inflight = 1 if c.stages >= 3 else 0          # wgmma groups left running across iterations
     ahead = c.stages - 1 - inflight               # k-tiles being copied while one is multiplied
     setup = [
-        f"const {p.a.ctype}* __restrict__ ga = {p.a.buffer} + ({p.a.batch_offset});",
-        f"const {p.b.ctype}* __restrict__ gb = {p.b.buffer} + ({p.b.batch_offset});",
+        f"const {p.a.ctype}* __restrict__ ga = {_BUFFER_A} + ({p.a.batch_offset});",
+        f"const {p.b.ctype}* __restrict__ gb = {_BUFFER_B} + ({p.b.batch_offset});",
         *_copy_setup("a", p.a, c.bm, "m0", "M", threads),
         *_copy_setup("b", p.b, c.bn, "n0", "N", threads),
         "// copies tile kt of A and B into slot kt % STAGES (zero past the edges)",
@@ -249,47 +303,54 @@ def _cp_async_mainloop(p: GemmProblem, c: GemmConfig, wgmmas: list[str]) -> list
 
 
 def _tma_mainloop(p: GemmProblem, c: GemmConfig,
-                  wgmmas: list[str]) -> tuple[list[str], list[str]]:
+                  wgmmas: list[str]) -> tuple[list[str], list[str], list[str]]:
     """A producer thread copies by TMA, the consumer warpgroups multiply (`wgmmas`: one k-tile's
-    wgmma issue); returns the producer's lines (ending inside `if (producer) {`) and the
-    consumers' loop."""
+    wgmma issue). Both walk the same tiles (w = bid, bid + gridDim.x, ...) and count k-tiles
+    across them (`it`), so slot it % STAGES and its phase carry on from tile to tile, and the
+    producer fills the ring for the next tile while the consumers run this one's epilogue.
+    Returns the barriers' setup (all threads), the producer warpgroup's lines, and the lines
+    of one consumer k-tile."""
     a_loads = _tma_loads("tmap_a", p.a, c.bm, "m0", "0")
     b_loads = _tma_loads("tmap_b", p.b, c.bn, "n0", str(c.bm * BK * 2))
-    producer = [
-        f"uint64_t* const full = reinterpret_cast<uint64_t*>(smem + {c.stages} * STAGE);",
-        f"uint64_t* const empty = full + {c.stages};",
+    setup = [
+        "uint64_t* const full = reinterpret_cast<uint64_t*>(smem + STAGES * STAGE);",
+        "uint64_t* const empty = full + STAGES;",
         "if (tid == 0) {",
-        f"  for (int s = 0; s < {c.stages}; ++s) {{",
+        "  for (int s = 0; s < STAGES; ++s) {",
         "    mbar_init(&full[s], 1);              // the producer's arrive.expect_tx",
         f"    mbar_init(&empty[s], {c.bm // 16});            // one arrival per consumer warp",
         "  }",
         "  mbar_init_fence();",
         "}",
         "__syncthreads();",
-        "if (tid < 128) {                       // the producer warpgroup: one thread copies",
-        "  if (tid == 0) {",
-        "    for (int kt = 0; kt < KT; ++kt) {",
-        f"      const int s = kt % {c.stages}, k0 = kt * {BK};",
-        f"      mbar_wait(&empty[s], ((kt / {c.stages}) & 1) ^ 1);   // the consumers are done "
-        "with the slot",
+    ]
+    producer = [
+        "if (tid == 0) {                      // one thread of the producer warpgroup copies",
+        "  int it = 0;",
+        "  for (long long w = bid; w < TILES; w += gridDim.x) {",
+        *("    " + line for line in _decode("w", c.group)),
+        "    for (int kt = 0; kt < KT; ++kt, ++it) {",
+        "      const int s = it % STAGES, k0 = kt * BK;",
+        "      mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);   // the consumers are done with "
+        "the slot",
         "      mbar_arrive_expect_tx(&full[s], STAGE);",
         "      unsigned char* const dst = smem + s * STAGE;",
         *("      " + line for line in a_loads + b_loads),
         "    }",
         "  }",
-    ]
-
-    consumers = [
-        "for (int kt = 0; kt < KT; ++kt) {",
-        f"  const int s = kt % {c.stages};",
-        f"  mbar_wait(&full[s], (kt / {c.stages}) & 1);     // tile kt has landed",
-        "  const uint64_t slot = uint64_t(s * STAGE) >> 4;",
-        *wgmmas,
-        "  wgmma_wait<1>();                     // tile kt-1's wgmmas are done: free its slot",
-        f"  if (kt > 0 && tid % 32 == 0) mbar_arrive(&empty[(kt - 1) % {c.stages}]);",
         "}",
     ]
-    return producer, consumers
+    consumer = [
+        "for (int kt = 0; kt < KT; ++kt, ++it) {",
+        "  const int s = it % STAGES;",
+        "  mbar_wait(&full[s], (it / STAGES) & 1);     // k-tile kt has landed",
+        "  const uint64_t slot = uint64_t(s * STAGE) >> 4;",
+        *wgmmas,
+        "  wgmma_wait<1>();                     // k-tile kt-1's wgmmas are done: free its slot",
+        "  if (kt > 0 && tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);",
+        "}",
+    ]
+    return setup, producer, consumer
 
 
 def _tma_loads(tmap: str, op: GemmOperand, rows: int, origin: str, base: str) -> list[str]:
@@ -323,9 +384,19 @@ def _tensor_maps(p: GemmProblem, c: GemmConfig) -> tuple[TensorMapSpec, ...]:
 # The body's own names, given a prefix so that they cannot clash with the kernel's parameters
 # (buffer names) or with the epilogue's statements.
 PREFIX = "wg_"
-_LOCALS = re.compile(r"\b(M|N|KT|TILES_M|TILES_N|STAGE|bz|tile|first|rows|in_group|tm|tn|m0|n0|"
+_LOCALS = re.compile(r"\b(M|N|KT|BM|BN|BK|STAGES|TILES|TILES_M|TILES_N|STAGE|bz|w|it|tile|first|rows|in_group|tm|tn|m0|n0|"
                      r"ga|gb|smem|smem_addr|[ab]_(?:row|chunk|src|dst|kb|nb|desc)|load|s|k0|acc|t|"
                      r"kt|slot|j|row0|col0|i|h|c|row|col|bytes|cw|full|empty|dst)\b")
+
+
+# The operands' buffers in the body's lines until _buffers names them (after _private, so that
+# a buffer called like one of the body's names keeps its own).
+_BUFFER_A, _BUFFER_B = "@A@", "@B@"
+
+
+def _buffers(lines: list[str], p: GemmProblem) -> tuple[str, ...]:
+    return tuple(line.replace(_BUFFER_A, p.a.buffer).replace(_BUFFER_B, p.b.buffer)
+                 for line in lines)
 
 
 def _private(lines: list[str]) -> list[str]:

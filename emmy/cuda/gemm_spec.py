@@ -25,6 +25,17 @@ from typing import Callable
 # epilogue(bz, row, col, acc) -> C statements storing one output element; the arguments are C
 # expressions (64-bit batch index, int row in 0..m, int col in 0..n, the f32 accumulator value).
 Epilogue = Callable[[str, str, str, str], list[str]]
+# pair(bz, row, col, acc0, acc1) -> C statements storing the elements at columns col and col + 1
+# (col even, both inside the bounds) with two-element vector accesses, or None when this
+# epilogue cannot (an access could start misaligned, or the stores are atomic). An epilogue
+# may carry one as its `pair` attribute; templates whose threads hold neighbouring columns
+# (the mma.sync and wgmma accumulator fragments) ask pair_of(epilogue) first.
+PairEpilogue = Callable[[str, str, str, str, str], "list[str] | None"]
+
+
+def pair_of(epilogue: Epilogue) -> PairEpilogue | None:
+    return getattr(epilogue, "pair", None)
+
 
 ELEMENT_BYTES = {"__half": 2, "__nv_bfloat16": 2, "float": 4}
 
@@ -95,3 +106,5 @@ class Body:
     grid: int
     threads: int
     smem_bytes: int
+    min_blocks: int = 0   # 1: the kernel is declared __launch_bounds__(threads, 1) (a register
+                          # cap at entry, which setmaxnreg needs); 0: __launch_bounds__(threads)

@@ -8,7 +8,7 @@ from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, ctype, elem
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
 from emmy.schedule.facts import offset, stride_along
-from emmy.symbolic import Lin, floordiv, lin, mod, render, substitute, var
+from emmy.symbolic import Lin, Sym, floordiv, lin, mod, render, substitute, var
 from emmy.dtypes import DType
 from emmy.tensor_ir.ir import Scalar
 from emmy.tile_ir.ir import Fold, Item
@@ -17,16 +17,18 @@ from emmy.tile_ir.values import value_types
 
 def group(fn: Fn, items: tuple[Item, ...], axis: str | None, base: Lin, V: int, *,
            accs: dict[str, str] | None = None, reverse_extent: int | None = None,
-           tag: str = "") -> list[K.KStmt]:
-    """V consecutive elements along `axis` from `base`: contiguous accesses become vectors."""
+           tag: str = "", env: dict[str, Lin] | None = None,
+           acc_lanes: bool = False) -> list[K.KStmt]:
+    """V consecutive elements along `axis` from `base`: contiguous accesses become vectors.
+    `env` binds the other axes; with `acc_lanes`, element v reads accumulator `accs[a]_v`."""
     accs = accs or {}
     local = set(value_types(items))
 
     def at(v: int) -> dict[str, Lin]:
         if axis is None:
-            return {}
+            return dict(env or {})
         pos = base + v
-        return {axis: lin(reverse_extent - 1) - pos if reverse_extent else pos}
+        return {**(env or {}), axis: lin(reverse_extent - 1) - pos if reverse_extent else pos}
     if V == 1:
         return stmts(fn, items, tag, at(0), lane0_stores=False, accs=accs, local=local, axis=axis)
     vec_loads, vec_stores = {}, {}
@@ -40,14 +42,23 @@ def group(fn: Fn, items: tuple[Item, ...], axis: str | None, base: Lin, V: int, 
             out += _load(fn, s, names, at(0), axis)
     rest = tuple(s for s in items if id(s) not in vec_loads and id(s) not in vec_stores)
     for v in range(V):
-        out += stmts(fn, rest, f"{tag}_{v}", at(v), lane0_stores=False, accs=accs, local=local,
-                      axis=axis)
+        lane_accs = {a: f"{n}_{v}" for a, n in accs.items()} if acc_lanes else accs
+        out += stmts(fn, rest, f"{tag}_{v}", at(v), lane0_stores=False, accs=lane_accs,
+                     local=local, axis=axis)
     for s in items:
         if id(s) in vec_stores:
             idx = tuple(substitute(e, at(0), fn.bounds) for e in s.index)
             out.append(K.GlobalStore(s.buffer, elem(fn, s.buffer), offset(idx, fn.shapes[s.buffer]),
-                                     tuple(f"{s.value}{tag}_{v}" for v in range(V))))
+                                     tuple(_lane_name(s.value, tag, v, accs, acc_lanes)
+                                           for v in range(V))))
     return out
+
+
+def _lane_name(value: str, tag: str, v: int, accs: dict[str, str], acc_lanes: bool) -> str:
+    """Element v's name for `value` in a group (an accumulator keeps its renamed name)."""
+    if value in accs:
+        return f"{accs[value]}_{v}" if acc_lanes else accs[value]
+    return f"{value}{tag}_{v}"
 
 
 def _contiguous(fn: Fn, s: Load | Store, axis: str | None) -> bool:
@@ -172,10 +183,9 @@ def init_acc(name: str, init: Init) -> list[K.KStmt]:
     return [K.Let(name, ctype(init.dtype), "identity", (init.op.value,), mutable=True)]
 
 
-def element_lines(k, items, acc: str, axes, batch, at) -> list[str]:
-    """For the templates' epilogues: the Tile IR statements `items` for one element, as C: `axes` (the row and column grid
-    axes) and `batch` (the batch axes, flattened into one index) bound at `at` = (batch index,
-    row, column, accumulator value) C expressions, the accumulator `acc` read as `e_acc`."""
+def _epilogue_fn(k, items, axes, batch) -> tuple[Fn, dict[str, Lin]]:
+    """The lowering context of a template's epilogue: the row and column axes bound to `e_row`
+    and `e_col`, the batch axes decoded from the flat `e_bz`."""
     row_ax, col_ax = axes
     size = 1
     for ax in batch:
@@ -187,10 +197,43 @@ def element_lines(k, items, acc: str, axes, batch, at) -> list[str]:
     for ax in batch:
         rest //= ax.extent
         env[ax.var] = mod(floordiv(var("e_bz"), rest, bounds), ax.extent, bounds)
+    return Fn(k, None, value_types(items), shapes, dict(bounds)), env
+
+
+def element_lines(k, items, acc: str, axes, batch, at) -> list[str]:
+    """For the templates' epilogues: the Tile IR statements `items` for one element, as C: `axes` (the row and column grid
+    axes) and `batch` (the batch axes, flattened into one index) bound at `at` = (batch index,
+    row, column, accumulator value) C expressions, the accumulator `acc` read as `e_acc`."""
     from emmy.cuda.emit import _block as emit_block   # the emitter imports this module's IR
 
-    fn = Fn(k, None, value_types(items), shapes, dict(bounds))
+    fn, env = _epilogue_fn(k, items, axes, batch)
     body = stmts(fn, items, "", env, lane0_stores=False, accs={acc: "e_acc"})
     bz, row, col, value = at
     return [f"const long long e_bz = {bz};", f"const int e_row = {row};",
             f"const int e_col = {col};", f"const float e_acc = {value};", *emit_block(body, 0)]
+
+
+def element_pair_lines(k, items, acc: str, axes, batch, at) -> list[str] | None:
+    """element_lines for two neighbouring columns: `at` = (batch index, row, column, value of
+    that column, value of the next), the column even. Accesses contiguous along the column
+    become two-element vectors (one 4-byte store of two halves instead of two 2-byte stores);
+    None when one of them could start at an odd element (a vector access must be aligned to
+    its size) or the stores are atomic."""
+    from emmy.cuda.emit import _block as emit_block
+
+    if getattr(k, "atomic", False):
+        return None
+    fn, env = _epilogue_fn(k, items, axes, batch)
+    col = axes[1].var
+    for s in items:
+        if isinstance(s, (Load, Store)) and _contiguous(fn, s, col):
+            off = offset(tuple(substitute(e, env, fn.bounds) for e in s.index),
+                         fn.shapes[s.buffer])
+            if off.const % 2 or any(c % 2 for a, c in off.terms if a != Sym("e_col")):
+                return None
+    body = group(fn, tuple(items), col, var("e_col"), 2, accs={acc: "e_acc"}, env=env,
+                 acc_lanes=True)
+    bz, row, column, v0, v1 = at
+    return [f"const long long e_bz = {bz};", f"const int e_row = {row};",
+            f"const int e_col = {column};", f"const float e_acc_0 = {v0};",
+            f"const float e_acc_1 = {v1};", *emit_block(body, 0)]

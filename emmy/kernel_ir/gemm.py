@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmProblem
 from emmy.kernel_ir import ir as K
-from emmy.kernel_ir.elements import element_lines
+from emmy.kernel_ir.elements import element_lines, element_pair_lines
 from emmy.schedule import gemm as G
 from emmy.schedule.row import Row
 from emmy.schedule.space import template_config
@@ -35,7 +35,7 @@ def lower_contract(k: TileKernel, row: Row, target: Target) -> K.KProgram:
     if config.inst == "wgmma":
         from emmy.cuda.gemm_sm90 import HEADER, gemm_sm90_body
 
-        body = gemm_sm90_body(problem, config, epilogue)
+        body = gemm_sm90_body(problem, config, epilogue, sm_count=target.sm_count)
         headers = (HEADER,)
     else:
         from emmy.cuda.gemm import gemm_body
@@ -78,7 +78,7 @@ def _function(name: str, params, body: Body, summary, row: Row,
     return K.KFunction(name=name, params=params, grid=body.grid, threads=body.threads,
                        shared_bytes=body.smem_bytes,
                        body=(K.Template(tuple(summary), tuple(body.lines)),), row=str(row),
-                       tensor_maps=tensor_maps)
+                       tensor_maps=tensor_maps, min_blocks=body.min_blocks)
 
 
 def _args(f: K.KFunction) -> tuple[str, ...]:
@@ -100,6 +100,12 @@ def make_epilogue(k: TileKernel, *, atomic: bool = False) -> Epilogue:
         lines = element_lines(kernel, con.epilogue, con.acc, (con.m, con.n), con.batch,
                               (bz, row, col, acc))
         return ["{", *("  " + line for line in lines), "}"]
+
+    def pair(bz: str, row: str, col: str, acc0: str, acc1: str) -> list[str] | None:
+        lines = element_pair_lines(kernel, con.epilogue, con.acc, (con.m, con.n), con.batch,
+                                   (bz, row, col, acc0, acc1))
+        return None if lines is None else ["{", *("  " + line for line in lines), "}"]
+    epilogue.pair = pair   # type: ignore[attr-defined]
     return epilogue
 
 

@@ -206,6 +206,7 @@ class KFunction:
     body: tuple[KStmt, ...]
     row: str             # the row it was built from (kept as a comment)
     tensor_maps: tuple = ()  # TMA tensor maps (emmy.cuda.program.TensorMapSpec) the launch passes
+    min_blocks: int = 0      # > 0: __launch_bounds__(threads, min_blocks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from emmy.dtypes import DType
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
-from emmy.schedule.facts import offset
+from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import Lin, Sym
 from emmy.tensor_ir.ir import EwOp, ReduceOp
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, TileKernel
@@ -115,6 +115,10 @@ def find_contraction(k: TileKernel) -> Contraction | None:
     if not only_a or not only_b:
         return None
     m, n = only_a[-1], only_b[-1]
+    if _store_stride(epilogue, shapes, n) != 1 and _store_stride(epilogue, shapes, m) == 1:
+        # the output is contiguous along m: compute it as C^T = B^T A^T, so that a template's
+        # neighbouring columns (its stores) are neighbours in memory
+        loads, (oa, ob), m, n = loads[::-1], (ob, oa), n, m
     a_type, b_type = (_type(k, ld.buffer) for ld in loads)
     if a_type is not b_type or a_type not in (*_MMA_TYPES, DType.F32):
         return None
@@ -125,6 +129,14 @@ def find_contraction(k: TileKernel) -> Contraction | None:
                        b=Operand(loads[1].buffer, b_type, ob, n),
                        acc=fold.accs[0].acc, epilogue=epilogue,
                        allow_tf32=k.tf32 and a_type is DType.F32)
+
+
+def _store_stride(epilogue, shapes, var: str) -> int | None:
+    """Elements between the output's neighbours along grid axis `var` (the first store's)."""
+    for s in epilogue:
+        if isinstance(s, Store):
+            return stride_along(offset(s.index, shapes[s.buffer]), var)
+    return None
 
 
 def _product(fold: Fold) -> tuple[Load, Load] | None:

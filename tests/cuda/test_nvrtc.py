@@ -98,15 +98,20 @@ def test_missing_cuda_headers_are_a_user_error(monkeypatch):
     assert "nvidia-cuda-runtime" in str(e.value)
 
 
-@pytest.mark.parametrize("target, sets, row, wanted", [
-    # mma.sync with ldmatrix on sm_80
+@pytest.mark.parametrize("target, sets, row, wanted, absent", [
+    # mma.sync with ldmatrix on sm_80 (N = 255: one 2-byte store per element)
     ("sm_80", (), "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=smem RASTER=row",
-     ("HMMA.16816.F32", "LDSM")),
-    # wgmma fed by TMA on sm_90a (K = 64, N = 256: 16-byte aligned rows)
-    ("sm_90a", (("K", 64), ("N", 256)), "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=serial STAGE=tma:3 "
-     "RASTER=row", ("HGMMA.64x128x16.F32", "UTMALDG")),
+     ("HMMA.16816.F32", "LDSM"), ()),
+    # ... with N even, neighbouring columns stored as one 4-byte pair
+    ("sm_80", (("N", 256),), "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=smem "
+     "RASTER=row", ("HMMA.16816.F32", "STG.E"), ("STG.E.U16",)),
+    # wgmma fed by TMA on sm_90a (K = 64, N = 256: 16-byte aligned rows), two consumer
+    # warpgroups taking the producer's registers
+    ("sm_90a", (("K", 64), ("N", 256)), "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=serial "
+     "STAGE=tma:3 RASTER=row", ("HGMMA.64x128x16.F32", "UTMALDG", "USETMAXREG"),
+     ("STG.E.U16",)),
 ])
-def test_tensor_core_rows_become_tensor_core_sass(target, sets, row, wanted):
+def test_tensor_core_rows_become_tensor_core_sass(target, sets, row, wanted, absent):
     """A half-precision matmul row compiles to the tensor-core instructions it names."""
     from emmy.cuda.sass import cuobjdump, disassemble, instructions
     from emmy.frontend.workload import load_file
@@ -120,3 +125,5 @@ def test_tensor_core_rows_become_tensor_core_sass(target, sets, row, wanted):
     ops = instructions(disassemble(result.cubin))
     for op in wanted:
         assert any(o.startswith(op) for o in ops), (op, sorted(set(ops)))
+    for op in absent:
+        assert op not in ops, (op, sorted(set(ops)))

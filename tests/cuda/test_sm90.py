@@ -5,6 +5,7 @@ on the hardware, where the same layouts, products and tensor maps are checked.""
 
 from __future__ import annotations
 
+import re
 
 import numpy as np
 import pytest
@@ -395,9 +396,20 @@ def gemm_case(kind, m, n, k, batch=1, a_mn=False, b_mn=True, pad=0, b_shared=Fal
     return problem, a_store, b_store, expected
 
 
-def store_epilogue(m, n):
-    return lambda bz, row, col, acc: [
-        f"out[({bz}) * {m * n}LL + (long long)({row}) * {n} + ({col})] = {acc};"]
+def store_epilogue(m, n, pair=False):
+    """Stores into out[bz][m][n]; with `pair`, also the two-column form (gemm_spec.pair_of)."""
+    def one(bz, row, col, acc):
+        return [f"out[({bz}) * {m * n}LL + (long long)({row}) * {n} + ({col})] = {acc};"]
+
+    def two(bz, row, col, acc0, acc1):
+        return [f"em_vstore(out + (({bz}) * {m * n}LL + (long long)({row}) * {n} + ({col})), "
+                f"{acc0}, {acc1});"]
+    if pair:
+        one.pair = two
+    return one
+
+
+SMS = 2   # the persistent (TMA) grid on the emulator: 2 blocks walk every case's tiles
 
 
 def gemm_source(problem, body, name="gemm"):
@@ -409,7 +421,8 @@ def gemm_source(problem, body, name="gemm"):
                           for t in body.tensor_maps)
     return "\n".join([
         '#include "emmy_kernel.cuh"', f'#include "{HEADER}"',
-        f'extern "C" __global__ void __launch_bounds__({body.threads}) {name}({params}) {{',
+        f'extern "C" __global__ void __launch_bounds__({body.threads}'
+        f'{", 1" if body.min_blocks else ""}) {name}({params}) {{',
         "  const int tid = threadIdx.x;", "  const long long bid = blockIdx.x;",
         "  extern __shared__ __align__(16) unsigned char emmy_smem[];",
         *("  " + line for line in body.lines), "}", ""])
@@ -439,7 +452,7 @@ def build_gemm(case, tma=False):
                                                     b_shared=bool(shared))
     cfg = config(bm, bn, stages, group, tma=tma)
     assert constraints_sm90(problem, cfg, "sm_90a") == []
-    body = gemm_sm90_body(problem, cfg, store_epilogue(m, n))
+    body = gemm_sm90_body(problem, cfg, store_epilogue(m, n, pair=n % 2 == 0), sm_count=SMS)
     out = np.full((batch, m, n), np.nan, np.float32)
     args = [out, a_store, b_store]
     if tma:
@@ -478,7 +491,7 @@ def test_main_configs_compile_without_spills(name, b_mn, tma):
     problem = large_problem(b_mn=b_mn)
     cfg = config(*MAIN_CONFIGS[name], group=8, tma=tma)
     assert constraints_sm90(problem, cfg, "sm_90a") == []
-    body = gemm_sm90_body(problem, cfg, store_epilogue(problem.m, problem.n))
+    body = gemm_sm90_body(problem, cfg, store_epilogue(problem.m, problem.n), sm_count=132)
     r = compile_cuda(gemm_source(problem, body), get_target("sm_90a"), ptx=True)
     assert r.ok, r.log
     res = r.resources_of("gemm")
@@ -488,15 +501,25 @@ def test_main_configs_compile_without_spills(name, b_mn, tma):
 
 
 @pytest.mark.skipif(cuobjdump() is None, reason="cuobjdump (and nvdisasm) not installed")
-def test_sass_uses_hgmma():
+@pytest.mark.parametrize("tma", [False, True], ids=["cp_async", "tma"])
+def test_sass_uses_hgmma(tma):
+    """HGMMA, nothing in local memory, neighbouring f32 outputs stored 8 bytes at a time; with
+    TMA (two consumer warpgroups) the register hand-over is kept (USETMAXREG), the
+    producer copies with UTMALDG, and the grid is persistent."""
     problem = large_problem()
-    body = gemm_sm90_body(problem, config(128, 256, 4, group=8),
-                          store_epilogue(problem.m, problem.n))
+    body = gemm_sm90_body(problem, config(128, 256, 4, group=8, tma=tma),
+                          store_epilogue(problem.m, problem.n, pair=True), sm_count=132)
     r = compile_cuda(gemm_source(problem, body), get_target("sm_90a"))
     assert r.ok, r.log
+    assert "C7508" not in r.log                          # setmaxnreg not ignored
     sass = disassemble(r.cubin)
     assert "HGMMA.64x256x16.F32" in sass
     assert "LDL" not in sass and "STL" not in sass      # nothing in local memory
+    stores = re.findall(r"\bSTG\.E[.\w]*", sass)
+    assert stores and set(stores) == {"STG.E.64"}, sorted(set(stores))
+    assert ("USETMAXREG" in sass and "UTMALDG" in sass) == tma
+    assert body.grid == (132 if tma else (4096 // 128) * (4096 // 256))
+    assert body.min_blocks == int(tma)
 
 
 def test_constraints_refuse_what_the_template_cannot_do():
@@ -558,7 +581,7 @@ def test_gpu_gemm_4096_speed(name, tma):
 
     problem = large_problem()
     cfg = config(*MAIN_CONFIGS[name], group=8, tma=tma)
-    body = gemm_sm90_body(problem, cfg, store_epilogue(problem.m, problem.n))
+    body = gemm_sm90_body(problem, cfg, store_epilogue(problem.m, problem.n), sm_count=132)
     compiled = compile_cuda(gemm_source(problem, body), get_target("sm_90a"))
     assert compiled.ok, compiled.log
     size = problem.m

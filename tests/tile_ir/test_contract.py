@@ -97,7 +97,7 @@ def test_rows_for_the_cut_kernels_are_given_by_name():
     from emmy.errors import UserError
 
     cut = ("k0_mlp", CUT)
-    row = "WORK=warps:1x2 TILE=simt:64x32x16 REDUCE=serial STAGE=smem RASTER=row"
+    row = "WORK=warps:1x2 TILE=simt:32x64x16 REDUCE=serial STAGE=smem RASTER=row"
     scheduled = example("mlp", cut, ("k0_mlp_cut1", row))
     assert str(scheduled.rows["k0_mlp_cut1"]) == row
     with pytest.raises(UserError, match="exist when k0_mlp's row has PLACE=cut"):

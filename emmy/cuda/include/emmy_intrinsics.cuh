@@ -10,6 +10,7 @@
 //   mma.sync    mma_m16n8k16_f16f32, mma_m16n8k16_bf16f32  (row.col, f32 accumulate),
 //               mma_m16n8k8_tf32 with to_tf32 (cvt.rna.tf32.f32)
 //   packing     pack_f16x2, pack_bf16x2
+//   stores      st_global_words<W> (one 4-, 8- or 16-byte st.global)
 //   warps       warp_sum, warp_max, warp_min (butterfly; every lane gets the result)
 //   constants   EMMY_INF_F32
 #pragma once
@@ -73,6 +74,30 @@ inline void cp_async_commit() { emmy_emu::async_commit(); }
 template <int N> inline void cp_async_wait() { emmy_emu::async_wait(N); }
 inline void cp_async_wait_all() { emmy_emu::async_wait(-1); }
 #endif
+
+// ---------------------------------------------------------------------------------------------
+// st.global{,.v2,.v4}.b32: W 32-bit words stored as one access at p (4W-byte aligned). NVVM
+// may split a plain store of an 8- or 16-byte struct into words when it computes the address
+// in 64 bits; this keeps it one instruction. CPU: the alignment is checked.
+// ---------------------------------------------------------------------------------------------
+template <int W> EMMY_FN void st_global_words(void* p, const uint32_t (&w)[W]) {
+    static_assert(W == 1 || W == 2 || W == 4, "st_global_words stores 1, 2 or 4 words");
+#if defined(__CUDACC__)
+    if constexpr (W == 1)
+        asm volatile("st.global.b32 [%0], %1;\n" :: "l"(p), "r"(w[0]) : "memory");
+    if constexpr (W == 2)
+        asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" :: "l"(p), "r"(w[0]), "r"(w[1])
+                     : "memory");
+    if constexpr (W == 4)
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                     :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
+#else
+    if (reinterpret_cast<uintptr_t>(p) % (4 * W))
+        emmy_emu::fail("st.global of %d bytes at %p: the address is not %d-byte aligned",
+                       4 * W, p, 4 * W);
+    std::memcpy(p, w, 4 * W);
+#endif
+}
 
 // ---------------------------------------------------------------------------------------------
 // ldmatrix.sync.aligned.m8n8.xN[.trans].shared.b16: N 8x8 matrices of 16-bit elements.

@@ -21,6 +21,7 @@
 //                fence_proxy_async_shared
 //   TMA          EmmyTensorMap, tma_load_3d; mbarriers: mbar_init, mbar_init_fence,
 //                mbar_arrive, mbar_arrive_expect_tx, mbar_wait
+//   registers    setmaxnreg_dec<R>(), setmaxnreg_inc<R>()
 #pragma once
 #include "emmy_intrinsics.cuh"
 
@@ -412,3 +413,24 @@ inline void tma_load_3d(void* dst, const EmmyTensorMap* map, int c0, int c1, int
     emmy_emu::tma_load(static_cast<unsigned char*>(dst), m, coord, bar);
 }
 #endif
+
+// ---------------------------------------------------------------------------------------------
+// setmaxnreg.{dec,inc}.sync.aligned.u32 R: the warpgroup gives registers back to the block's
+// pool (dec) or takes them from it (inc), so that a producer warpgroup that only issues copies
+// leaves its registers to the consumers that hold accumulators. R is a multiple of 8 in
+// 24..256; all threads of the warpgroup execute it together. The compiler honours it only when
+// the kernel has a register cap at entry (__launch_bounds__(threads, 1)) and each warpgroup's
+// role is one branch of an if/else. CPU: registers are not modelled; nothing to do.
+// ---------------------------------------------------------------------------------------------
+template <int R> EMMY_FN void setmaxnreg_dec() {
+    static_assert(R % 8 == 0 && R >= 24 && R <= 256, "setmaxnreg: R is a multiple of 8 in 24..256");
+#if defined(__CUDACC__)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(R));
+#endif
+}
+template <int R> EMMY_FN void setmaxnreg_inc() {
+    static_assert(R % 8 == 0 && R >= 24 && R <= 256, "setmaxnreg: R is a multiple of 8 in 24..256");
+#if defined(__CUDACC__)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(R));
+#endif
+}

@@ -66,11 +66,14 @@ def _rate(c: GemmConfig, p: GemmProblem, t: Target) -> float:
 def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConfig, grid: int,
                          threads: int, smem: int, resources: Resources | None,
                          target: Target) -> LaunchEstimate:
-    """The main-loop launch of a tiled product (its grid includes batch and K split)."""
+    """The main-loop launch of a tiled product: one work unit per output tile, batch and K
+    split; `grid` blocks take one unit each, or (a persistent grid, fewer blocks than units)
+    walk them, which costs the same waves of units."""
     occ = occupancy(threads, smem, resources, target)
     if occ.blocks_per_sm == 0:
         return _does_not_fit(kernel, function, grid, threads, resources)
     tiles_m, tiles_n = -(-p.m // c.bm), -(-p.n // c.bn)
+    units = max(grid, p.batch * tiles_m * tiles_n * c.split)
     k_range = -(-p.k // c.split)
     steps = -(-k_range // c.bk)
     item = 2 if p.a.ctype != "float" else 4
@@ -81,7 +84,7 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     step_flops = 2 * c.bm * c.bn * c.bk
     compute_s = step_flops * concurrent / per_sm_rate
     step_bytes = (c.bm + c.bn) * c.bk * item
-    resident = min(grid, concurrent * target.sm_count)
+    resident = min(units, concurrent * target.sm_count)
     l2_bw = target.dram_bytes_per_s * L2_OVER_DRAM
     dram_bw = target.dram_bytes_per_s * DRAM_EFFICIENCY
     # distinct operand tiles one wave touches, by the launch order
@@ -100,7 +103,7 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
         step_s = compute_s + copy_s + DRAM_LATENCY_S / 2 + overhead_s
     else:
         step_s = max(compute_s, copy_s, DRAM_LATENCY_S / (c.stages - 1)) + overhead_s
-    waves = -(-grid // resident)
+    waves = -(-units // resident)
     epilogue_s = c.bm * c.bn / threads * EPILOGUE_CYCLES_PER_ELEMENT / clock
     out_bytes = p.batch * p.m * p.n * (4 if c.split_mode else item)
     seconds = waves * (steps * step_s + epilogue_s) + out_bytes / dram_bw \
