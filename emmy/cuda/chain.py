@@ -46,7 +46,7 @@ from typing import Callable
 
 from emmy.cuda.gemm import (MAX_GRID, MMA_FN, MMA_K, SIMT_K_STEP, STORAGE, _ceil_div, _Emitter,
                             _indent, _kib, _simt_lanes, _SimtLanes, _Tile, _unrolled,
-                            target_problems)
+                            fragment_stores, target_problems)
 from emmy.cuda.gemm_spec import Body, Epilogue, GemmOperand
 
 # mid(bz, row, col, acc) -> (C statements, C expression of the float value of H at (row, col));
@@ -450,10 +450,7 @@ class _ChainEmitter:
                     f"const int gm_row0 = gm_m0 + gm_warp / {c.wn} * {plan.wtm} + gm_lane / 4;",
                     f"const int gm_col0 = gm_n0 + gm_warp % {c.wn} * {plan.wtn2} + "
                     "2 * (gm_lane % 4);"]
-            out += _unrolled("gm_i", mi, _unrolled("gm_j", nj2, _unrolled("gm_q", 4, [
-                "const int gm_row = gm_row0 + 16 * gm_i + 8 * (gm_q / 2);",
-                "const int gm_col = gm_col0 + 8 * gm_j + gm_q % 2;",
-                *self.store("gm_row", "gm_col", "ch_acc[gm_i][gm_j][gm_q]")])))
+            out += fragment_stores(p, c, self.store, self.epilogue, "ch_acc", mi, nj2)
         return out
 
 

@@ -575,21 +575,6 @@ class _Emitter:
             return stmts
         return [f"if ({' && '.join(conds)}) {{", *_indent(stmts), "}"]
 
-    def store_pair(self, row: str, col: str, acc0: str, acc1: str) -> list[str] | None:
-        """Output elements (row, col) and (row, col + 1), col even, through the epilogue's
-        pair form inside the bounds; None when there is none (see gemm_spec.pair_of), the
-        partial sums go to the combine kernel, or n is odd (col + 1 could be out of range)."""
-        p, c = self.p, self.c
-        pair = pair_of(self.epilogue)
-        if pair is None or c.split_mode == "combine" or p.n % 2:
-            return None
-        stmts = pair("bz", row, col, acc0, acc1)
-        if stmts is None:
-            return None
-        conds = ([f"{row} < {p.m}"] if p.m % c.bm else []) + \
-                ([f"{col} < {p.n}"] if p.n % c.bn else [])
-        return stmts if not conds else [f"if ({' && '.join(conds)}) {{", *_indent(stmts), "}"]
-
     @property
     def k_step(self) -> int:
         return TF32_K if self.c.inst == "tf32" else MMA_K
@@ -670,17 +655,8 @@ class _Emitter:
                 "2(lane%4) + r%2",
                 "const int gm_row0 = gm_m0 + gm_wm0 + gm_lane / 4;",
                 "const int gm_col0 = gm_n0 + gm_wn0 + 2 * (gm_lane % 4);"]
-        pair = self.store_pair("gm_row", "gm_col", "gm_acc[gm_i][gm_j][2 * gm_h]",
-                               "gm_acc[gm_i][gm_j][2 * gm_h + 1]")
-        if pair is not None:     # c0, c1 (and c2, c3) are neighbouring columns: one store each
-            return out + _unrolled("gm_i", mi, _unrolled("gm_j", nj, _unrolled("gm_h", 2, [
-                "const int gm_row = gm_row0 + 16 * gm_i + 8 * gm_h;",
-                "const int gm_col = gm_col0 + 8 * gm_j;", *pair])))
-        out += _unrolled("gm_i", mi, _unrolled("gm_j", nj, _unrolled("gm_q", 4, [
-            "const int gm_row = gm_row0 + 16 * gm_i + 8 * (gm_q / 2);",
-            "const int gm_col = gm_col0 + 8 * gm_j + gm_q % 2;",
-            *self.store("gm_row", "gm_col", "gm_acc[gm_i][gm_j][gm_q]")])))
-        return out
+        pair = None if c.split_mode == "combine" else self.epilogue
+        return out + fragment_stores(self.p, c, self.store, pair, "gm_acc", mi, nj)
 
     def ldmatrix_fragments(self) -> tuple[list[str], Callable[[str, str, str], list[str]]]:
         """The lane's ldmatrix addresses, and the ldmatrix loads of the m16n8k16 fragments."""
@@ -819,6 +795,29 @@ class _Emitter:
                 "gm_t* gm_smem = reinterpret_cast<gm_t*>(emmy_smem);"]
         head += self.decode() + self.copy_setup(a) + self.copy_setup(b)
         return head + (self.mma() if c.inst in TENSOR_CORE else self.simt())
+
+
+def fragment_stores(p, c, store: Callable[[str, str, str], list[str]], epilogue: Epilogue | None,
+                    acc: str, mi: int, nj: int) -> list[str]:
+    """The epilogue over a warp's m16n8 accumulators acc[i][j][r] (row gm_row0 + 16i + 8(r/2),
+    column gm_col0 + 8j + r%2): `store(row, col, value)` per element, or, where `epilogue`
+    has a pair form (gemm_spec.pair_of) and n is even, one pair of neighbouring columns per
+    (i, j, r/2) inside the bounds of p's m x n (tile c.bm x c.bn)."""
+    pair = pair_of(epilogue) if epilogue is not None and p.n % 2 == 0 else None
+    two = pair("bz", "gm_row", "gm_col", f"{acc}[gm_i][gm_j][2 * gm_h]",
+               f"{acc}[gm_i][gm_j][2 * gm_h + 1]") if pair is not None else None
+    if two is None:
+        return _unrolled("gm_i", mi, _unrolled("gm_j", nj, _unrolled("gm_q", 4, [
+            "const int gm_row = gm_row0 + 16 * gm_i + 8 * (gm_q / 2);",
+            "const int gm_col = gm_col0 + 8 * gm_j + gm_q % 2;",
+            *store("gm_row", "gm_col", f"{acc}[gm_i][gm_j][gm_q]")])))
+    conds = (["gm_row < " + str(p.m)] if p.m % c.bm else []) + \
+            (["gm_col < " + str(p.n)] if p.n % c.bn else [])
+    if conds:
+        two = [f"if ({' && '.join(conds)}) {{", *_indent(two), "}"]
+    return _unrolled("gm_i", mi, _unrolled("gm_j", nj, _unrolled("gm_h", 2, [
+        "const int gm_row = gm_row0 + 16 * gm_i + 8 * gm_h;",
+        "const int gm_col = gm_col0 + 8 * gm_j;", *two])))
 
 
 def gemm_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue) -> Body:

@@ -6,7 +6,7 @@ program's rounding) and the consumer's epilogue per output element."""
 from __future__ import annotations
 
 from emmy.kernel_ir import ir as K
-from emmy.kernel_ir.elements import element_lines
+from emmy.kernel_ir.elements import element_epilogue, element_lines
 from emmy.loop_ir.ir import Store
 from emmy.schedule import b2b as B
 from emmy.schedule.row import Row
@@ -29,11 +29,7 @@ def lower_chain(k: TileKernel, row: Row, target: Target) -> K.KProgram:
         return element_lines(fc.first, produce, first.acc, (fc.i, fc.k2), fc.batch,
                              (bz, r, col, acc)), value
 
-    def epilogue(bz: str, r: str, col: str, acc: str) -> list[str]:
-        lines = element_lines(fc.second, second.epilogue, second.acc, (fc.i, fc.j), fc.batch,
-                              (bz, r, col, acc))
-        return ["{", *("  " + line for line in lines), "}"]
-
+    epilogue = element_epilogue(fc.second, second.epilogue, second.acc, (fc.i, fc.j), fc.batch)
     body = chain_body(problem, config, mid, epilogue)
     params = tuple(K.Param(b.name, b.type.dtype.c_name, False) for b in k.inputs) + \
         tuple(K.Param(b.name, b.type.dtype.c_name, True) for b in k.outputs)

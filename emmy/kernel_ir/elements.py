@@ -237,3 +237,17 @@ def element_pair_lines(k, items, acc: str, axes, batch, at) -> list[str] | None:
     return [f"const long long e_bz = {bz};", f"const int e_row = {row};",
             f"const int e_col = {column};", f"const float e_acc_0 = {v0};",
             f"const float e_acc_1 = {v1};", *emit_block(body, 0)]
+
+
+def element_epilogue(k, items, acc: str, axes, batch):
+    """A template's epilogue (emmy.cuda.gemm_spec.Epilogue): element_lines in a block, with
+    its two-column form (element_pair_lines) as the `pair` attribute."""
+    def one(bz: str, row: str, col: str, value: str) -> list[str]:
+        lines = element_lines(k, items, acc, axes, batch, (bz, row, col, value))
+        return ["{", *("  " + line for line in lines), "}"]
+
+    def pair(bz: str, row: str, col: str, v0: str, v1: str) -> list[str] | None:
+        lines = element_pair_lines(k, items, acc, axes, batch, (bz, row, col, v0, v1))
+        return None if lines is None else ["{", *("  " + line for line in lines), "}"]
+    one.pair = pair   # type: ignore[attr-defined]
+    return one

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmProblem
 from emmy.kernel_ir import ir as K
-from emmy.kernel_ir.elements import element_lines, element_pair_lines
+from emmy.kernel_ir.elements import element_epilogue
 from emmy.schedule import gemm as G
 from emmy.schedule.row import Row
 from emmy.schedule.space import template_config
@@ -92,21 +92,11 @@ def _epilogue_reads(k: TileKernel, buffer: str) -> bool:
 
 
 def make_epilogue(k: TileKernel, *, atomic: bool = False) -> Epilogue:
-    """C statements for one output element: the Tile IR epilogue at (e_bz, e_row, e_col)."""
+    """C statements for one output element (and for two neighbouring ones, its `pair`): the
+    Tile IR epilogue at (e_bz, e_row, e_col)."""
     con = k.contract
-    kernel = replace(k, atomic=atomic)
-
-    def epilogue(bz: str, row: str, col: str, acc: str) -> list[str]:
-        lines = element_lines(kernel, con.epilogue, con.acc, (con.m, con.n), con.batch,
-                              (bz, row, col, acc))
-        return ["{", *("  " + line for line in lines), "}"]
-
-    def pair(bz: str, row: str, col: str, acc0: str, acc1: str) -> list[str] | None:
-        lines = element_pair_lines(kernel, con.epilogue, con.acc, (con.m, con.n), con.batch,
-                                   (bz, row, col, acc0, acc1))
-        return None if lines is None else ["{", *("  " + line for line in lines), "}"]
-    epilogue.pair = pair   # type: ignore[attr-defined]
-    return epilogue
+    return element_epilogue(replace(k, atomic=atomic), con.epilogue, con.acc, (con.m, con.n),
+                            con.batch)
 
 
 def _summary(k: TileKernel, p: GemmProblem, c: GemmConfig) -> tuple[str, ...]:
