@@ -56,6 +56,34 @@ def test_sampled_wgmma_rows_are_correct(stage):
     assert not bad, bad
 
 
+def _wgmma_attention(row) -> bool:
+    return row.get("TILE", "").startswith("wgmma")
+
+
+@pytest.mark.parametrize("sets", [(), (("dtype", "bfloat16"), ("head_dim", 128),
+                                       ("seq_len", 100), ("is_causal", False))],
+                         ids=["f16_d64_causal", "bf16_d128_full"])
+def test_sampled_wgmma_attention_rows_are_correct(sets):
+    """The sm_90a attention rows on wgmma (emmy.cuda.attention_sm90), sampled on their own."""
+    w = load_file(Path(__file__).resolve().parents[1] / "examples" / "attention_half.py", sets)
+    results = verify_rows(w, per_kernel=2, seed=5, targets=("sm_90a",), where=_wgmma_attention)
+    assert len(results) == 2
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_wgmma_attention_sweep(dtype, head_dim):
+    w = load_file(Path(__file__).resolve().parents[1] / "examples" / "attention_half.py",
+                  (("dtype", dtype), ("head_dim", head_dim)))
+    results = verify_rows(w, per_kernel=40, targets=("sm_90a",), where=_wgmma_attention)
+    assert results
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_wgmma_sweep(dtype):

@@ -97,6 +97,8 @@ class AttentionConfig:
     bkv: int                                 # keys per step
     warps: int                               # each owns bq / warps query rows (a multiple of 16)
     stages: int                              # 1: synchronous K/V loads; 2: cp.async double buffer
+    inst: str = "mma"                        # "mma": this template (mma.sync); "wgmma": the
+                                             # sm_90a one (emmy.cuda.attention_sm90)
 
     @property
     def threads(self) -> int:
@@ -121,6 +123,9 @@ def constraints(problem: AttentionProblem, config: AttentionConfig,
     """Plain-English reasons `config` cannot be built for `problem` on the target (empty: OK)."""
     p, c = problem, config
     why: list[str] = []
+    if c.inst != "mma":
+        why.append(f"this template issues mma.sync; inst {c.inst!r} is another template's "
+                   f"(wgmma: emmy.cuda.attention_sm90)")
     if min(p.batch, p.heads, p.sq, p.sk) < 1:
         why.append(f"empty problem: batch {p.batch}, heads {p.heads}, sq {p.sq}, sk {p.sk}")
     for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):

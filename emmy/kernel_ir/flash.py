@@ -1,5 +1,6 @@
 """Lower an attention kernel (Tile IR kind `attention`) with its row to Kernel IR: one
-flash-attention launch from the template (emmy.cuda.attention); the compiler's part is the
+flash-attention launch from the template (emmy.cuda.attention on mma.sync, or
+emmy.cuda.attention_sm90 on wgmma when the row's TILE is wgmma:...); the compiler's part is the
 store of each output element (the cast to the output type, the output's layout)."""
 
 from __future__ import annotations
@@ -28,18 +29,31 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
         lines = element_lines(k, items, acc, (att.query, dim), att.batch, (flat, row_, col, value))
         return ["{", *("  " + line for line in lines), "}"]
 
-    body = attention_body(problem, config, store)
+    headers: tuple[str, ...] = ()
+    if config.inst == "wgmma":
+        from emmy.cuda.attention_sm90 import HEADER, attention_sm90_body
+
+        body = attention_sm90_body(problem, config, store)
+        headers = (HEADER,)
+        how = (f"  flash (wgmma): {config.bq} queries per block ({config.bq // 64} consumer "
+               f"warpgroup(s) of 64 rows), {config.bkv} keys per step; online softmax",
+               "  Q K^T on wgmma m64n{}k16 from shared memory, P V on wgmma m64n{}k16 with P in "
+               "registers (f32 accumulate); K/V {}".format(
+                   config.bkv, problem.d, "double-buffered by cp.async" if config.stages > 1
+                   else "copied synchronously"))
+    else:
+        body = attention_body(problem, config, store)
+        how = (f"  flash: {config.bq} queries per block, {config.bkv} keys per step, "
+               f"{config.warps} warps; online softmax (running max and sum, rescaled output)",
+               "  Q K^T and P V on mma.sync m16n8k16 (f32 accumulate); K/V "
+               + ("double-buffered by cp.async" if config.stages > 1 else "copied synchronously"))
     params = tuple(K.Param(b.name, b.type.dtype.c_name, False) for b in k.inputs) + \
         tuple(K.Param(b.name, b.type.dtype.c_name, True) for b in k.outputs)
     summary = (f"attention {problem.batch}x{problem.heads} heads, {problem.sq} queries x "
                f"{problem.sk} keys, head dim {problem.d}, scale {problem.scale:g}"
-               f"{', causal' if problem.causal else ''}",
-               f"  flash: {config.bq} queries per block, {config.bkv} keys per step, "
-               f"{config.warps} warps; online softmax (running max and sum, rescaled output)",
-               "  Q K^T and P V on mma.sync m16n8k16 (f32 accumulate); K/V "
-               + ("double-buffered by cp.async" if config.stages > 1 else "copied synchronously"))
+               f"{', causal' if problem.causal else ''}", *how)
     f = K.KFunction(name=k.name, params=params, grid=body.grid, threads=body.threads,
                     shared_bytes=body.smem_bytes, body=(K.Template(summary, tuple(body.lines)),),
                     row=str(row))
     return K.KProgram(name=k.name, functions=(f,), launches=(K.Launch(f.name, tuple(
-        p.name for p in params)),), temporaries=(), zero_fill=())
+        p.name for p in params)),), temporaries=(), zero_fill=(), headers=headers)

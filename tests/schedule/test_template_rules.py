@@ -21,6 +21,7 @@ SM90, SM80 = get_target("sm_90a"), get_target("sm_80")
 SMALL_BLOCKS = dataclasses.replace(SM90, max_threads_per_block=256)
 TINY_BLOCKS = dataclasses.replace(SM90, max_threads_per_block=128)
 NO_CP_ASYNC = dataclasses.replace(SM90, has_cp_async=False)
+SMALL_SHARED = dataclasses.replace(SM90, shared_per_block_optin=100 * 1024)
 
 F32 = "torch.matmul(torch.randn(64, 48), torch.randn(48, 80))"
 F16 = "torch.matmul(torch.randn(64, 48).half(), torch.randn(48, 80).half())"
@@ -39,6 +40,8 @@ CHAIN = ("examples/chained_matmul.py", ())
 CHAIN_F16 = ("(lambda a, b, c: (a @ b) @ c)(torch.randn(32, 64).half(), "
              "torch.randn(64, 48).half(), torch.randn(48, 16).half())",)
 ATT128 = ("examples/attention_half.py", (("head_dim", 128),))
+ATT96 = ("examples/attention_half.py", (("head_dim", 96),))
+ATT256 = ("examples/attention_half.py", (("head_dim", 256),))
 CASES = {
     "work.threads_per_block": [
         ((F16,), SMALL_BLOCKS, "WORK=warps:4x4 TILE=mma:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
@@ -99,6 +102,20 @@ CASES = {
     "tile.template_builds": [
         (CHAIN, SM90, "WORK=warps:1x1 TILE=simt:32x32x8x32 PLACE=fuse",
          ("48 accumulators",))],
+    "tile.wgmma_target": [
+        (ATT, SM80, "WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2", ("sm_90a instruction", "sm_80"))],
+    "tile.wgmma_warpgroups": [
+        (ATT, SM90, "WORK=warps:4 TILE=wgmma:128x64 STAGE=async:2",
+         ("2 consumer warpgroup(s)", "64 query rows", "WORK=warps:8"))],
+    "tile.wgmma_head_dim": [
+        (ATT96, SM90, "WORK=warps:4 TILE=wgmma:64x64 STAGE=async:2",
+         ("head dimension 96", "multiple of 64", "flash:BQxBKV"))],
+    "tile.wgmma_registers": [
+        (ATT256, SM90, "WORK=warps:4 TILE=wgmma:64x128 STAGE=async:2",
+         ("192 f32 accumulators", "over the 160"))],
+    "stage.wgmma_shared": [
+        (ATT128, SMALL_SHARED, "WORK=warps:8 TILE=wgmma:128x128 STAGE=async:2",
+         ("161.0 KiB of shared memory", "100 KiB per block"))],
     "tile.rows_per_warp": [
         (ATT, SM90, "WORK=warps:8 TILE=flash:64x32 STAGE=smem", ("multiple of 16 rows",))],
     "stage.async": [

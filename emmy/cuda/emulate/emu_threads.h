@@ -70,6 +70,10 @@ struct AsyncMma {
     uint64_t desc_a, desc_b;
     int scale_d;
     unsigned group;
+    // wgmma with A in registers: the A fragment registers of the four threads of this thread's
+    // quad (lanes 4g..4g+3 of its warp; thread 4g+j's register r at [4j + r]), captured when
+    // the instruction was issued. Unused by the shared-memory form.
+    uint32_t a_regs[16] = {};
 };
 
 // The emulator's CUtensorMap (128 bytes, 64-byte aligned, in global memory): what

@@ -22,6 +22,8 @@
 //   TMA          EmmyTensorMap, tma_load_3d; mbarriers: mbar_init, mbar_init_fence,
 //                mbar_arrive, mbar_arrive_expect_tx, mbar_wait
 //   registers    setmaxnreg_dec<R>(), setmaxnreg_inc<R>()
+//   wgmma, A in registers: wgmma_m64k16_rs<N, BF16, TransB>(d, a[4], desc_b, scale_d),
+//                wgmma_fence_a(a)
 #pragma once
 #include "emmy_intrinsics.cuh"
 
@@ -432,5 +434,129 @@ template <int R> EMMY_FN void setmaxnreg_inc() {
     static_assert(R % 8 == 0 && R >= 24 && R <= 256, "setmaxnreg: R is a multiple of 8 in 24..256");
 #if defined(__CUDACC__)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(R));
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} with A in registers:
+//   wgmma.mma_async... d, {a0, a1, a2, a3}, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b
+// (PTX ISA: the register form has no imm-trans-a). D(64xN) = A(64x16) B(16xN) (+ D when
+// scale_d != 0); B in shared memory through its descriptor (TransB: 0 K-major, 1 N-contiguous).
+// A: each thread of the warpgroup holds four .f16x2 / .bf16x2 registers, the mma.sync
+// m16n8k16 A fragment of its warp's 16 rows (PTX ISA "Register Fragments", matrix A of
+// wgmma .m64nNk16; CUTLASS's ALayout_64x16 says the same): with w = warp in the warpgroup,
+// g = lane/4, q = lane%4, register r holds A[16w + g + 8(r%2)][2q + 8(r/2) + {0 (low half),
+// 1 (high half)}]. D as wgmma_m64k16 above. The hardware reads the A registers asynchronously:
+// they must not change until the wgmma.wait_group that covers the instruction
+// (wgmma_fence_a(a) after that wait keeps the compiler from reusing them earlier).
+//   wgmma_m64k16_rs<N, BF16, TransB>(d, a, desc_b, scale_d), N in {64, 128, 256}
+// CPU: at issue, the four threads of each quad exchange their A registers, so each thread
+// keeps the two rows of A its accumulators need (as the register values were at issue); the
+// product runs at the covering wgmma.wait_group, as the shared-memory form does.
+// ---------------------------------------------------------------------------------------------
+#if !defined(__CUDACC__)
+namespace emmy_emu {
+// A[16w + g + 8h][k] of this thread's rows from its quad's registers, as a 16-bit pattern.
+inline uint16_t wgmma_rs_a_bits(const AsyncMma& op, unsigned h, unsigned k) {
+    const uint32_t reg = op.a_regs[4 * (k % 8 / 2) + h + 2 * (k / 8)];
+    return uint16_t(k % 2 ? reg >> 16 : reg & 0xFFFFu);
+}
+
+template <int N, float (*ToFloat)(uint16_t), int TransB>
+inline void wgmma_rs_run(const AsyncMma& op) {
+    const unsigned q = warpgroup_rank() % 4;
+    const unsigned char* smem = dynamic_shared();
+    double a[2][16];
+    for (unsigned h = 0; h < 2; ++h)
+        for (unsigned k = 0; k < 16; ++k) a[h][k] = double(ToFloat(wgmma_rs_a_bits(op, h, k)));
+    for (unsigned i = 0; i < unsigned(N) / 8; ++i)
+        for (unsigned c = 0; c < 2; ++c) {
+            double b[16];
+            for (unsigned k = 0; k < 16; ++k) {
+                uint16_t bits;
+                std::memcpy(&bits, smem + wgmma_element_offset(op.desc_b, TransB,
+                                                               8 * i + 2 * q + c, k), 2);
+                b[k] = double(ToFloat(bits));
+            }
+            for (unsigned h = 0; h < 2; ++h) {
+                float& d = op.acc[4 * i + 2 * h + c];
+                double sum = op.scale_d ? double(d) : 0.0;
+                for (unsigned k = 0; k < 16; ++k) sum += a[h][k] * b[k];
+                d = float(sum);
+            }
+        }
+}
+
+struct WgmmaRegsA {
+    uint32_t r[4];
+};
+}  // namespace emmy_emu
+#else
+#define EMMY_WGMMA_RS_PRED64 "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+#define EMMY_WGMMA_RS_REGS64 \
+    "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+    "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+#define EMMY_WGMMA_RS_PRED128 "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+#define EMMY_WGMMA_RS_REGS128 \
+    "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+    "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+#define EMMY_WGMMA_RS_PRED256 "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+#define EMMY_WGMMA_RS_REGS256 \
+    "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+    "}, {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
+#define EMMY_WGMMA_RS_IN \
+    "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TransB)
+#define EMMY_WGMMA_RS(N, T)                                                                  \
+    asm volatile(EMMY_WGMMA_RS_PRED##N "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #T   \
+                 "." #T " " EMMY_WGMMA_RS_REGS##N : EMMY_WGMMA_D##N : EMMY_WGMMA_RS_IN)
+#endif
+
+template <int N, bool BF16, int TransB>
+EMMY_FN void wgmma_m64k16_rs(float (&d)[N / 2], const unsigned (&a)[4], uint64_t desc_b,
+                             int scale_d) {
+    static_assert(N == 64 || N == 128 || N == 256, "wgmma_m64k16_rs: N is 64, 128 or 256");
+    static_assert(TransB == 0 || TransB == 1,
+                  "wgmma_m64k16_rs: TransB is 0 (K-major) or 1 (N-contiguous)");
+#if defined(__CUDACC__)
+    if constexpr (N == 64 && !BF16) EMMY_WGMMA_RS(64, f16);
+    if constexpr (N == 64 && BF16) EMMY_WGMMA_RS(64, bf16);
+    if constexpr (N == 128 && !BF16) EMMY_WGMMA_RS(128, f16);
+    if constexpr (N == 128 && BF16) EMMY_WGMMA_RS(128, bf16);
+    if constexpr (N == 256 && !BF16) EMMY_WGMMA_RS(256, f16);
+    if constexpr (N == 256 && BF16) EMMY_WGMMA_RS(256, bf16);
+#else
+    using namespace emmy_emu;
+    const unsigned what = 0x2000u | unsigned(N) | unsigned(BF16) << 9 | unsigned(TransB) << 11;
+    wgmma_collective("wgmma.mma_async (A in registers)",
+                     WgmmaCall{0, desc_b, what, scale_d != 0});
+    Fiber& f = *block().current;
+    if (!f.mma_fenced) fail("wgmma.mma_async before any wgmma.fence");
+    const WgmmaRegsA* all = warpgroup_exchange(WgmmaRegsA{{a[0], a[1], a[2], a[3]}});
+    constexpr auto to_float = BF16 ? bf16_bits_to_f32 : f16_bits_to_f32;
+    AsyncMma op{&wgmma_rs_run<N, to_float, TransB>, d, 0, desc_b, scale_d != 0, f.mma_groups};
+    const unsigned quad = warpgroup_rank() / 4 * 4;
+    for (unsigned j = 0; j < 4; ++j)
+        for (unsigned r = 0; r < 4; ++r) op.a_regs[4 * j + r] = all[quad + j].r[r];
+    f.async_mmas.push_back(op);
+#endif
+}
+
+// Keeps the compiler from moving accesses to the A registers of register-A wgmmas across the
+// wgmma instructions (an empty asm per register, as wgmma_fence_acc does for accumulators).
+template <int R> EMMY_FN void wgmma_fence_a(unsigned (&a)[R]) {
+#if defined(__CUDACC__)
+#pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+r"(a[i]) :: "memory");
 #endif
 }

@@ -34,6 +34,9 @@ INSTRUCTION_EFFICIENCY = {("mma", "sm_90a"): 0.40, ("mma", "sm_80"): 0.85,
 # flash attention's mma rate once its exponentials and shared-memory reads are counted apart
 # (fit to the best measured H200 row, 4 x 32 x 4096 x 128 fp16, 2026-11-30)
 ATTENTION_EFFICIENCY = {"sm_90a": 0.51, "sm_80": 0.7}
+# the wgmma attention template (sm_90a): an assumption (the wgmma product's measured 0.62),
+# see estimate_attention_launch
+WGMMA_ATTENTION_EFFICIENCY = 0.62
 SMEM_BYTES_PER_CLOCK = 128       # one SM's shared-memory bandwidth (32 banks x 4 bytes)
 STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
 EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
@@ -140,7 +143,9 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     under a causal mask), the softmax's exponentials on the special-function units, every warp
     reading each K and V tile from shared memory (so fewer query rows per warp cost more), spills
     re-read every key step; K and V read once per query block (from L2 after the first), q, k,
-    v and the output from DRAM."""
+    v and the output from DRAM. The wgmma template (c.inst == "wgmma", sm_90a) runs the products
+    at the wgmma rate, and each consumer warpgroup (64 rows) has its wgmmas read the K and V
+    tiles and its Q rows from shared memory once per key step."""
     occ = occupancy(threads, smem, resources, target)
     if occ.blocks_per_sm == 0:
         return _does_not_fit(kernel, function, grid, threads, resources)
@@ -150,11 +155,22 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     visible = 0.5 + 0.5 / q_blocks if p.causal else 1.0     # key blocks a query block reads
     flops = 4 * heads * (q_blocks * c.bq) * (steps * c.bkv) * p.d * visible
     peak = target.bf16_tensor_flops if p.q.ctype == "__nv_bfloat16" else target.fp16_tensor_flops
-    rate = peak * ATTENTION_EFFICIENCY.get(target.name, 0.3)
+    wgmma = getattr(c, "inst", "mma") == "wgmma"
+    if wgmma:
+        # ASSUMPTION, not measured: the wgmma attention template (emmy.cuda.attention_sm90) has
+        # not run on a GPU yet; its products are taken at the rate the wgmma matrix-product
+        # template measured on an H200 (0.62 of the peak), with exponentials and shared-memory
+        # reads counted apart as for mma.sync. Recalibrate once it has been timed.
+        rate = peak * WGMMA_ATTENTION_EFFICIENCY
+    else:
+        rate = peak * ATTENTION_EFFICIENCY.get(target.name, 0.3)
     exps = heads * q_blocks * c.bq * steps * c.bkv * visible
     sfu_rate = 16 * target.sm_count * target.clock_hz                     # exp2 per second
     waves, wave_eff = _waves(grid, occ, target)
-    smem_read = grid * c.warps * steps * visible * 2 * c.bkv * p.d * 2      # K and V, per warp
+    if wgmma:      # K and V, and the warpgroup's 64 Q rows, per warpgroup and key step
+        smem_read = grid * (c.warps // 4) * steps * visible * (2 * c.bkv + 64) * p.d * 2
+    else:
+        smem_read = grid * c.warps * steps * visible * 2 * c.bkv * p.d * 2  # K and V, per warp
     smem_s = smem_read / (SMEM_BYTES_PER_CLOCK * target.sm_count * target.clock_hz)
     spills = 0.0
     if resources and (resources.spill_store_bytes or resources.spill_load_bytes):

@@ -1,0 +1,417 @@
+"""Fused attention forward on Hopper's warpgroup mma (sm_90a), FlashAttention-3 style core.
+
+out[bz, h, i, :] = sum_j softmax_j(q[bz, h, i, :] . k[bz, h, j, :] * scale + mask[i, j]) v[bz, h, j, :]
+
+(mask as emmy.cuda.attention: -inf where j > i when causal, top-left aligned). Same interface
+as emmy.cuda.attention: the body is the inside of a kernel with `tid`, `bid`, the operands'
+buffers and `emmy_smem` in scope; each output element goes through `store(bz, h, row, col,
+value)`. Emitted sources must include HEADER (emmy_sm90.cuh) after emmy_kernel.cuh.
+
+The kernel
+- Grid and block order as emmy.cuda.attention: one block per (batch, head, query block of bq
+  rows), a head's query blocks together, the longest (causal) first.
+- A block has bq / 64 consumer warpgroups (128 threads each); warpgroup w owns query rows
+  64w..64w+63 of the block. Every thread also copies (cp.async); there is no producer
+  warpgroup.
+- Shared memory (aligned to 1024, the period of the 128-byte swizzle) holds the Q tile and
+  `stages` K and V tiles. Every tile of R rows x d (2-byte elements) is stored as d/64 blocks
+  (one per 64 columns) of R rows x 128 bytes; the 16-byte chunk c of row r of a block lies at
+  r * 128 + ((c ^ r % 8) << 4). That is the K-major 128-byte-swizzled layout for Q (A of
+  S = Q K^T) and K (B of S, k = head dim), SBO = 1024, a k16 step 32 bytes further and the next
+  64 of k in the next block; and for V, the B operand of O = P V with k = key and n = head
+  dim contiguous, it is the MN-major layout: an atom column of bkv k-rows per 64 of n
+  (LBO = bkv * 128), 8 k-rows per 1024 bytes (SBO), a k16 step 2048 bytes further.
+- Per key block, each warpgroup: S (64 x bkv, f32 in registers, the wgmma D fragment: thread
+  t, warp w = t/32 of the warpgroup, g = lane/4, q = lane%4 holds s[4i + 2h + c] = S[16w + g +
+  8h][8i + 2q + c]) = Q K^T by d/16 wgmma m64n{bkv}k16 (both operands in shared memory);
+  masks it (from the first block that crosses the warpgroup's diagonal, or the last one when
+  sk is ragged); the online softmax in the log2 domain (row max over the quad, alpha =
+  exp2(m_old - m_new) rescales l and O, P = exp2(S * scale * log2(e) - m_new)), P rounded to
+  16 bits straight into the A registers of O += P V: for keys 16kk..16kk+15, register r is
+  pack(s[8kk + 2r], s[8kk + 2r + 1]) (rows g, g + 8 for r even, odd; keys 2q, 2q + 8 for
+  r < 2, >= 2: the layout the PTX ISA gives wgmma's register A fragment); then bkv/16 wgmma
+  m64n{d}k16 with A in registers and V from shared memory. Each product is waited for at
+  once (wgmma.wait_group 0); with two warpgroups one's softmax overlaps the other's wgmmas.
+- Copies: 16-byte cp.async into the swizzled layout, rows past a ragged sq / sk zero-filled;
+  stages == 2: key block kb + 1 is copied while kb is computed; each thread fences its
+  landed copies into the async proxy (fence.proxy.async) before the barrier that hands them to
+  the wgmmas.
+- Causal: the block stops after the key block of its last query row; a warpgroup skips key
+  blocks wholly above its 64 rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+from emmy.cuda.attention import (DTYPES, LOG2E, AttentionConfig, AttentionProblem, Store,
+                                 _float, _indent, _qblocks)
+from emmy.cuda.gemm_spec import Body
+
+HEADER = "emmy_sm90.cuh"
+SMEM_LIMIT = 227 * 1024         # sm_90a's dynamic shared memory per block (opt-in)
+ALIGN_SLACK = 1024              # room to align the tiles to the 1024-byte swizzle period
+BQ = (64, 128)                  # 64 query rows per consumer warpgroup, one or two of them
+BKV = (64, 128)                 # the N of the S wgmma (a shape emmy_sm90.cuh issues)
+MAX_D = 256
+# f32 accumulators per thread (O: d/2, S: bkv/2). d 128 with bkv 128 (128) compiles without
+# spills; 160 (d 256, bkv 64) is the most allowed.
+MAX_ACCUMULATORS = 160
+
+
+def smem_bytes(problem: AttentionProblem, config: AttentionConfig) -> int:
+    """The Q tile and `stages` K and V tiles (no padding: swizzled), plus alignment slack."""
+    rows = config.bq + 2 * config.stages * config.bkv
+    return rows * problem.d * 2 + ALIGN_SLACK
+
+
+def accumulator_registers(problem: AttentionProblem, config: AttentionConfig) -> int:
+    return problem.d // 2 + config.bkv // 2
+
+
+def constraints_sm90(problem: AttentionProblem, config: AttentionConfig,
+                     target_name: str) -> list[str]:
+    """Plain-English reasons this template cannot run `problem` with `config` (empty: it can)."""
+    p, c = problem, config
+    why: list[str] = []
+    if target_name != "sm_90a":
+        why.append(f"wgmma attention needs the sm_90a target, not {target_name}")
+    if min(p.batch, p.heads, p.sq, p.sk) < 1:
+        why.append(f"empty problem: batch {p.batch}, heads {p.heads}, sq {p.sq}, sk {p.sk}")
+    for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
+        if op.ctype not in DTYPES:
+            why.append(f"{name} is {op.ctype}: wgmma attention takes __half or __nv_bfloat16")
+        if op.strides[3] != 1:
+            why.append(f"{name}'s head dimension is not contiguous (stride {op.strides[3]}): "
+                       f"cp.async copies 16-byte runs of it")
+        elif any(s % 8 for s in op.strides[:3]):
+            why.append(f"{name}'s strides {op.strides} are not all multiples of 8 elements: "
+                       f"its rows are not 16-byte aligned for cp.async")
+    if len({p.q.ctype, p.k.ctype, p.v.ctype}) > 1:
+        why.append(f"q, k and v have different types ({p.q.ctype}, {p.k.ctype}, {p.v.ctype})")
+    if not math.isfinite(p.scale):
+        why.append(f"scale {p.scale} is not finite")
+    if p.d % 64 or not 64 <= p.d <= MAX_D:
+        why.append(f"head dimension {p.d} is not a multiple of 64 in 64..{MAX_D} (whole "
+                   f"128-byte swizzled rows; P V's wgmma has N = d)")
+    if c.bq not in BQ:
+        why.append(f"bq {c.bq}: 64 query rows per consumer warpgroup, 64 or 128")
+    elif c.warps != c.bq // 16:
+        why.append(f"bq {c.bq} takes {c.bq // 64} warpgroup(s) = {c.bq // 16} warps, not "
+                   f"{c.warps}")
+    if c.bkv not in BKV:
+        why.append(f"bkv {c.bkv}: the S wgmma's N, 64 or 128")
+    if c.stages not in (1, 2):
+        why.append(f"stages {c.stages}: 1 (synchronous) or 2 (cp.async double buffer)")
+    if why:
+        return why
+    if (need := smem_bytes(p, c)) > SMEM_LIMIT:
+        why.append(f"shared memory {need} B ({need / 1024:.1f} KiB) for Q and {c.stages} K/V "
+                   f"stage(s) is over sm_90a's {SMEM_LIMIT // 1024} KiB per block")
+    if (regs := accumulator_registers(p, c)) > MAX_ACCUMULATORS:
+        why.append(f"each thread would hold {regs} f32 accumulators (O: d/2, S: bkv/2), over "
+                   f"the {MAX_ACCUMULATORS} that leave room in 255 registers for P and the rest")
+    return why
+
+
+def attention_sm90_body(problem: AttentionProblem, config: AttentionConfig,
+                        store: Store) -> Body:
+    """The kernel body (see the module docstring) and its launch: grid, threads, smem bytes."""
+    if why := constraints_sm90(problem, config, "sm_90a"):
+        raise ValueError("wgmma attention config cannot be built: " + "; ".join(why))
+    return Body(lines=tuple(_Emitter(problem, config).lines(store)),
+                grid=problem.batch * problem.heads * _qblocks(problem, config),
+                threads=32 * config.warps, smem_bytes=smem_bytes(problem, config))
+
+
+class _Emitter:
+    """Prints the body's C; names start with fw_ (no clash with buffers or the store's)."""
+
+    def __init__(self, p: AttentionProblem, c: AttentionConfig):
+        self.p, self.c = p, c
+        self.t = p.q.ctype
+        self.bf16 = "true" if self.t == "__nv_bfloat16" else "false"
+        self.pack = DTYPES[self.t][1]
+        self.threads = 32 * c.warps
+        self.kv_bytes = c.bkv * p.d * 2
+
+    def lines(self, store: Store) -> list[str]:
+        return [*self.prologue(), *self.key_loop(), *self.epilogue(store)]
+
+    # --- setup ---------------------------------------------------------------------------------
+
+    def prologue(self) -> list[str]:
+        p, c, t = self.p, self.c, self.t
+        qb = _qblocks(p, c)
+        last = "(fw_q0 + FW_BQ < FW_SQ ? fw_q0 + FW_BQ : FW_SQ) - 1"
+        causal_blocks = (f"FW_CAUSAL && ({last}) / FW_BKV + 1 < FW_KBLOCKS ? "
+                         f"({last}) / FW_BKV + 1 : FW_KBLOCKS")
+        q_bytes = c.bq * p.d * 2
+        out = [
+            f"// attention (wgmma, sm_90a): {p.batch}x{p.heads} heads, sq {p.sq}, sk {p.sk}, "
+            f"d {p.d}, {'causal' if p.causal else 'no mask'}; bq {c.bq} ({c.bq // 64} consumer "
+            f"warpgroup(s)), bkv {c.bkv}, {c.stages} stage(s)",
+            f"constexpr int FW_SQ = {p.sq}, FW_D = {p.d};",
+            *([f"constexpr int FW_SK = {p.sk};"] if p.sk % c.bkv else []),
+            f"constexpr int FW_BQ = {c.bq}, FW_BKV = {c.bkv};",
+            f"constexpr int FW_KBLOCKS = {-(-p.sk // c.bkv)};",
+            f"constexpr bool FW_CAUSAL = {'true' if p.causal else 'false'};",
+            "// the softmax exponent's factor: scale * log2(e), or 1 where S is scaled first",
+            f"constexpr float FW_C = {_float(p.scale * LOG2E) if p.scale > 0 else '1.f'};",
+            "const int fw_wg = tid / 128;   // this consumer warpgroup: query rows 64 fw_wg..",
+            "const int fw_warp = tid % 128 / 32, fw_lane = tid % 32;",
+            "const int fw_g = fw_lane / 4, fw_t = fw_lane % 4;   // D fragment row, column pair",
+            f"const int fw_q0 = ({qb} - 1 - int(bid % {qb})) * FW_BQ;",
+            f"const long long fw_bh = bid / {qb};",
+            f"const long long fw_bz = fw_bh / {p.heads};",
+            f"const int fw_h = int(fw_bh % {p.heads});",
+            "const int fw_wq0 = fw_q0 + 64 * fw_wg;   // the warpgroup's first query row",
+            "const int fw_rq0 = fw_wq0 + 16 * fw_warp + fw_g;   // this thread's row (and + 8)",
+            f"const int fw_nkb = {causal_blocks};   // key blocks this block visits",
+            *self.first_masked(),
+            "// the tiles, aligned to the 1024-byte period of the 128-byte swizzle",
+            "unsigned char* const fw_smem = emmy_smem + ((1024u - (sm90_smem_addr(emmy_smem) & "
+            "1023u)) & 1023u);",
+            "const unsigned fw_base = sm90_smem_addr(fw_smem);",
+            f"constexpr unsigned FW_KOFF = {q_bytes}u, FW_VOFF = "
+            f"{q_bytes + c.stages * self.kv_bytes}u, FW_KV = {self.kv_bytes}u;",
+            "// descriptors at k step 0 of stage 0: Q (this warpgroup's 64 rows) and K K-major,",
+            "// V N-contiguous (MN-major: an atom column of FW_BKV keys per 64 of d)",
+            "const uint64_t fw_qdesc = wgmma_desc(fw_base + 8192u * fw_wg, 16u, 1024u, "
+            "WGMMA_SWIZZLE_128B);",
+            "const uint64_t fw_kdesc = wgmma_desc(fw_base + FW_KOFF, 16u, 1024u, "
+            "WGMMA_SWIZZLE_128B);",
+            f"const uint64_t fw_vdesc = wgmma_desc(fw_base + FW_VOFF, {c.bkv * 128}u, 1024u, "
+            "WGMMA_SWIZZLE_128B);",
+            *self.copy_setup(),
+            *self.load("0u", "q", "fw_q0", "FW_SQ" if p.sq % c.bq else None, c.bq),
+        ]
+        if c.stages == 2:
+            out += self.load_kv("0", "0")
+        out += [
+            "cp_async_commit();",
+            "float fw_m[2] = {-EMMY_INF_F32, -EMMY_INF_F32};   // rows fw_rq0, + 8 (log2 domain)",
+            "float fw_l[2] = {0.f, 0.f};   // this thread's part of each row's sum",
+            "float fw_o[FW_D / 2];",
+            "#pragma unroll",
+            "for (int i = 0; i < FW_D / 2; ++i) fw_o[i] = 0.f;",
+        ]
+        return out
+
+    def first_masked(self) -> list[str]:
+        """fw_kmask: the first key block where this warpgroup needs a mask (as the mma.sync
+        template's fa_kmask, for the warpgroup's first row)."""
+        p, c = self.p, self.c
+        ragged = p.sk % c.bkv != 0
+        if p.causal and ragged:
+            first = ("(fw_wq0 + 1) / FW_BKV < FW_KBLOCKS - 1 ? (fw_wq0 + 1) / FW_BKV : "
+                     "FW_KBLOCKS - 1")
+        elif p.causal:
+            first = "(fw_wq0 + 1) / FW_BKV"
+        elif ragged:
+            first = "FW_KBLOCKS - 1"
+        else:
+            return []
+        return [f"const int fw_kmask = {first};"]
+
+    @property
+    def chunks(self) -> int:
+        """16-byte chunks in one tile row."""
+        return self.p.d // 8
+
+    @property
+    def rows_per_pass(self) -> int:
+        return self.threads // self.chunks
+
+    def copy_setup(self) -> list[str]:
+        """Thread tid copies chunk fw_ce of tile rows fw_cr + i * rows_per_pass; fw_{q,k,v}g
+        point at its chunk of row 0 of the (batch, head)."""
+        p = self.p
+        out = [f"// copies: this thread's 16-byte chunk fw_ce of tile rows fw_cr + i * "
+               f"{self.rows_per_pass}",
+               f"const int fw_cr = tid / {self.chunks}, fw_ce = tid % {self.chunks};"]
+        for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
+            s = op.strides
+            out.append(f"const {self.t}* const fw_{name}g = {op.buffer} + fw_bz * {s[0]}LL"
+                       f" + fw_h * {s[1]}LL + fw_cr * {s[2]}LL + fw_ce * 8;")
+        if self.rows_per_pass % 8 == 0:
+            out.append("const unsigned fw_sw = (unsigned(fw_ce % 8 ^ fw_cr % 8)) << 4;   "
+                       "// the chunk's swizzled place in its row")
+        return out
+
+    def load(self, at: str, name: str, row0: str, limit: str | None, rows: int) -> list[str]:
+        """cp.async of `rows` sequence rows from `row0` of operand `name` into the swizzled
+        tile at byte `at` of fw_smem; rows at or past `limit` (None: all inside) zero-filled."""
+        op = getattr(self.p, name)
+        rpp = self.rows_per_pass
+        passes = rows // rpp
+        block = f"fw_ce / 8 * {rows * 128}u"
+        if rpp % 8 == 0:
+            dst = f"fw_smem + {at} + {block} + (fw_cr + fw_i * {rpp}) * 128u + fw_sw"
+        else:
+            dst = (f"fw_smem + {at} + {block} + (fw_cr + fw_i * {rpp}) * 128u + "
+                   f"((unsigned(fw_ce % 8 ^ (fw_cr + fw_i * {rpp}) % 8)) << 4)")
+        stride = op.strides[2]
+        if limit is not None:
+            copy = [f"const bool fw_in = {row0} + fw_cr + fw_i * {rpp} < {limit};",
+                    f"cp_async_16_zfill({dst}, fw_{name}g + (fw_in ? {row0} + fw_i * {rpp} : "
+                    f"-fw_cr) * {stride}LL, fw_in ? 16 : 0);"]
+        else:
+            copy = [f"cp_async_16({dst}, fw_{name}g + ({row0} + fw_i * {rpp}) * {stride}LL);"]
+        return ["#pragma unroll", f"for (int fw_i = 0; fw_i < {passes}; ++fw_i) {{",
+                *_indent(copy, 1), "}"]
+
+    def load_kv(self, block: str, stage: str) -> list[str]:
+        row0 = f"({block}) * FW_BKV"
+        limit = "FW_SK" if self.p.sk % self.c.bkv else None
+        return [*self.load(f"FW_KOFF + ({stage}) * FW_KV", "k", row0, limit, self.c.bkv),
+                *self.load(f"FW_VOFF + ({stage}) * FW_KV", "v", row0, limit, self.c.bkv)]
+
+    # --- the key loop --------------------------------------------------------------------------
+
+    def key_loop(self) -> list[str]:
+        c = self.c
+        out = ["for (int kb = 0; kb < fw_nkb; ++kb) {"]
+        if c.stages == 2:
+            out += ["  // copy key block kb + 1 into the other buffer; wait for block kb",
+                    "  if (kb + 1 < fw_nkb) {",
+                    *_indent(self.load_kv("kb + 1", "(kb + 1) & 1"), 2),
+                    "  }",
+                    "  cp_async_commit();",
+                    "  cp_async_wait<1>();",
+                    "  const unsigned fw_stage = unsigned(kb & 1) * FW_KV;"]
+        else:
+            out += [*_indent(self.load_kv("kb", "0"), 1),
+                    "  cp_async_commit();",
+                    "  cp_async_wait<0>();",
+                    "  const unsigned fw_stage = 0u;"]
+        out += ["  fence_proxy_async_shared();   // this thread's copies, visible to wgmma",
+                "  __syncthreads();              // ... and everyone's"]
+        work = [*self.scores(), *self.mask(), *self.softmax(), *self.pv()]
+        if self.p.causal:
+            work = ["// skip a key block wholly above this warpgroup's rows (warpgroup-uniform)",
+                    "if (kb * FW_BKV <= fw_wq0 + 63) {", *_indent(work, 1), "}"]
+        out += [*_indent(work, 1),
+                "  __syncthreads();   // every warpgroup is done with this buffer before it is "
+                "refilled",
+                "}"]
+        return out
+
+    def scores(self) -> list[str]:
+        """S = Q K^T: d/16 wgmma m64n{bkv}k16; k step kk is byte 32 (kk % 4) of block kk / 4."""
+        c = self.c
+        return [
+            "float fw_s[FW_BKV / 2];",
+            "wgmma_fence();",
+            "#pragma unroll",
+            "for (int kk = 0; kk < FW_D / 16; ++kk)",
+            f"  wgmma_m64k16<FW_BKV, {self.bf16}, 0, 0>(fw_s, fw_qdesc + uint64_t((kk / 4 * "
+            f"{c.bq * 128} + kk % 4 * 32) >> 4), fw_kdesc + uint64_t((fw_stage + kk / 4 * "
+            f"{c.bkv * 128} + kk % 4 * 32) >> 4), kk > 0);",
+            "wgmma_commit();",
+            "wgmma_wait<0>();",
+            "wgmma_fence_acc(fw_s);",
+        ]
+
+    def mask(self) -> list[str]:
+        """A scale <= 0 multiplies S here (FW_C is then 1). From block fw_kmask on, -inf for
+        keys past sk and (causal) keys after the row; s[4i + 2h + c] is row fw_rq0 + 8h, key
+        kb * bkv + 8i + 2 fw_t + c."""
+        lines = [] if self.p.scale > 0 else [
+            "#pragma unroll",
+            f"for (int i = 0; i < FW_BKV / 2; ++i) fw_s[i] *= {_float(self.p.scale * LOG2E)};",
+        ]
+        hidden = []
+        if self.p.sk % self.c.bkv:
+            hidden.append("fw_kl + 8 * i + e % 2 >= FW_SK")
+        if self.p.causal:
+            hidden.append("fw_kq + 8 * i + e % 2 > e / 2 * 8")
+        if not hidden:
+            return lines
+        return lines + [
+            "if (kb >= fw_kmask) {",
+            "  const int fw_kl = kb * FW_BKV + 2 * fw_t, fw_kq = fw_kl - fw_rq0;",
+            "  #pragma unroll",
+            "  for (int i = 0; i < FW_BKV / 8; ++i)",
+            "    #pragma unroll",
+            "    for (int e = 0; e < 4; ++e)",
+            f"      if ({' || '.join(hidden)}) fw_s[4 * i + e] = -EMMY_INF_F32;",
+            "}",
+        ]
+
+    def softmax(self) -> list[str]:
+        """The online softmax of rows fw_rq0 + 8h; P into fw_p[kk][r], the register A
+        fragment of keys 16kk..16kk+15 (r = h + 2 (i % 2) for n8 column tile i = 2kk + i % 2)."""
+        pk = self.pack
+        return [
+            "unsigned fw_p[FW_BKV / 16][4];",
+            "#pragma unroll",
+            "for (int h = 0; h < 2; ++h) {",
+            "  float fw_mx = -EMMY_INF_F32;",
+            "  #pragma unroll",
+            "  for (int i = 0; i < FW_BKV / 8; ++i)",
+            "    fw_mx = fmaxf(fw_mx, fmaxf(fw_s[4 * i + 2 * h], fw_s[4 * i + 2 * h + 1]));",
+            "  fw_mx = fmaxf(fw_mx, __shfl_xor_sync(0xffffffffu, fw_mx, 1));",
+            "  fw_mx = fmaxf(fw_mx, __shfl_xor_sync(0xffffffffu, fw_mx, 2));",
+            "  const float fw_new = fmaxf(fw_m[h], fw_mx * FW_C);",
+            "  const float fw_base = fw_new == -EMMY_INF_F32 ? 0.f : fw_new;",
+            "  const float fw_alpha = exp2f(fw_m[h] - fw_base);",
+            "  fw_m[h] = fw_new;",
+            "  float fw_sum = 0.f;",
+            "  #pragma unroll",
+            "  for (int i = 0; i < FW_BKV / 8; ++i) {",
+            "    const float fw_p0 = exp2f(fmaf(fw_s[4 * i + 2 * h], FW_C, -fw_base));",
+            "    const float fw_p1 = exp2f(fmaf(fw_s[4 * i + 2 * h + 1], FW_C, -fw_base));",
+            "    fw_sum += fw_p0 + fw_p1;",
+            f"    fw_p[i / 2][h + 2 * (i % 2)] = {pk}(fw_p0, fw_p1);",
+            "  }",
+            "  fw_l[h] = fw_l[h] * fw_alpha + fw_sum;",
+            "  #pragma unroll",
+            "  for (int j = 0; j < FW_D / 8; ++j) {",
+            "    fw_o[4 * j + 2 * h] *= fw_alpha;",
+            "    fw_o[4 * j + 2 * h + 1] *= fw_alpha;",
+            "  }",
+            "}",
+        ]
+
+    def pv(self) -> list[str]:
+        """O += P V: bkv/16 wgmma m64n{d}k16, A (P) in registers, V's k step 2048 bytes."""
+        return [
+            "wgmma_fence_acc(fw_o);",
+            "wgmma_fence();",
+            "#pragma unroll",
+            "for (int kk = 0; kk < FW_BKV / 16; ++kk)",
+            f"  wgmma_m64k16_rs<FW_D, {self.bf16}, 1>(fw_o, fw_p[kk], fw_vdesc + "
+            "uint64_t((fw_stage + kk * 2048) >> 4), 1);",
+            "wgmma_commit();",
+            "wgmma_wait<0>();",
+            "wgmma_fence_acc(fw_o);",
+            "#pragma unroll",
+            "for (int kk = 0; kk < FW_BKV / 16; ++kk) wgmma_fence_a(fw_p[kk]);",
+        ]
+
+    def epilogue(self, store: Store) -> list[str]:
+        """Each row's l summed over its quad; out = O / l (0 where l == 0) for rows < sq;
+        o[4j + 2h + c] is row fw_rq0 + 8h, column 8j + 2 fw_t + c."""
+        stmts = store("fw_bz", "fw_h", "fw_row", "fw_col", "fw_val")
+        return [
+            "float fw_inv[2];",
+            "#pragma unroll",
+            "for (int h = 0; h < 2; ++h) {",
+            "  float fw_sum = fw_l[h];",
+            "  fw_sum += __shfl_xor_sync(0xffffffffu, fw_sum, 1);",
+            "  fw_sum += __shfl_xor_sync(0xffffffffu, fw_sum, 2);",
+            "  fw_inv[h] = fw_sum > 0.f ? 1.f / fw_sum : 0.f;",
+            "}",
+            "#pragma unroll",
+            "for (int j = 0; j < FW_D / 8; ++j)",
+            "  #pragma unroll",
+            "  for (int e = 0; e < 4; ++e) {",
+            "    const int fw_row = fw_rq0 + e / 2 * 8;",
+            "    const int fw_col = 8 * j + 2 * fw_t + e % 2;",
+            "    const float fw_val = fw_o[4 * j + e] * fw_inv[e / 2];",
+            "    if (fw_row < FW_SQ) {",
+            *["      " + s for s in stmts],
+            "    }",
+            "  }",
+        ]
