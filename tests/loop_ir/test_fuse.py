@@ -22,7 +22,7 @@ def test_a_scan_read_by_a_reduction_is_materialized_and_the_note_says_why():
     (tmp,) = lp.intermediates
     assert loads(lp.kernels[1]) == [tmp.name]
     (note,) = lp.notes
-    assert note.startswith(f"scan `") and f"materialized as `{tmp.name}`" in note
+    assert note.startswith("scan `") and f"materialized as `{tmp.name}`" in note
     assert "reads it from memory" not in note and "read it from memory" in note
 
 
