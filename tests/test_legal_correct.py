@@ -72,6 +72,25 @@ def test_sampled_wgmma_attention_rows_are_correct(sets):
     assert not bad, bad
 
 
+def _overlapped_attention(row) -> bool:
+    return _wgmma_attention(row) and row["STAGE"] == "async:2:overlap"
+
+
+@pytest.mark.parametrize("sets", [(("seq_len", 200),), (("dtype", "bfloat16"), ("head_dim", 128),
+                                                        ("seq_len", 150), ("is_causal", False))],
+                         ids=["f16_d64_causal", "bf16_d128_full"])
+def test_sampled_overlapped_attention_rows_are_correct(sets):
+    """The wgmma attention rows with STAGE=async:2:overlap (S of the next key block issued
+    before the softmax), sampled on their own at lengths of several key blocks."""
+    w = load_file(Path(__file__).resolve().parents[1] / "examples" / "attention_half.py", sets)
+    results = verify_rows(w, per_kernel=2, seed=11, targets=("sm_90a",),
+                          where=_overlapped_attention)
+    assert len(results) == 2
+    assert all("overlap" in str(r.row) for r in results), results
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
@@ -79,6 +98,19 @@ def test_wgmma_attention_sweep(dtype, head_dim):
     w = load_file(Path(__file__).resolve().parents[1] / "examples" / "attention_half.py",
                   (("dtype", dtype), ("head_dim", head_dim)))
     results = verify_rows(w, per_kernel=40, targets=("sm_90a",), where=_wgmma_attention)
+    assert results
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_overlapped_attention_sweep(dtype, head_dim):
+    """Every legal overlapped row (d 256 has none: stage.overlap_registers)."""
+    w = load_file(Path(__file__).resolve().parents[1] / "examples" / "attention_half.py",
+                  (("dtype", dtype), ("head_dim", head_dim), ("seq_len", 200)))
+    results = verify_rows(w, per_kernel=40, targets=("sm_90a",), where=_overlapped_attention)
     assert results
     bad = [r for r in results if r.verdict != "ok"]
     assert not bad, bad

@@ -118,14 +118,11 @@ def accumulator_registers(problem: AttentionProblem, config: AttentionConfig) ->
     return rows * (problem.d + config.bkv) // 32
 
 
-def constraints(problem: AttentionProblem, config: AttentionConfig,
-                target_name: str) -> list[str]:
-    """Plain-English reasons `config` cannot be built for `problem` on the target (empty: OK)."""
-    p, c = problem, config
+def operand_refusals(p: AttentionProblem) -> list[str]:
+    """What both attention templates refuse in a problem: an empty one, operands that are not
+    f16/bf16 of one type with a contiguous head dimension and 16-byte aligned rows (cp.async
+    copies them), a scale that is not finite."""
     why: list[str] = []
-    if c.inst != "mma":
-        why.append(f"this template issues mma.sync; inst {c.inst!r} is another template's "
-                   f"(wgmma: emmy.cuda.attention_sm90)")
     if min(p.batch, p.heads, p.sq, p.sk) < 1:
         why.append(f"empty problem: batch {p.batch}, heads {p.heads}, sq {p.sq}, sk {p.sk}")
     for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
@@ -141,6 +138,18 @@ def constraints(problem: AttentionProblem, config: AttentionConfig,
         why.append(f"scale {p.scale} is not finite")
     if len({p.q.ctype, p.k.ctype, p.v.ctype}) > 1:
         why.append(f"q, k and v have different types ({p.q.ctype}, {p.k.ctype}, {p.v.ctype})")
+    return why
+
+
+def constraints(problem: AttentionProblem, config: AttentionConfig,
+                target_name: str) -> list[str]:
+    """Plain-English reasons `config` cannot be built for `problem` on the target (empty: OK)."""
+    p, c = problem, config
+    why: list[str] = []
+    if c.inst != "mma":
+        why.append(f"this template issues mma.sync; inst {c.inst!r} is another template's "
+                   f"(wgmma: emmy.cuda.attention_sm90)")
+    why += operand_refusals(p)
     if p.d % 16 or not 16 <= p.d <= MAX_D:
         why.append(f"head dimension {p.d} is not a multiple of 16 in 16..{MAX_D}")
     if c.warps < 1 or c.warps > 32:

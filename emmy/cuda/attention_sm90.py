@@ -38,14 +38,44 @@ The kernel
   the wgmmas.
 - Causal: the block stops after the key block of its last query row; a warpgroup skips key
   blocks wholly above its 64 rows.
+
+The overlapped schedule (config.overlap, row STAGE=async:2:overlap; FlashAttention-3's
+intra-warpgroup pipelining; needs stages == 2)
+- Two S buffers, fw_s0 (even key blocks) and fw_s1 (odd); the loop is unrolled by two so
+  that buffers and K/V slots are named by constants. A step computes key block kb (slot
+  kb & 1) with S_kb already done in its buffer, and runs, per warpgroup (wgmma groups
+  complete in order; cp.async groups too):
+    B1  cp_async_wait<1> (K_kb+1 landed), fence.proxy.async, __syncthreads;
+        copy K_kb+2 into K slot kb & 1; commit
+        issue S_kb+1 = Q K_kb+1^T into the other buffer; commit  (pending: P V_kb-1, S_kb+1)
+        mask S_kb; softmax part 1 in registers only: row max, alpha, P = exp2(..) in place
+        of S_kb, l (it runs while S_kb+1 and P V_kb-1 do)
+        wgmma_wait<1> (wait<0> when there is no S_kb+1): P V_kb-1 done
+    B2  cp_async_wait<1> (V_kb landed), fence.proxy.async, __syncthreads;
+        copy V_kb+1 into V slot (kb + 1) & 1; commit
+        O *= alpha; P to 16 bits into the A registers (neither is touched while P V_kb-1
+        may run); issue O += P V_kb; commit
+        wgmma_wait<1>: S_kb+1 done, P V_kb may run on into the next step (its last block:
+        wait<0>)
+  The prologue copies {Q, K_0}, {K_1}, {V_0} as three groups (so each wait above is <1>),
+  waits for the first, and computes S_0 (waited for at once).
+- Buffer reuse: K slot kb & 1 is read only by S_kb, which every warpgroup waited for in the
+  step before (its last wait), so after B1 it may take K_kb+2; V slot (kb + 1) & 1 is read
+  only by P V_kb-1, which every warpgroup waited for before B2, so after B2 it may take
+  V_kb+1. Each copy has about a step to land before the barrier that hands it over.
+- Causal: a warpgroup computes blocks below fw_wnkb (as the skip above); it still takes part
+  in every barrier and copy of the block's fw_nkb steps.
+- Registers: O (d/2) + two S buffers (bkv/2 each) + P (bkv/4): MAX_OVERLAP_ACCUMULATORS
+  bounds d/2 + bkv. The key-block count is hidden from the compiler (an empty asm), which
+  otherwise splits iterations apart for a constant count and spills at d 128.
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
-from emmy.cuda.attention import (DTYPES, LOG2E, AttentionConfig, AttentionProblem, Store,
-                                 _float, _indent, _qblocks)
+from emmy.cuda.attention import (DTYPES, LOG2E, AttentionConfig, AttentionProblem, Store, _float,
+                                 _indent, _qblocks, operand_refusals)
 from emmy.cuda.gemm_spec import Body
 
 HEADER = "emmy_sm90.cuh"
@@ -54,9 +84,26 @@ ALIGN_SLACK = 1024              # room to align the tiles to the 1024-byte swizz
 BQ = (64, 128)                  # 64 query rows per consumer warpgroup, one or two of them
 BKV = (64, 128)                 # the N of the S wgmma (a shape emmy_sm90.cuh issues)
 MAX_D = 256
+PV_N = (64, 128, 256)           # the N (= d) of P V's register-A wgmma that emmy_sm90.cuh issues
 # f32 accumulators per thread (O: d/2, S: bkv/2). d 128 with bkv 128 (128) compiles without
 # spills; 160 (d 256, bkv 64) is the most allowed.
 MAX_ACCUMULATORS = 160
+# The overlapped form holds two S buffers: O (d/2) + 2 x bkv/2 f32 accumulators, besides P
+# (bkv/4 registers). d 128 with bkv 64 (128) and d 64 with bkv 128 (160) compile without
+# spills; d 128 with bkv 128 (192) and d 256 with bkv 64 (192) are refused.
+MAX_OVERLAP_ACCUMULATORS = 160
+
+
+@dataclass(frozen=True)
+class WgmmaAttentionConfig(AttentionConfig):
+    """AttentionConfig with this template's schedule option: overlap (STAGE=async:2:overlap)
+    issues S of key block j + 1 before the softmax of block j (module docstring)."""
+    inst: str = "wgmma"
+    overlap: bool = False
+
+
+def overlapped(config: AttentionConfig) -> bool:
+    return bool(getattr(config, "overlap", False))
 
 
 def smem_bytes(problem: AttentionProblem, config: AttentionConfig) -> int:
@@ -66,7 +113,8 @@ def smem_bytes(problem: AttentionProblem, config: AttentionConfig) -> int:
 
 
 def accumulator_registers(problem: AttentionProblem, config: AttentionConfig) -> int:
-    return problem.d // 2 + config.bkv // 2
+    """f32 accumulators per thread: O (d/2) and S (bkv/2), two S buffers when overlapped."""
+    return problem.d // 2 + (2 if overlapped(config) else 1) * (config.bkv // 2)
 
 
 def constraints_sm90(problem: AttentionProblem, config: AttentionConfig,
@@ -76,24 +124,13 @@ def constraints_sm90(problem: AttentionProblem, config: AttentionConfig,
     why: list[str] = []
     if target_name != "sm_90a":
         why.append(f"wgmma attention needs the sm_90a target, not {target_name}")
-    if min(p.batch, p.heads, p.sq, p.sk) < 1:
-        why.append(f"empty problem: batch {p.batch}, heads {p.heads}, sq {p.sq}, sk {p.sk}")
-    for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
-        if op.ctype not in DTYPES:
-            why.append(f"{name} is {op.ctype}: wgmma attention takes __half or __nv_bfloat16")
-        if op.strides[3] != 1:
-            why.append(f"{name}'s head dimension is not contiguous (stride {op.strides[3]}): "
-                       f"cp.async copies 16-byte runs of it")
-        elif any(s % 8 for s in op.strides[:3]):
-            why.append(f"{name}'s strides {op.strides} are not all multiples of 8 elements: "
-                       f"its rows are not 16-byte aligned for cp.async")
-    if len({p.q.ctype, p.k.ctype, p.v.ctype}) > 1:
-        why.append(f"q, k and v have different types ({p.q.ctype}, {p.k.ctype}, {p.v.ctype})")
-    if not math.isfinite(p.scale):
-        why.append(f"scale {p.scale} is not finite")
+    why += operand_refusals(p)
     if p.d % 64 or not 64 <= p.d <= MAX_D:
         why.append(f"head dimension {p.d} is not a multiple of 64 in 64..{MAX_D} (whole "
                    f"128-byte swizzled rows; P V's wgmma has N = d)")
+    elif p.d not in PV_N:
+        why.append(f"head dimension {p.d}: P V's wgmma would have N = {p.d}; emmy_sm90.cuh "
+                   f"issues N = 64, 128 or 256")
     if c.bq not in BQ:
         why.append(f"bq {c.bq}: 64 query rows per consumer warpgroup, 64 or 128")
     elif c.warps != c.bq // 16:
@@ -103,12 +140,21 @@ def constraints_sm90(problem: AttentionProblem, config: AttentionConfig,
         why.append(f"bkv {c.bkv}: the S wgmma's N, 64 or 128")
     if c.stages not in (1, 2):
         why.append(f"stages {c.stages}: 1 (synchronous) or 2 (cp.async double buffer)")
+    elif overlapped(c) and c.stages != 2:
+        why.append(f"the overlapped schedule issues S of key block j + 1 while block j's "
+                   f"products still read their K/V slot: it needs the 2-stage cp.async ring, "
+                   f"not {c.stages} stage(s)")
     if why:
         return why
     if (need := smem_bytes(p, c)) > SMEM_LIMIT:
         why.append(f"shared memory {need} B ({need / 1024:.1f} KiB) for Q and {c.stages} K/V "
                    f"stage(s) is over sm_90a's {SMEM_LIMIT // 1024} KiB per block")
-    if (regs := accumulator_registers(p, c)) > MAX_ACCUMULATORS:
+    if overlapped(c):
+        if (regs := accumulator_registers(p, c)) > MAX_OVERLAP_ACCUMULATORS:
+            why.append(f"the overlapped schedule would hold {regs} f32 accumulators per thread "
+                       f"(O: d/2 = {p.d // 2}, two S buffers: 2 x bkv/2 = {c.bkv}), over the "
+                       f"{MAX_OVERLAP_ACCUMULATORS} that compile without spills")
+    elif (regs := accumulator_registers(p, c)) > MAX_ACCUMULATORS:
         why.append(f"each thread would hold {regs} f32 accumulators (O: d/2, S: bkv/2), over "
                    f"the {MAX_ACCUMULATORS} that leave room in 255 registers for P and the rest")
     return why
@@ -134,14 +180,17 @@ class _Emitter:
         self.pack = DTYPES[self.t][1]
         self.threads = 32 * c.warps
         self.kv_bytes = c.bkv * p.d * 2
+        self.overlap = overlapped(c)
 
     def lines(self, store: Store) -> list[str]:
+        if self.overlap:
+            return [*self.prologue(), *self.overlap_loop(), *self.epilogue(store)]
         return [*self.prologue(), *self.key_loop(), *self.epilogue(store)]
 
     # --- setup ---------------------------------------------------------------------------------
 
     def prologue(self) -> list[str]:
-        p, c, t = self.p, self.c, self.t
+        p, c = self.p, self.c
         qb = _qblocks(p, c)
         last = "(fw_q0 + FW_BQ < FW_SQ ? fw_q0 + FW_BQ : FW_SQ) - 1"
         causal_blocks = (f"FW_CAUSAL && ({last}) / FW_BKV + 1 < FW_KBLOCKS ? "
@@ -150,7 +199,8 @@ class _Emitter:
         out = [
             f"// attention (wgmma, sm_90a): {p.batch}x{p.heads} heads, sq {p.sq}, sk {p.sk}, "
             f"d {p.d}, {'causal' if p.causal else 'no mask'}; bq {c.bq} ({c.bq // 64} consumer "
-            f"warpgroup(s)), bkv {c.bkv}, {c.stages} stage(s)",
+            f"warpgroup(s)), bkv {c.bkv}, {c.stages} stage(s)"
+            f"{'; S of block j + 1 overlaps the softmax of block j' if self.overlap else ''}",
             f"constexpr int FW_SQ = {p.sq}, FW_D = {p.d};",
             *([f"constexpr int FW_SK = {p.sk};"] if p.sk % c.bkv else []),
             f"constexpr int FW_BQ = {c.bq}, FW_BKV = {c.bkv};",
@@ -167,7 +217,12 @@ class _Emitter:
             f"const int fw_h = int(fw_bh % {p.heads});",
             "const int fw_wq0 = fw_q0 + 64 * fw_wg;   // the warpgroup's first query row",
             "const int fw_rq0 = fw_wq0 + 16 * fw_warp + fw_g;   // this thread's row (and + 8)",
-            f"const int fw_nkb = {causal_blocks};   // key blocks this block visits",
+            f"{'' if self.overlap else 'const '}int fw_nkb = {causal_blocks};   // key blocks "
+            f"this block visits",
+            # with a constant trip count nvcc splits the overlapped loop's iterations apart and
+            # runs out of registers (d 128, bkv 64: 255 and spills; opaque: 185, none)
+            *(['asm volatile("" : "+r"(fw_nkb));   // opaque: see the template'] if self.overlap
+              else []),
             *self.first_masked(),
             "// the tiles, aligned to the 1024-byte period of the 128-byte swizzle",
             "unsigned char* const fw_smem = emmy_smem + ((1024u - (sm90_smem_addr(emmy_smem) & "
@@ -186,6 +241,8 @@ class _Emitter:
             *self.copy_setup(),
             *self.load("0u", "q", "fw_q0", "FW_SQ" if p.sq % c.bq else None, c.bq),
         ]
+        if self.overlap:
+            return out + self.overlap_prologue()
         if c.stages == 2:
             out += self.load_kv("0", "0")
         out += [
@@ -261,11 +318,16 @@ class _Emitter:
         return ["#pragma unroll", f"for (int fw_i = 0; fw_i < {passes}; ++fw_i) {{",
                 *_indent(copy, 1), "}"]
 
-    def load_kv(self, block: str, stage: str) -> list[str]:
+    def load_kv(self, block: str, stage: str, which: str = "kv") -> list[str]:
+        """K and / or V (`which`) of key block `block` into slot `stage` of their ring."""
         row0 = f"({block}) * FW_BKV"
         limit = "FW_SK" if self.p.sk % self.c.bkv else None
-        return [*self.load(f"FW_KOFF + ({stage}) * FW_KV", "k", row0, limit, self.c.bkv),
-                *self.load(f"FW_VOFF + ({stage}) * FW_KV", "v", row0, limit, self.c.bkv)]
+        out = []
+        if "k" in which:
+            out += self.load(f"FW_KOFF + ({stage}) * FW_KV", "k", row0, limit, self.c.bkv)
+        if "v" in which:
+            out += self.load(f"FW_VOFF + ({stage}) * FW_KV", "v", row0, limit, self.c.bkv)
+        return out
 
     # --- the key loop --------------------------------------------------------------------------
 
@@ -299,27 +361,29 @@ class _Emitter:
 
     def scores(self) -> list[str]:
         """S = Q K^T: d/16 wgmma m64n{bkv}k16; k step kk is byte 32 (kk % 4) of block kk / 4."""
+        return ["float fw_s[FW_BKV / 2];", *self.issue_scores("fw_s", "fw_stage"),
+                "wgmma_wait<0>();", "wgmma_fence_acc(fw_s);"]
+
+    def issue_scores(self, s: str, stage: str) -> list[str]:
+        """Issue and commit (one wgmma group) S = Q K^T into `s` from K slot byte `stage`."""
         c = self.c
         return [
-            "float fw_s[FW_BKV / 2];",
             "wgmma_fence();",
             "#pragma unroll",
             "for (int kk = 0; kk < FW_D / 16; ++kk)",
-            f"  wgmma_m64k16<FW_BKV, {self.bf16}, 0, 0>(fw_s, fw_qdesc + uint64_t((kk / 4 * "
-            f"{c.bq * 128} + kk % 4 * 32) >> 4), fw_kdesc + uint64_t((fw_stage + kk / 4 * "
+            f"  wgmma_m64k16<FW_BKV, {self.bf16}, 0, 0>({s}, fw_qdesc + uint64_t((kk / 4 * "
+            f"{c.bq * 128} + kk % 4 * 32) >> 4), fw_kdesc + uint64_t(({stage} + kk / 4 * "
             f"{c.bkv * 128} + kk % 4 * 32) >> 4), kk > 0);",
             "wgmma_commit();",
-            "wgmma_wait<0>();",
-            "wgmma_fence_acc(fw_s);",
         ]
 
-    def mask(self) -> list[str]:
+    def mask(self, s: str = "fw_s", kb: str = "kb") -> list[str]:
         """A scale <= 0 multiplies S here (FW_C is then 1). From block fw_kmask on, -inf for
         keys past sk and (causal) keys after the row; s[4i + 2h + c] is row fw_rq0 + 8h, key
         kb * bkv + 8i + 2 fw_t + c."""
         lines = [] if self.p.scale > 0 else [
             "#pragma unroll",
-            f"for (int i = 0; i < FW_BKV / 2; ++i) fw_s[i] *= {_float(self.p.scale * LOG2E)};",
+            f"for (int i = 0; i < FW_BKV / 2; ++i) {s}[i] *= {_float(self.p.scale * LOG2E)};",
         ]
         hidden = []
         if self.p.sk % self.c.bkv:
@@ -329,13 +393,13 @@ class _Emitter:
         if not hidden:
             return lines
         return lines + [
-            "if (kb >= fw_kmask) {",
-            "  const int fw_kl = kb * FW_BKV + 2 * fw_t, fw_kq = fw_kl - fw_rq0;",
+            f"if ({kb} >= fw_kmask) {{",
+            f"  const int fw_kl = {kb} * FW_BKV + 2 * fw_t, fw_kq = fw_kl - fw_rq0;",
             "  #pragma unroll",
             "  for (int i = 0; i < FW_BKV / 8; ++i)",
             "    #pragma unroll",
             "    for (int e = 0; e < 4; ++e)",
-            f"      if ({' || '.join(hidden)}) fw_s[4 * i + e] = -EMMY_INF_F32;",
+            f"      if ({' || '.join(hidden)}) {s}[4 * i + e] = -EMMY_INF_F32;",
             "}",
         ]
 
@@ -388,6 +452,172 @@ class _Emitter:
             "wgmma_fence_acc(fw_o);",
             "#pragma unroll",
             "for (int kk = 0; kk < FW_BKV / 16; ++kk) wgmma_fence_a(fw_p[kk]);",
+        ]
+
+    # --- the overlapped key loop (STAGE=async:2:overlap) ---------------------------------------
+
+    def overlap_prologue(self) -> list[str]:
+        """Copy groups: {Q, K 0}, {K 1}, {V 0} (each committed, maybe empty, so every wait in
+        the loop is cp_async_wait<1>); then S_0 = Q K_0^T, waited for at once. fw_wnkb: the key
+        blocks this warpgroup computes (causal: up to the one with its last row's key)."""
+        p = self.p
+        wnkb = ("FW_CAUSAL && (fw_wq0 + 63) / FW_BKV + 1 < fw_nkb ? (fw_wq0 + 63) / FW_BKV + 1 "
+                ": fw_nkb")
+        return [
+            *self.load_kv("0", "0", "k"),
+            "cp_async_commit();",
+            "if (fw_nkb > 1) {",
+            *_indent(self.load_kv("1", "1", "k"), 1),
+            "}",
+            "cp_async_commit();",
+            *self.load_kv("0", "0", "v"),
+            "cp_async_commit();",
+            "float fw_m[2] = {-EMMY_INF_F32, -EMMY_INF_F32};   // rows fw_rq0, + 8 (log2 domain)",
+            "float fw_l[2] = {0.f, 0.f};   // this thread's part of each row's sum",
+            "float fw_o[FW_D / 2];",
+            "#pragma unroll",
+            "for (int i = 0; i < FW_D / 2; ++i) fw_o[i] = 0.f;",
+            "// two S buffers (block kb in fw_s0 for even kb, fw_s1 for odd), P of the last block",
+            "float fw_s0[FW_BKV / 2], fw_s1[FW_BKV / 2], fw_alpha[2];",
+            "unsigned fw_p[FW_BKV / 16][4];",
+            *([f"const int fw_wnkb = {wnkb};   // key blocks this warpgroup computes"]
+              if p.causal else []),
+            "cp_async_wait<2>();             // Q and K 0",
+            "fence_proxy_async_shared();",
+            "__syncthreads();",
+            *self.issue_scores("fw_s0", "0u"),
+            "wgmma_wait<0>();",
+            "wgmma_fence_acc(fw_s0);",
+        ]
+
+    def overlap_loop(self) -> list[str]:
+        """Unrolled by two, so that the S buffers (and the K/V slots) are named by constants."""
+        return [
+            "#pragma unroll 1",
+            "for (int kb = 0; kb < fw_nkb; kb += 2) {",
+            "  {",
+            *_indent(self.overlap_step("kb", "fw_s0", "fw_s1", 0), 2),
+            "  }",
+            "  if (kb + 1 < fw_nkb) {",
+            *_indent(self.overlap_step("kb + 1", "fw_s1", "fw_s0", 1), 2),
+            "  }",
+            "}",
+        ]
+
+    def overlap_step(self, kb: str, cur: str, nxt: str, stage: int) -> list[str]:
+        """Key block fw_kb (in slot `stage` of the K and V rings; S_kb done, in `cur`): issue
+        S_kb+1 into `nxt`, softmax S_kb, wait for P V of kb - 1, issue P V of kb, wait for
+        S_kb+1. The two barriers hand over the copies and free the slots (module docstring)."""
+        other = 1 - stage
+        causal = self.p.causal
+        last = "fw_wnkb" if causal else "fw_nkb"
+        out = [
+            f"const int fw_kb = {kb};",
+            "// B1: K fw_kb + 1 has landed (every thread's copies, fenced for wgmma); every",
+            "// warpgroup is past its wait for S fw_kb, the last reader of K slot fw_kb & 1",
+            "cp_async_wait<1>();",
+            "fence_proxy_async_shared();",
+            "__syncthreads();",
+            "if (fw_kb + 2 < fw_nkb) {",
+            *_indent(self.load_kv("fw_kb + 2", str(stage), "k"), 1),
+            "}",
+            "cp_async_commit();",
+            *(["const bool fw_cur = fw_kb < fw_wnkb;   // (causal) this warpgroup computes fw_kb"]
+              if causal else []),
+            f"const bool fw_next = fw_kb + 1 < {last};   // ... and fw_kb + 1",
+            "if (fw_next) {   // S fw_kb + 1 = Q K^T: runs while this warpgroup's softmax does",
+            *_indent(self.issue_scores(nxt, f"{other}u * FW_KV"), 1),
+            "}",
+        ]
+        soft = [*self.mask(cur, "fw_kb"), *self.softmax_exp(cur)]
+        out += (["if (fw_cur) {", *_indent(soft, 1), "}"] if causal else soft)
+        out += [
+            "// P V of fw_kb - 1 done (groups complete in order; S fw_kb + 1 may still run)",
+            "if (fw_next) wgmma_wait<1>(); else wgmma_wait<0>();",
+            "// B2: V fw_kb has landed; every warpgroup's P V of fw_kb - 1, the last reader of",
+            "// V slot (fw_kb + 1) & 1, is done",
+            "cp_async_wait<1>();",
+            "fence_proxy_async_shared();",
+            "__syncthreads();",
+            "if (fw_kb + 1 < fw_nkb) {",
+            *_indent(self.load_kv("fw_kb + 1", str(other), "v"), 1),
+            "}",
+            "cp_async_commit();",
+        ]
+        pv = [
+            *self.softmax_apply(cur),
+            *self.issue_pv(f"{stage}u * FW_KV"),
+            "if (fw_next) {   // S fw_kb + 1 done; P V of fw_kb may still run",
+            "  wgmma_wait<1>();",
+            f"  wgmma_fence_acc({nxt});",
+            "} else {          // this warpgroup's last block: everything done",
+            "  wgmma_wait<0>();",
+            "  wgmma_fence_acc(fw_o);",
+            "  #pragma unroll",
+            "  for (int kk = 0; kk < FW_BKV / 16; ++kk) wgmma_fence_a(fw_p[kk]);",
+            "}",
+        ]
+        out += (["if (fw_cur) {", *_indent(pv, 1), "}"] if causal else pv)
+        return out
+
+    def softmax_exp(self, s: str) -> list[str]:
+        """The online softmax's first half, in registers only (O and P may still be read by
+        the P V of the block before): row max, fw_alpha, P = exp2(...) in place of S, l."""
+        return [
+            "#pragma unroll",
+            "for (int h = 0; h < 2; ++h) {",
+            "  float fw_mx = -EMMY_INF_F32;",
+            "  #pragma unroll",
+            "  for (int i = 0; i < FW_BKV / 8; ++i)",
+            f"    fw_mx = fmaxf(fw_mx, fmaxf({s}[4 * i + 2 * h], {s}[4 * i + 2 * h + 1]));",
+            "  fw_mx = fmaxf(fw_mx, __shfl_xor_sync(0xffffffffu, fw_mx, 1));",
+            "  fw_mx = fmaxf(fw_mx, __shfl_xor_sync(0xffffffffu, fw_mx, 2));",
+            "  const float fw_new = fmaxf(fw_m[h], fw_mx * FW_C);",
+            "  const float fw_base = fw_new == -EMMY_INF_F32 ? 0.f : fw_new;",
+            "  fw_alpha[h] = exp2f(fw_m[h] - fw_base);",
+            "  fw_m[h] = fw_new;",
+            "  float fw_sum = 0.f;",
+            "  #pragma unroll",
+            "  for (int i = 0; i < FW_BKV / 8; ++i) {",
+            f"    {s}[4 * i + 2 * h] = exp2f(fmaf({s}[4 * i + 2 * h], FW_C, -fw_base));",
+            f"    {s}[4 * i + 2 * h + 1] = exp2f(fmaf({s}[4 * i + 2 * h + 1], FW_C, -fw_base));",
+            f"    fw_sum += {s}[4 * i + 2 * h] + {s}[4 * i + 2 * h + 1];",
+            "  }",
+            "  fw_l[h] = fw_l[h] * fw_alpha[h] + fw_sum;",
+            "}",
+        ]
+
+    def softmax_apply(self, s: str) -> list[str]:
+        """The second half, once the P V before is done: O *= alpha, P (16-bit) into the A
+        registers (as softmax())."""
+        return [
+            "wgmma_fence_acc(fw_o);",
+            "#pragma unroll",
+            "for (int kk = 0; kk < FW_BKV / 16; ++kk) wgmma_fence_a(fw_p[kk]);",
+            "#pragma unroll",
+            "for (int h = 0; h < 2; ++h) {",
+            "  #pragma unroll",
+            "  for (int j = 0; j < FW_D / 8; ++j) {",
+            "    fw_o[4 * j + 2 * h] *= fw_alpha[h];",
+            "    fw_o[4 * j + 2 * h + 1] *= fw_alpha[h];",
+            "  }",
+            "  #pragma unroll",
+            "  for (int i = 0; i < FW_BKV / 8; ++i)",
+            f"    fw_p[i / 2][h + 2 * (i % 2)] = {self.pack}({s}[4 * i + 2 * h], "
+            f"{s}[4 * i + 2 * h + 1]);",
+            "}",
+        ]
+
+    def issue_pv(self, stage: str) -> list[str]:
+        """Issue and commit (one wgmma group) O += P V from V slot byte `stage`."""
+        return [
+            "wgmma_fence_acc(fw_o);",
+            "wgmma_fence();",
+            "#pragma unroll",
+            "for (int kk = 0; kk < FW_BKV / 16; ++kk)",
+            f"  wgmma_m64k16_rs<FW_D, {self.bf16}, 1>(fw_o, fw_p[kk], fw_vdesc + "
+            f"uint64_t(({stage} + kk * 2048) >> 4), 1);",
+            "wgmma_commit();",
         ]
 
     def epilogue(self, store: Store) -> list[str]:

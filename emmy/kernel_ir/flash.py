@@ -41,6 +41,9 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
                "registers (f32 accumulate); K/V {}".format(
                    config.bkv, problem.d, "double-buffered by cp.async" if config.stages > 1
                    else "copied synchronously"))
+        if getattr(config, "overlap", False):
+            how += ("  overlapped: S of key block j + 1 is issued before the softmax of block j "
+                    "(two S buffers), P V of block j runs on into step j + 1",)
     else:
         body = attention_body(problem, config, store)
         how = (f"  flash: {config.bq} queries per block, {config.bkv} keys per step, "

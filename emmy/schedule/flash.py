@@ -10,6 +10,11 @@ as an online fold that rescales its running sum and output.
                                  warps), BKV = 64 | 128 keys per step; S = Q K^T with both
                                  operands in shared memory, O += P V with P in registers
     STAGE   smem | async:2       K/V tiles copied synchronously, or double-buffered by cp.async
+            async:2:overlap      wgmma tiles only: the double buffer with FlashAttention-3's
+                                 intra-warpgroup pipelining: a warpgroup issues S_{j+1} = Q K^T
+                                 of the next key block before the softmax of block j and lets
+                                 P_j V_j run into the next step (two S register buffers, so
+                                 O + 2 S accumulators must fit: stage.overlap_registers)
 
 The last rule asks the template (emmy.cuda.attention or .attention_sm90) itself, so a listed
 row always builds.
@@ -28,13 +33,15 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "WORK": ("warps:4", "warps:8"),
     "TILE": (*(f"flash:{q}x{kv}" for q in (64, 128) for kv in (32, 64, 128)),
              *(f"wgmma:{q}x{kv}" for q in (64, 128) for kv in (64, 128))),
-    "STAGE": ("smem", "async:2"),
+    "STAGE": ("smem", "async:2", "async:2:overlap"),
 }
 GRAMMAR_TEXT = {
     "WORK": "warps:4 | warps:8  (warps per block)",
     "TILE": "flash:BQxBKV | wgmma:BQxBKV  (BQ = 64 | 128 queries per block; BKV = 32 | 64 | "
             "128 keys per step for flash (mma.sync), 64 | 128 for wgmma (sm_90a, BQ/16 warps))",
-    "STAGE": "smem | async:2  (K/V copies: synchronous, or a cp.async double buffer)",
+    "STAGE": "smem | async:2 | async:2:overlap  (K/V copies: synchronous, or a cp.async "
+             "double buffer; overlap, wgmma only: S of the next key block is issued before "
+             "the softmax of this one, two S buffers)",
 }
 # Measured on an H200 (4 x 32 heads x 4096, f16): 128 queries on 4 warps (32 rows a warp) with
 # 32 (d = 128) or 64-128 (d = 64) keys per step, double-buffered, was fastest. The wgmma rows
@@ -43,6 +50,12 @@ GRAMMAR_TEXT = {
 PREFERRED = {"WORK": ("warps:4", "warps:8"), "TILE": ("flash:128x32", "flash:128x64", "flash:64x64"),
              "STAGE": ("async:2", "smem")}
 KEYS = ("WORK", "TILE", "STAGE")
+
+
+@dataclass(frozen=True, slots=True)
+class FlashStage:
+    stages: int              # smem -> 1, async:2 -> 2
+    overlap: bool = False    # async:2:overlap (wgmma tiles): S of block j + 1 before softmax j
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +75,15 @@ def read_tile(value: str) -> FlashTile:
     return FlashTile(int(m[2]), int(m[3]), "mma" if m[1] == "flash" else "wgmma")
 
 
-def read_stage(value: str) -> int:
-    return 1 if value == "smem" else int(value.split(":")[1])
+def read_stage(value: str) -> FlashStage:
+    if value == "smem":
+        return FlashStage(1)
+    parts = value.split(":")
+    return FlashStage(int(parts[1]), parts[2:] == ["overlap"])
 
 
 READ = {"WORK": read_work, "TILE": read_tile, "STAGE": read_stage}
-FIELD = {"WORK": "warps", "TILE": "tile", "STAGE": "stages"}
+FIELD = {"WORK": "warps", "TILE": "tile", "STAGE": "stage"}
 
 
 @dataclass(frozen=True)
@@ -77,12 +93,25 @@ class FlashCtx:
     target: Target
     warps: int | None = None
     tile: FlashTile | None = None
-    stages: int | None = None
+    stage: FlashStage | None = None
+
+    @property
+    def stages(self) -> int | None:
+        return self.stage.stages if self.stage else None
+
+    @property
+    def overlap(self) -> bool:
+        return bool(self.stage and self.stage.overlap)
 
 
 def config_of(c: FlashCtx):
     from emmy.cuda.attention import AttentionConfig
 
+    if c.tile.inst == "wgmma":
+        from emmy.cuda.attention_sm90 import WgmmaAttentionConfig
+
+        return WgmmaAttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps,
+                                    stages=c.stages, overlap=c.overlap)
     return AttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps, stages=c.stages,
                            inst=c.tile.inst)
 
@@ -132,13 +161,16 @@ def wgmma_warpgroups(c: FlashCtx) -> str | None:
 
 
 def wgmma_head_dim(c: FlashCtx) -> str | None:
-    from emmy.cuda.attention_sm90 import MAX_D
+    from emmy.cuda.attention_sm90 import MAX_D, PV_N
 
     d = c.problem.d
     if c.tile.inst == "wgmma" and (d % 64 or not 64 <= d <= MAX_D):
         return (f"head dimension {d}: wgmma attention stores Q, K and V in whole 128-byte "
                 f"swizzled rows (64 elements), so d must be a multiple of 64 in 64..{MAX_D}; "
                 f"use flash:BQxBKV")
+    if c.tile.inst == "wgmma" and d not in PV_N:
+        return (f"head dimension {d}: P V's wgmma has N = d, and emmy_sm90.cuh issues N = "
+                f"{', '.join(map(str, PV_N))}; use flash:BQxBKV")
     return None
 
 
@@ -167,6 +199,28 @@ def rows_per_warp(c: FlashCtx) -> str | None:
 def async_copies(c: FlashCtx) -> str | None:
     if c.stages > 1 and not c.target.has_cp_async:
         return f"cp.async needs sm_80 or later; {c.target.name} has none"
+    return None
+
+
+def overlap_wgmma(c: FlashCtx) -> str | None:
+    if c.overlap and c.tile.inst != "wgmma":
+        return (f"STAGE=async:2:overlap pipelines wgmma groups (S of the next key block in "
+                f"flight during the softmax); flash:{c.tile.bq}x{c.tile.bkv} runs on mma.sync, "
+                f"which has none: use STAGE=async:2, or a wgmma:BQxBKV tile on sm_90a")
+    return None
+
+
+def overlap_registers(c: FlashCtx) -> str | None:
+    from emmy.cuda.attention_sm90 import MAX_OVERLAP_ACCUMULATORS
+
+    if not (c.overlap and c.tile.inst == "wgmma"):
+        return None
+    regs = c.problem.d // 2 + c.tile.bkv
+    if regs > MAX_OVERLAP_ACCUMULATORS:
+        return (f"the overlapped schedule holds two S buffers: {regs} f32 accumulators per "
+                f"thread (O: d/2 = {c.problem.d // 2}, S: 2 x bkv/2 = {c.tile.bkv}), over the "
+                f"{MAX_OVERLAP_ACCUMULATORS} that compile without spills; use STAGE=async:2 "
+                f"or fewer keys per step")
     return None
 
 
@@ -201,6 +255,8 @@ RULES = (
     Rule("tile.wgmma_registers", "TILE", wgmma_registers),
     Rule("tile.rows_per_warp", "TILE", rows_per_warp),
     Rule("stage.async", "STAGE", async_copies),
+    Rule("stage.overlap_wgmma", "STAGE", overlap_wgmma),
+    Rule("stage.overlap_registers", "STAGE", overlap_registers),
     Rule("stage.wgmma_shared", "STAGE", wgmma_shared),
     Rule("stage.template_builds", "STAGE", template_builds),
 )

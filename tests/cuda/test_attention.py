@@ -25,8 +25,9 @@ CTYPES = {"f16": "__half", "bf16": "__nv_bfloat16"}
 # --- printing a kernel around the body, as emmy/cuda/emit.py prints a function ---------------
 
 def kernel_source(problem: AttentionProblem, config: AttentionConfig, name: str = "attn",
-                  out_ctype: str = "float") -> tuple[str, Body]:
-    """One kernel `name(q, k, v, out)` writing out[bz, h, row, col] (contiguous)."""
+                  out_ctype: str = "float", build=attention_body) -> tuple[str, Body]:
+    """One kernel `name(q, k, v, out)` writing out[bz, h, row, col] (contiguous), its body
+    from `build` (the mma.sync template unless said)."""
     t = problem.q.ctype
     h, sq, d = problem.heads, problem.sq, problem.d
 
@@ -34,7 +35,7 @@ def kernel_source(problem: AttentionProblem, config: AttentionConfig, name: str 
         return [f"out[(({bz} * {h} + {head}) * {sq}LL + {row}) * {d} + {col}] = "
                 f"em_cvt<{out_ctype}>({value});"]
 
-    body = attention_body(problem, config, store)
+    body = build(problem, config, store)
     params = ", ".join([f"const {t}* __restrict__ {p}" for p in "qkv"]
                        + [f"{out_ctype}* __restrict__ out"])
     lines = [f"// launch: grid {body.grid}, block {body.threads}, "
@@ -48,8 +49,9 @@ def kernel_source(problem: AttentionProblem, config: AttentionConfig, name: str 
     return "\n".join(lines) + "\n", body
 
 
-def program(*kernels: str) -> str:
-    return "\n".join(['#include "emmy_kernel.cuh"', "", *kernels])
+def program(*kernels: str, headers: tuple[str, ...] = ()) -> str:
+    return "\n".join(['#include "emmy_kernel.cuh"', *(f'#include "{h}"' for h in headers), "",
+                      *kernels])
 
 
 # --- problems ---------------------------------------------------------------------------------

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from emmy.cuda.emulate.run import build_and_run
-from emmy.cuda.nvrtc import compile_cuda
-from emmy.schedule.targets import get_target
+from tests.cuda import gpu
 
 SOURCE = (Path(__file__).parent / "kernels" / "mma.cu").read_text()
 rng = np.random.default_rng(7)
@@ -128,34 +127,7 @@ def test_ldmatrix_forms_match_the_layout():
 
 def run_on_gpu(kernel: str, grid, block, args):
     """Launch `kernel` from SOURCE on device 0; numpy array arguments are copied back."""
-    from cuda.bindings import driver as cu
-
-    def ok(result):
-        err, *rest = result
-        assert err == cu.CUresult.CUDA_SUCCESS, err
-        return rest[0] if len(rest) == 1 else rest
-
-    compiled = compile_cuda(SOURCE, get_target("sm_90a"))
-    assert compiled.ok, compiled.log
-    ok(cu.cuInit(0))
-    ctx = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))
-    ok(cu.cuCtxSetCurrent(ctx))
-    function = ok(cu.cuModuleGetFunction(ok(cu.cuModuleLoadData(compiled.cubin)), kernel.encode()))
-    storage, device = [], []
-    for a in args:
-        if isinstance(a, np.ndarray):
-            ptr = ok(cu.cuMemAlloc(max(a.nbytes, 1)))
-            ok(cu.cuMemcpyHtoD(ptr, a, a.nbytes))
-            device.append((ptr, a))
-            storage.append(np.array([int(ptr)], np.uint64))
-        else:
-            storage.append(np.array([a], np.int32))
-    params = np.array([s.ctypes.data for s in storage], np.uint64)
-    ok(cu.cuLaunchKernel(function, *grid, *block, 0, 0, params.ctypes.data, 0))
-    ok(cu.cuCtxSynchronize())
-    for ptr, a in device:
-        ok(cu.cuMemcpyDtoH(a, ptr, a.nbytes))
-        ok(cu.cuMemFree(ptr))
+    gpu.run_on_gpu(SOURCE, kernel, grid, block, 0, args)
 
 
 @pytest.mark.gpu

@@ -10,12 +10,13 @@ import re
 import numpy as np
 import pytest
 
-from emmy.cuda.emulate.run import TensorMapArg, build_and_run
+from emmy.cuda.emulate.run import build_and_run
 from emmy.cuda.gemm_sm90 import HEADER, TmaBody, constraints_sm90, gemm_sm90_body
 from emmy.cuda.gemm_spec import GemmConfig, GemmOperand, GemmProblem
 from emmy.cuda.nvrtc import compile_cuda
 from emmy.cuda.sass import cuobjdump, disassemble
 from emmy.schedule.targets import get_target
+from tests.cuda.gpu import run_on_gpu, seconds, torch_launcher
 
 rng = np.random.default_rng(90)
 
@@ -274,57 +275,6 @@ def test_probe_compiles_for_sm90a_with_wgmma():
 
 # --- on a GPU: the hardware reads the same layouts --------------------------------------------
 
-def run_on_gpu(source: str, kernel: str, grid: int, block: int, smem: int, args) -> None:
-    """Launch `kernel` of `source` on device 0 (NVRTC, sm_90a); numpy arrays are copied back,
-    TensorMapArgs become tensor maps (cuTensorMapEncodeTiled) over their arrays."""
-    from cuda.bindings import driver as cu
-
-    from emmy.cuda.program import TensorMapSpec
-    from emmy.runtime.gpu import encode_tensor_map
-
-    def ok(result):
-        err, *rest = result
-        assert err == cu.CUresult.CUDA_SUCCESS, err
-        return rest[0] if len(rest) == 1 else rest
-
-    compiled = compile_cuda(source, get_target("sm_90a"))
-    assert compiled.ok, compiled.log
-    ok(cu.cuInit(0))
-    ctx = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))
-    ok(cu.cuCtxSetCurrent(ctx))
-    function = ok(cu.cuModuleGetFunction(ok(cu.cuModuleLoadData(compiled.cubin)), kernel.encode()))
-    ok(cu.cuFuncSetAttribute(
-        function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))
-    storage, device = [], []
-    pointers = {}
-    for i, a in enumerate(args):
-        if isinstance(a, np.ndarray):
-            pointers[i] = ok(cu.cuMemAlloc(max(a.nbytes, 1)))
-    for i, a in enumerate(args):
-        if isinstance(a, TensorMapArg):
-            image = np.frombuffer(encode_tensor_map(TensorMapSpec(
-                "map", "", "__half", a.dims, a.strides, a.box, a.swizzle),
-                int(pointers[a.array])), np.uint8)
-            ptr = ok(cu.cuMemAlloc(128))
-            ok(cu.cuMemcpyHtoD(ptr, image, 128))
-            storage.append(np.array([int(ptr)], np.uint64))
-        elif isinstance(a, np.ndarray):
-            ptr = pointers[i]
-            ok(cu.cuMemcpyHtoD(ptr, a, a.nbytes))
-            device.append((ptr, a))
-            storage.append(np.array([int(ptr)], np.uint64))
-        elif isinstance(a, np.generic):
-            storage.append(np.array([a]))
-        else:
-            storage.append(np.array([a], np.int32))
-    params = np.array([s.ctypes.data for s in storage], np.uint64)
-    ok(cu.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, smem, 0, params.ctypes.data, 0))
-    ok(cu.cuCtxSynchronize())
-    for ptr, a in device:
-        ok(cu.cuMemcpyDtoH(a, ptr, a.nbytes))
-        ok(cu.cuMemFree(ptr))
-
-
 def gpu_probe_args(args):
     """The probe's arguments with the two descriptors typed 64-bit for the launch."""
     return [*args[:3], np.int64(args[3]), np.int64(args[4]), args[5]]
@@ -575,50 +525,24 @@ def test_gpu_gemm_matches_numpy(case, tma):
 def test_gpu_gemm_4096_speed(name, tma):
     """Correct at 4096^3 f16 (against torch in f32), and the speed it reaches, printed."""
     import torch
-    from cuda.bindings import driver as cu
 
     from emmy.runtime.gpu import encode_tensor_map
 
     problem = large_problem()
     cfg = config(*MAIN_CONFIGS[name], group=8, tma=tma)
-    body = gemm_sm90_body(problem, cfg, store_epilogue(problem.m, problem.n), sm_count=132)
-    compiled = compile_cuda(gemm_source(problem, body), get_target("sm_90a"))
-    assert compiled.ok, compiled.log
+    body = gemm_sm90_body(problem, cfg, store_epilogue(problem.m, problem.n, pair=True),
+                          sm_count=132)
     size = problem.m
     x = torch.randn(size, size, device="cuda", dtype=torch.float16)
     w = torch.randn(size, size, device="cuda", dtype=torch.float16)
     out = torch.empty(size, size, device="cuda", dtype=torch.float32)
-    torch.cuda.synchronize()
-    module = cu.cuModuleLoadData(compiled.cubin)[1]
-    function = cu.cuModuleGetFunction(module, b"gemm")[1]
-    cu.cuFuncSetAttribute(
-        function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        body.smem_bytes)
     tensors = [out, x, w]
     if tma:
         by_name = {"x": x, "w": w}
         tensors += [torch.frombuffer(bytearray(encode_tensor_map(t, by_name[t.buffer].data_ptr())),
                                      dtype=torch.uint8).cuda() for t in body.tensor_maps]
-    storage = [np.array([t.data_ptr()], np.uint64) for t in tensors]
-    params = np.array([s.ctypes.data for s in storage], np.uint64)
-    stream = torch.cuda.current_stream().cuda_stream
-
-    def launch():
-        err, = cu.cuLaunchKernel(function, body.grid, 1, 1, body.threads, 1, 1, body.smem_bytes,
-                                 stream, params.ctypes.data, 0)
-        assert err == cu.CUresult.CUDA_SUCCESS, err
-
-    def seconds(fn, reps=20):
-        for _ in range(3):
-            fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / 1e3 / reps
-
+    launch = torch_launcher(gemm_source(problem, body), "gemm", body.grid, body.threads,
+                            body.smem_bytes, tensors)
     launch()
     torch.cuda.synchronize()
     expected = x.float() @ w.float()
@@ -628,4 +552,4 @@ def test_gpu_gemm_4096_speed(name, tma):
     flops = problem.flops
     print(f"\n{name}{' TMA' if tma else ''}: {flops / ours / 1e12:.0f} TFLOP/s ({ours * 1e3:.3f} ms); torch.matmul "
           f"{flops / theirs / 1e12:.0f} TFLOP/s ({theirs * 1e3:.3f} ms); "
-          f"{compiled.resources}")
+          f"{launch.resources}")

@@ -42,6 +42,7 @@ CHAIN_F16 = ("(lambda a, b, c: (a @ b) @ c)(torch.randn(32, 64).half(), "
 ATT128 = ("examples/attention_half.py", (("head_dim", 128),))
 ATT96 = ("examples/attention_half.py", (("head_dim", 96),))
 ATT256 = ("examples/attention_half.py", (("head_dim", 256),))
+ATT192 = ("examples/attention_half.py", (("head_dim", 192),))
 CASES = {
     "work.threads_per_block": [
         ((F16,), SMALL_BLOCKS, "WORK=warps:4x4 TILE=mma:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
@@ -109,7 +110,9 @@ CASES = {
          ("2 consumer warpgroup(s)", "64 query rows", "WORK=warps:8"))],
     "tile.wgmma_head_dim": [
         (ATT96, SM90, "WORK=warps:4 TILE=wgmma:64x64 STAGE=async:2",
-         ("head dimension 96", "multiple of 64", "flash:BQxBKV"))],
+         ("head dimension 96", "multiple of 64", "flash:BQxBKV")),
+        (ATT192, SM90, "WORK=warps:4 TILE=wgmma:64x64 STAGE=async:2",
+         ("head dimension 192", "N = d", "64, 128, 256"))],
     "tile.wgmma_registers": [
         (ATT256, SM90, "WORK=warps:4 TILE=wgmma:64x128 STAGE=async:2",
          ("192 f32 accumulators", "over the 160"))],
@@ -120,6 +123,14 @@ CASES = {
         (ATT, SM90, "WORK=warps:8 TILE=flash:64x32 STAGE=smem", ("multiple of 16 rows",))],
     "stage.async": [
         (ATT, NO_CP_ASYNC, "WORK=warps:4 TILE=flash:64x32 STAGE=async:2", ("cp.async needs sm_80",))],
+    "stage.overlap_wgmma": [
+        (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 STAGE=async:2:overlap",
+         ("pipelines wgmma groups", "mma.sync", "STAGE=async:2"))],
+    "stage.overlap_registers": [
+        (ATT128, SM90, "WORK=warps:8 TILE=wgmma:128x128 STAGE=async:2:overlap",
+         ("two S buffers", "192 f32 accumulators", "over the 160")),
+        (ATT256, SM90, "WORK=warps:4 TILE=wgmma:64x64 STAGE=async:2:overlap",
+         ("192 f32 accumulators", "STAGE=async:2"))],
     "stage.template_builds": [
         (ATT128, SM80, "WORK=warps:4 TILE=flash:128x128 STAGE=async:2", ("shared memory",))],
 }
