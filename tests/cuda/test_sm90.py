@@ -455,7 +455,8 @@ def test_main_configs_compile_without_spills(name, b_mn, tma):
 def test_sass_uses_hgmma(tma):
     """HGMMA, nothing in local memory, neighbouring f32 outputs stored 8 bytes at a time; with
     TMA (two consumer warpgroups) the register hand-over is kept (USETMAXREG), the
-    producer copies with UTMALDG, and the grid is persistent."""
+    producer copies with UTMALDG, the grid is persistent, and the mbarrier waits have their
+    timeout (a trap instead of a hang)."""
     problem = large_problem()
     body = gemm_sm90_body(problem, config(128, 256, 4, group=8, tma=tma),
                           store_epilogue(problem.m, problem.n, pair=True), sm_count=132)
@@ -468,6 +469,7 @@ def test_sass_uses_hgmma(tma):
     stores = re.findall(r"\bSTG\.E[.\w]*", sass)
     assert stores and set(stores) == {"STG.E.64"}, sorted(set(stores))
     assert ("USETMAXREG" in sass and "UTMALDG" in sass) == tma
+    assert ("BPT.TRAP" in sass) == tma       # an mbarrier wait that never ends traps
     assert body.grid == (132 if tma else (4096 // 128) * (4096 // 256))
     assert body.min_blocks == int(tma)
 

@@ -306,14 +306,35 @@ EMMY_FN void mbar_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
                  :: "r"(sm90_smem_addr(bar)), "r"(bytes) : "memory");
 }
+// A wait that has not succeeded after EMMY_MBAR_TIMEOUT_NS (default 4 s: no phase of these
+// kernels takes a thousandth of that) traps, so that a barrier that never completes fails the
+// launch (the driver reports an illegal instruction) instead of hanging the device.
+#ifndef EMMY_MBAR_TIMEOUT_NS
+#define EMMY_MBAR_TIMEOUT_NS 4000000000ull
+#endif
+EMMY_FN uint64_t emmy_globaltimer_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
 EMMY_FN void mbar_wait(uint64_t* bar, unsigned parity) {
     const unsigned addr = sm90_smem_addr(bar);
-    unsigned done;
-    do {
+    uint64_t start = 0;
+    for (unsigned tries = 0;; ++tries) {
+        unsigned done;
         asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                      "selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done) : "r"(addr), "r"(parity) : "memory");
-    } while (!done);
+        if (done) return;
+        if (tries % 4096 == 4095) {          // the slow path: a long wait
+            const uint64_t now = emmy_globaltimer_ns();
+            if (start == 0) {
+                start = now;
+            } else if (now - start > EMMY_MBAR_TIMEOUT_NS) {
+                __trap();
+            }
+        }
+    }
 }
 EMMY_FN void tma_load_3d(void* dst, const EmmyTensorMap* map, int c0, int c1, int c2,
                          uint64_t* bar) {
