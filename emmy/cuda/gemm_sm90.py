@@ -27,9 +27,16 @@ announces the stage's bytes on its `full` mbarrier and issues the TMA copies (3-
 the contiguous dimension, the other one, batch; 128-byte swizzle, zeros outside the tensor);
 consumers wait on `full`, issue the wgmmas, and once the next tile's wgmmas are issued and the
 previous tile's have finished (wait_group 1), each consumer warp arrives on that tile's `empty`
-mbarrier. The body is then a TmaBody: the kernel takes one extra parameter per tensor map,
-`const EmmyTensorMap* __restrict__ <name>`, and the runtime fills them before the launch
-(emmy.cuda.program.TensorMapSpec).
+mbarrier. The grid is persistent: min(output tiles, SMs) blocks, block b taking tiles b,
+b + gridDim.x, ...; producer and consumers count k-tiles across tiles, so the ring's slots and
+phases carry on and the producer fills the next tile's stages during this tile's epilogue. With
+two consumer warpgroups the kernel is declared __launch_bounds__(384, 1) and setmaxnreg moves
+registers from the producer (40 a thread) to the consumers (232). The body is then a TmaBody:
+the kernel takes one extra parameter per tensor map, `const EmmyTensorMap* __restrict__
+<name>`, and the runtime fills them before the launch (emmy.cuda.program.TensorMapSpec).
+
+Epilogue: a thread's accumulators come in pairs of neighbouring columns; where the epilogue
+has a pair form (emmy.cuda.gemm_spec.pair_of) each pair is one vector store.
 
 Emitted sources must include HEADER (emmy_sm90.cuh) after emmy_kernel.cuh.
 """

@@ -183,3 +183,43 @@ def test_a_fused_chain_runs_back_to_back(expr, row):
     assert [u.kernel for u in results["cuda"].units] == [k.name]
     report, _ = check_cuda_program(w, results["torch"], results["cuda"])
     assert report is not None and report.ok
+
+
+@pytest.mark.parametrize("name, sets", [
+    ("matmul", ()),
+    ("matmul_half", (("K", 64), ("N", 256))),     # its multiply reads b before a
+    ("linear_half", ()),
+])
+def test_the_output_is_contiguous_along_the_templates_columns(name, sets):
+    """The contraction's n axis is the output's contiguous one, whichever order the multiply
+    reads its operands in (a template stores neighbouring columns together)."""
+    from emmy.loop_ir.ir import Store
+    from emmy.schedule.facts import offset, stride_along
+
+    (k,) = compile_to(load_file(f"examples/{name}.py", sets), "tile")["tile"].program.kernels
+    con = k.contract
+    (store,) = [s for s in con.epilogue if isinstance(s, Store)]
+    shape = {b.name: b.type.shape for b in k.outputs}[store.buffer]
+    assert stride_along(offset(store.index, shape), con.n.var) == 1
+    assert stride_along(offset(store.index, shape), con.m.var) != 1
+
+
+def test_pair_epilogues_need_aligned_even_columns():
+    """Two neighbouring output columns become one vector store where every access along the
+    columns starts at an even element; an odd row length, or atomic stores, keep one element
+    at a time."""
+    from dataclasses import replace
+
+    from emmy.kernel_ir.elements import element_pair_lines
+
+    def pair(expr, **kw):
+        (k,) = tile(expr)
+        con = k.contract
+        return element_pair_lines(replace(k, **kw), con.epilogue, con.acc, (con.m, con.n),
+                                  con.batch, ("0", "r", "c", "x0", "x1"))
+
+    lines = pair("nn.Linear(48, 16)(torch.randn(32, 48))")     # bias along the columns
+    assert lines is not None and sum("em_vstore" in x for x in lines) == 1
+    assert sum("em_vload" in x for x in lines) == 1               # the bias, two at a time
+    assert pair("torch.matmul(torch.randn(32, 48), torch.randn(48, 15))") is None   # odd rows
+    assert pair("torch.matmul(torch.randn(32, 48), torch.randn(48, 16))", atomic=True) is None
