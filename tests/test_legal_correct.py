@@ -91,6 +91,37 @@ def test_sampled_overlapped_attention_rows_are_correct(sets):
     assert not bad, bad
 
 
+def _tma_attention(row) -> bool:
+    return _wgmma_attention(row) and row["STAGE"].startswith("tma:")
+
+
+@pytest.mark.parametrize("sets", [(("seq_len", 200),), (("dtype", "bfloat16"), ("head_dim", 128),
+                                                        ("seq_len", 150), ("is_causal", False))],
+                         ids=["f16_d64_causal", "bf16_d128_full"])
+def test_sampled_tma_attention_rows_are_correct(sets):
+    """The warp-specialized wgmma attention rows (STAGE=tma:2[:overlap]: a TMA producer
+    warpgroup, tensor maps passed by the runtime), sampled on their own."""
+    w = load_file(Path(__file__).resolve().parents[1] / "examples" / "attention_half.py", sets)
+    results = verify_rows(w, per_kernel=2, seed=13, targets=("sm_90a",), where=_tma_attention)
+    assert len(results) == 2
+    assert all("STAGE=tma:" in str(r.row) for r in results), results
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_tma_attention_sweep(dtype, head_dim):
+    """Every legal warp-specialized row."""
+    w = load_file(Path(__file__).resolve().parents[1] / "examples" / "attention_half.py",
+                  (("dtype", dtype), ("head_dim", head_dim), ("seq_len", 200)))
+    results = verify_rows(w, per_kernel=40, targets=("sm_90a",), where=_tma_attention)
+    assert results
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])

@@ -68,6 +68,32 @@ intra-warpgroup pipelining; needs stages == 2)
 - Registers: O (d/2) + two S buffers (bkv/2 each) + P (bkv/4): MAX_OVERLAP_ACCUMULATORS
   bounds d/2 + bkv. The key-block count is hidden from the compiler (an empty asm), which
   otherwise splits iterations apart for a constant count and spills at d 128.
+
+Warp specialization (config.tma, rows STAGE=tma:2 and tma:2:overlap; FlashAttention-3's
+producer warpgroup)
+- Threads 0..127 are a producer warpgroup, placed before the bq / 64 consumer warpgroups
+  (consumer w is threads 128 (w + 1)..; same rows, descriptors and products as above). Thread
+  0 alone issues every copy by TMA (cp.async.bulk.tensor.4d): 4-d tensor maps over q, k and v
+  (head dim, sequence, head, batch; runtime-filled kernel parameters fw_tmap_{q,k,v}), boxes
+  of 64 head-dim elements (128 bytes, the 128-byte swizzle) x bq or bkv rows, one box per 64
+  columns into the layout above; rows past sq / sk read zeros (and count towards the bytes).
+- mbarriers after the tiles: Q full; per slot s of the 2-stage ring K full, V full (count 1:
+  the producer's arrive.expect_tx of the tile's bytes, then the copies' complete_tx) and K
+  empty, V empty (count: the consumer warps; lane 0 of each warp arrives, after __syncwarp,
+  once the wgmma.wait_group that ends the products reading the slot has returned). Key block
+  kb uses slot kb & 1 in phase (kb / 2) & 1; the producer waits on the empty barrier's phase
+  before ((kb / 2) & 1 ^ 1, complete on a new barrier) before it refills a slot, and loads
+  K kb then V kb, so the consumers' S may start before V lands.
+- Consumers wait on full barriers, never copy and never meet at __syncthreads. The plain loop
+  releases K after S's wait and V after P V's; the overlapped one releases K kb + 1 after the
+  wait that ends S kb + 1 and V kb - 1 after the wait that ends P V kb - 1 (V of its last
+  block at the final wait<0>). Causal: a warpgroup computes its fw_wnkb blocks, then waits for
+  and releases the blocks it skips, so every phase of an empty barrier sees every warp (and no
+  arrival runs ahead into a later phase).
+- Registers: two consumer warpgroups (384 threads) are declared __launch_bounds__(384, 1),
+  168 registers each at entry; setmaxnreg gives the producer 40 and the consumers 232
+  (TMA_REGISTERS). ptxas still allocates the consumers within 168 (MAX_TMA_ACCUMULATORS).
+  One consumer warpgroup (256 threads) has 255 at entry and no setmaxnreg.
 """
 
 from __future__ import annotations
@@ -77,6 +103,8 @@ from dataclasses import dataclass
 from emmy.cuda.attention import (DTYPES, LOG2E, AttentionConfig, AttentionProblem, Store, _float,
                                  _indent, _qblocks, operand_refusals)
 from emmy.cuda.gemm_spec import Body
+from emmy.cuda.gemm_sm90 import TmaBody
+from emmy.cuda.program import TensorMapSpec
 
 HEADER = "emmy_sm90.cuh"
 SMEM_LIMIT = 227 * 1024         # sm_90a's dynamic shared memory per block (opt-in)
@@ -92,24 +120,74 @@ MAX_ACCUMULATORS = 160
 # (bkv/4 registers). d 128 with bkv 64 (128) and d 64 with bkv 128 (160) compile without
 # spills; d 128 with bkv 128 (192) and d 256 with bkv 64 (192) are refused.
 MAX_OVERLAP_ACCUMULATORS = 160
+# Warp specialization (config.tma): threads -> (producer, consumer) registers per thread for
+# setmaxnreg. Two consumer warpgroups and the producer (384 threads) under
+# __launch_bounds__(384, 1) start at 168 (65,536 / 384, rounded down to 8); the producer gives
+# back to 40, the consumers take 232 (128 x 40 + 256 x 232 = 64,512 <= 65,536). One consumer
+# warpgroup (256 threads) starts at 255 already: no setmaxnreg (as emmy.cuda.gemm_sm90).
+TMA_REGISTERS = {384: (40, 232)}
+# ptxas (this NVRTC) allocates the consumers' code within the entry cap of 168 all the same
+# (setmaxnreg does not raise its budget: the d 256 / bkv 64 kernel's highest register is R165,
+# and it spills 328 bytes with or without the setmaxnreg pair), so with two consumer warpgroups
+# O + S accumulators (two S buffers when overlapped) are held to 128: d 128 with bkv 128, or
+# overlapped d 128 with bkv 64, compile without spills; 160 (d 256 with bkv 64; overlapped d 64
+# with bkv 128) spill.
+MAX_TMA_ACCUMULATORS = 128
+TMA_BARRIERS = 9                # Q full; K full, V full, K empty, V empty per stage (2 stages)
+TMA_MAX_STRIDE_BYTES = 1 << 40  # cuTensorMapEncodeTiled: global strides below 2^40 bytes
+TMA_MAX_DIM = 1 << 32           # ... and dimensions up to 2^32 elements
 
 
 @dataclass(frozen=True)
 class WgmmaAttentionConfig(AttentionConfig):
-    """AttentionConfig with this template's schedule option: overlap (STAGE=async:2:overlap)
-    issues S of key block j + 1 before the softmax of block j (module docstring)."""
+    """AttentionConfig with this template's schedule options: overlap (STAGE=async:2:overlap)
+    issues S of key block j + 1 before the softmax of block j; tma (STAGE=tma:2, tma:2:overlap)
+    adds a producer warpgroup that loads Q, K and V by TMA (module docstring)."""
     inst: str = "wgmma"
     overlap: bool = False
+    tma: bool = False
 
 
 def overlapped(config: AttentionConfig) -> bool:
     return bool(getattr(config, "overlap", False))
 
 
+def specialized(config: AttentionConfig) -> bool:
+    """Warp-specialized: a TMA producer warpgroup (STAGE=tma:2...)."""
+    return bool(getattr(config, "tma", False))
+
+
+def block_threads(config: AttentionConfig) -> int:
+    """The consumer warps, plus the producer warpgroup when specialized."""
+    return 32 * config.warps + (128 if specialized(config) else 0)
+
+
 def smem_bytes(problem: AttentionProblem, config: AttentionConfig) -> int:
-    """The Q tile and `stages` K and V tiles (no padding: swizzled), plus alignment slack."""
+    """The Q tile and `stages` K and V tiles (no padding: swizzled), plus alignment slack (and
+    the mbarriers when specialized)."""
     rows = config.bq + 2 * config.stages * config.bkv
-    return rows * problem.d * 2 + ALIGN_SLACK
+    return rows * problem.d * 2 + ALIGN_SLACK + (8 * TMA_BARRIERS if specialized(config) else 0)
+
+
+def tma_refusals(p: AttentionProblem) -> list[str]:
+    """What a 4-d tensor map (head dim, sequence, head, batch) of each operand cannot
+    describe: a dimension of more than one index with stride 0 (broadcast: TMA strides are
+    positive multiples of 16 bytes), strides of 2^40 bytes or more, extents over 2^32."""
+    why: list[str] = []
+    for name, op, seq in (("q", p.q, p.sq), ("k", p.k, p.sk), ("v", p.v, p.sk)):
+        for axis, extent, stride in (("batch", p.batch, op.strides[0]),
+                                     ("head", p.heads, op.strides[1]),
+                                     ("sequence", seq, op.strides[2])):
+            if extent > 1 and stride <= 0:
+                why.append(f"{name}'s {axis} stride is {stride} over {extent} indices: a TMA "
+                           f"tensor map's strides are positive multiples of 16 bytes (a "
+                           f"broadcast operand cannot be described)")
+            elif 2 * stride >= TMA_MAX_STRIDE_BYTES:
+                why.append(f"{name}'s {axis} stride {2 * stride} B is over the tensor map's "
+                           f"2^40 bytes")
+        if max(p.batch, p.heads, seq, p.d) > TMA_MAX_DIM:
+            why.append(f"{name} has an extent over the tensor map's 2^32 elements")
+    return why
 
 
 def accumulator_registers(problem: AttentionProblem, config: AttentionConfig) -> int:
@@ -138,17 +216,27 @@ def constraints_sm90(problem: AttentionProblem, config: AttentionConfig,
                    f"{c.warps}")
     if c.bkv not in BKV:
         why.append(f"bkv {c.bkv}: the S wgmma's N, 64 or 128")
-    if c.stages not in (1, 2):
+    if specialized(c) and c.stages != 2:
+        why.append(f"stages {c.stages}: the TMA producer fills a ring of 2 K/V stages")
+    elif c.stages not in (1, 2):
         why.append(f"stages {c.stages}: 1 (synchronous) or 2 (cp.async double buffer)")
     elif overlapped(c) and c.stages != 2:
         why.append(f"the overlapped schedule issues S of key block j + 1 while block j's "
                    f"products still read their K/V slot: it needs the 2-stage cp.async ring, "
                    f"not {c.stages} stage(s)")
+    if specialized(c):
+        why += tma_refusals(p)
     if why:
         return why
     if (need := smem_bytes(p, c)) > SMEM_LIMIT:
         why.append(f"shared memory {need} B ({need / 1024:.1f} KiB) for Q and {c.stages} K/V "
                    f"stage(s) is over sm_90a's {SMEM_LIMIT // 1024} KiB per block")
+    if specialized(c) and block_threads(c) in TMA_REGISTERS and \
+            (regs := accumulator_registers(p, c)) > MAX_TMA_ACCUMULATORS:
+        why.append(f"with the producer warpgroup, {block_threads(c)} threads start at "
+                   f"{65536 // block_threads(c) // 8 * 8} registers each: {regs} f32 "
+                   f"accumulators per thread (O and S) are over the {MAX_TMA_ACCUMULATORS} that "
+                   f"compile without spills there")
     if overlapped(c):
         if (regs := accumulator_registers(p, c)) > MAX_OVERLAP_ACCUMULATORS:
             why.append(f"the overlapped schedule would hold {regs} f32 accumulators per thread "
@@ -165,9 +253,39 @@ def attention_sm90_body(problem: AttentionProblem, config: AttentionConfig,
     """The kernel body (see the module docstring) and its launch: grid, threads, smem bytes."""
     if why := constraints_sm90(problem, config, "sm_90a"):
         raise ValueError("wgmma attention config cannot be built: " + "; ".join(why))
+    if specialized(config):
+        threads = block_threads(config)
+        return TmaBody(lines=tuple(_Emitter(problem, config).tma_lines(store)),
+                       grid=problem.batch * problem.heads * _qblocks(problem, config),
+                       threads=threads, smem_bytes=smem_bytes(problem, config),
+                       tensor_maps=tensor_maps(problem, config),
+                       min_blocks=1 if threads in TMA_REGISTERS else 0)
     return Body(lines=tuple(_Emitter(problem, config).lines(store)),
                 grid=problem.batch * problem.heads * _qblocks(problem, config),
                 threads=32 * config.warps, smem_bytes=smem_bytes(problem, config))
+
+
+TMAPS = ("fw_tmap_q", "fw_tmap_k", "fw_tmap_v")
+
+
+def tensor_maps(p: AttentionProblem, c: AttentionConfig) -> tuple[TensorMapSpec, ...]:
+    """The 4-d tensor maps of q, k and v: (head dim, sequence, head, batch), boxes of 64
+    head-dim elements (128 bytes: the 128-byte swizzle) by bq (q) or bkv (k, v) rows; rows past
+    the sequence read zeros. A dimension of one index takes the stride the one below it spans
+    (it is never stepped; TMA wants a positive multiple of 16 bytes)."""
+    maps = []
+    for tmap, op, seq, rows in zip(TMAPS, (p.q, p.k, p.v), (p.sq, p.sk, p.sk),
+                                   (c.bq, c.bkv, c.bkv)):
+        dims = (p.d, seq, p.heads, p.batch)
+        strides: list[int] = []
+        below = 2 * p.d                          # bytes spanned by the head dimension
+        for extent, stride in zip(dims[1:], (op.strides[2], op.strides[1], op.strides[0])):
+            step = 2 * stride if extent > 1 else below
+            strides.append(step)
+            below = step * extent
+        maps.append(TensorMapSpec(tmap, op.buffer, op.ctype, dims, tuple(strides),
+                                  (64, rows, 1, 1), swizzle=1))
+    return tuple(maps)
 
 
 class _Emitter:
@@ -181,6 +299,235 @@ class _Emitter:
         self.threads = 32 * c.warps
         self.kv_bytes = c.bkv * p.d * 2
         self.overlap = overlapped(c)
+
+    # --- warp specialization (STAGE=tma:2, tma:2:overlap) --------------------------------------
+
+    def tma_lines(self, store: Store) -> list[str]:
+        """The producer warpgroup (threads 0..127) and the consumers (module docstring)."""
+        p, c = self.p, self.c
+        qb = _qblocks(p, c)
+        last = "(fw_q0 + FW_BQ < FW_SQ ? fw_q0 + FW_BQ : FW_SQ) - 1"
+        causal_blocks = (f"FW_CAUSAL && ({last}) / FW_BKV + 1 < FW_KBLOCKS ? "
+                         f"({last}) / FW_BKV + 1 : FW_KBLOCKS")
+        q_bytes = c.bq * p.d * 2
+        regs = TMA_REGISTERS.get(block_threads(c))
+        head = [
+            f"// attention (wgmma, sm_90a, warp-specialized): {p.batch}x{p.heads} heads, sq "
+            f"{p.sq}, sk {p.sk}, d {p.d}, {'causal' if p.causal else 'no mask'}; bq {c.bq} "
+            f"({c.bq // 64} consumer warpgroup(s) after a TMA producer warpgroup), bkv {c.bkv}, "
+            f"{c.stages} stages{'; S of block j + 1 overlaps the softmax of block j' if self.overlap else ''}",
+            f"constexpr int FW_SQ = {p.sq}, FW_D = {p.d};",
+            *([f"constexpr int FW_SK = {p.sk};"] if p.sk % c.bkv else []),
+            f"constexpr int FW_BQ = {c.bq}, FW_BKV = {c.bkv};",
+            f"constexpr int FW_KBLOCKS = {-(-p.sk // c.bkv)};",
+            f"constexpr bool FW_CAUSAL = {'true' if p.causal else 'false'};",
+            "// the softmax exponent's factor: scale * log2(e), or 1 where S is scaled first",
+            f"constexpr float FW_C = {_float(p.scale * LOG2E) if p.scale > 0 else '1.f'};",
+            "const int fw_wg = tid / 128 - 1;   // this consumer warpgroup (-1: the producer)",
+            "const int fw_warp = tid % 128 / 32, fw_lane = tid % 32;",
+            "const int fw_g = fw_lane / 4, fw_t = fw_lane % 4;   // D fragment row, column pair",
+            f"const int fw_q0 = ({qb} - 1 - int(bid % {qb})) * FW_BQ;",
+            f"const long long fw_bh = bid / {qb};",
+            f"const long long fw_bz = fw_bh / {p.heads};",
+            f"const int fw_h = int(fw_bh % {p.heads});",
+            f"{'' if self.overlap else 'const '}int fw_nkb = {causal_blocks};   // key blocks "
+            f"this block visits",
+            "// the tiles, aligned to the 1024-byte period of the 128-byte swizzle",
+            "unsigned char* const fw_smem = emmy_smem + ((1024u - (sm90_smem_addr(emmy_smem) & "
+            "1023u)) & 1023u);",
+            f"constexpr unsigned FW_KOFF = {q_bytes}u, FW_VOFF = "
+            f"{q_bytes + c.stages * self.kv_bytes}u, FW_KV = {self.kv_bytes}u;",
+            "// mbarriers: [0] Q full; [1 + s] K full, [3 + s] V full (the producer's",
+            "// arrive.expect_tx and the TMA bytes); [5 + s] K empty, [7 + s] V empty (one arrival",
+            "// per consumer warp once the wgmmas reading slot s are done)",
+            "uint64_t* const fw_bar = reinterpret_cast<uint64_t*>(fw_smem + FW_VOFF + "
+            f"{c.stages} * FW_KV);",
+            "if (tid == 0) {",
+            "  for (int i = 0; i < 5; ++i) mbar_init(&fw_bar[i], 1);",
+            f"  for (int i = 5; i < {TMA_BARRIERS}; ++i) mbar_init(&fw_bar[i], {c.warps});",
+            "  mbar_init_fence();",
+            "}",
+            "__syncthreads();",
+        ]
+        give = [f"setmaxnreg_dec<{regs[0]}>();   // the producer needs few registers"] \
+            if regs else []
+        take = [f"setmaxnreg_inc<{regs[1]}>();   // the consumers hold the accumulators"] \
+            if regs else []
+        return [*head,
+                "if (tid < 128) {   // the producer warpgroup",
+                *_indent(give + self.tma_producer(), 1),
+                "} else {           // the consumer warpgroups",
+                *_indent(take + self.tma_consumer() + self.epilogue(store), 1),
+                "}"]
+
+    def tma_boxes(self, tmap: str, at: str, row0: str, rows: int, bar: str) -> list[str]:
+        """The TMA copies of one tile (`rows` rows from `row0`) into fw_smem + `at`: one box of
+        64 head-dim elements per 64 columns, block j at j * rows * 128 bytes."""
+        return [f"tma_load_4d(fw_smem + {at}{f' + {j * rows * 128}u' if j else ''}, {tmap}, "
+                f"{64 * j}, {row0}, fw_h, int(fw_bz), {bar});" for j in range(self.p.d // 64)]
+
+    def tma_producer(self) -> list[str]:
+        """One thread: Q once, then K and V of each key block into slot kb & 1 once the
+        consumers have released it (use kb / 2 of the slot waits on the empty barrier's
+        phase (kb / 2 + 1) & 1: the phase before, which a new barrier counts as complete)."""
+        c = self.c
+        return [
+            "if (tid == 0) {   // one thread issues every copy",
+            f"  mbar_arrive_expect_tx(&fw_bar[0], {c.bq * self.p.d * 2}u);",
+            *_indent(self.tma_boxes("fw_tmap_q", "0u", "fw_q0", c.bq, "&fw_bar[0]"), 1),
+            "  for (int kb = 0; kb < fw_nkb; ++kb) {",
+            "    const int fw_st = kb & 1;",
+            "    const unsigned fw_ph = unsigned(kb >> 1) & 1u, fw_at = unsigned(fw_st) * FW_KV;",
+            "    mbar_wait(&fw_bar[5 + fw_st], fw_ph ^ 1u);   // every consumer warp is done "
+            "with K kb - 2",
+            "    mbar_arrive_expect_tx(&fw_bar[1 + fw_st], FW_KV);",
+            *_indent(self.tma_boxes("fw_tmap_k", "FW_KOFF + fw_at", "kb * FW_BKV", c.bkv,
+                                    "&fw_bar[1 + fw_st]"), 2),
+            "    mbar_wait(&fw_bar[7 + fw_st], fw_ph ^ 1u);   // ... and with V kb - 2",
+            "    mbar_arrive_expect_tx(&fw_bar[3 + fw_st], FW_KV);",
+            *_indent(self.tma_boxes("fw_tmap_v", "FW_VOFF + fw_at", "kb * FW_BKV", c.bkv,
+                                    "&fw_bar[3 + fw_st]"), 2),
+            "  }",
+            "}",
+        ]
+
+    @staticmethod
+    def release(bar: str) -> list[str]:
+        """This warp is done with a slot (its wgmmas reading it have completed): lane 0 arrives
+        on the slot's empty barrier once the whole warp is past its wait."""
+        return ["__syncwarp();", f"if (fw_lane == 0) mbar_arrive(&fw_bar[{bar}]);"]
+
+    def tma_consumer(self) -> list[str]:
+        """A consumer warpgroup: descriptors, accumulators, the key loop over the blocks it
+        computes (fw_wnkb), then the blocks it skips (causal): it still waits for each and
+        releases it, so that every phase of the empty barriers sees all consumer warps."""
+        p = self.p
+        wnkb = ("FW_CAUSAL && (fw_wq0 + 63) / FW_BKV + 1 < fw_nkb ? (fw_wq0 + 63) / FW_BKV + 1 "
+                ": fw_nkb")
+        out = [
+            "const int fw_wq0 = fw_q0 + 64 * fw_wg;   // the warpgroup's first query row",
+            "const int fw_rq0 = fw_wq0 + 16 * fw_warp + fw_g;   // this thread's row (and + 8)",
+            # as the cp.async overlapped loop: a constant trip count lets nvcc split iterations
+            *(['asm volatile("" : "+r"(fw_nkb));   // opaque: see the template'] if self.overlap
+              else []),
+            *self.first_masked(),
+            "const unsigned fw_base = sm90_smem_addr(fw_smem);",
+            "// descriptors at k step 0 of stage 0: Q (this warpgroup's 64 rows) and K K-major,",
+            "// V N-contiguous (MN-major: an atom column of FW_BKV keys per 64 of d)",
+            "const uint64_t fw_qdesc = wgmma_desc(fw_base + 8192u * fw_wg, 16u, 1024u, "
+            "WGMMA_SWIZZLE_128B);",
+            "const uint64_t fw_kdesc = wgmma_desc(fw_base + FW_KOFF, 16u, 1024u, "
+            "WGMMA_SWIZZLE_128B);",
+            f"const uint64_t fw_vdesc = wgmma_desc(fw_base + FW_VOFF, {self.c.bkv * 128}u, 1024u, "
+            "WGMMA_SWIZZLE_128B);",
+            "float fw_m[2] = {-EMMY_INF_F32, -EMMY_INF_F32};   // rows fw_rq0, + 8 (log2 domain)",
+            "float fw_l[2] = {0.f, 0.f};   // this thread's part of each row's sum",
+            "float fw_o[FW_D / 2];",
+            "#pragma unroll",
+            "for (int i = 0; i < FW_D / 2; ++i) fw_o[i] = 0.f;",
+            f"const int fw_wnkb = {wnkb if p.causal else 'fw_nkb'};   // key blocks this "
+            f"warpgroup computes",
+            "mbar_wait(&fw_bar[0], 0u);   // Q has landed",
+        ]
+        out += self.tma_overlap_loop() if self.overlap else self.tma_key_loop()
+        if p.causal:
+            out += ["// the key blocks above this warpgroup's rows: wait for each (so that no",
+                    "// arrival runs ahead into a later phase) and release it",
+                    "for (int kb = fw_wnkb; kb < fw_nkb; ++kb) {",
+                    "  const unsigned fw_ph = unsigned(kb >> 1) & 1u;",
+                    "  mbar_wait(&fw_bar[1 + (kb & 1)], fw_ph);",
+                    *_indent(self.release("5 + (kb & 1)"), 1),
+                    "  mbar_wait(&fw_bar[3 + (kb & 1)], fw_ph);",
+                    *_indent(self.release("7 + (kb & 1)"), 1),
+                    "}"]
+        return out
+
+    def tma_key_loop(self) -> list[str]:
+        """Per key block: wait for K, S = Q K^T (waited for), release K; the mask and softmax;
+        wait for V, O += P V (waited for), release V."""
+        return [
+            "for (int kb = 0; kb < fw_wnkb; ++kb) {",
+            "  const int fw_st = kb & 1;",
+            "  const unsigned fw_ph = unsigned(kb >> 1) & 1u;",
+            "  const unsigned fw_stage = unsigned(fw_st) * FW_KV;",
+            "  mbar_wait(&fw_bar[1 + fw_st], fw_ph);   // K kb has landed",
+            *_indent(self.scores(), 1),
+            *_indent(self.release("5 + fw_st"), 1),
+            *_indent([*self.mask(), *self.softmax()], 1),
+            "  mbar_wait(&fw_bar[3 + fw_st], fw_ph);   // V kb has landed",
+            *_indent(self.pv(), 1),
+            *_indent(self.release("7 + fw_st"), 1),
+            "}",
+        ]
+
+    def tma_overlap_loop(self) -> list[str]:
+        """The overlapped schedule on the producer's barriers: S_0 first, then steps of two."""
+        return [
+            "// two S buffers (block kb in fw_s0 for even kb, fw_s1 for odd), P of the last block",
+            "float fw_s0[FW_BKV / 2], fw_s1[FW_BKV / 2], fw_alpha[2];",
+            "unsigned fw_p[FW_BKV / 16][4];",
+            "mbar_wait(&fw_bar[1], 0u);   // K 0 has landed",
+            *self.issue_scores("fw_s0", "0u"),
+            "wgmma_wait<0>();",
+            "wgmma_fence_acc(fw_s0);",
+            *self.release("5"),
+            "#pragma unroll 1",
+            "for (int kb = 0; kb < fw_wnkb; kb += 2) {",
+            "  {",
+            *_indent(self.tma_overlap_step("kb", "fw_s0", "fw_s1", 0), 2),
+            "  }",
+            "  if (kb + 1 < fw_wnkb) {",
+            *_indent(self.tma_overlap_step("kb + 1", "fw_s1", "fw_s0", 1), 2),
+            "  }",
+            "}",
+        ]
+
+    def tma_overlap_step(self, kb: str, cur: str, nxt: str, stage: int) -> list[str]:
+        """Key block fw_kb (slot `stage`; S_kb done, in `cur`, K slot released): wait for K
+        fw_kb + 1 and issue S_kb+1 into `nxt`; mask and softmax S_kb; wait for P V_kb-1 and
+        release its V slot; wait for V fw_kb, issue P V_kb; wait for S_kb+1 and release its K
+        slot (or, at the last block, for everything, and release V fw_kb)."""
+        other = 1 - stage
+        return [
+            f"const int fw_kb = {kb};",
+            "const bool fw_next = fw_kb + 1 < fw_wnkb;",
+            "if (fw_next) {   // S fw_kb + 1 = Q K^T: runs while this warpgroup's softmax does",
+            f"  mbar_wait(&fw_bar[{1 + other}], unsigned((fw_kb + 1) >> 1) & 1u);   // K fw_kb + 1 "
+            "has landed",
+            *_indent(self.issue_scores(nxt, f"{other}u * FW_KV"), 1),
+            "}",
+            *self.mask(cur, "fw_kb"),
+            *self.softmax_exp(cur),
+            "// P V of fw_kb - 1 done (groups complete in order; S fw_kb + 1 may still run)",
+            "if (fw_next) wgmma_wait<1>(); else wgmma_wait<0>();",
+            "if (fw_kb > 0) {   // ... so V slot (fw_kb - 1) & 1 is free",
+            *_indent(self.release(f"{7 + other}"), 1),
+            "}",
+            f"mbar_wait(&fw_bar[{3 + stage}], unsigned(fw_kb >> 1) & 1u);   // V fw_kb has landed",
+            *self.softmax_apply(cur),
+            *self.issue_pv(f"{stage}u * FW_KV"),
+            *self.pv_drained(nxt, self.release(f"{5 + other}"),    # ... and S's K slot is free
+                             self.release(f"{7 + stage}")),
+        ]
+
+    @staticmethod
+    def pv_drained(nxt: str, on_next: list[str] = (), on_last: list[str] = ()) -> list[str]:
+        """The overlapped step's last waits: with a next block, until S fw_kb + 1 is done (P V
+        of fw_kb may still run) and then `on_next`; on the warpgroup's last block, until
+        everything is, and then `on_last`."""
+        return ["if (fw_next) {   // S fw_kb + 1 done; P V of fw_kb may still run",
+                "  wgmma_wait<1>();",
+                f"  wgmma_fence_acc({nxt});",
+                *_indent(list(on_next), 1),
+                "} else {          // this warpgroup's last block: everything done",
+                "  wgmma_wait<0>();",
+                "  wgmma_fence_acc(fw_o);",
+                "  #pragma unroll",
+                "  for (int kk = 0; kk < FW_BKV / 16; ++kk) wgmma_fence_a(fw_p[kk]);",
+                *_indent(list(on_last), 1),
+                "}"]
+
+    # --- the cp.async forms ----------------------------------------------------------------------
 
     def lines(self, store: Store) -> list[str]:
         if self.overlap:
@@ -547,15 +894,7 @@ class _Emitter:
         pv = [
             *self.softmax_apply(cur),
             *self.issue_pv(f"{stage}u * FW_KV"),
-            "if (fw_next) {   // S fw_kb + 1 done; P V of fw_kb may still run",
-            "  wgmma_wait<1>();",
-            f"  wgmma_fence_acc({nxt});",
-            "} else {          // this warpgroup's last block: everything done",
-            "  wgmma_wait<0>();",
-            "  wgmma_fence_acc(fw_o);",
-            "  #pragma unroll",
-            "  for (int kk = 0; kk < FW_BKV / 16; ++kk) wgmma_fence_a(fw_p[kk]);",
-            "}",
+            *self.pv_drained(nxt),
         ]
         out += (["if (fw_cur) {", *_indent(pv, 1), "}"] if causal else pv)
         return out

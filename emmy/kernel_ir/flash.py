@@ -5,6 +5,8 @@ store of each output element (the cast to the output type, the output's layout).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.elements import element_lines
 from emmy.schedule import flash as F
@@ -41,6 +43,10 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
                "registers (f32 accumulate); K/V {}".format(
                    config.bkv, problem.d, "double-buffered by cp.async" if config.stages > 1
                    else "copied synchronously"))
+        if getattr(config, "tma", False):
+            how = (how[0], how[1].replace(
+                "double-buffered by cp.async",
+                "in a 2-stage ring loaded by a TMA producer warpgroup (full/empty mbarriers)"))
         if getattr(config, "overlap", False):
             how += ("  overlapped: S of key block j + 1 is issued before the softmax of block j "
                     "(two S buffers), P V of block j runs on into step j + 1",)
@@ -52,11 +58,19 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
                + ("double-buffered by cp.async" if config.stages > 1 else "copied synchronously"))
     params = tuple(K.Param(b.name, b.type.dtype.c_name, False) for b in k.inputs) + \
         tuple(K.Param(b.name, b.type.dtype.c_name, True) for b in k.outputs)
+    # TMA rows: a parameter per tensor map (after the buffers), filled by the runtime; its
+    # buffer is named after the kernel (as emmy.kernel_ir.gemm does: a program may hold several)
+    maps = getattr(body, "tensor_maps", ())
+    unique = {tm.name: f"{k.name}_{tm.name}" for tm in maps}
+    params += tuple(K.Param(tm.name, "EmmyTensorMap", False) for tm in maps)
     summary = (f"attention {problem.batch}x{problem.heads} heads, {problem.sq} queries x "
                f"{problem.sk} keys, head dim {problem.d}, scale {problem.scale:g}"
                f"{', causal' if problem.causal else ''}", *how)
     f = K.KFunction(name=k.name, params=params, grid=body.grid, threads=body.threads,
                     shared_bytes=body.smem_bytes, body=(K.Template(summary, tuple(body.lines)),),
-                    row=str(row))
+                    row=str(row), tensor_maps=tuple(replace(tm, name=unique[tm.name])
+                                                    for tm in maps),
+                    min_blocks=body.min_blocks)
     return K.KProgram(name=k.name, functions=(f,), launches=(K.Launch(f.name, tuple(
-        p.name for p in params)),), temporaries=(), zero_fill=(), headers=headers)
+        unique.get(p.name, p.name) for p in params)),), temporaries=(), zero_fill=(),
+        headers=headers)

@@ -15,6 +15,14 @@ as an online fold that rescales its running sum and output.
                                  of the next key block before the softmax of block j and lets
                                  P_j V_j run into the next step (two S register buffers, so
                                  O + 2 S accumulators must fit: stage.overlap_registers)
+            tma:2 | tma:2:overlap
+                                 wgmma tiles only: FlashAttention-3's warp specialization: a
+                                 producer warpgroup (128 more threads, before the consumers)
+                                 loads Q once and K/V into a 2-stage ring by TMA on full/empty
+                                 mbarriers (4-d tensor maps: stage.tma_tensor_maps), the
+                                 consumers only compute; with :overlap they run the overlapped
+                                 schedule. Two consumer warpgroups: setmaxnreg 40 / 232,
+                                 __launch_bounds__(384, 1) (stage.tma_registers)
 
 The last rule asks the template (emmy.cuda.attention or .attention_sm90) itself, so a listed
 row always builds.
@@ -33,15 +41,16 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "WORK": ("warps:4", "warps:8"),
     "TILE": (*(f"flash:{q}x{kv}" for q in (64, 128) for kv in (32, 64, 128)),
              *(f"wgmma:{q}x{kv}" for q in (64, 128) for kv in (64, 128))),
-    "STAGE": ("smem", "async:2", "async:2:overlap"),
+    "STAGE": ("smem", "async:2", "async:2:overlap", "tma:2", "tma:2:overlap"),
 }
 GRAMMAR_TEXT = {
     "WORK": "warps:4 | warps:8  (warps per block)",
     "TILE": "flash:BQxBKV | wgmma:BQxBKV  (BQ = 64 | 128 queries per block; BKV = 32 | 64 | "
             "128 keys per step for flash (mma.sync), 64 | 128 for wgmma (sm_90a, BQ/16 warps))",
-    "STAGE": "smem | async:2 | async:2:overlap  (K/V copies: synchronous, or a cp.async "
-             "double buffer; overlap, wgmma only: S of the next key block is issued before "
-             "the softmax of this one, two S buffers)",
+    "STAGE": "smem | async:2 | async:2:overlap | tma:2 | tma:2:overlap  (K/V copies: "
+             "synchronous, or a cp.async double buffer; overlap, wgmma only: S of the next key "
+             "block is issued before the softmax of this one, two S buffers; tma, wgmma only: "
+             "a producer warpgroup loads Q, K and V by TMA on mbarriers)",
 }
 # Measured on an H200 (4 x 32 heads x 4096, f16): 128 queries on 4 warps (32 rows a warp) with
 # 32 (d = 128) or 64-128 (d = 64) keys per step, double-buffered, was fastest. The wgmma rows
@@ -56,6 +65,7 @@ KEYS = ("WORK", "TILE", "STAGE")
 class FlashStage:
     stages: int              # smem -> 1, async:2 -> 2
     overlap: bool = False    # async:2:overlap (wgmma tiles): S of block j + 1 before softmax j
+    tma: bool = False        # tma:2[:overlap] (wgmma tiles): a TMA producer warpgroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +89,7 @@ def read_stage(value: str) -> FlashStage:
     if value == "smem":
         return FlashStage(1)
     parts = value.split(":")
-    return FlashStage(int(parts[1]), parts[2:] == ["overlap"])
+    return FlashStage(int(parts[1]), parts[2:] == ["overlap"], parts[0] == "tma")
 
 
 READ = {"WORK": read_work, "TILE": read_tile, "STAGE": read_stage}
@@ -103,6 +113,10 @@ class FlashCtx:
     def overlap(self) -> bool:
         return bool(self.stage and self.stage.overlap)
 
+    @property
+    def tma(self) -> bool:
+        return bool(self.stage and self.stage.tma)
+
 
 def config_of(c: FlashCtx):
     from emmy.cuda.attention import AttentionConfig
@@ -111,7 +125,7 @@ def config_of(c: FlashCtx):
         from emmy.cuda.attention_sm90 import WgmmaAttentionConfig
 
         return WgmmaAttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps,
-                                    stages=c.stages, overlap=c.overlap)
+                                    stages=c.stages, overlap=c.overlap, tma=c.tma)
     return AttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps, stages=c.stages,
                            inst=c.tile.inst)
 
@@ -142,8 +156,9 @@ def make_ctx(kernel, target: Target) -> FlashCtx:
 # --- rules ------------------------------------------------------------------------------------
 
 def threads_per_block(c: FlashCtx) -> str | None:
-    if 32 * c.warps > c.target.max_threads_per_block:
-        return f"{32 * c.warps} threads > {c.target.max_threads_per_block} per block"
+    threads = 32 * c.warps + (128 if c.tma else 0)     # tma: the producer warpgroup too
+    if threads > c.target.max_threads_per_block:
+        return f"{threads} threads > {c.target.max_threads_per_block} per block"
     return None
 
 
@@ -202,6 +217,44 @@ def async_copies(c: FlashCtx) -> str | None:
     return None
 
 
+def tma_wgmma(c: FlashCtx) -> str | None:
+    if not c.tma:
+        return None
+    if c.tile.inst != "wgmma":
+        return (f"STAGE=tma:... adds a TMA producer warpgroup to the wgmma template; "
+                f"flash:{c.tile.bq}x{c.tile.bkv} (mma.sync) copies with cp.async: use "
+                f"STAGE=async:2, or a wgmma:BQxBKV tile on sm_90a")
+    if not c.target.has_tma:
+        return f"TMA copies need sm_90 or later; {c.target.name} has none"
+    return None
+
+
+def tma_tensor_maps(c: FlashCtx) -> str | None:
+    if not (c.tma and c.tile.inst == "wgmma"):
+        return None
+    from emmy.cuda.attention_sm90 import tma_refusals
+
+    why = tma_refusals(c.problem)
+    return (why[0] + "; use STAGE=async:2 (cp.async copies)") if why else None
+
+
+def tma_registers(c: FlashCtx) -> str | None:
+    from emmy.cuda.attention_sm90 import MAX_TMA_ACCUMULATORS, TMA_REGISTERS
+
+    if not (c.tma and c.tile.inst == "wgmma"):
+        return None
+    threads = 32 * c.warps + 128
+    regs = c.problem.d // 2 + (2 if c.overlap else 1) * (c.tile.bkv // 2)
+    if threads in TMA_REGISTERS and regs > MAX_TMA_ACCUMULATORS:
+        return (f"with the producer warpgroup a block has {threads} threads, so each starts "
+                f"at {65536 // threads // 8 * 8} registers (ptxas allocates the consumers "
+                f"within that): {regs} f32 accumulators per thread (O: d/2 = "
+                f"{c.problem.d // 2}, S: {'2 x ' if c.overlap else ''}bkv/2) are over the "
+                f"{MAX_TMA_ACCUMULATORS} that compile without spills; use fewer keys per "
+                f"step, wgmma:64xBKV, or STAGE=async:2")
+    return None
+
+
 def overlap_wgmma(c: FlashCtx) -> str | None:
     if c.overlap and c.tile.inst != "wgmma":
         return (f"STAGE=async:2:overlap pipelines wgmma groups (S of the next key block in "
@@ -255,6 +308,9 @@ RULES = (
     Rule("tile.wgmma_registers", "TILE", wgmma_registers),
     Rule("tile.rows_per_warp", "TILE", rows_per_warp),
     Rule("stage.async", "STAGE", async_copies),
+    Rule("stage.tma_wgmma", "STAGE", tma_wgmma),
+    Rule("stage.tma_tensor_maps", "STAGE", tma_tensor_maps),
+    Rule("stage.tma_registers", "STAGE", tma_registers),
     Rule("stage.overlap_wgmma", "STAGE", overlap_wgmma),
     Rule("stage.overlap_registers", "STAGE", overlap_registers),
     Rule("stage.wgmma_shared", "STAGE", wgmma_shared),

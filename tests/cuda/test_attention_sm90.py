@@ -557,6 +557,290 @@ def test_the_cost_model_ranks_wgmma_rows():
     assert order[-1] == rows[0], order     # the modeled wgmma rate (0.62) beats mma.sync's (0.51)
 
 
+# --- warp specialization: a TMA producer warpgroup (STAGE=tma:2, tma:2:overlap) -----------------
+
+from emmy.cuda.attention_sm90 import (block_threads,  # noqa: E402
+                                      tensor_maps, tma_refusals)
+from emmy.cuda.gemm_sm90 import TmaBody  # noqa: E402
+
+
+def tma_config(bq: int, bkv: int, overlap: bool = False) -> WgmmaAttentionConfig:
+    return WgmmaAttentionConfig(bq=bq, bkv=bkv, warps=bq // 16, stages=2, overlap=overlap,
+                                tma=True)
+
+
+def tma_source(p, config, name="attn", out_ctype="float"):
+    """One kernel `name(q, k, v, out, fw_tmap_q, fw_tmap_k, fw_tmap_v)`, declared with the
+    body's __launch_bounds__ (threads, and 1 block per SM where it uses setmaxnreg)."""
+    t = p.q.ctype
+    h, sq, d = p.heads, p.sq, p.d
+
+    def store(bz, head, row, col, value):
+        return [f"out[(({bz} * {h} + {head}) * {sq}LL + {row}) * {d} + {col}] = "
+                f"em_cvt<{out_ctype}>({value});"]
+
+    body = attention_sm90_body(p, config, store)
+    assert isinstance(body, TmaBody)
+    params = ", ".join([f"const {t}* __restrict__ {x}" for x in "qkv"]
+                       + [f"{out_ctype}* __restrict__ out"]
+                       + [f"const EmmyTensorMap* __restrict__ {m.name}" for m in body.tensor_maps])
+    bounds = f"{body.threads}{', 1' if body.min_blocks else ''}"
+    lines = [f'extern "C" __global__ void __launch_bounds__({bounds}) {name}({params}) {{',
+             "  const int tid = threadIdx.x;",
+             "  const long long bid = blockIdx.x;",
+             "  extern __shared__ __align__(16) unsigned char emmy_smem[];",
+             *["  " + line for line in body.lines],
+             "}"]
+    return "\n".join(lines) + "\n", body
+
+
+def run_tma(kind, batch, heads, sq, sk, d, causal, layout, bq, bkv, overlap=False):
+    p = problem(kind, batch, heads, sq, sk, d, causal, layout)
+    config = tma_config(bq, bkv, overlap)
+    assert constraints_sm90(p, config, "sm_90a") == []
+    source, body = tma_source(p, config)
+    x = inputs(kind, p, layout)
+    out = np.full((batch, heads, sq, d), np.nan, np.float32)
+    args = [*x.bits, out, *(m.emulator_arg(i) for i, m in enumerate(body.tensor_maps))]
+    r = build_and_run(sm90_program(source), "attn", body.grid, body.threads, body.smem_bytes,
+                      args, timeout=600)
+    assert r.ok, f"{r.status}: {r.log}"
+    assert np.isfinite(out).all()
+    assert relative_error(out, reference(*x.values, p.scale, causal)) < 5e-3
+
+
+TMA_CASES = [
+    # kind, batch, heads, sq, sk, d, causal, layout, (bq, bkv, overlap)
+    ("f16", 1, 1, 64, 64, 64, False, "bhsd", (64, 64, False)),      # one block, one key block
+    ("bf16", 1, 2, 200, 200, 64, True, "bhsd", (64, 64, False)),    # ragged causal, ring wraps
+    ("f16", 2, 2, 100, 230, 128, False, "bshd", (128, 64, False)),  # sq < sk, 2 warpgroups
+    ("bf16", 1, 1, 300, 300, 128, True, "bhsd", (128, 64, False)),  # causal: skipped blocks
+    ("f16", 1, 2, 350, 70, 64, True, "bshd", (128, 128, False)),    # sq > sk, one key block
+    ("bf16", 2, 1, 70, 330, 64, True, "bhsd", (64, 128, True)),     # overlapped, sq < sk
+    ("f16", 1, 1, 300, 300, 128, True, "bhsd", (128, 64, True)),    # overlapped, causal, odd
+    ("bf16", 1, 2, 130, 400, 128, False, "bshd", (64, 64, True)),   # overlapped, one warpgroup
+]
+
+
+@pytest.mark.parametrize("kind,batch,heads,sq,sk,d,causal,layout,cfg", TMA_CASES)
+def test_emulated_tma_kernel_matches_numpy(kind, batch, heads, sq, sk, d, causal, layout, cfg):
+    run_tma(kind, batch, heads, sq, sk, d, causal, layout, *cfg)
+
+
+def test_tma_body_launch_shape_and_tensor_maps():
+    p = problem("f16", 2, 3, 300, 200, 128, True, "bshd")
+    _, body = tma_source(p, tma_config(128, 64))
+    assert body.threads == 384 == block_threads(tma_config(128, 64)) and body.min_blocks == 1
+    assert body.grid == 2 * 3 * 3
+    assert body.smem_bytes == smem_bytes(p, tma_config(128, 64)) == \
+        (128 + 4 * 64) * 128 * 2 + 1024 + 9 * 8
+    q, k, v = body.tensor_maps
+    assert [m.name for m in body.tensor_maps] == ["fw_tmap_q", "fw_tmap_k", "fw_tmap_v"]
+    # (head dim, sequence, head, batch), bshd: sequence stride heads * d, head stride d
+    assert q.dims == (128, 300, 3, 2) and k.dims == v.dims == (128, 200, 3, 2)
+    assert q.strides == (3 * 128 * 2, 128 * 2, 300 * 3 * 128 * 2)
+    assert q.box == (64, 128, 1, 1) and k.box == v.box == (64, 64, 1, 1)
+    assert all(m.swizzle == 1 and all(s % 16 == 0 and s > 0 for s in m.strides)
+               for m in body.tensor_maps)
+    # one consumer warpgroup: 256 threads start at 255 registers, no setmaxnreg
+    source, one = tma_source(p, tma_config(64, 64))
+    assert one.threads == 256 and one.min_blocks == 0 and "setmaxnreg" not in source
+
+
+def test_tma_a_dimension_of_one_index_takes_a_valid_stride():
+    """A broadcast batch of one (stride 0) never steps; its tensor-map stride is the span of
+    the dimensions below (TMA strides are positive multiples of 16 bytes)."""
+    from dataclasses import replace
+
+    from emmy.cuda.attention import AttnOperand
+
+    p = problem("f16", 1, 2, 100, 100, 64)
+    p = replace(p, q=AttnOperand("q", "__half", (0, 100 * 64, 64, 1)))
+    assert constraints_sm90(p, tma_config(64, 64), "sm_90a") == []
+    assert tensor_maps(p, tma_config(64, 64))[0].strides == (128, 100 * 128, 2 * 100 * 128)
+
+
+def test_tma_producer_and_consumers_order_their_barriers():
+    """The order the module docstring derives (the emulator runs TMA copies at issue and
+    cannot see a slot refilled early): the producer waits on a slot's empty barrier before it
+    announces and copies into it, the consumers wait on full before each product and release
+    the slot after the wait that ends the wgmmas reading it; no consumer copies or meets at
+    __syncthreads after the split."""
+    p = problem("f16", 1, 1, 300, 300, 128, True)
+    source, _ = tma_source(p, tma_config(128, 64))
+    producer, consumer = source.split("} else {           // the consumer warpgroups")
+    producer = producer.split("if (tid < 128) {")[1]
+    assert producer.index("mbar_wait(&fw_bar[5 + fw_st], fw_ph ^ 1u);") < \
+        producer.index("mbar_arrive_expect_tx(&fw_bar[1 + fw_st], FW_KV);") < \
+        producer.index("tma_load_4d(fw_smem + FW_KOFF + fw_at, fw_tmap_k")
+    assert producer.count("tma_load_4d(") == 3 * 2        # Q, K, V: d / 64 boxes each
+    assert "setmaxnreg_dec<40>();" in producer and "setmaxnreg_inc<232>();" in consumer
+    assert "cp_async" not in consumer and "__syncthreads" not in consumer
+    loop = consumer.split("for (int kb = 0; kb < fw_wnkb; ++kb) {")[1]
+    order = ["mbar_wait(&fw_bar[1 + fw_st], fw_ph);", "wgmma_m64k16<FW_BKV", "wgmma_wait<0>();",
+             "mbar_arrive(&fw_bar[5 + fw_st]);", "mbar_wait(&fw_bar[3 + fw_st], fw_ph);",
+             "wgmma_m64k16_rs<FW_D", "wgmma_wait<0>();", "mbar_arrive(&fw_bar[7 + fw_st]);"]
+    at = 0
+    for step in order:
+        at = loop.index(step, at) + 1
+    # causal: the blocks a warpgroup skips are still waited for and released
+    assert "for (int kb = fw_wnkb; kb < fw_nkb; ++kb) {" in consumer
+
+
+def test_tma_overlapped_step_releases_each_slot_after_its_last_reader():
+    p = problem("f16", 1, 1, 300, 300, 128, False)
+    source, _ = tma_source(p, tma_config(128, 64, overlap=True))
+    step = source.split("const int fw_kb = kb;")[1].split("if (kb + 1 < fw_wnkb) {")[0]
+    order = ["mbar_wait(&fw_bar[2]", "wgmma_m64k16<FW_BKV",       # K kb + 1, S kb + 1
+             "exp2f(",                                           # the softmax of kb
+             "if (fw_next) wgmma_wait<1>(); else wgmma_wait<0>();",  # P V kb - 1 done
+             "mbar_arrive(&fw_bar[8]);",                         # ... its V slot free
+             "mbar_wait(&fw_bar[3]", "wgmma_m64k16_rs<FW_D",     # V kb, P V kb
+             "wgmma_wait<1>();", "mbar_arrive(&fw_bar[6]);",     # S kb + 1 done: K slot free
+             "wgmma_wait<0>();", "mbar_arrive(&fw_bar[7]);"]     # last block: V kb free
+    at = 0
+    for s in order:
+        at = step.index(s, at) + 1
+
+
+# --- NVRTC: the warp-specialized main configurations --------------------------------------------
+
+TMA_MAIN = [  # d, causal, (bq, bkv, overlap)
+    (128, False, (128, 64, False)),
+    (128, True, (128, 128, False)),
+    (64, False, (128, 128, False)),
+    (128, True, (128, 64, True)),
+    (64, False, (64, 128, True)),
+    (256, True, (64, 64, False)),
+]
+
+
+def tma_kernels(kinds=("f16", "bf16"), seqs=(4096, 4001), main=TMA_MAIN):
+    kernels, names = [], []
+    for kind in kinds:
+        for d, causal, cfg in main:
+            for seq in seqs:
+                name = (f"attn_tma_{kind}_d{d}_{cfg[0]}x{cfg[1]}{'_overlap' if cfg[2] else ''}_"
+                        f"{'causal' if causal else 'full'}_{seq}")
+                p = problem(kind, batch=4, heads=32, sq=seq, sk=seq, d=d, causal=causal)
+                kernels.append(tma_source(p, tma_config(*cfg), name, CTYPES[kind])[0])
+                names.append(name)
+    return kernels, names
+
+
+def test_tma_configs_compile_without_spills():
+    kernels, names = tma_kernels(kinds=("f16", "bf16"), seqs=(4001,))
+    result = compile_cuda(sm90_program(*kernels), get_target("sm_90a"), ptx=True)
+    assert result.ok, result.log
+    for name in names:
+        res = result.resources_of(name)
+        assert (res.spill_store_bytes, res.spill_load_bytes, res.stack_bytes) == (0, 0, 0), \
+            f"{name}: {res}"
+        # two consumer warpgroups: __launch_bounds__(384, 1) caps the entry at 168
+        assert res.registers <= (168 if "_128x" in name else 255), f"{name}: {res}"
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" \
+        in result.ptx
+    assert "setmaxnreg.dec.sync.aligned.u32 40;" in result.ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 232;" in result.ptx
+    assert "cp.async.cg" not in result.ptx
+
+
+def test_tma_configs_over_the_register_budget_would_spill(monkeypatch):
+    """What stage.tma_registers refuses (two consumer warpgroups, d 256 with bkv 64: 160
+    accumulators) does spill when built anyway: the budget is not looser than ptxas."""
+    import emmy.cuda.attention_sm90 as sm90
+
+    p = problem("f16", batch=4, heads=32, sq=4096, sk=4096, d=256)
+    config = tma_config(128, 64)
+    assert any("168 registers" in w for w in constraints_sm90(p, config, "sm_90a"))
+    monkeypatch.setattr(sm90, "MAX_TMA_ACCUMULATORS", 160)
+    source = tma_source(p, config, "big", "__half")[0]
+    result = compile_cuda(sm90_program(source), get_target("sm_90a"))
+    assert result.ok, result.log
+    assert result.resources_of("big").spill_store_bytes > 0
+
+
+@pytest.mark.skipif(cuobjdump() is None, reason="cuobjdump (and nvdisasm) not installed")
+def test_tma_sass_uses_hgmma_utmaldg_and_setmaxnreg():
+    kernels, _ = tma_kernels(kinds=("f16",), seqs=(4096,), main=TMA_MAIN[:1])  # d 128, 128x64
+    r = compile_cuda(sm90_program(kernels[0]), get_target("sm_90a"))
+    assert r.ok, r.log
+    sass = disassemble(r.cubin)
+    # S = Q K^T: 8 k16 steps of m64n64; O += P V: 4 of m64n128
+    assert sass.count("HGMMA.64x64x16.F32") == 8, sass.count("HGMMA.64x64x16.F32")
+    assert sass.count("HGMMA.64x128x16.F32") == 4, sass.count("HGMMA.64x128x16.F32")
+    assert "UTMALDG.4D" in sass
+    assert sass.count("USETMAXREG") >= 2
+    assert "LDGSTS" not in sass                     # no cp.async left
+    assert "LDL" not in sass and "STL" not in sass
+
+
+# --- constraints, lowering, cost --------------------------------------------------------------------
+
+@pytest.mark.parametrize("change,config,fragment", [
+    ({"d": 256}, tma_config(128, 64), "168 registers"),
+    ({"d": 64}, tma_config(128, 128, overlap=True), "160 f32 accumulators"),
+    ({}, WgmmaAttentionConfig(bq=64, bkv=64, warps=4, stages=1, tma=True), "ring of 2"),
+])
+def test_tma_constraints_refuse_with_a_reason(change, config, fragment):
+    p = problem(d=change.get("d", 64))
+    why = constraints_sm90(p, config, "sm_90a")
+    assert any(fragment in w for w in why), why
+    with pytest.raises(ValueError):
+        attention_sm90_body(p, config, lambda *a: [])
+
+
+def test_tma_refuses_a_broadcast_operand():
+    from dataclasses import replace
+
+    from emmy.cuda.attention import AttnOperand
+
+    p = problem("f16", 1, 2, 100, 100, 64)
+    p = replace(p, k=AttnOperand("k", "__half", (0, 0, 64, 1)))      # one K for both heads
+    assert constraints_sm90(p, wgmma_config(64, 64), "sm_90a") == []  # cp.async copies it
+    why = constraints_sm90(p, tma_config(64, 64), "sm_90a")
+    assert why == tma_refusals(p) and "k's head stride is 0" in why[0]
+
+
+def test_tma_rows_lower_with_tensor_maps():
+    from emmy.frontend.workload import load_file
+    from emmy.pipeline import Options, compile_to
+
+    w = load_file("examples/attention_half.py", ())
+    row = "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2"
+    (k,) = compile_to(w, "tile")["tile"].program.kernels
+    results = compile_to(w, "cuda", Options(target="sm_90a", rows={k.name: row}))
+    (unit,) = results["cuda"].units
+    (launch,) = unit.launches
+    assert launch.threads == 384
+    names = [m.name for m in launch.tensor_maps]
+    assert names == [f"{k.name}_fw_tmap_{x}" for x in "qkv"]
+    assert launch.args[-3:] == tuple(names)
+    assert [m.buffer for m in launch.tensor_maps] == list(launch.args[:3])
+    assert "const EmmyTensorMap* __restrict__ fw_tmap_q" in unit.source
+    assert "__launch_bounds__(384, 1)" in unit.source
+    assert "TMA producer warpgroup" in unit.source
+
+
+def test_the_cost_model_spares_tma_rows_the_copy_issue():
+    """An assumption until measured: a warp-specialized row is the same tile without the
+    consumers' cp.async issue and barriers, so it ranks ahead of it."""
+    from emmy.frontend.workload import load_file
+    from emmy.pipeline import compile_to
+    from emmy.runtime.costmodel.api import rank_rows
+
+    w = load_file("examples/attention_half.py", (("head_dim", 128), ("seq_len", 4096),
+                                                  ("heads", 32), ("batch_size", 4)))
+    (k,) = compile_to(w, "tile")["tile"].program.kernels
+    rows = ["WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2",
+            "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
+            "WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2:overlap",
+            "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2:overlap"]
+    ranked = [str(r) for r, _ in rank_rows(k, rows, get_target("sm_90a"), nvrtc=False)]
+    assert ranked.index(rows[1]) < ranked.index(rows[0])
+    assert ranked.index(rows[3]) < ranked.index(rows[2])
+
+
 # --- on a GPU: against torch's scaled_dot_product_attention -------------------------------------
 
 @pytest.mark.gpu
@@ -594,24 +878,39 @@ def test_gpu_kernel_matches_torch(kind, d, causal, layout, cfg):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("cfg", [(128, 128, 2), (128, 64, 2), (128, 64, 2, True)],
-                         ids=["128x128", "128x64", "128x64_overlap"])
+@pytest.mark.parametrize("cfg", [(128, 128, 2), (128, 64, 2), (128, 64, 2, True),
+                                 (128, 64, "tma"), (128, 64, "tma", True)],
+                         ids=["128x128", "128x64", "128x64_overlap", "128x64_tma",
+                              "128x64_tma_overlap"])
 def test_gpu_attention_4096_speed(causal, cfg):
     """Correct at batch 4, 32 heads, seq 4096, d 128, f16 (against torch's SDPA in f32), and the
     speed it reaches next to torch's own SDPA (f16, its flash kernel), printed. The target is
-    at least 0.6x of torch. 128x64_overlap is STAGE=async:2:overlap (compare with 128x64)."""
+    at least 0.6x of torch. 128x64_overlap is STAGE=async:2:overlap (compare with 128x64);
+    128x64_tma is STAGE=tma:2 (a TMA producer warpgroup), 128x64_tma_overlap STAGE=tma:2:overlap
+    (compare with 128x64 and 128x64_overlap)."""
     import torch
     import torch.nn.functional as F
 
+    from emmy.runtime.gpu import encode_tensor_map
+
     batch, heads, seq, d = 4, 32, 4096, 128
     p = problem("f16", batch, heads, seq, seq, d, causal)
-    config = wgmma_config(*cfg)
-    source, body = sm90_source(p, config, out_ctype="__half")
+    tma = cfg[2] == "tma"
+    if tma:
+        source, body = tma_source(p, tma_config(cfg[0], cfg[1], bool(cfg[3:])),
+                                  out_ctype="__half")
+    else:
+        source, body = sm90_source(p, wgmma_config(*cfg), out_ctype="__half")
     q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.float16)
                for _ in range(3))
     out = torch.empty(batch, heads, seq, d, device="cuda", dtype=torch.float16)
+    tensors = [q, k, v, out]
+    if tma:      # the tensor maps over q, k, v, in 128 bytes of device memory each
+        by_name = {"q": q, "k": k, "v": v}
+        tensors += [torch.frombuffer(bytearray(encode_tensor_map(t, by_name[t.buffer].data_ptr())),
+                                     dtype=torch.uint8).cuda() for t in body.tensor_maps]
     launch = torch_launcher(sm90_program(source), "attn", body.grid, body.threads, body.smem_bytes,
-                            [q, k, v, out])
+                            tensors)
     launch()
     torch.cuda.synchronize()
     for z in range(batch):       # the f32 reference one batch at a time (its S is 2 GiB)
@@ -623,7 +922,8 @@ def test_gpu_attention_4096_speed(causal, cfg):
     ours = seconds(launch)
     theirs = seconds(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
     flops = p.flops
-    print(f"\nwgmma attention {cfg[0]}x{cfg[1]}{' overlapped' if cfg[3:] else ''} "
+    print(f"\nwgmma attention {cfg[0]}x{cfg[1]}{' TMA' if tma else ''}"
+          f"{' overlapped' if cfg[3:] else ''} "
           f"({'causal' if causal else 'full'}): "
           f"{flops / ours / 1e12:.0f} TFLOP/s ({ours * 1e3:.3f} ms); torch SDPA "
           f"{flops / theirs / 1e12:.0f} TFLOP/s ({theirs * 1e3:.3f} ms); "

@@ -43,6 +43,11 @@ ATT128 = ("examples/attention_half.py", (("head_dim", 128),))
 ATT96 = ("examples/attention_half.py", (("head_dim", 96),))
 ATT256 = ("examples/attention_half.py", (("head_dim", 256),))
 ATT192 = ("examples/attention_half.py", (("head_dim", 192),))
+# one K for both heads (a broadcast: head stride 0), which no TMA tensor map describes
+ATT_SHARED_K = ("(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, "
+                "k.expand(1, 2, 64, 64), v))(torch.randn(1, 2, 64, 64).half(), "
+                "torch.randn(1, 1, 64, 64).half(), torch.randn(1, 2, 64, 64).half())",)
+NO_TMA = dataclasses.replace(SM90, has_tma=False)
 CASES = {
     "work.threads_per_block": [
         ((F16,), SMALL_BLOCKS, "WORK=warps:4x4 TILE=mma:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
@@ -123,6 +128,18 @@ CASES = {
         (ATT, SM90, "WORK=warps:8 TILE=flash:64x32 STAGE=smem", ("multiple of 16 rows",))],
     "stage.async": [
         (ATT, NO_CP_ASYNC, "WORK=warps:4 TILE=flash:64x32 STAGE=async:2", ("cp.async needs sm_80",))],
+    "stage.tma_wgmma": [
+        (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 STAGE=tma:2",
+         ("TMA producer warpgroup", "cp.async", "STAGE=async:2")),
+        (ATT, NO_TMA, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2", ("TMA copies need sm_90",))],
+    "stage.tma_tensor_maps": [
+        (ATT_SHARED_K, SM90, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
+         ("k's head stride is 0", "tensor map", "STAGE=async:2"))],
+    "stage.tma_registers": [
+        (ATT256, SM90, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
+         ("384 threads", "168 registers", "160 f32 accumulators", "over the 128")),
+        (ATT, SM90, "WORK=warps:8 TILE=wgmma:128x128 STAGE=tma:2:overlap",
+         ("160 f32 accumulators", "2 x bkv/2"))],
     "stage.overlap_wgmma": [
         (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 STAGE=async:2:overlap",
          ("pipelines wgmma groups", "mma.sync", "STAGE=async:2"))],

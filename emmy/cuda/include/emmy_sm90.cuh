@@ -581,3 +581,27 @@ template <int R> EMMY_FN void wgmma_fence_a(unsigned (&a)[R]) {
     for (int i = 0; i < R; ++i) asm volatile("" : "+r"(a[i]) :: "memory");
 #endif
 }
+
+// ---------------------------------------------------------------------------------------------
+// tma_load_4d(dst, map, c0, c1, c2, c3, bar): cp.async.bulk.tensor.4d, as tma_load_3d with a
+// rank-4 tensor map (the attention template's (head dim, sequence, head, batch) maps): the box
+// at coordinates (c0, c1, c2, c3) lands at dst (1024-byte aligned for the 128-byte swizzle),
+// zeros outside the tensor, its bytes completing on mbarrier `bar`.
+// ---------------------------------------------------------------------------------------------
+#if defined(__CUDACC__)
+EMMY_FN void tma_load_4d(void* dst, const EmmyTensorMap* map, int c0, int c1, int c2, int c3,
+                         uint64_t* bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+                 :: "r"(sm90_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+                    "r"(sm90_smem_addr(bar)) : "memory");
+}
+#else
+inline void tma_load_4d(void* dst, const EmmyTensorMap* map, int c0, int c1, int c2, int c3,
+                        uint64_t* bar) {
+    const int coord[4] = {c0, c1, c2, c3};
+    const auto* m = reinterpret_cast<const emmy_emu::TensorMap*>(map);
+    if (m->rank != 4) emmy_emu::fail("tma_load_4d with a rank-%u tensor map", m->rank);
+    emmy_emu::tma_load(static_cast<unsigned char*>(dst), m, coord, bar);
+}
+#endif

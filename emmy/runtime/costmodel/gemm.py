@@ -37,6 +37,14 @@ ATTENTION_EFFICIENCY = {"sm_90a": 0.51, "sm_80": 0.7}
 # the wgmma attention template (sm_90a): an assumption (the wgmma product's measured 0.62),
 # see estimate_attention_launch
 WGMMA_ATTENTION_EFFICIENCY = 0.62
+# ASSUMPTION, not measured: what the wgmma attention rows that copy with cp.async (every
+# consumer thread copies) spend per key step on it, that warp-specialized rows (STAGE=tma:...,
+# one producer thread issuing TMA copies) do not: each warp-wide 16-byte cp.async instruction
+# with its address arithmetic and zero-fill select takes about this many issue cycles of one of
+# an SM's 4 schedulers, and the step's two block barriers (wait_group + fence + __syncthreads)
+# about ATTENTION_BARRIER_CYCLES of the block's time. Recalibrate once both forms are timed.
+ATTENTION_CP_ASYNC_ISSUE_CYCLES = 8
+ATTENTION_BARRIER_CYCLES = 40
 SMEM_BYTES_PER_CLOCK = 128       # one SM's shared-memory bandwidth (32 banks x 4 bytes)
 STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
 EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
@@ -146,7 +154,10 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     v and the output from DRAM. The wgmma template (c.inst == "wgmma", sm_90a) runs the products
     at the wgmma rate, and each consumer warpgroup (64 rows) has its wgmmas read the K and V
     tiles and its Q rows from shared memory once per key step; its overlapped schedule
-    (c.overlap) hides the exponentials behind the products (an assumption, see below)."""
+    (c.overlap) hides the exponentials behind the products (an assumption, see below). Its
+    cp.async rows also pay the consumers' copy issue and barriers per key step; the
+    warp-specialized rows (c.tma: a TMA producer warpgroup) do not (an assumption, see
+    ATTENTION_CP_ASYNC_ISSUE_CYCLES)."""
     occ = occupancy(threads, smem, resources, target)
     if occ.blocks_per_sm == 0:
         return _does_not_fit(kernel, function, grid, threads, resources)
@@ -177,14 +188,21 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     if resources and (resources.spill_store_bytes or resources.spill_load_bytes):
         spilled = (resources.spill_store_bytes + resources.spill_load_bytes) * grid * threads
         spills = spilled * steps * visible / (target.dram_bytes_per_s * L2_OVER_DRAM)
+    copy_s = 0.0
+    if wgmma and not getattr(c, "tma", False):
+        # K and V of a key step in 16-byte copies, 32 to a warp instruction, spread over an
+        # SM's 4 schedulers; plus the step's barriers (see ATTENTION_CP_ASYNC_ISSUE_CYCLES)
+        warp_copies = 2 * c.bkv * p.d * 2 / 16 / 32
+        cycles = warp_copies * ATTENTION_CP_ASYNC_ISSUE_CYCLES / 4 + ATTENTION_BARRIER_CYCLES
+        copy_s = grid * steps * visible * cycles / (target.sm_count * target.clock_hz)
     if wgmma and getattr(c, "overlap", False):
         # ASSUMPTION, not measured: the overlapped schedule (STAGE=async:2:overlap) issues S of
         # the next key block before the softmax of this one and lets P V run on, so a
         # warpgroup's exponentials run while its products do: the slower of the two, not
         # their sum. Recalibrate once both forms have been timed on a GPU.
-        compute_s = (max(flops / rate, exps / sfu_rate) + smem_s + spills) / wave_eff
+        compute_s = (max(flops / rate, exps / sfu_rate) + smem_s + spills + copy_s) / wave_eff
     else:
-        compute_s = (flops / rate + exps / sfu_rate + smem_s + spills) / wave_eff
+        compute_s = (flops / rate + exps / sfu_rate + smem_s + spills + copy_s) / wave_eff
     io = 4 * heads * p.sq * p.d * 2
     reread = 2 * heads * q_blocks * steps * visible * c.bkv * p.d * 2
     memory_s = io / (target.dram_bytes_per_s * DRAM_EFFICIENCY) + \
@@ -197,7 +215,8 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
                           limiter="compute" if compute_s >= memory_s else "memory",
                           resources=resources, grid=grid, threads=threads,
                           breakdown=(("compute", compute_s), ("shared memory", smem_s),
-                                     ("spills", spills), ("memory", memory_s),
+                                     ("copy issue", copy_s), ("spills", spills),
+                                     ("memory", memory_s),
                                      ("latency", latency_s), ("launch", target.launch_overhead_s)),
                           method=METHOD)
 
