@@ -11,10 +11,13 @@ Conventions
   output element (the compiler's fused bias / activation / residual / store), once per element
   of C inside the bounds check.
 - A template's body is the inside of a kernel function whose signature the CUDA emitter prints
-  (`extern "C" __global__ void __launch_bounds__(threads) name(params)`); in scope are
-  `const int tid = threadIdx.x`, `const long long bid = blockIdx.x`, the parameters by buffer
-  name, and, when smem_bytes > 0, `extern __shared__ __align__(16) unsigned char emmy_smem[]`.
-  Grids are one-dimensional: a template decodes bid itself (batch, tile, split).
+  (`extern "C" __global__ void __launch_bounds__(threads[, min_blocks]) name(params)`); in
+  scope are `const int tid = threadIdx.x`, `const long long bid = blockIdx.x`, the parameters
+  by buffer name, and, when smem_bytes > 0, `extern __shared__ __align__(16) unsigned char
+  emmy_smem[]`. Grids are one-dimensional: a template decodes bid itself (batch, tile, split),
+  or, with a persistent grid, walks its tiles from bid in steps of gridDim.x.
+- Where a thread holds neighbouring output columns it may store them with the epilogue's pair
+  form (pair_of below) instead of calling the epilogue per element.
 """
 
 from __future__ import annotations
