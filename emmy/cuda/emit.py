@@ -77,10 +77,11 @@ def _stmt(s: K.KStmt, depth: int) -> list[str]:
             if len(names) == 1:
                 return [f"const {c} {names[0]} = em_cvt<{c}>({b}[{_ix(off)}]);"]
             return [f"{c} {', '.join(names)};", f"em_vload({b} + ({_ix(off)}), {', '.join(names)});"]
-        case K.GlobalStore(buffer=b, elem=t, offset=off, values=vals):
+        case K.GlobalStore(buffer=b, elem=t, offset=off, values=vals, explicit=explicit):
             if len(vals) == 1:
                 return [f"{b}[{_ix(off)}] = em_cvt<{t}>({vals[0]});"]
-            return [f"em_vstore({b} + ({_ix(off)}), {', '.join(vals)});"]
+            store = "em_vstore_st" if explicit else "em_vstore"
+            return [f"{store}({b} + ({_ix(off)}), {', '.join(vals)});"]
         case K.SharedArray(name=n, ctype=c, start=start):
             return [f"{c}* {n} = reinterpret_cast<{c}*>(emmy_smem + {start});"]
         case K.SharedLoad(names=names, ctype=c, array=a, index=i):

@@ -4,6 +4,8 @@ Loop IR statements of one element."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, ctype, elem
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
@@ -231,8 +233,9 @@ def element_pair_lines(k, items, acc: str, axes, batch, at) -> list[str] | None:
                          fn.shapes[s.buffer])
             if off.const % 2 or any(c % 2 for a, c in off.terms if a != Sym("e_col")):
                 return None
-    body = group(fn, tuple(items), col, var("e_col"), 2, accs={acc: "e_acc"}, env=env,
-                 acc_lanes=True)
+    body = [replace(s, explicit=True) if isinstance(s, K.GlobalStore) else s
+            for s in group(fn, tuple(items), col, var("e_col"), 2, accs={acc: "e_acc"},
+                           env=env, acc_lanes=True)]
     bz, row, column, v0, v1 = at
     return [f"const long long e_bz = {bz};", f"const int e_row = {row};",
             f"const int e_col = {column};", f"const float e_acc_0 = {v0};",

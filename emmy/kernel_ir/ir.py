@@ -85,6 +85,8 @@ class GlobalStore:
     elem: str                 # the buffer's element type
     offset: Lin
     values: tuple[str, ...]   # one vector access when len > 1
+    explicit: bool = False    # the vector as one explicit st.global (em_vstore_st): for the
+                              # template epilogues, whose stores the kernel never reads back
 
 
 @dataclass(frozen=True, slots=True)

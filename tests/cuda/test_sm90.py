@@ -352,7 +352,7 @@ def store_epilogue(m, n, pair=False):
         return [f"out[({bz}) * {m * n}LL + (long long)({row}) * {n} + ({col})] = {acc};"]
 
     def two(bz, row, col, acc0, acc1):
-        return [f"em_vstore(out + (({bz}) * {m * n}LL + (long long)({row}) * {n} + ({col})), "
+        return [f"em_vstore_st(out + (({bz}) * {m * n}LL + (long long)({row}) * {n} + ({col})), "
                 f"{acc0}, {acc1});"]
     if pair:
         one.pair = two

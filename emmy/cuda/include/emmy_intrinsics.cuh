@@ -78,19 +78,20 @@ inline void cp_async_wait_all() { emmy_emu::async_wait(-1); }
 // ---------------------------------------------------------------------------------------------
 // st.global{,.v2,.v4}.b32: W 32-bit words stored as one access at p (4W-byte aligned). NVVM
 // may split a plain store of an 8- or 16-byte struct into words when it computes the address
-// in 64 bits; this keeps it one instruction. CPU: the alignment is checked.
+// in 64 bits; this keeps it one instruction. There is no "memory" clobber, so that loads of
+// other addresses may still move across it (an epilogue's next bias or residual loads): use
+// it only for stores that the kernel does not read back. CPU: the alignment is checked.
 // ---------------------------------------------------------------------------------------------
 template <int W> EMMY_FN void st_global_words(void* p, const uint32_t (&w)[W]) {
     static_assert(W == 1 || W == 2 || W == 4, "st_global_words stores 1, 2 or 4 words");
 #if defined(__CUDACC__)
     if constexpr (W == 1)
-        asm volatile("st.global.b32 [%0], %1;\n" :: "l"(p), "r"(w[0]) : "memory");
+        asm volatile("st.global.b32 [%0], %1;\n" :: "l"(p), "r"(w[0]));
     if constexpr (W == 2)
-        asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" :: "l"(p), "r"(w[0]), "r"(w[1])
-                     : "memory");
+        asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" :: "l"(p), "r"(w[0]), "r"(w[1]));
     if constexpr (W == 4)
         asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n"
-                     :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
+                     :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]));
 #else
     if (reinterpret_cast<uintptr_t>(p) % (4 * W))
         emmy_emu::fail("st.global of %d bytes at %p: the address is not %d-byte aligned",

@@ -31,19 +31,26 @@ template <class T, class... C> EMMY_FN void em_vload(const T* p, C&... out) {
   ((out = em_cvt<C>(v.x[i++])), ...);
 }
 
-// V consecutive elements stored as one vector access (4, 8 or 16 bytes: st_global_words).
 template <class T, class... C> EMMY_FN void em_vstore(T* p, C... in) {
   constexpr int V = sizeof...(C);
   EmVec<V, T> v;
   int i = 0;
   ((v.x[i++] = em_cvt<T>(in)), ...);
-  if constexpr (sizeof(v) == 4 || sizeof(v) == 8 || sizeof(v) == 16) {
-    uint32_t words[sizeof(v) / 4];
-    memcpy(words, &v, sizeof(v));
-    st_global_words<sizeof(v) / 4>(p, words);
-  } else {
-    *reinterpret_cast<EmVec<V, T>*>(p) = v;
-  }
+  *reinterpret_cast<EmVec<V, T>*>(p) = v;
+}
+
+// The same as one explicit st.global of 4, 8 or 16 bytes (st_global_words), for the template
+// epilogues: NVVM splits their 8-byte stores (addresses computed in 64 bits) into words.
+template <class T, class... C> EMMY_FN void em_vstore_st(T* p, C... in) {
+  constexpr int V = sizeof...(C);
+  static_assert(sizeof(T) * V == 4 || sizeof(T) * V == 8 || sizeof(T) * V == 16,
+                "em_vstore_st stores 4, 8 or 16 bytes");
+  EmVec<V, T> v;
+  int i = 0;
+  ((v.x[i++] = em_cvt<T>(in)), ...);
+  uint32_t words[sizeof(v) / 4];
+  memcpy(words, &v, sizeof(v));
+  st_global_words<sizeof(v) / 4>(p, words);
 }
 
 template <int BYTES> EMMY_FN void em_cp_async(void* smem, const void* gmem) {
