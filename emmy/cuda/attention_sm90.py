@@ -316,20 +316,9 @@ class _Emitter:
             f"{p.sq}, sk {p.sk}, d {p.d}, {'causal' if p.causal else 'no mask'}; bq {c.bq} "
             f"({c.bq // 64} consumer warpgroup(s) after a TMA producer warpgroup), bkv {c.bkv}, "
             f"{c.stages} stages{'; S of block j + 1 overlaps the softmax of block j' if self.overlap else ''}",
-            f"constexpr int FW_SQ = {p.sq}, FW_D = {p.d};",
-            *([f"constexpr int FW_SK = {p.sk};"] if p.sk % c.bkv else []),
-            f"constexpr int FW_BQ = {c.bq}, FW_BKV = {c.bkv};",
-            f"constexpr int FW_KBLOCKS = {-(-p.sk // c.bkv)};",
-            f"constexpr bool FW_CAUSAL = {'true' if p.causal else 'false'};",
-            "// the softmax exponent's factor: scale * log2(e), or 1 where S is scaled first",
-            f"constexpr float FW_C = {_float(p.scale * LOG2E) if p.scale > 0 else '1.f'};",
+            *self.constants(),
             "const int fw_wg = tid / 128 - 1;   // this consumer warpgroup (-1: the producer)",
-            "const int fw_warp = tid % 128 / 32, fw_lane = tid % 32;",
-            "const int fw_g = fw_lane / 4, fw_t = fw_lane % 4;   // D fragment row, column pair",
-            f"const int fw_q0 = ({qb} - 1 - int(bid % {qb})) * FW_BQ;",
-            f"const long long fw_bh = bid / {qb};",
-            f"const long long fw_bz = fw_bh / {p.heads};",
-            f"const int fw_h = int(fw_bh % {p.heads});",
+            *self.block_ids(qb),
             f"{'' if self.overlap else 'const '}int fw_nkb = {causal_blocks};   // key blocks "
             f"this block visits",
             "// the tiles, aligned to the 1024-byte period of the 128-byte swizzle",
@@ -510,6 +499,31 @@ class _Emitter:
                              self.release(f"{7 + stage}")),
         ]
 
+    def constants(self) -> list[str]:
+        """The sizes and the softmax factor, as constexprs."""
+        p, c = self.p, self.c
+        return [
+            f"constexpr int FW_SQ = {p.sq}, FW_D = {p.d};",
+            *([f"constexpr int FW_SK = {p.sk};"] if p.sk % c.bkv else []),
+            f"constexpr int FW_BQ = {c.bq}, FW_BKV = {c.bkv};",
+            f"constexpr int FW_KBLOCKS = {-(-p.sk // c.bkv)};",
+            f"constexpr bool FW_CAUSAL = {'true' if p.causal else 'false'};",
+            "// the softmax exponent's factor: scale * log2(e), or 1 where S is scaled first",
+            f"constexpr float FW_C = {_float(p.scale * LOG2E) if p.scale > 0 else '1.f'};",
+        ]
+
+    def block_ids(self, qb: int) -> list[str]:
+        """The thread's warp, lane and fragment position; the block's query block (the
+        longest first), batch and head."""
+        return [
+            "const int fw_warp = tid % 128 / 32, fw_lane = tid % 32;",
+            "const int fw_g = fw_lane / 4, fw_t = fw_lane % 4;   // D fragment row, column pair",
+            f"const int fw_q0 = ({qb} - 1 - int(bid % {qb})) * FW_BQ;",
+            f"const long long fw_bh = bid / {qb};",
+            f"const long long fw_bz = fw_bh / {self.p.heads};",
+            f"const int fw_h = int(fw_bh % {self.p.heads});",
+        ]
+
     @staticmethod
     def pv_drained(nxt: str, on_next: list[str] = (), on_last: list[str] = ()) -> list[str]:
         """The overlapped step's last waits: with a next block, until S fw_kb + 1 is done (P V
@@ -548,20 +562,9 @@ class _Emitter:
             f"d {p.d}, {'causal' if p.causal else 'no mask'}; bq {c.bq} ({c.bq // 64} consumer "
             f"warpgroup(s)), bkv {c.bkv}, {c.stages} stage(s)"
             f"{'; S of block j + 1 overlaps the softmax of block j' if self.overlap else ''}",
-            f"constexpr int FW_SQ = {p.sq}, FW_D = {p.d};",
-            *([f"constexpr int FW_SK = {p.sk};"] if p.sk % c.bkv else []),
-            f"constexpr int FW_BQ = {c.bq}, FW_BKV = {c.bkv};",
-            f"constexpr int FW_KBLOCKS = {-(-p.sk // c.bkv)};",
-            f"constexpr bool FW_CAUSAL = {'true' if p.causal else 'false'};",
-            "// the softmax exponent's factor: scale * log2(e), or 1 where S is scaled first",
-            f"constexpr float FW_C = {_float(p.scale * LOG2E) if p.scale > 0 else '1.f'};",
+            *self.constants(),
             "const int fw_wg = tid / 128;   // this consumer warpgroup: query rows 64 fw_wg..",
-            "const int fw_warp = tid % 128 / 32, fw_lane = tid % 32;",
-            "const int fw_g = fw_lane / 4, fw_t = fw_lane % 4;   // D fragment row, column pair",
-            f"const int fw_q0 = ({qb} - 1 - int(bid % {qb})) * FW_BQ;",
-            f"const long long fw_bh = bid / {qb};",
-            f"const long long fw_bz = fw_bh / {p.heads};",
-            f"const int fw_h = int(fw_bh % {p.heads});",
+            *self.block_ids(qb),
             "const int fw_wq0 = fw_q0 + 64 * fw_wg;   // the warpgroup's first query row",
             "const int fw_rq0 = fw_wq0 + 16 * fw_warp + fw_g;   // this thread's row (and + 8)",
             f"{'' if self.overlap else 'const '}int fw_nkb = {causal_blocks};   // key blocks "

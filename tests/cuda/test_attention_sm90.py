@@ -328,18 +328,29 @@ MAIN = [  # d, causal, (bq, bkv, stages)
 ]
 
 
-def main_kernels(kinds=("f16", "bf16"), seqs=(4096, 4001)):
+def kernel_set(table, config_of, prefix="attn", kinds=("f16", "bf16"), seqs=(4096, 4001),
+               source=None):
+    """One kernel per (kind, table row, sequence length) at batch 4, 32 heads: a table row is
+    (d, causal, cfg) and config_of(*cfg) its config, which the template must accept;
+    returns (kernels, names)."""
+    source = source or sm90_source
     kernels, names = [], []
     for kind in kinds:
-        for d, causal, cfg in MAIN:
+        for d, causal, cfg in table:
             for seq in seqs:          # sizes that divide the tiles, and ragged ones
-                name = (f"attn_{kind}_d{d}_{cfg[0]}x{cfg[1]}_{'causal' if causal else 'full'}"
-                        f"_{seq}")
+                config = config_of(*cfg)
+                tag = "_overlap" if getattr(config, "overlap", False) else ""
+                name = (f"{prefix}_{kind}_d{d}_{cfg[0]}x{cfg[1]}{tag}_"
+                        f"{'causal' if causal else 'full'}_{seq}")
                 p = problem(kind, batch=4, heads=32, sq=seq, sk=seq, d=d, causal=causal)
-                assert constraints_sm90(p, wgmma_config(*cfg), "sm_90a") == []
-                kernels.append(sm90_source(p, wgmma_config(*cfg), name, CTYPES[kind])[0])
+                assert constraints_sm90(p, config, "sm_90a") == [], name
+                kernels.append(source(p, config, name, CTYPES[kind])[0])
                 names.append(name)
     return kernels, names
+
+
+def main_kernels(**kw):
+    return kernel_set(MAIN, wgmma_config, **kw)
 
 
 OVERLAP_MAIN = [  # d, causal, (bq, bkv, stages): every d/bkv pair stage.overlap_registers allows
@@ -353,19 +364,8 @@ OVERLAP_MAIN = [  # d, causal, (bq, bkv, stages): every d/bkv pair stage.overlap
 ]
 
 
-def overlap_kernels(kinds=("f16", "bf16"), seqs=(4096, 4001)):
-    kernels, names = [], []
-    for kind in kinds:
-        for d, causal, cfg in OVERLAP_MAIN:
-            for seq in seqs:
-                name = (f"attn_overlap_{kind}_d{d}_{cfg[0]}x{cfg[1]}_"
-                        f"{'causal' if causal else 'full'}_{seq}")
-                p = problem(kind, batch=4, heads=32, sq=seq, sk=seq, d=d, causal=causal)
-                config = wgmma_config(*cfg, overlap=True)
-                assert constraints_sm90(p, config, "sm_90a") == []
-                kernels.append(sm90_source(p, config, name, CTYPES[kind])[0])
-                names.append(name)
-    return kernels, names
+def overlap_kernels(**kw):
+    return kernel_set(OVERLAP_MAIN, lambda *cfg: wgmma_config(*cfg, overlap=True), **kw)
 
 
 def test_overlapped_configs_compile_without_spills():
@@ -715,17 +715,8 @@ TMA_MAIN = [  # d, causal, (bq, bkv, overlap)
 ]
 
 
-def tma_kernels(kinds=("f16", "bf16"), seqs=(4096, 4001), main=TMA_MAIN):
-    kernels, names = [], []
-    for kind in kinds:
-        for d, causal, cfg in main:
-            for seq in seqs:
-                name = (f"attn_tma_{kind}_d{d}_{cfg[0]}x{cfg[1]}{'_overlap' if cfg[2] else ''}_"
-                        f"{'causal' if causal else 'full'}_{seq}")
-                p = problem(kind, batch=4, heads=32, sq=seq, sk=seq, d=d, causal=causal)
-                kernels.append(tma_source(p, tma_config(*cfg), name, CTYPES[kind])[0])
-                names.append(name)
-    return kernels, names
+def tma_kernels(main=TMA_MAIN, **kw):
+    return kernel_set(main, tma_config, prefix="attn_tma", source=tma_source, **kw)
 
 
 def test_tma_configs_compile_without_spills():
