@@ -349,6 +349,18 @@ def kernel_set(table, config_of, prefix="attn", kinds=("f16", "bf16"), seqs=(409
     return kernels, names
 
 
+def compiled_without_spills(kernels, names):
+    """The kernels compiled together for sm_90a (with PTX); each fits in registers."""
+    result = compile_cuda(sm90_program(*kernels), get_target("sm_90a"), ptx=True)
+    assert result.ok, result.log
+    for name in names:
+        res = result.resources_of(name)
+        assert (res.spill_store_bytes, res.spill_load_bytes, res.stack_bytes) == (0, 0, 0), \
+            f"{name}: {res}"
+        assert res.registers <= 255
+    return result
+
+
 def main_kernels(**kw):
     return kernel_set(MAIN, wgmma_config, **kw)
 
@@ -370,13 +382,7 @@ def overlap_kernels(**kw):
 
 def test_overlapped_configs_compile_without_spills():
     kernels, names = overlap_kernels()
-    result = compile_cuda(sm90_program(*kernels), get_target("sm_90a"), ptx=True)
-    assert result.ok, result.log
-    for name in names:
-        res = result.resources_of(name)
-        assert (res.spill_store_bytes, res.spill_load_bytes, res.stack_bytes) == (0, 0, 0), \
-            f"{name}: {res}"
-        assert res.registers <= 255
+    result = compiled_without_spills(kernels, names)
     assert "wgmma.wait_group.sync.aligned 1;" in result.ptx
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in result.ptx
 
@@ -411,13 +417,7 @@ def test_overlapped_sass_uses_hgmma():
 
 def test_main_configs_compile_without_spills():
     kernels, names = main_kernels()
-    result = compile_cuda(sm90_program(*kernels), get_target("sm_90a"), ptx=True)
-    assert result.ok, result.log
-    for name in names:
-        res = result.resources_of(name)
-        assert (res.spill_store_bytes, res.spill_load_bytes, res.stack_bytes) == (0, 0, 0), \
-            f"{name}: {res}"
-        assert res.registers <= 255
+    result = compiled_without_spills(kernels, names)
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in result.ptx
     assert "cp.async.cg.shared.global" in result.ptx
     assert "fence.proxy.async.shared::cta" in result.ptx
@@ -721,13 +721,9 @@ def tma_kernels(main=TMA_MAIN, **kw):
 
 def test_tma_configs_compile_without_spills():
     kernels, names = tma_kernels(kinds=("f16", "bf16"), seqs=(4001,))
-    result = compile_cuda(sm90_program(*kernels), get_target("sm_90a"), ptx=True)
-    assert result.ok, result.log
-    for name in names:
+    result = compiled_without_spills(kernels, names)
+    for name in names:   # two consumer warpgroups: __launch_bounds__(384, 1) caps the entry
         res = result.resources_of(name)
-        assert (res.spill_store_bytes, res.spill_load_bytes, res.stack_bytes) == (0, 0, 0), \
-            f"{name}: {res}"
-        # two consumer warpgroups: __launch_bounds__(384, 1) caps the entry at 168
         assert res.registers <= (168 if "_128x" in name else 255), f"{name}: {res}"
     assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" \
         in result.ptx
