@@ -306,9 +306,7 @@ class _Emitter:
         """The producer warpgroup (threads 0..127) and the consumers (module docstring)."""
         p, c = self.p, self.c
         qb = _qblocks(p, c)
-        last = "(fw_q0 + FW_BQ < FW_SQ ? fw_q0 + FW_BQ : FW_SQ) - 1"
-        causal_blocks = (f"FW_CAUSAL && ({last}) / FW_BKV + 1 < FW_KBLOCKS ? "
-                         f"({last}) / FW_BKV + 1 : FW_KBLOCKS")
+        causal_blocks = self.visited_blocks()
         q_bytes = c.bq * p.d * 2
         regs = TMA_REGISTERS.get(block_threads(c))
         head = [
@@ -499,6 +497,14 @@ class _Emitter:
                              self.release(f"{7 + stage}")),
         ]
 
+    @staticmethod
+    def visited_blocks() -> str:
+        """The key blocks a block visits: all, or under the causal mask up to the block of its
+        last query row in range."""
+        last = "(fw_q0 + FW_BQ < FW_SQ ? fw_q0 + FW_BQ : FW_SQ) - 1"
+        return (f"FW_CAUSAL && ({last}) / FW_BKV + 1 < FW_KBLOCKS ? "
+                f"({last}) / FW_BKV + 1 : FW_KBLOCKS")
+
     def constants(self) -> list[str]:
         """The sizes and the softmax factor, as constexprs."""
         p, c = self.p, self.c
@@ -553,9 +559,7 @@ class _Emitter:
     def prologue(self) -> list[str]:
         p, c = self.p, self.c
         qb = _qblocks(p, c)
-        last = "(fw_q0 + FW_BQ < FW_SQ ? fw_q0 + FW_BQ : FW_SQ) - 1"
-        causal_blocks = (f"FW_CAUSAL && ({last}) / FW_BKV + 1 < FW_KBLOCKS ? "
-                         f"({last}) / FW_BKV + 1 : FW_KBLOCKS")
+        causal_blocks = self.visited_blocks()
         q_bytes = c.bq * p.d * 2
         out = [
             f"// attention (wgmma, sm_90a): {p.batch}x{p.heads} heads, sq {p.sq}, sk {p.sk}, "

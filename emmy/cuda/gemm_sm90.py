@@ -46,6 +46,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from emmy.cuda.gemm import _indent
 from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmOperand, GemmProblem, pair_of
 from emmy.cuda.program import TensorMapSpec
 
@@ -216,10 +217,6 @@ def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue,
 # 128 accumulators of m64n256 and room for the addresses). One consumer warpgroup (256
 # threads) already gets 255 at entry.
 _REGISTERS = {384: (40, 232)}
-
-
-def _indent(lines: list[str]) -> list[str]:
-    return ["  " + line for line in lines]
 
 
 def _decode(index: str, group: int) -> list[str]:

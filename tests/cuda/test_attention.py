@@ -49,6 +49,16 @@ def kernel_source(problem: AttentionProblem, config: AttentionConfig, name: str 
     return "\n".join(lines) + "\n", body
 
 
+def emulate(source: str, body: Body, x, p: AttentionProblem, extra=()) -> np.ndarray:
+    """Kernel `attn` of `source` run on the CPU emulator over the inputs `x` (and `extra`
+    arguments after the output); its f32 output (b, h, sq, d), NaN where it wrote nothing."""
+    out = np.full((p.batch, p.heads, p.sq, p.d), np.nan, np.float32)
+    r = build_and_run(source, "attn", body.grid, body.threads, body.smem_bytes,
+                      [*x.bits, out, *extra], timeout=600)
+    assert r.ok, f"{r.status}: {r.log}"
+    return out
+
+
 def program(*kernels: str, headers: tuple[str, ...] = ()) -> str:
     return "\n".join(['#include "emmy_kernel.cuh"', *(f'#include "{h}"' for h in headers), "",
                       *kernels])
@@ -136,10 +146,7 @@ def test_emulated_kernel_matches_numpy(kind, batch, heads, sq, sk, d, causal, la
     assert constraints(p, config, "sm_90a") == []
     source, body = kernel_source(p, config)
     x = inputs(kind, p, layout)
-    out = np.full((batch, heads, sq, d), np.nan, np.float32)
-    r = build_and_run(program(source), "attn", body.grid, body.threads, body.smem_bytes,
-                      [*x.bits, out])
-    assert r.ok, f"{r.status}: {r.log}"
+    out = emulate(program(source), body, x, p)
     assert np.isfinite(out).all()
     assert relative_error(out, reference(*x.values, p.scale, causal)) < 2e-2
 
@@ -148,10 +155,7 @@ def test_a_scale_of_zero_or_below_is_applied_before_the_softmax():
     p = problem("f16", sq=40, sk=50, d=32, causal=True, scale=-0.4)
     source, body = kernel_source(p, AttentionConfig(32, 32, 2, 2))
     x = inputs("f16", p, "bhsd")
-    out = np.full((1, 1, 40, 32), np.nan, np.float32)
-    r = build_and_run(program(source), "attn", body.grid, body.threads, body.smem_bytes,
-                      [*x.bits, out])
-    assert r.ok, f"{r.status}: {r.log}"
+    out = emulate(program(source), body, x, p)
     assert relative_error(out, reference(*x.values, -0.4, True)) < 2e-2
 
 

@@ -172,8 +172,8 @@ def test_gpu_register_a_wgmma_matches_numpy(kind, n, mn_major):
 from emmy.cuda.attention import AttentionConfig  # noqa: E402
 from emmy.cuda.attention_sm90 import (HEADER, WgmmaAttentionConfig,  # noqa: E402
                                       attention_sm90_body, constraints_sm90, smem_bytes)
-from tests.cuda.test_attention import (CTYPES, inputs, kernel_source, problem,  # noqa: E402
-                                       program, reference, relative_error)
+from tests.cuda.test_attention import (CTYPES, emulate, inputs, kernel_source,  # noqa: E402
+                                       problem, program, reference, relative_error)
 
 
 def wgmma_config(bq: int, bkv: int, stages: int = 2, overlap: bool = False) -> AttentionConfig:
@@ -211,10 +211,7 @@ def test_emulated_kernel_matches_numpy(kind, batch, heads, sq, sk, d, causal, la
     assert constraints_sm90(p, config, "sm_90a") == []
     source, body = sm90_source(p, config)
     x = inputs(kind, p, layout)
-    out = np.full((batch, heads, sq, d), np.nan, np.float32)
-    r = build_and_run(sm90_program(source), "attn", body.grid, body.threads, body.smem_bytes,
-                      [*x.bits, out], timeout=600)
-    assert r.ok, f"{r.status}: {r.log}"
+    out = emulate(sm90_program(source), body, x, p)
     assert np.isfinite(out).all()
     assert relative_error(out, reference(*x.values, p.scale, causal)) < 5e-3
 
@@ -242,10 +239,7 @@ def test_emulated_overlapped_kernel_matches_numpy(kind, batch, heads, sq, sk, d,
     source, body = sm90_source(p, config)
     assert "fw_s1" in source and "wgmma_wait<1>();" in source
     x = inputs(kind, p, layout)
-    out = np.full((batch, heads, sq, d), np.nan, np.float32)
-    r = build_and_run(sm90_program(source), "attn", body.grid, body.threads, body.smem_bytes,
-                      [*x.bits, out], timeout=600)
-    assert r.ok, f"{r.status}: {r.log}"
+    out = emulate(sm90_program(source), body, x, p)
     assert np.isfinite(out).all()
     assert relative_error(out, reference(*x.values, p.scale, causal)) < 5e-3
 
@@ -286,10 +280,7 @@ def test_a_scale_of_zero_or_below_is_applied_before_the_softmax(overlap):
     p = problem("f16", sq=70, sk=190, d=64, causal=True, scale=-0.4)
     source, body = sm90_source(p, wgmma_config(128, 64, overlap=overlap))
     x = inputs("f16", p, "bhsd")
-    out = np.full((1, 1, 70, 64), np.nan, np.float32)
-    r = build_and_run(sm90_program(source), "attn", body.grid, body.threads, body.smem_bytes,
-                      [*x.bits, out])
-    assert r.ok, f"{r.status}: {r.log}"
+    out = emulate(sm90_program(source), body, x, p)
     assert relative_error(out, reference(*x.values, -0.4, True)) < 5e-3
 
 
@@ -300,10 +291,7 @@ def test_the_overlapped_form_computes_what_the_plain_one_does():
     outs = []
     for overlap in (False, True):
         source, body = sm90_source(p, wgmma_config(128, 64, overlap=overlap))
-        out = np.full((1, 1, 150, 128), np.nan, np.float32)
-        r = build_and_run(sm90_program(source), "attn", body.grid, body.threads,
-                          body.smem_bytes, [*x.bits, out])
-        assert r.ok, f"{r.status}: {r.log}"
+        out = emulate(sm90_program(source), body, x, p)
         outs.append(out)
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-6)
 
@@ -600,11 +588,8 @@ def run_tma(kind, batch, heads, sq, sk, d, causal, layout, bq, bkv, overlap=Fals
     assert constraints_sm90(p, config, "sm_90a") == []
     source, body = tma_source(p, config)
     x = inputs(kind, p, layout)
-    out = np.full((batch, heads, sq, d), np.nan, np.float32)
-    args = [*x.bits, out, *(m.emulator_arg(i) for i, m in enumerate(body.tensor_maps))]
-    r = build_and_run(sm90_program(source), "attn", body.grid, body.threads, body.smem_bytes,
-                      args, timeout=600)
-    assert r.ok, f"{r.status}: {r.log}"
+    maps = [m.emulator_arg(i) for i, m in enumerate(body.tensor_maps)]   # over q, k, v
+    out = emulate(sm90_program(source), body, x, p, extra=maps)
     assert np.isfinite(out).all()
     assert relative_error(out, reference(*x.values, p.scale, causal)) < 5e-3
 
