@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from emmy.errors import UserError  # noqa: E402
 from emmy.frontend.workload import load_file, parse_sets  # noqa: E402
 from emmy.verify import verify_rows  # noqa: E402
 
@@ -52,4 +53,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except UserError as e:           # a wrong file or --set: the message, not a traceback
+        print(f"legal_correct: error: {e}", file=sys.stderr)
+        sys.exit(2)
