@@ -43,6 +43,7 @@ class LaunchSpec:
     shared_bytes: int
     args: tuple[str, ...]
     tensor_maps: tuple[TensorMapSpec, ...] = ()   # filled by the runtime before the launch
+    cluster: int = 1          # blocks per thread-block cluster (along x; the grid is a multiple)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +76,8 @@ def build_program(m) -> CudaProgram:
         fns = {f.name: f for f in kp.functions}
         launches = tuple(LaunchSpec(l.function, fns[l.function].grid, fns[l.function].threads,
                                     fns[l.function].shared_bytes, l.args,
-                                    fns[l.function].tensor_maps) for l in kp.launches)
+                                    fns[l.function].tensor_maps, fns[l.function].cluster)
+                         for l in kp.launches)
         units.append(Unit(k.name, str(m.scheduled.rows[k.name]), emit_program(kp), launches,
                           kp.temporaries, kp.zero_fill))
     return CudaProgram(tp.name, tp.inputs, tp.intermediates, tp.outputs, tuple(units),

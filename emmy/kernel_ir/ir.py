@@ -209,6 +209,7 @@ class KFunction:
     row: str             # the row it was built from (kept as a comment)
     tensor_maps: tuple = ()  # TMA tensor maps (emmy.cuda.program.TensorMapSpec) the launch passes
     min_blocks: int = 0      # > 0: __launch_bounds__(threads, min_blocks)
+    cluster: int = 1         # > 1: thread-block clusters of this many blocks along x
 
 
 @dataclass(frozen=True, slots=True)

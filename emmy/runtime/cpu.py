@@ -45,7 +45,8 @@ def run_program(prog: CudaProgram, inputs: Mapping[str, object], *, timeout: flo
                     for tm in launch.tensor_maps}
             args = [maps[a] if a in maps else buffers[a] for a in launch.args]
             res = build_and_run(unit.source, launch.function, launch.grid, launch.threads,
-                                launch.shared_bytes, args, timeout=timeout)
+                                launch.shared_bytes, args, timeout=timeout,
+                                cluster=launch.cluster)
             if not res.ok:
                 return RunResult(res.status, (), res.log, launch.function)
     outs = tuple(from_storage(buffers[b.name], b.type.dtype) for b in prog.outputs)

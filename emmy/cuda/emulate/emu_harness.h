@@ -4,7 +4,8 @@
 //
 //   ./program ARGS_FILE OUT_FILE KERNEL_NAME      (main() picks the kernel by name)
 //
-// ARGS_FILE (little endian): "EMMYARG1", grid u32[3], block u32[3], dynamic_smem u64, count u32,
+// ARGS_FILE (little endian): "EMMYARG2", grid u32[3], block u32[3], cluster u32[3] (blocks per
+// thread-block cluster; the older "EMMYARG1" has no cluster: 1,1,1), dynamic_smem u64, count u32,
 // then per argument a kind u32 and its value: 0 array (u64 byte count, bytes), 1 integer (i64),
 // 2 float (f64), 3 tensor map (u32 array argument index, rank, element bytes, swizzle, then
 // u64 dims[4], u64 byte strides[4], u32 box[4]; the kernel gets a pointer to an
@@ -73,9 +74,10 @@ template <class P> inline P convert_arg(const HarnessArg& a, size_t index) {
 }
 
 template <class... P, size_t... I>
-inline void launch_with(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+inline void launch_with(void (*kernel)(P...), dim3 grid, dim3 block, dim3 cluster, size_t smem,
                         const std::vector<HarnessArg>& args, std::index_sequence<I...>) {
-    launch(kernel, grid, block, smem, convert_arg<std::remove_cv_t<P>>(args[I], I)...);
+    launch_cluster(kernel, grid, block, cluster, smem,
+                   convert_arg<std::remove_cv_t<P>>(args[I], I)...);
 }
 
 template <class... P> inline int harness_main(int argc, char** argv, void (*kernel)(P...)) {
@@ -83,10 +85,11 @@ template <class... P> inline int harness_main(int argc, char** argv, void (*kern
     std::FILE* in = std::fopen(argv[1], "rb");
     if (!in) fail("cannot open %s", argv[1]);
     char magic[8];
-    if (std::fread(magic, 1, 8, in) != 8 || std::memcmp(magic, "EMMYARG1", 8) != 0)
+    if (std::fread(magic, 1, 8, in) != 8 ||
+        (std::memcmp(magic, "EMMYARG1", 8) != 0 && std::memcmp(magic, "EMMYARG2", 8) != 0))
         fail("%s is not an argument file", argv[1]);
-    uint32_t dims[6];
-    for (auto& d : dims) d = read_value<uint32_t>(in);
+    uint32_t dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};  // grid, block, cluster
+    for (int i = 0; i < (magic[7] == '2' ? 9 : 6); ++i) dims[i] = read_value<uint32_t>(in);
     const auto smem = read_value<uint64_t>(in);
     const auto count = read_value<uint32_t>(in);
     if (count != sizeof...(P))
@@ -124,7 +127,8 @@ template <class... P> inline int harness_main(int argc, char** argv, void (*kern
         std::memcpy(a.data, &a.map, sizeof(TensorMap));
     }
     launch_with(kernel, dim3(dims[0], dims[1], dims[2]), dim3(dims[3], dims[4], dims[5]),
-                static_cast<size_t>(smem), args, std::index_sequence_for<P...>{});
+                dim3(dims[6], dims[7], dims[8]), static_cast<size_t>(smem), args,
+                std::index_sequence_for<P...>{});
     std::fflush(stdout);
     std::FILE* out = std::fopen(argv[2], "wb");
     if (!out) fail("cannot write %s", argv[2]);

@@ -2,16 +2,23 @@
 // Included by cuda_emulate.h.
 //
 // How it runs a grid:
-//   * Blocks are shared out to a few worker OS threads (EMMY_EMU_WORKERS, default: the number
-//     of cores); each worker runs one block at a time, to completion.
-//   * Inside a worker, each CUDA thread of the block is a fiber (ucontext) with its own stack
-//     (EMMY_EMU_STACK bytes, default 256 KiB, reserved lazily, with a guard page).
-//     Fibers switch only at __syncthreads, warp collectives and exit, so a block runs
+//   * The grid is cut into thread-block clusters (sm_90: `cluster` dims given with the launch,
+//     default 1x1x1, i.e. every block its own cluster). Clusters are shared out to a few worker
+//     OS threads (EMMY_EMU_WORKERS, default: the number of cores); each worker runs one cluster
+//     at a time, to completion, all of its blocks together.
+//   * Inside a worker, each CUDA thread of the cluster's blocks is a fiber (ucontext) with its
+//     own stack (EMMY_EMU_STACK bytes, default 256 KiB, reserved lazily, with a guard page); one
+//     scheduler resumes the fibers of all the cluster's blocks in turn. Fibers switch only at
+//     __syncthreads, warp collectives, mbarrier / cluster waits and exit, so a cluster runs
 //     deterministically, and code that forgot a barrier reads stale data instead of racing.
-//   * `__shared__` is `static thread_local`: one copy per worker, i.e. per running block, shared
-//     by that block's fibers. Dynamic shared memory is one buffer per worker.
+//     The scheduler switches blockIdx, threadIdx, the current block (tl_block) and its dynamic
+//     shared memory (tl_dynamic_shared) with each fiber, so every intrinsic sees its own block.
+//   * Dynamic shared memory is one buffer per block of a cluster (per worker). `__shared__` is
+//     `static thread_local`: one copy per worker, so the blocks of a cluster would share it;
+//     cluster kernels (cluster dims > 1) must keep their shared memory in dynamic shared memory
+//     (emmy's do). With clusters of one block it is the running block's own.
 //   * Threads that have exited count as arrived at later barriers (as on the hardware); when no
-//     thread can move on, the emulator reports a deadlock and exits with code 3.
+//     thread of the cluster can move on, the emulator reports a deadlock and exits with code 3.
 #pragma once
 
 #include <pthread.h>
@@ -24,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 // The built-in index variables: per worker OS thread, switched with each fiber.
@@ -119,21 +127,38 @@ struct WarpGroup {
     alignas(16) unsigned char slots[2][kWarpGroup * kSlotBytes];  // by generation parity
 };
 
-// One worker's block: its fibers, barrier state and stacks.
+struct Cluster;
+
+// One block of a worker's cluster: its fibers, barrier state, stacks and shared memory.
 struct Block {
     std::vector<Fiber> fibers;
     std::vector<Warp> warps;
     std::vector<WarpGroup> warpgroups;
-    ucontext_t scheduler;
+    Cluster* cluster = nullptr;
     Fiber* current = nullptr;
-    void (*body)(const void*) = nullptr;  // runs the kernel on the current thread
-    const void* body_context = nullptr;
+    uint3 index{0, 0, 0};    // blockIdx
+    unsigned rank = 0;       // %cluster_ctarank: x fastest within the cluster
     unsigned live = 0, arrived = 0, generation = 0;  // __syncthreads
     int counts[2] = {0, 0};                          // __syncthreads_count, by generation parity
-    unsigned stalled = 0;      // resumes in a row that found their wait unfinished
+    unsigned cluster_arrived = 0;  // its threads waiting at the cluster barrier
     char* stacks = nullptr;
     size_t stack_bytes = 0, mapped = 0;
-    std::vector<unsigned char> dynamic_shared;
+    std::vector<unsigned char> shared_buffer;
+    unsigned char* dynamic_shared = nullptr;  // 128-byte aligned, in shared_buffer
+};
+
+// The blocks of one thread-block cluster, run together by one worker.
+struct Cluster {
+    std::vector<Block> blocks;  // by rank
+    dim3 dims;                  // blocks per cluster in x, y, z
+    uint3 index{0, 0, 0};       // the cluster's position in the grid of clusters
+    ucontext_t scheduler;
+    void (*body)(const void*) = nullptr;  // runs the kernel on the current thread
+    const void* body_context = nullptr;
+    unsigned live = 0;                    // threads of all its blocks that have not exited
+    unsigned arrived = 0, generation = 0; // the cluster barrier
+    unsigned stalled = 0;  // resumes in a row, of any of its threads, that found their wait
+                           // unfinished
 };
 
 inline thread_local Block* tl_block = nullptr;
@@ -143,6 +168,7 @@ inline thread_local size_t tl_dynamic_shared_bytes = 0;  // the launch's dynamic
 inline unsigned char* dynamic_shared() { return tl_dynamic_shared; }
 inline size_t dynamic_shared_bytes() { return tl_dynamic_shared_bytes; }
 inline Block& block() { return *tl_block; }
+inline Cluster& cluster() { return *tl_block->cluster; }
 inline unsigned lane() { return block().current->linear % kWarp; }
 inline Warp& warp() { return block().warps[block().current->linear / kWarp]; }
 inline unsigned warpgroup_rank() { return block().current->linear % kWarpGroup; }
@@ -150,44 +176,73 @@ inline WarpGroup& warpgroup() { return block().warpgroups[block().current->linea
 
 inline void yield() {
     Block& b = block();
-    swapcontext(&b.current->context, &b.scheduler);
+    swapcontext(&b.current->context, &b.cluster->scheduler);
 }
 
-[[noreturn]] inline void deadlock() {
-    Block& b = block();
-    unsigned at_barrier = b.arrived, at_warp = 0, at_group = 0;
-    for (auto& w : b.warps) at_warp += w.arrived;
-    for (auto& g : b.warpgroups) at_group += g.arrived;
-    fail("deadlock in block (%u,%u,%u): %u threads wait at __syncthreads, %u at a warp "
-         "collective, %u at a warpgroup collective, %u of %zu have exited (a barrier inside "
-         "divergent code?)",
-         blockIdx.x, blockIdx.y, blockIdx.z, at_barrier, at_warp, at_group,
-         unsigned(b.fibers.size()) - b.live, b.fibers.size());
+// Something changed that a waiting thread of the cluster may be waiting for (an arrival, a
+// barrier's release, an exit, an mbarrier's new state): the stall count starts again.
+inline void progress() { cluster().stalled = 0; }
+
+[[noreturn]] __attribute__((noinline, cold)) inline void deadlock() {
+    Cluster& c = cluster();
+    if (c.blocks.size() == 1) {
+        Block& b = block();
+        unsigned at_barrier = b.arrived, at_warp = 0, at_group = 0;
+        for (auto& w : b.warps) at_warp += w.arrived;
+        for (auto& g : b.warpgroups) at_group += g.arrived;
+        fail("deadlock in block (%u,%u,%u): %u threads wait at __syncthreads, %u at a warp "
+             "collective, %u at a warpgroup collective, %u of %zu have exited (a barrier inside "
+             "divergent code?)",
+             blockIdx.x, blockIdx.y, blockIdx.z, at_barrier, at_warp, at_group,
+             unsigned(b.fibers.size()) - b.live, b.fibers.size());
+    }
+    char text[4096] = "";
+    size_t used = 0;
+    for (const Block& b : c.blocks) {
+        unsigned at_warp = 0, at_group = 0;
+        for (auto& w : b.warps) at_warp += w.arrived;
+        for (auto& g : b.warpgroups) at_group += g.arrived;
+        const unsigned named = b.arrived + at_warp + at_group + b.cluster_arrived;
+        if (used >= sizeof text) break;
+        const int n = std::snprintf(
+            text + used, sizeof text - used,
+            "; block (%u,%u,%u) rank %u: %u threads wait at the cluster barrier, %u at "
+            "__syncthreads, %u at a warp collective, %u at a warpgroup collective, %u elsewhere "
+            "(an mbarrier), %u of %zu have exited",
+            b.index.x, b.index.y, b.index.z, b.rank, b.cluster_arrived, b.arrived, at_warp,
+            at_group, b.live > named ? b.live - named : 0u, unsigned(b.fibers.size()) - b.live,
+            b.fibers.size());
+        if (n > 0) used += size_t(n);
+    }
+    fail("deadlock in cluster (%u,%u,%u) of %zu blocks: no thread of any of its blocks can move "
+         "on (a wait for another block's arrival or copy that never comes?)%s",
+         c.index.x, c.index.y, c.index.z, c.blocks.size(), text);
 }
 
 // Yield until `done()`; arriving counts as progress, a resume that finds nothing changed not.
+// The count is over the whole cluster: a thread may wait for another block of it.
 template <class Done> inline void wait_until(Done done) {
-    Block& b = block();
-    b.stalled = 0;
+    Cluster& c = cluster();
+    c.stalled = 0;
     yield();
     while (!done()) {
-        if (++b.stalled > 2 * b.live + 2) deadlock();
+        if (++c.stalled > 2 * c.live + 2) deadlock();
         yield();
     }
-    b.stalled = 0;
+    c.stalled = 0;
 }
 
 inline void release_block_barrier(Block& b) {
     b.counts[(b.generation + 1) & 1] = 0;
     b.arrived = 0;
     b.generation++;
-    b.stalled = 0;
+    progress();
 }
 
 inline void release_warp(Warp& w) {
     w.arrived = 0;
     w.generation++;
-    block().stalled = 0;
+    progress();
 }
 
 inline unsigned warp_expected(const Warp& w) { return __builtin_popcount(w.mask & w.live); }
@@ -195,7 +250,14 @@ inline unsigned warp_expected(const Warp& w) { return __builtin_popcount(w.mask 
 inline void release_warpgroup(WarpGroup& g) {
     g.arrived = 0;
     g.generation++;
-    block().stalled = 0;
+    progress();
+}
+
+inline void release_cluster_barrier(Cluster& c) {
+    for (Block& b : c.blocks) b.cluster_arrived = 0;
+    c.arrived = 0;
+    c.generation++;
+    progress();
 }
 
 // __syncthreads_count: the barrier, returning how many threads passed a non-zero predicate.
@@ -245,6 +307,35 @@ template <class T> inline const T* warpgroup_exchange(const T& value) {
 // A barrier over the caller's warpgroup (what the .aligned wgmma instructions imply).
 inline void warpgroup_sync() { warpgroup_exchange(0); }
 
+// --- thread-block clusters (sm_90) -----------------------------------------------------------
+// The caller's rank in its cluster (%cluster_ctarank: x fastest), the cluster's block count,
+// and the dynamic shared memory of the cluster's block of rank `rank` (the same offsets as the
+// caller's: what mapa.shared::cluster maps an address to).
+inline unsigned cluster_rank() { return block().rank; }
+inline unsigned cluster_size() { return unsigned(cluster().blocks.size()); }
+inline unsigned char* cluster_dynamic_shared(unsigned rank) {
+    Cluster& c = cluster();
+    if (rank >= c.blocks.size())
+        fail("block (%u,%u,%u) names block rank %u of its cluster, which has %zu blocks",
+             blockIdx.x, blockIdx.y, blockIdx.z, rank, c.blocks.size());
+    if (c.blocks[rank].live == 0)
+        fail("block (%u,%u,%u) reaches the shared memory of block rank %u of its cluster, whose "
+             "threads have all exited (a block must not exit while others may still arrive on "
+             "its barriers or copy into its shared memory: end with cluster_sync())",
+             blockIdx.x, blockIdx.y, blockIdx.z, rank);
+    return c.blocks[rank].dynamic_shared;
+}
+
+// A barrier over every thread of every block of the cluster (barrier.cluster.arrive then
+// barrier.cluster.wait); threads that have exited count as arrived.
+inline void cluster_sync() {
+    Cluster& c = cluster();
+    const unsigned gen = c.generation;
+    block().cluster_arrived++;
+    if (++c.arrived == c.live) release_cluster_barrier(c);
+    else wait_until([&] { return c.generation != gen; });
+}
+
 // cp.async on the CPU: issue reads the source now (zero-filling past `src_bytes`) ...
 inline void async_copy(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
     Fiber& f = *block().current;
@@ -272,6 +363,7 @@ inline void async_wait(int newest_pending) {
 
 inline void thread_exit() {
     Block& b = block();
+    Cluster& c = *b.cluster;
     Fiber& f = *b.current;
     Warp& w = warp();
     WarpGroup& g = warpgroup();
@@ -279,16 +371,18 @@ inline void thread_exit() {
     f.async_mmas.clear();  // wgmma results nobody waited for die with the thread's registers
     f.done = true;
     b.live--;
+    c.live--;
     w.live &= ~(1u << lane());
     g.live--;
-    b.stalled = 0;
+    progress();
     if (b.arrived && b.arrived == b.live) release_block_barrier(b);
     if (w.arrived && w.arrived == warp_expected(w)) release_warp(w);
     if (g.arrived && g.arrived == g.live) release_warpgroup(g);
+    if (c.arrived && c.arrived == c.live) release_cluster_barrier(c);
 }
 
 inline void fiber_main() {
-    block().body(block().body_context);
+    cluster().body(cluster().body_context);
     thread_exit();
 }  // returning resumes uc_link: the scheduler
 
@@ -338,12 +432,13 @@ inline void map_stacks(Block& b, size_t threads) {
     for (size_t i = 0; i < threads; ++i) mprotect(b.stacks + i * each, page, PROT_NONE);
 }
 
-inline void run_block(Block& b) {
+// Readies a block's barriers and fibers for a run (its index and rank are set).
+inline void start_block(Block& b) {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     const unsigned n = static_cast<unsigned>(b.fibers.size());
     b.live = n;
     b.arrived = 0;
-    b.stalled = 0;
+    b.cluster_arrived = 0;
     for (unsigned i = 0; i < b.warps.size(); ++i) {
         const unsigned lanes = n - i * kWarp < kWarp ? n - i * kWarp : kWarp;
         b.warps[i].live = lanes == kWarp ? ~0u : (1u << lanes) - 1;
@@ -365,64 +460,98 @@ inline void run_block(Block& b) {
         getcontext(&f.context);
         f.context.uc_stack.ss_sp = b.stacks + i * (b.stack_bytes + page) + page;
         f.context.uc_stack.ss_size = b.stack_bytes;
-        f.context.uc_link = &b.scheduler;
+        f.context.uc_link = &b.cluster->scheduler;
         makecontext(&f.context, fiber_main, 0);
     }
-    for (unsigned remaining = n; remaining;) {
-        for (Fiber& f : b.fibers) {
-            if (f.done) continue;
-            b.current = &f;
-            threadIdx = f.index;
-            swapcontext(&b.scheduler, &f.context);
-            remaining -= f.done;
+}
+
+// Runs the cluster's blocks together: one scheduler resumes every unfinished fiber of every
+// block in turn, switching the built-in indices, the current block and its shared memory.
+inline void run_cluster(Cluster& c) {
+    c.live = 0;
+    c.arrived = 0;
+    c.stalled = 0;
+    for (Block& b : c.blocks) {
+        start_block(b);
+        c.live += b.live;
+    }
+    for (unsigned remaining = c.live; remaining;) {
+        for (Block& b : c.blocks) {
+            tl_block = &b;
+            tl_dynamic_shared = b.dynamic_shared;
+            blockIdx = b.index;
+            for (Fiber& f : b.fibers) {
+                if (f.done) continue;
+                b.current = &f;
+                threadIdx = f.index;
+                swapcontext(&c.scheduler, &f.context);
+                remaining -= f.done;
+            }
         }
     }
 }
 
 // What every worker of one launch shares.
 struct Launch {
-    dim3 grid_dim, block_dim;
+    dim3 grid_dim, block_dim, cluster_dim;
     size_t dynamic_bytes;
     void (*body)(const void*);
     const void* body_context;
-    size_t next_block;  // taken with __atomic_fetch_add
+    size_t next_cluster;  // taken with __atomic_fetch_add
 };
 
 inline void* run_worker(void* arg) {
     Launch& l = *static_cast<Launch*>(arg);
     install_fault_handler();
-    const dim3 g = l.grid_dim, k = l.block_dim;
-    const unsigned n = k.x * k.y * k.z;
-    Block b;
-    b.body = l.body;
-    b.body_context = l.body_context;
-    b.fibers.resize(n);
-    b.warps.resize((n + kWarp - 1) / kWarp);
-    b.warpgroups.resize((n + kWarpGroup - 1) / kWarpGroup);
-    for (unsigned i = 0; i < n; ++i) {
-        b.fibers[i].index = {i % k.x, (i / k.x) % k.y, i / (k.x * k.y)};
-        b.fibers[i].linear = i;
+    const dim3 g = l.grid_dim, k = l.block_dim, cd = l.cluster_dim;
+    const unsigned n = k.x * k.y * k.z, size = cd.x * cd.y * cd.z;
+    Cluster c;
+    c.body = l.body;
+    c.body_context = l.body_context;
+    c.dims = cd;
+    c.blocks.resize(size);
+    for (unsigned r = 0; r < size; ++r) {
+        Block& b = c.blocks[r];
+        b.cluster = &c;
+        b.rank = r;
+        b.fibers.resize(n);
+        b.warps.resize((n + kWarp - 1) / kWarp);
+        b.warpgroups.resize((n + kWarpGroup - 1) / kWarpGroup);
+        for (unsigned i = 0; i < n; ++i) {
+            b.fibers[i].index = {i % k.x, (i / k.x) % k.y, i / (k.x * k.y)};
+            b.fibers[i].linear = i;
+        }
+        map_stacks(b, n);
+        // poison: uninitialised floats are NaN
+        b.shared_buffer.assign(l.dynamic_bytes + 128, 0xff);
+        b.dynamic_shared = reinterpret_cast<unsigned char*>(
+            (reinterpret_cast<uintptr_t>(b.shared_buffer.data()) + 127) & ~uintptr_t(127));
     }
-    map_stacks(b, n);
-    b.dynamic_shared.assign(l.dynamic_bytes + 128, 0xff);  // poison: uninitialised floats are NaN
-    tl_dynamic_shared = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<uintptr_t>(b.dynamic_shared.data()) + 127) & ~uintptr_t(127));
+    tl_dynamic_shared = c.blocks[0].dynamic_shared;
     tl_dynamic_shared_bytes = l.dynamic_bytes;
-    tl_block = &b;
+    tl_block = &c.blocks[0];
     gridDim = g;
     blockDim = k;
-    const size_t total = size_t(g.x) * g.y * g.z;
-    for (size_t i; (i = __atomic_fetch_add(&l.next_block, 1, __ATOMIC_SEQ_CST)) < total;) {
-        blockIdx = {unsigned(i % g.x), unsigned(i / g.x % g.y), unsigned(i / (size_t(g.x) * g.y))};
-        run_block(b);
+    const dim3 cg(g.x / cd.x, g.y / cd.y, g.z / cd.z);  // the grid of clusters
+    const size_t total = size_t(cg.x) * cg.y * cg.z;
+    for (size_t i; (i = __atomic_fetch_add(&l.next_cluster, 1, __ATOMIC_SEQ_CST)) < total;) {
+        c.index = {unsigned(i % cg.x), unsigned(i / cg.x % cg.y),
+                   unsigned(i / (size_t(cg.x) * cg.y))};
+        for (Block& b : c.blocks)
+            b.index = {c.index.x * cd.x + b.rank % cd.x, c.index.y * cd.y + b.rank / cd.x % cd.y,
+                       c.index.z * cd.z + b.rank / (cd.x * cd.y)};
+        run_cluster(c);
     }
     tl_block = nullptr;
-    munmap(b.stacks, b.mapped);
+    tl_dynamic_shared = nullptr;
+    for (Block& b : c.blocks) munmap(b.stacks, b.mapped);
     return nullptr;
 }
 
+constexpr unsigned kMaxClusterBlocks = 8;  // the portable cluster size
+
 inline void run_grid(Launch& l) {
-    const dim3 g = l.grid_dim, k = l.block_dim;
+    const dim3 g = l.grid_dim, k = l.block_dim, cd = l.cluster_dim;
     const size_t threads = size_t(k.x) * k.y * k.z;
     if (threads == 0 || threads > 1024 || k.z > 64)
         fail("invalid block (%u,%u,%u): 1 to 1024 threads, z at most 64", k.x, k.y, k.z);
@@ -430,7 +559,14 @@ inline void run_grid(Launch& l) {
         fail("invalid grid (%u,%u,%u)", g.x, g.y, g.z);
     if (l.dynamic_bytes > kMaxDynamicShared)
         fail("%zu bytes of dynamic shared memory > %zu", l.dynamic_bytes, kMaxDynamicShared);
-    const size_t total = size_t(g.x) * g.y * g.z;
+    if (cd.x == 0 || cd.y == 0 || cd.z == 0 ||
+        size_t(cd.x) * cd.y * cd.z > kMaxClusterBlocks)
+        fail("invalid cluster dims (%u,%u,%u): 1 to %u blocks per cluster (the portable limit; "
+             "the launch fails on the hardware)", cd.x, cd.y, cd.z, kMaxClusterBlocks);
+    if (g.x % cd.x || g.y % cd.y || g.z % cd.z)
+        fail("the grid (%u,%u,%u) is not a multiple of the cluster dims (%u,%u,%u) (the launch "
+             "fails on the hardware)", g.x, g.y, g.z, cd.x, cd.y, cd.z);
+    const size_t total = size_t(g.x / cd.x) * (g.y / cd.y) * (g.z / cd.z);  // clusters
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     size_t workers = env_size("EMMY_EMU_WORKERS", cores > 0 ? size_t(cores) : 1);
     workers = workers < total ? workers : total;
@@ -448,16 +584,24 @@ inline void run_grid(Launch& l) {
     pthread_attr_destroy(&attr);
 }
 
-// launch(kernel, grid, block, dynamic_smem, args...): run `kernel(args...)` on every thread.
+// launch_cluster(kernel, grid, block, cluster, dynamic_smem, args...): run `kernel(args...)`
+// on every thread, the blocks grouped in clusters of `cluster` blocks (the grid a multiple).
 template <class... Params, class... Args>
-inline void launch(void (*kernel)(Params...), dim3 grid, dim3 blk, size_t dynamic_bytes,
-                   Args&&... args) {
+inline void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 blk, dim3 cluster_dims,
+                           size_t dynamic_bytes, Args&&... args) {
     static_assert(sizeof...(Params) == sizeof...(Args), "wrong number of kernel arguments");
     const auto call = [kernel, args...] { kernel(args...); };  // each thread gets copies
     using Call = decltype(call);
-    Launch l{grid, blk, dynamic_bytes,
+    Launch l{grid, blk, cluster_dims, dynamic_bytes,
              [](const void* c) { (*static_cast<const Call*>(c))(); }, &call, 0};
     run_grid(l);
+}
+
+// launch(kernel, grid, block, dynamic_smem, args...): the same without clusters.
+template <class... Params, class... Args>
+inline void launch(void (*kernel)(Params...), dim3 grid, dim3 blk, size_t dynamic_bytes,
+                   Args&&... args) {
+    launch_cluster(kernel, grid, blk, dim3(1, 1, 1), dynamic_bytes, std::forward<Args>(args)...);
 }
 
 }  // namespace emmy_emu

@@ -1,11 +1,12 @@
 """Run CUDA kernel source on the CPU: build it with g++ against cuda_emulate.h, launch, read back.
 
-`build_and_run(source, kernel, grid, block, dynamic_smem, args)` writes a harness around the
-source, compiles it into the on-disk cache (one program serves every `extern "C"` kernel of a
-source and every shape: the launch and the arguments are read at run time), runs it on the
-arguments (numpy arrays and scalars) and copies the arrays back in place. A compile error, a
-crash, a deadlock or a timeout comes back as an `EmulatorResult` with that status, never as an
-exception.
+`build_and_run(source, kernel, grid, block, dynamic_smem, args, cluster=1)` writes a harness
+around the source, compiles it into the on-disk cache (one program serves every `extern "C"`
+kernel of a source and every shape: the launch and the arguments are read at run time), runs it
+on the arguments (numpy arrays and scalars) and copies the arrays back in place; `cluster`
+groups the blocks into thread-block clusters (sm_90), which the emulator runs together. A
+compile error, a crash, a deadlock or a timeout comes back as an `EmulatorResult` with that
+status, never as an exception.
 """
 
 from __future__ import annotations
@@ -91,14 +92,23 @@ class Build:
 
 def build_and_run(source: str, kernel_name: str, grid: Dim, block: Dim, dynamic_smem: int = 0,
                   args: Sequence[Arg] = (), *, timeout: float = 60.0,
-                  workers: int | None = None) -> EmulatorResult:
-    """Build `source` (cached), launch `kernel_name` on `args`, copy arrays back in place."""
+                  workers: int | None = None, cluster: Dim = 1) -> EmulatorResult:
+    """Build `source` (cached), launch `kernel_name` on `args`, copy arrays back in place.
+    `cluster`: blocks per thread-block cluster (sm_90), an int (along x) or up to three dims;
+    the grid must be a multiple of it, and a cluster at most 8 blocks."""
     built = build(source, kernel_name)
     if built.binary is None:
         return EmulatorResult(status="compile_error", log=built.log,
                               build_seconds=built.seconds)
+    declared = declared_cluster(source, kernel_name)
+    if declared is not None:                 # on a GPU the declaration fixes the clusters
+        if _dims(cluster) not in ((1, 1, 1), declared):
+            return EmulatorResult(status="error", log=(
+                f"emmy-emulate: {kernel_name} is declared with clusters of {declared} blocks "
+                f"but launched with {_dims(cluster)}"))
+        cluster = declared
     ran = _run(built.binary, kernel_name, grid, block, dynamic_smem, args, timeout=timeout,
-               workers=workers)
+               workers=workers, cluster=cluster)
     return EmulatorResult(status=ran.status, log=ran.log, stdout=ran.stdout, outputs=ran.outputs,
                           build_seconds=0.0 if built.cached else built.seconds,
                           run_seconds=ran.run_seconds, cached=built.cached)
@@ -150,10 +160,25 @@ def rewrite_dynamic_shared(source: str) -> str:
     return _EXTERN_SHARED.sub(pointer, source)
 
 
+_ATTRIBUTES = r"(?:(?:__launch_bounds__|__cluster_dims__|EMMY_CLUSTER_DIMS)\s*\([^)]*\)\s*)*"
 _C_KERNEL = re.compile(
-    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+'
-    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(?P<name>[A-Za-z_]\w*)\s*\(")
+    rf'extern\s+"C"\s+__global__\s+{_ATTRIBUTES}void\s+'
+    rf"{_ATTRIBUTES}(?P<name>[A-Za-z_]\w*)\s*\(")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def declared_cluster(source: str, kernel_name: str) -> tuple[int, int, int] | None:
+    """The cluster dims in `kernel_name`'s declaration (EMMY_CLUSTER_DIMS or __cluster_dims__,
+    which the GPU takes from there and the emulator from the launch), or None."""
+    for m in _C_KERNEL.finditer(_COMMENT.sub("", source)):
+        if m.group("name") == kernel_name:
+            dims = _CLUSTER_DIMS.search(m.group(0))
+            return tuple(int(d) for d in dims.groups()) if dims else None  # type: ignore
+    return None
+
+
+_CLUSTER_DIMS = re.compile(r"(?:__cluster_dims__|EMMY_CLUSTER_DIMS)\s*\(\s*(\d+)\s*,\s*(\d+)\s*,"
+                           r"\s*(\d+)\s*\)")
 
 
 def entry_points(source: str, kernel_name: str) -> tuple[str, ...]:
@@ -185,7 +210,7 @@ class _Ran:
 
 
 def _run(binary: Path, kernel_name: str, grid: Dim, block: Dim, dynamic_smem: int,
-         args: Sequence[Arg], *, timeout: float, workers: int | None) -> _Ran:
+         args: Sequence[Arg], *, timeout: float, workers: int | None, cluster: Dim = 1) -> _Ran:
     """Run a built program on `args`; arrays are copied back in place when it succeeds."""
     arrays = [a for a in args if isinstance(a, np.ndarray)]
     for a in arrays:
@@ -196,7 +221,7 @@ def _run(binary: Path, kernel_name: str, grid: Dim, block: Dim, dynamic_smem: in
         env["EMMY_EMU_WORKERS"] = str(workers)
     with tempfile.TemporaryDirectory(prefix="emmy-emu-run-") as tmp:
         arg_file, out_file = Path(tmp) / "args.bin", Path(tmp) / "out.bin"
-        arg_file.write_bytes(encode_args(grid, block, dynamic_smem, args))
+        arg_file.write_bytes(encode_args(grid, block, dynamic_smem, args, cluster))
         start = time.perf_counter()
         try:
             proc = subprocess.run([str(binary), str(arg_file), str(out_file), kernel_name],
@@ -221,10 +246,11 @@ def _dims(d: Dim) -> tuple[int, int, int]:
     return (*t, *(1,) * (3 - len(t)))  # type: ignore[return-value]
 
 
-def encode_args(grid: Dim, block: Dim, dynamic_smem: int, args: Sequence[Arg]) -> bytes:
+def encode_args(grid: Dim, block: Dim, dynamic_smem: int, args: Sequence[Arg],
+                cluster: Dim = 1) -> bytes:
     """The argument file emu_harness.h reads."""
-    parts = [b"EMMYARG1", struct.pack("<6IQI", *_dims(grid), *_dims(block), dynamic_smem,
-                                      len(args))]
+    parts = [b"EMMYARG2", struct.pack("<9IQI", *_dims(grid), *_dims(block), *_dims(cluster),
+                                      dynamic_smem, len(args))]
     for a in args:
         if isinstance(a, np.ndarray):
             parts += [struct.pack("<IQ", 0, a.nbytes), a.tobytes()]

@@ -24,6 +24,8 @@
 //   registers    setmaxnreg_dec<R>(), setmaxnreg_inc<R>()
 //   wgmma, A in registers: wgmma_m64k16_rs<N, BF16, TransB>(d, a[4], desc_b, scale_d),
 //                wgmma_fence_a(a)
+//   clusters     EMMY_CLUSTER_DIMS(x, y, z), cluster_ctarank, cluster_sync,
+//                mbar_arrive_cluster(bar, cta), tma_load_3d_multicast(..., bar, cta_mask)
 #pragma once
 #include "emmy_intrinsics.cuh"
 
@@ -353,12 +355,18 @@ struct MbarState {
     unsigned parity;
 };
 
-inline MbarState mbar_load(const uint64_t* bar) {
-    sm90_smem_addr(bar);  // fails unless the barrier is in dynamic shared memory
+// The state of the mbarrier at `bar`, which may lie in any block of the cluster.
+inline MbarState mbar_read(const uint64_t* bar) {
     const uint64_t v = *bar;
     long long bytes = (long long)(v >> 42 & 0x1FFFFF);
     if (bytes >= (1 << 20)) bytes -= 1 << 21;
     return MbarState{unsigned(v & 0x1FFFFF), unsigned(v >> 21 & 0x1FFFFF), bytes, unsigned(v >> 63)};
+}
+
+// The state of the mbarrier at `bar`, which must lie in the block's own shared memory.
+inline MbarState mbar_load(const uint64_t* bar) {
+    sm90_smem_addr(bar);  // fails unless the barrier is in dynamic shared memory
+    return mbar_read(bar);
 }
 
 // Stores the state, first completing the phase when nothing is pending.
@@ -371,20 +379,28 @@ inline void mbar_store(uint64_t* bar, MbarState s) {
         fail("mbarrier: %lld bytes pending, more than the emulator's 20 bits", s.bytes);
     *bar = uint64_t(s.pending) | uint64_t(s.expected) << 21 |
            uint64_t(s.bytes & 0x1FFFFF) << 42 | uint64_t(s.parity) << 63;
-    block().stalled = 0;  // progress: a waiting thread may now pass
+    progress();  // a waiting thread of the cluster may now pass
 }
 
-inline void mbar_arrive(uint64_t* bar, long long bytes) {
-    MbarState s = mbar_load(bar);
+// An arrival, announcing `bytes` more, on the mbarrier at `bar` (in any block of the cluster).
+inline void mbar_arrive_on(uint64_t* bar, long long bytes) {
+    MbarState s = mbar_read(bar);
     if (s.pending == 0) fail("mbarrier: more arrivals than its count %u in one phase", s.expected);
     s.pending--;
     s.bytes += bytes;
     mbar_store(bar, s);
 }
 
-inline void tma_load(unsigned char* dst, const TensorMap* map, const int* coord, uint64_t* bar) {
-    if (map->magic != TensorMap::kMagic) fail("tma: %p is not a tensor map", (const void*)map);
-    const unsigned offset = sm90_smem_addr(dst);
+inline void mbar_arrive(uint64_t* bar, long long bytes) {
+    sm90_smem_addr(bar);  // fails unless the barrier is in dynamic shared memory
+    mbar_arrive_on(bar, bytes);
+}
+
+// One TMA copy into the dynamic shared memory `smem` of some block of the cluster: the box of
+// `map` at `coord` lands at byte `offset`, then complete_tx(box bytes) on the mbarrier at `bar`
+// (in the same block's shared memory).
+inline void tma_copy(unsigned char* smem, unsigned offset, const TensorMap* map, const int* coord,
+                     uint64_t* bar) {
     if (offset % 128) fail("tma: the shared-memory destination must be 128-byte aligned");
     size_t total = map->elem_bytes;
     for (unsigned d = 0; d < map->rank; ++d) total *= map->box[d];
@@ -405,12 +421,19 @@ inline void tma_load(unsigned char* dst, const TensorMap* map, const int* coord,
         }
         unsigned addr = unsigned(offset + at);
         if (width) addr ^= (addr >> 7 & (width / 16 - 1)) << 4;
-        if (inside) std::memcpy(dynamic_shared() + addr, src, map->elem_bytes);
-        else std::memset(dynamic_shared() + addr, 0, map->elem_bytes);
+        if (inside) std::memcpy(smem + addr, src, map->elem_bytes);
+        else std::memset(smem + addr, 0, map->elem_bytes);
     }
-    MbarState s = mbar_load(bar);
+    MbarState s = mbar_read(bar);
     s.bytes -= (long long)total;
     mbar_store(bar, s);
+}
+
+inline void tma_load(unsigned char* dst, const TensorMap* map, const int* coord, uint64_t* bar) {
+    if (map->magic != TensorMap::kMagic) fail("tma: %p is not a tensor map", (const void*)map);
+    const unsigned offset = sm90_smem_addr(dst);
+    sm90_smem_addr(bar);  // fails unless the barrier is in dynamic shared memory
+    tma_copy(dynamic_shared(), offset, map, coord, bar);
 }
 }  // namespace emmy_emu
 
@@ -603,5 +626,101 @@ inline void tma_load_4d(void* dst, const EmmyTensorMap* map, int c0, int c1, int
     const auto* m = reinterpret_cast<const emmy_emu::TensorMap*>(map);
     if (m->rank != 4) emmy_emu::fail("tma_load_4d with a rank-%u tensor map", m->rank);
     emmy_emu::tma_load(static_cast<unsigned char*>(dst), m, coord, bar);
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Thread-block clusters (sm_90). The blocks of a cluster (at most 8, portably) run at once on
+// the SMs of one GPC and can reach each other's shared memory: arrive on each other's mbarriers
+// and have one TMA copy land in several of them (multicast), so that a tile two blocks both
+// need is read from global memory once. A block's rank in its cluster (%cluster_ctarank) counts
+// x fastest. The cluster dims are part of the launch: EMMY_CLUSTER_DIMS(x, y, z) in the kernel
+// declaration (`__global__ void EMMY_CLUSTER_DIMS(2, 1, 1) k(...)`) fixes them at compile time
+// (__cluster_dims__); the grid must be a multiple of them. An mbarrier that other blocks arrive
+// on is initialised, then mbar_init_fence() (fence.mbarrier_init.release.cluster) and a
+// cluster_sync() before any other block uses it; a block must not exit while others may still
+// arrive on its barriers or copy into its shared memory (a final cluster_sync()).
+//   cluster_ctarank()               mov.u32 %r, %cluster_ctarank
+//   cluster_sync()                  barrier.cluster.arrive.release.aligned, then
+//                                   barrier.cluster.wait.acquire.aligned: every thread of every
+//                                   block of the cluster (shared-memory writes before it are
+//                                   visible cluster-wide after it)
+//   mbar_arrive_cluster(bar, cta)   mapa.shared::cluster.u32 (the address of `bar`'s offset in
+//                                   block `cta`), then mbarrier.arrive.shared::cluster.b64: one
+//                                   arrival, no bytes, on that block's barrier (cta may be the
+//                                   caller's own rank), with PTX's default .release.cta
+//                                   semantics, as CUTLASS's ClusterBarrier::arrive(cta_id): the
+//                                   arrival says "my reads of my own shared memory are done" (a
+//                                   consumer freeing a slot the peer multicasts into), which
+//                                   needs no cluster-scope release. SASS: PRMT (mapa),
+//                                   SYNCS.ARRIVE.TRANS64.RED.A1T0 (a .release.cluster arrive
+//                                   would add MEMBAR.ALL.CTA, MEMBAR.ALL.GPU, ERRBAR and
+//                                   CGAERRBAR before each one, in the consumers' main loop)
+//   tma_load_3d_multicast(dst, map, c0, c1, c2, bar, cta_mask)
+//                                   cp.async.bulk.tensor.3d...multicast::cluster: as
+//                                   tma_load_3d, but the box lands at dst's offset in the shared
+//                                   memory of every block whose bit is set in cta_mask (16 bits,
+//                                   bit r = rank r), and complete_tx(box bytes) is signalled on
+//                                   the mbarrier at bar's offset in each of those blocks (each
+//                                   announces the bytes it receives with its own expect_tx)
+// CPU (cuda_emulate.h): the emulator takes the cluster dims from the launch, not from the
+// declaration (EMMY_CLUSTER_DIMS is empty there), and runs a cluster's blocks together, one
+// scheduler over all their threads, each block with its own dynamic shared memory; the remote
+// arrive and each multicast destination are the emulated mbarrier arrive and TMA copy on that
+// block's buffer, at the same offsets. A cluster kernel keeps all its shared memory in dynamic
+// shared memory (static __shared__ would be shared by the emulated cluster's blocks). A mask
+// that is empty or names a block outside the cluster fails the launch; so does a wait that no
+// block of the cluster can ever end (a deadlock naming the cluster).
+// ---------------------------------------------------------------------------------------------
+#if defined(__CUDACC__)
+#define EMMY_CLUSTER_DIMS(x, y, z) __cluster_dims__(x, y, z)
+EMMY_FN unsigned cluster_ctarank() {
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+EMMY_FN void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+EMMY_FN void mbar_arrive_cluster(uint64_t* bar, unsigned cta) {
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
+                 :: "r"(sm90_smem_addr(bar)), "r"(cta) : "memory");
+}
+EMMY_FN void tma_load_3d_multicast(void* dst, const EmmyTensorMap* map, int c0, int c1, int c2,
+                                   uint64_t* bar, unsigned short cta_mask) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n"
+                 :: "r"(sm90_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2),
+                    "r"(sm90_smem_addr(bar)), "h"(cta_mask) : "memory");
+}
+#else
+#define EMMY_CLUSTER_DIMS(x, y, z)
+inline unsigned cluster_ctarank() { return emmy_emu::cluster_rank(); }
+inline void cluster_sync() { emmy_emu::cluster_sync(); }
+inline void mbar_arrive_cluster(uint64_t* bar, unsigned cta) {
+    const unsigned offset = sm90_smem_addr(bar);  // fails unless in dynamic shared memory
+    auto* remote = reinterpret_cast<uint64_t*>(emmy_emu::cluster_dynamic_shared(cta) + offset);
+    emmy_emu::mbar_arrive_on(remote, 0);
+}
+inline void tma_load_3d_multicast(void* dst, const EmmyTensorMap* map, int c0, int c1, int c2,
+                                  uint64_t* bar, unsigned short cta_mask) {
+    using namespace emmy_emu;
+    const int coord[3] = {c0, c1, c2};
+    const auto* m = reinterpret_cast<const TensorMap*>(map);
+    if (m->magic != TensorMap::kMagic) fail("tma: %p is not a tensor map", (const void*)m);
+    if (m->rank != 3) fail("tma_load_3d_multicast with a rank-%u tensor map", m->rank);
+    const unsigned size = cluster_size();
+    if (cta_mask == 0 || cta_mask >> size)
+        fail("tma multicast in block (%u,%u,%u): the mask %#x names %s (the cluster has %u "
+             "blocks, ranks 0..%u)", blockIdx.x, blockIdx.y, blockIdx.z, unsigned(cta_mask),
+             cta_mask ? "a block outside the cluster" : "no block", size, size - 1);
+    const unsigned offset = sm90_smem_addr(dst), bar_offset = sm90_smem_addr(bar);
+    for (unsigned r = 0; r < size; ++r) {
+        if (!(cta_mask >> r & 1u)) continue;
+        unsigned char* smem = cluster_dynamic_shared(r);
+        tma_copy(smem, offset, m, coord, reinterpret_cast<uint64_t*>(smem + bar_offset));
+    }
 }
 #endif
