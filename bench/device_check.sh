@@ -4,10 +4,10 @@
 # PYTHONPATH, e.g.
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \
 #   export PYTHONPATH=$PWD:/tmp/site && bash bench/device_check.sh
-# The defaults fit one 15-minute lease with its start-up (about 10.5 minutes of steps): the GPU
-# tests, a wgmma+TMA row through `emmy run --bench`, then the matmul and attention suites (the
-# core suite was measured on 2026-11-30; add it with SUITES="core:120 ...").
-# Knobs (environment): SUITES="matmul:150 attention:150" — each item SUITE[:BUDGET[:ONLY]] runs
+# The defaults fit one 15-minute lease with its start-up (about 11 minutes of steps): the GPU
+# tests, two wgmma+TMA rows (one with clusters) through `emmy run --bench`, then the matmul and
+# attention suites (the core suite was measured on 2026-11-30; add it with SUITES="core:120 ...").
+# Knobs (environment): SUITES="matmul:140 attention:140" — each item SUITE[:BUDGET[:ONLY]] runs
 # `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of
 # workload-name prefixes); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=180 (seconds),
 # RUN_BENCH=1 (0 skips the `emmy run --bench` steps; RMSNORM=1 adds rmsnorm's),
@@ -34,9 +34,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
     > "$out/gpu.txt" 2>&1; cat "$out/gpu.txt"
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__)"
 if [ "${TESTS:-1}" = 1 ]; then
-    # -rP keeps what passing tests print: the template speed tests' TFLOP/s against torch
-    TAIL=40 step gpu_tests "${TESTS_LIMIT:-180}" python3 -m pytest -m gpu tests -q \
-        -p no:cacheprovider -rfEP --continue-on-collection-errors
+    # -s writes what the template speed tests print (TFLOP/s against torch) as they run, so a
+    # step stopped at its limit keeps them
+    TAIL=40 step gpu_tests "${TESTS_LIMIT:-180}" python3 -m pytest -m gpu tests -q -s \
+        -p no:cacheprovider -rfE --continue-on-collection-errors
 fi
 if [ "${RUN_BENCH:-1}" = 1 ]; then
     if [ "${RMSNORM:-0}" = 1 ]; then
@@ -48,8 +49,12 @@ if [ "${RUN_BENCH:-1}" = 1 ]; then
     step tma_bench 90 python3 -m emmy run examples/matmul_half.py --set M=4096 --set K=4096 \
         --set N=4096 --bench --json "$out/tma_bench.json" \
         --row "WORK=warps:2x4 TILE=wgmma:128x256x64 REDUCE=serial STAGE=tma:4 RASTER=group:8"
+    # the same with clusters of two blocks sharing B's tile (TMA multicast)
+    step cluster_bench 60 python3 -m emmy run examples/matmul_half.py --set M=4096 --set K=4096 \
+        --set N=4096 --bench --json "$out/cluster_bench.json" \
+        --row "WORK=warps:2x4 TILE=wgmma:128x256x64 REDUCE=serial STAGE=tma:4:cluster:2x1 RASTER=group:8"
 fi
-for item in ${SUITES:-matmul:150 attention:150}; do
+for item in ${SUITES:-matmul:140 attention:140}; do
     IFS=: read -r suite budget only <<< "$item"
     budget=${budget:-400}
     args=(--suite "$suite" --budget "$budget" --json "$out/$suite.json")

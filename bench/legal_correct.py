@@ -29,6 +29,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tile", metavar="PREFIX", default="",
                     help="sample only rows whose TILE starts with PREFIX (e.g. wgmma)")
+    ap.add_argument("--stage", metavar="TEXT", default="",
+                    help="sample only rows whose STAGE contains TEXT (e.g. cluster)")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
                     help="override a module-level constant of every file (e.g. dtype=bfloat16)")
     args = ap.parse_args()
@@ -36,7 +38,8 @@ def main() -> int:
     totals: Counter = Counter()
     for path in files:
         t0 = time.perf_counter()
-        where = (lambda r: r.get("TILE", "").startswith(args.tile)) if args.tile else None
+        where = (lambda r: r.get("TILE", "").startswith(args.tile)
+                 and args.stage in r.get("STAGE", "")) if args.tile or args.stage else None
         results = verify_rows(load_file(path, parse_sets(args.sets)), per_kernel=args.rows,
                               seed=args.seed, where=where)
         verdicts = Counter(r.verdict for r in results)

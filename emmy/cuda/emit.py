@@ -32,7 +32,8 @@ def emit_function(f: K.KFunction) -> str:
         for p in f.params)
     lines = [f"// row: {f.row}",
              f"// launch: grid {f.grid}, block {f.threads}, dynamic shared memory {f.shared_bytes} B",
-             f'extern "C" __global__ void __launch_bounds__({_bounds(f)}) {f.name}({params}) {{',
+             f'extern "C" __global__ void __launch_bounds__({_bounds(f)}){_cluster(f)} '
+             f'{f.name}({params}) {{',
              "  const int tid = threadIdx.x;",
              "  const long long bid = blockIdx.x;"]
     if f.shared_bytes:
@@ -44,6 +45,12 @@ def emit_function(f: K.KFunction) -> str:
 
 def _bounds(f: K.KFunction) -> str:
     return f"{f.threads}, {f.min_blocks}" if f.min_blocks else str(f.threads)
+
+
+def _cluster(f: K.KFunction) -> str:
+    """Thread-block clusters along x (emmy_sm90.cuh: __cluster_dims__ on the GPU; the emulator
+    takes them from the launch)."""
+    return f" EMMY_CLUSTER_DIMS({f.cluster}, 1, 1)" if f.cluster > 1 else ""
 
 
 def _block(stmts, depth: int) -> list[str]:

@@ -35,6 +35,20 @@ registers from the producer (40 a thread) to the consumers (232). The body is th
 the kernel takes one extra parameter per tensor map, `const EmmyTensorMap* __restrict__
 <name>`, and the runtime fills them before the launch (emmy.cuda.program.TensorMapSpec).
 
+Clusters (TMA only; config.cluster_m x cluster_n = 2x1 or 1x2): the blocks 2c and 2c+1 form
+cluster c (__cluster_dims__(2, 1, 1)) and take the same work units, CM x CN neighbouring tiles,
+block `rank` the tile at rank along m (2x1) or n (1x2). The two tiles share one operand tile
+(B's with 2x1, A's with 1x2): each block's producer copies half of it with one multicast TMA
+copy into both blocks' stage (K-major: half of the rows; MN-major: half of the atom columns, or
+of the k-rows for a 64-wide tile) and its own other operand as before, so each `full` barrier
+still expects the whole stage. A slot is then written by both producers, so each consumer warp
+frees it on both blocks' `empty` barriers (arrival count: the cluster's consumer warps). The
+barriers are initialised before a cluster barrier, and a cluster barrier at the end keeps a block
+from leaving while its peer may still copy into it or arrive on its barriers. A spare tile (an
+odd tile count along the cluster's direction) is computed on zeros (the copies past the tensor
+read zeros) and stores nothing. The shared operand is read from L2 once per cluster instead of
+once per block.
+
 Epilogue: a thread's accumulators come in pairs of neighbouring columns; where the epilogue
 has a pair form (emmy.cuda.gemm_spec.pair_of) each pair is one vector store.
 
@@ -57,6 +71,8 @@ SMEM_LIMIT = 227 * 1024            # sm_90a's dynamic shared memory per block (o
 ALIGN_SLACK = 1024                 # the 128-byte swizzle pattern repeats on 1024-byte boundaries
 ATOM_BYTES = 8192                  # MN-major: one 64-wide column of 64 k-rows
 _CTYPES = ("__half", "__nv_bfloat16")
+CLUSTERS = ((1, 1), (2, 1), (1, 2))  # (cluster_m, cluster_n) the TMA form builds
+MULTICAST_MASK = "0x3"               # both blocks of a cluster of 2
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -108,6 +124,11 @@ def constraints_sm90(problem: GemmProblem, config: GemmConfig, target_name: str)
         why.append(f"the wgmma template does not split K (split must be 1); got {config.split}")
     if config.group < 1:
         why.append(f"group must be at least 1; got {config.group}")
+    if (config.cluster_m, config.cluster_n) not in CLUSTERS:
+        why.append(f"clusters are 1x1, 2x1 (two tile rows share B's tile) or 1x2 (two tile "
+                   f"columns share A's tile); got {config.cluster_m}x{config.cluster_n}")
+    elif config.cluster > 1 and not config.tma:
+        why.append("clusters share their TMA copies (multicast): they need TMA staging")
     for name, op, outer in (("A", a, "m"), ("B", b, "n")):
         why += _operand_refusals(name, op, outer, problem.batch)
         if config.tma and not op.batch_stride and not _ZERO_BASED.fullmatch(op.batch_offset):
@@ -188,27 +209,44 @@ def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue,
     zero = ["#pragma unroll", f"for (int i = 0; i < {c.bn // 2}; ++i) acc[i] = 0.f;"]
     store = _store_lines(p, c, epilogue)
     if not c.tma:
-        lines = [*_private(head + _decode("bid", c.group) + consumer + zero
-                           + _cp_async_mainloop(p, c, wgmmas) + _drained()), *store]
+        lines = [*_private(head + _decode("bid", c) + consumer + zero
+                           + _cp_async_mainloop(p, c, wgmmas) + _drained(c)), *store]
         return Body(lines=_buffers(lines, p), grid=tiles, threads=2 * c.bm,
                     smem_bytes=smem_bytes_sm90(p, c))
+    if c.cluster > 1:
+        units = p.batch * _cdiv(tiles_m, c.cluster_m) * _cdiv(tiles_n, c.cluster_n)
+        head += [
+            f"constexpr int CM = {c.cluster_m}, CN = {c.cluster_n};   // tiles per cluster along "
+            "m and n",
+            f"constexpr int UNITS_M = {_cdiv(tiles_m, c.cluster_m)}, UNITS_N = "
+            f"{_cdiv(tiles_n, c.cluster_n)};",
+            f"constexpr long long UNITS = {units}LL;     // clusters' worth of tiles",
+            "const int rank = int(cluster_ctarank());   // this block's place in its cluster",
+            f"const long long cid = bid / {c.cluster}, clusters = gridDim.x / {c.cluster};",
+        ]
+        grid = c.cluster * min(units, sm_count // c.cluster)
+    else:
+        grid = min(tiles, sm_count)
     setup, producer, consume = _tma_mainloop(p, c, wgmmas)
     regs = _REGISTERS.get(2 * c.bm + 128)
     give = [f"setmaxnreg_dec<{regs[0]}>();   // the producer needs few registers"] if regs else []
     take = [f"setmaxnreg_inc<{regs[1]}>();   // the consumers hold the accumulators"] \
         if regs else []
     consumers = [*_private(consumer + ["int it = 0;                 // k-tiles consumed so far",
-                                       "for (long long w = bid; w < TILES; w += gridDim.x) {"]
-                           + _indent(_decode("w", c.group) + zero + consume
-                                     + _drained(release=True))),
+                                       _walk(c)]
+                           + _indent(_decode("w", c) + zero + consume
+                                     + _drained(c, release=True))),
                  *_indent(store), "}"]
     lines = [*_private(head + setup),
              "if (tid < 128) {                     // the producer warpgroup",
              *_indent(give + _private(producer)), "} else {                             "
              "// the consumer warpgroups", *_indent(take + consumers), "}"]
-    return TmaBody(lines=_buffers(lines, p), grid=min(tiles, sm_count), threads=2 * c.bm + 128,
+    if c.cluster > 1:
+        lines.append("cluster_sync();   // no block leaves while its peer may still copy into its "
+                     "shared memory or arrive on its barriers")
+    return TmaBody(lines=_buffers(lines, p), grid=grid, threads=2 * c.bm + 128,
                    smem_bytes=smem_bytes_sm90(p, c), tensor_maps=_tensor_maps(p, c),
-                   min_blocks=1 if regs else 0)
+                   min_blocks=1 if regs else 0, cluster=c.cluster)
 
 
 # Threads per block -> (producer, consumer) registers per thread for setmaxnreg: with two
@@ -219,19 +257,43 @@ def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue,
 _REGISTERS = {384: (40, 232)}
 
 
-def _decode(index: str, group: int) -> list[str]:
-    """(bz, tm, tn, m0, n0) of tile `index` (batch-major, then the raster within a batch)."""
-    return [f"const long long bz = {index} / (TILES_M * TILES_N);",
-            f"const int tile = int({index} % (TILES_M * TILES_N));",
-            *_raster(group), "const int m0 = tm * BM, n0 = tn * BN;"]
+def _walk(c: GemmConfig) -> str:
+    """The persistent loop over work units: tiles, or with clusters the clusters' units of
+    CM x CN tiles (a cluster's blocks take the same units)."""
+    if c.cluster > 1:
+        return "for (long long w = cid; w < UNITS; w += clusters) {"
+    return "for (long long w = bid; w < TILES; w += gridDim.x) {"
 
 
-def _drained(release: bool = False) -> list[str]:
+def _decode(index: str, c: GemmConfig) -> list[str]:
+    """(bz, tm, tn, m0, n0) of work unit `index` (batch-major, then the raster within a batch);
+    with clusters the raster orders the units and the block's rank picks its tile in one."""
+    if c.cluster == 1:
+        return [f"const long long bz = {index} / (TILES_M * TILES_N);",
+                f"const int tile = int({index} % (TILES_M * TILES_N));",
+                *_raster(c.group), "const int m0 = tm * BM, n0 = tn * BN;"]
+    return [f"const long long bz = {index} / (UNITS_M * UNITS_N);",
+            f"const int tile = int({index} % (UNITS_M * UNITS_N));",
+            *_raster(c.group, "UNITS_M", "UNITS_N", "um", "un"),
+            "const int tm = um * CM + rank % CM, tn = un * CN + rank / CM;",
+            "const int m0 = tm * BM, n0 = tn * BN;"]
+
+
+def _release(c: GemmConfig, slot: str, when: str = "tid % 32 == 0") -> str:
+    """A consumer warp frees slot `slot` of the ring: on its own `empty` barrier and, in a
+    cluster, on the peer's too (the peer's producer multicasts into this block's slot)."""
+    if c.cluster > 1:
+        return (f"if ({when}) {{ mbar_arrive(&empty[{slot}]); "
+                f"mbar_arrive_cluster(&empty[{slot}], rank ^ 1); }}")
+    return f"if ({when}) mbar_arrive(&empty[{slot}]);"
+
+
+def _drained(c: GemmConfig, release: bool = False) -> list[str]:
     """After a tile's last k-tile: its wgmmas are done (with TMA the consumer warps then free
     the last slot), and the accumulators may be read."""
     out = ["wgmma_wait<0>();"]
     if release:
-        out.append("if (tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);")
+        out.append(_release(c, "(it - 1) % STAGES"))
     return out + ["wgmma_fence_acc(acc);"]
 
 
@@ -239,8 +301,11 @@ def _store_lines(p: GemmProblem, c: GemmConfig, epilogue: Epilogue) -> list[str]
     """The epilogue over a consumer thread's accumulators: acc[4i + 2h + cc] is C[row0 + 8h]
     [col0 + 8i + cc] (the wgmma D fragment), neighbouring columns stored together where the
     epilogue has a pair form."""
-    conds = ([f"{PREFIX}row < {PREFIX}M"] if p.m % c.bm else []) + \
-            ([f"{PREFIX}col < {PREFIX}N"] if p.n % c.bn else [])
+    # a cluster's spare tile (past the last tile row or column) stores nothing
+    conds = ([f"{PREFIX}row < {PREFIX}M"] if p.m % c.bm or _cdiv(p.m, c.bm) % c.cluster_m
+             else []) + \
+            ([f"{PREFIX}col < {PREFIX}N"] if p.n % c.bn or _cdiv(p.n, c.bn) % c.cluster_n
+             else [])
     out = _private([
         "// acc[4i + 2h + c] is C[row0 + 8h][col0 + 8i + c] (the wgmma D fragment)",
         "const int row0 = m0 + 64 * cw + 16 * (tid % 128 / 32) + tid % 32 / 4;",
@@ -314,29 +379,32 @@ def _tma_mainloop(p: GemmProblem, c: GemmConfig,
     producer fills the ring for the next tile while the consumers run this one's epilogue.
     Returns the barriers' setup (all threads), the producer warpgroup's lines, and the lines
     of one consumer k-tile."""
-    a_loads = _tma_loads("tmap_a", p.a, c.bm, "m0", "0")
-    b_loads = _tma_loads("tmap_b", p.b, c.bn, "n0", str(c.bm * BK * 2))
+    a_loads = _tma_loads("tmap_a", p.a, c.bm, "m0", "0", shared=c.cluster_n > 1)
+    b_loads = _tma_loads("tmap_b", p.b, c.bn, "n0", str(c.bm * BK * 2), shared=c.cluster_m > 1)
+    warps = f"{c.bm // 16}" if c.cluster == 1 else f"{c.cluster} * {c.bm // 16}"
     setup = [
         "uint64_t* const full = reinterpret_cast<uint64_t*>(smem + STAGES * STAGE);",
         "uint64_t* const empty = full + STAGES;",
         "if (tid == 0) {",
         "  for (int s = 0; s < STAGES; ++s) {",
         "    mbar_init(&full[s], 1);              // the producer's arrive.expect_tx",
-        f"    mbar_init(&empty[s], {c.bm // 16});            // one arrival per consumer warp",
+        f"    mbar_init(&empty[s], {warps});            // one arrival per consumer warp"
+        + (" of the cluster" if c.cluster > 1 else ""),
         "  }",
         "  mbar_init_fence();",
         "}",
-        "__syncthreads();",
+        "__syncthreads();" if c.cluster == 1 else
+        "cluster_sync();   // the cluster's barriers are ready before any copy reaches them",
     ]
     producer = [
         "if (tid == 0) {                      // one thread of the producer warpgroup copies",
         "  int it = 0;",
-        "  for (long long w = bid; w < TILES; w += gridDim.x) {",
-        *("    " + line for line in _decode("w", c.group)),
+        "  " + _walk(c),
+        *("    " + line for line in _decode("w", c)),
         "    for (int kt = 0; kt < KT; ++kt, ++it) {",
         "      const int s = it % STAGES, k0 = kt * BK;",
         "      mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);   // the consumers are done with "
-        "the slot",
+        "the slot" + (" (the cluster's: the copies land in both blocks)" if c.cluster > 1 else ""),
         "      mbar_arrive_expect_tx(&full[s], STAGE);",
         "      unsigned char* const dst = smem + s * STAGE;",
         *("      " + line for line in a_loads + b_loads),
@@ -351,33 +419,62 @@ def _tma_mainloop(p: GemmProblem, c: GemmConfig,
         "  const uint64_t slot = uint64_t(s * STAGE) >> 4;",
         *wgmmas,
         "  wgmma_wait<1>();                     // k-tile kt-1's wgmmas are done: free its slot",
-        "  if (kt > 0 && tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);",
+        "  " + _release(c, "(it - 1) % STAGES", "kt > 0 && tid % 32 == 0"),
         "}",
     ]
     return setup, producer, consumer
 
 
-def _tma_loads(tmap: str, op: GemmOperand, rows: int, origin: str, base: str) -> list[str]:
+def _tma_loads(tmap: str, op: GemmOperand, rows: int, origin: str, base: str,
+               shared: bool = False) -> list[str]:
     """The TMA copies of one operand's k-tile (K-major: one box of 64 k x rows; MN-major: one
-    box of 64 (m or n) x 64 k per 8 KiB atom column)."""
+    box of 64 (m or n) x 64 k per 8 KiB atom column). `shared`: the operand's tile is the same
+    for both blocks of the cluster; each copies its half (_shared_half) to both."""
     name = PREFIX + tmap
     batch = "int(bz)" if op.batch_stride else "0"       # 0: one matrix for every batch
+    if shared:
+        return [f"tma_load_3d_multicast(dst + {base} + {at}, {name}, {c0}, {c1}, {batch}, "
+                f"&full[s], {MULTICAST_MASK});" for at, c0, c1 in _shared_half(op, rows, origin)]
     if op.k_contiguous:
         return [f"tma_load_3d(dst + {base}, {name}, k0, {origin}, {batch}, &full[s]);"]
     return [f"tma_load_3d(dst + {base} + {ATOM_BYTES * j}, {name}, {origin} + {64 * j}, k0, "
             f"{batch}, &full[s]);" for j in range(rows // 64)]
 
 
+def _shared_half(op: GemmOperand, rows: int, origin: str) -> list[tuple[str, str, str]]:
+    """The copies of the half of a shared operand tile that block `rank` makes: (byte offset in
+    the stage, coordinate 0, coordinate 1) each. K-major: rows/2 rows of 128 bytes; MN-major:
+    rows/128 atom columns, or for a 64-wide tile its k-rows 32 rank.. (4 KiB, whole swizzle
+    periods, so either half keeps the layout of the whole)."""
+    if op.k_contiguous:
+        return [(f"rank * {rows // 2 * 128}", "k0", f"{origin} + rank * {rows // 2}")]
+    if rows >= 128:
+        per = rows // 128                                # atom columns per block
+        return [(f"(rank * {per} + {j}) * {ATOM_BYTES}" if per > 1 else f"rank * {ATOM_BYTES}",
+                 f"{origin} + (rank * {per} + {j}) * 64" if per > 1 else f"{origin} + rank * 64",
+                 "k0") for j in range(per)]
+    return [("rank * 4096", origin, "k0 + rank * 32")]
+
+
+def _box(op: GemmOperand, rows: int, shared: bool) -> tuple[int, int]:
+    """The tensor map's box for one copy of an operand (see _tma_loads / _shared_half)."""
+    if op.k_contiguous:
+        return BK, rows // 2 if shared else rows
+    return 64, 32 if shared and rows == 64 else BK
+
+
 def _tensor_maps(p: GemmProblem, c: GemmConfig) -> tuple[TensorMapSpec, ...]:
     """The operands' 3-d tensor maps: (contiguous dimension, the other, batch); an operand
     that is not batched (or is broadcast over the batch) has one batch."""
     maps = []
-    for tmap, op, outer, rows in (("tmap_a", p.a, p.m, c.bm), ("tmap_b", p.b, p.n, c.bn)):
+    for tmap, op, outer, rows, shared in (("tmap_a", p.a, p.m, c.bm, c.cluster_n > 1),
+                                          ("tmap_b", p.b, p.n, c.bn, c.cluster_m > 1)):
         size = op.itemsize
+        box = _box(op, rows, shared)
         if op.k_contiguous:
-            dims, other, box = (p.k, outer), op.stride_outer, (BK, rows)
+            dims, other = (p.k, outer), op.stride_outer
         else:
-            dims, other, box = (outer, p.k), op.stride_k, (64, BK)
+            dims, other = (outer, p.k), op.stride_k
         batches, batch_stride = (p.batch, op.batch_stride) if op.batch_stride else (1, 0)
         maps.append(TensorMapSpec(PREFIX + tmap, op.buffer, op.ctype, (*dims, batches),
                                   (other * size, (batch_stride or other * dims[1]) * size),
@@ -389,6 +486,7 @@ def _tensor_maps(p: GemmProblem, c: GemmConfig) -> tuple[TensorMapSpec, ...]:
 # (buffer names) or with the epilogue's statements.
 PREFIX = "wg_"
 _LOCALS = re.compile(r"\b(M|N|KT|BM|BN|BK|STAGES|TILES|TILES_M|TILES_N|STAGE|bz|w|it|tile|first|rows|in_group|tm|tn|m0|n0|"
+                     r"CM|CN|UNITS|UNITS_M|UNITS_N|um|un|rank|cid|clusters|"
                      r"ga|gb|smem|smem_addr|[ab]_(?:row|chunk|src|dst|kb|nb|desc)|load|s|k0|acc|t|"
                      r"kt|slot|j|row0|col0|i|h|c|row|col|bytes|cw|full|empty|dst)\b")
 
@@ -412,15 +510,16 @@ def _private(lines: list[str]) -> list[str]:
     return out
 
 
-def _raster(group: int) -> list[str]:
+def _raster(group: int, rows_name: str = "TILES_M", cols_name: str = "TILES_N",
+            tm: str = "tm", tn: str = "tn") -> list[str]:
     """(tm, tn) from the block's tile index: row-major, or grouped by `group` tile rows (each
     group of rows is walked column by column, so neighbouring blocks share B's tiles)."""
     if group == 1:
-        return ["const int tm = tile / TILES_N, tn = tile % TILES_N;"]
-    return [f"const int first = tile / ({group} * TILES_N) * {group};",
-            f"const int rows = TILES_M - first < {group} ? TILES_M - first : {group};",
-            f"const int in_group = tile % ({group} * TILES_N);",
-            "const int tm = first + in_group % rows, tn = in_group / rows;"]
+        return [f"const int {tm} = tile / {cols_name}, {tn} = tile % {cols_name};"]
+    return [f"const int first = tile / ({group} * {cols_name}) * {group};",
+            f"const int rows = {rows_name} - first < {group} ? {rows_name} - first : {group};",
+            f"const int in_group = tile % ({group} * {cols_name});",
+            f"const int {tm} = first + in_group % rows, {tn} = in_group / rows;"]
 
 
 def _descriptor(name: str, start: str, mn_major: int) -> str:

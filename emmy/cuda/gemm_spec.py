@@ -95,10 +95,16 @@ class GemmConfig:
     split_mode: str = ""  # "atomic" (epilogue adds into zeroed outputs) | "combine" (see below)
     group: int = 1        # launch order: 1 row-major over tiles; G > 1 grouped by G tile rows
     tma: bool = False     # wgmma only: operands loaded by TMA (else cp.async)
+    cluster_m: int = 1    # TMA only: thread-block clusters of cluster_m x cluster_n tiles that
+    cluster_n: int = 1    # share the operand tile they have in common (multicast copies)
 
     @property
     def threads(self) -> int:
         return 32 * self.wm * self.wn
+
+    @property
+    def cluster(self) -> int:
+        return self.cluster_m * self.cluster_n
 
 
 @dataclass(frozen=True)
@@ -111,3 +117,4 @@ class Body:
     smem_bytes: int
     min_blocks: int = 0   # 1: the kernel is declared __launch_bounds__(threads, 1) (a register
                           # cap at entry, which setmaxnreg needs); 0: __launch_bounds__(threads)
+    cluster: int = 1      # > 1: blocks form clusters of this many along x (__cluster_dims__)

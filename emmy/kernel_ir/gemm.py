@@ -78,7 +78,8 @@ def _function(name: str, params, body: Body, summary, row: Row,
     return K.KFunction(name=name, params=params, grid=body.grid, threads=body.threads,
                        shared_bytes=body.smem_bytes,
                        body=(K.Template(tuple(summary), tuple(body.lines)),), row=str(row),
-                       tensor_maps=tensor_maps, min_blocks=body.min_blocks)
+                       tensor_maps=tensor_maps, min_blocks=body.min_blocks,
+                       cluster=body.cluster)
 
 
 def _args(f: K.KFunction) -> tuple[str, ...]:

@@ -6,7 +6,9 @@
             wgmma:BMxBNxBK         block tile on Hopper's warpgroup mma (sm_90a)
     REDUCE  serial | split:S:atomic | split:S:combine     S blocks share one tile's K range
     STAGE   smem | async:N | tma:N  synchronous copies into one shared buffer, a cp.async ring of
-                                   N stages, or TMA copies completing on mbarriers (wgmma only)
+            tma:N:cluster:CMxCN    N stages, or TMA copies completing on mbarriers (wgmma only),
+                                   optionally shared by a thread-block cluster of 2x1 tiles (B's
+                                   tile copied once for both, multicast) or 1x2 (A's)
     RASTER  row | group:G          tile launch order: row-major, or G tile rows at a time (L2 reuse)
 
 Each rule below refuses one thing with its reason; the last one asks the template itself
@@ -38,7 +40,8 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "WORK": tuple(f"warps:{w}" for w in _WARPS),
     "TILE": _MMA + _SIMT + _WGMMA + _TF32,
     "REDUCE": ("serial", *(f"split:{s}:{how}" for s in (2, 4, 8, 16) for how in ("atomic", "combine"))),
-    "STAGE": ("smem", "async:2", "async:3", "async:4", "tma:3", "tma:4"),
+    "STAGE": ("smem", "async:2", "async:3", "async:4", "tma:3", "tma:4",
+              *(f"tma:{n}:cluster:{c}" for n in (3, 4) for c in ("2x1", "1x2"))),
     "RASTER": ("row", "group:4", "group:8"),
 }
 GRAMMAR_TEXT = {
@@ -48,7 +51,10 @@ GRAMMAR_TEXT = {
             "BN 64|128|256; tf32 (f32 operands on tensor cores, only where the workload allows "
             "tf32) BM,BN in 32..256, BK 16|32)",
     "REDUCE": "serial | split:S:atomic | split:S:combine  (S in 2,4,8,16)",
-    "STAGE": "smem | async:N (N = 2,3,4 cp.async stages) | tma:N (N = 3,4; wgmma only)",
+    "STAGE": "smem | async:N (N = 2,3,4 cp.async stages) | tma:N (N = 3,4; wgmma only) | "
+             "tma:N:cluster:2x1 | tma:N:cluster:1x2 (clusters of two blocks on neighbouring "
+             "tiles along m / n; each copies half of the operand tile they share, B / A, "
+             "into both: TMA multicast)",
     "RASTER": "row | group:G  (G = 4, 8 tile rows per group)",
 }
 # Measured on an H200 at 4096^3 (f16): wgmma 128x256x64 with 4 cp.async stages reached about
@@ -61,7 +67,7 @@ PREFERRED = {
              "mma:64x64x32", "tf32:64x64x16",
              "simt:128x128x16", "simt:64x64x16", "simt:32x32x8", "mma:32x32x16"),
     "REDUCE": ("serial",),
-    "STAGE": ("tma:4", "async:4", "async:3", "async:2", "smem"),
+    "STAGE": ("tma:4", "tma:4:cluster:2x1", "async:4", "async:3", "async:2", "smem"),
     "RASTER": ("group:8", "group:4", "row"),
 }
 
@@ -78,6 +84,7 @@ class GemmTile:
 class GemmStage:
     kind: str        # smem | async | tma
     stages: int
+    cluster: tuple[int, int] = (1, 1)   # tma only: tiles per cluster along m and n
 
 
 def read_work(value: str) -> tuple[int, int]:
@@ -94,7 +101,10 @@ def read_tile(value: str) -> GemmTile:
 def read_stage(value: str) -> GemmStage:
     if value == "smem":
         return GemmStage("smem", 1)
-    kind, n = value.split(":")
+    kind, n, *rest = value.split(":")
+    if rest:                                 # tma:N:cluster:CMxCN
+        cm, cn = rest[1].split("x")
+        return GemmStage(kind, int(n), (int(cm), int(cn)))
     return GemmStage(kind, int(n))
 
 
@@ -131,7 +141,8 @@ def config_of(c: GemmCtx) -> GemmConfig:
     return GemmConfig(inst=c.tile.inst, bm=c.tile.bm, bn=c.tile.bn, bk=c.tile.bk, wm=wm, wn=wn,
                       stages=c.stage.stages, split=r.split if r.method == "split" else 1,
                       split_mode=r.combine if r.method == "split" else "",
-                      group=c.raster, tma=c.stage.kind == "tma")
+                      group=c.raster, tma=c.stage.kind == "tma",
+                      cluster_m=c.stage.cluster[0], cluster_n=c.stage.cluster[1])
 
 
 # --- problem ----------------------------------------------------------------------------------
@@ -288,6 +299,19 @@ def stage_alignment(c: GemmCtx) -> str | None:
     return None
 
 
+def stage_cluster(c: GemmCtx) -> str | None:
+    cm, cn = c.stage.cluster
+    if cm * cn == 1:
+        return None
+    p, t = c.problem, c.tile
+    tiles, axis = (-(-p.m // t.bm), "m") if cm > 1 else (-(-p.n // t.bn), "n")
+    if tiles < 2:
+        return (f"a cluster of {cm}x{cn} tiles shares copies between neighbouring tiles along "
+                f"{axis}, but the {p.m}x{p.n} output has one {t.bm}x{t.bn} tile along {axis}; "
+                f"use tma:{c.stage.stages}")
+    return None
+
+
 def shared_budget(c: GemmCtx) -> str | None:
     t, s = c.tile, c.stage
     per_stage = (t.bm + t.bn) * (t.bk + 16 // _itemsize(c)) * _itemsize(c)
@@ -325,6 +349,7 @@ RULES = (
     Rule("reduce.split_range", "REDUCE", split_range),
     Rule("stage.kind", "STAGE", stage_kind),
     Rule("stage.alignment", "STAGE", stage_alignment),
+    Rule("stage.cluster", "STAGE", stage_cluster),
     Rule("stage.shared_budget", "STAGE", shared_budget),
     Rule("raster.template_builds", "RASTER", template_builds),
 )

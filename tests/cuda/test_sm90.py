@@ -372,7 +372,9 @@ def gemm_source(problem, body, name="gemm"):
     return "\n".join([
         '#include "emmy_kernel.cuh"', f'#include "{HEADER}"',
         f'extern "C" __global__ void __launch_bounds__({body.threads}'
-        f'{", 1" if body.min_blocks else ""}) {name}({params}) {{',
+        f'{", 1" if body.min_blocks else ""})'
+        f'{f" EMMY_CLUSTER_DIMS({body.cluster}, 1, 1)" if body.cluster > 1 else ""} '
+        f'{name}({params}) {{',
         "  const int tid = threadIdx.x;", "  const long long bid = blockIdx.x;",
         "  extern __shared__ __align__(16) unsigned char emmy_smem[];",
         *("  " + line for line in body.lines), "}", ""])
@@ -394,15 +396,36 @@ GEMM_CASES = {
 }
 
 
+# Thread-block clusters (TMA multicast of the shared operand's halves): name -> (cluster_m,
+# cluster_n, a GEMM_CASES tuple). Odd tile counts leave a cluster a spare tile; 64-wide shared
+# MN-major tiles are split along k; the emulator runs 4 "SMs", i.e. 2 clusters.
+CLUSTER_CASES = {
+    "c2x1_k_major": (2, 1, ("f16", 256, 128, 192, 1, False, False, 0, 128, 128, 3, 1)),
+    "c2x1_mn64_odd_ragged": (2, 1, ("bf16", 300, 64, 200, 1, False, True, 0, 64, 64, 2, 2)),
+    "c2x1_mn256_batched": (2, 1, ("f16", 192, 256, 128, 2, True, True, 0, 64, 256, 4, 1)),
+    "c1x2_k_major": (1, 2, ("bf16", 100, 200, 320, 1, False, False, 0, 64, 64, 4, 1)),
+    "c1x2_mn128_broadcast_b": (1, 2, ("f16", 128, 136, 96, 3, True, True, 0, 128, 64, 3, 2,
+                                      True)),
+    "c1x2_mn64_padded": (1, 2, ("f16", 60, 128, 100, 1, True, False, 4, 64, 64, 2, 1)),
+}
+CLUSTER_SMS = 4
+
+
 def build_gemm(case, tma=False):
     """The case's problem, body, source, arguments (tensor maps over arguments 1 and 2 last,
-    with TMA) and expected result."""
-    kind, m, n, k, batch, a_mn, b_mn, pad, bm, bn, stages, group, *shared = GEMM_CASES[case]
+    with TMA) and expected result; a CLUSTER_CASES case is a TMA one."""
+    cluster, sms = (1, 1), SMS
+    if case in CLUSTER_CASES:
+        *cluster, spec = CLUSTER_CASES[case]
+        tma, sms = True, CLUSTER_SMS
+    else:
+        spec = GEMM_CASES[case]
+    kind, m, n, k, batch, a_mn, b_mn, pad, bm, bn, stages, group, *shared = spec
     problem, a_store, b_store, expected = gemm_case(kind, m, n, k, batch, a_mn, b_mn, pad,
                                                     b_shared=bool(shared))
-    cfg = config(bm, bn, stages, group, tma=tma)
+    cfg = config(bm, bn, stages, group, tma=tma, cluster_m=cluster[0], cluster_n=cluster[1])
     assert constraints_sm90(problem, cfg, "sm_90a") == []
-    body = gemm_sm90_body(problem, cfg, store_epilogue(m, n, pair=n % 2 == 0), sm_count=SMS)
+    body = gemm_sm90_body(problem, cfg, store_epilogue(m, n, pair=n % 2 == 0), sm_count=sms)
     out = np.full((batch, m, n), np.nan, np.float32)
     args = [out, a_store, b_store]
     if tma:
@@ -418,6 +441,33 @@ def test_emulated_gemm_matches_numpy(case, tma):
                       timeout=300)
     assert r.ok, f"{r.status}: {r.log}"
     np.testing.assert_allclose(args[0], expected, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("case", sorted(CLUSTER_CASES))
+def test_emulated_cluster_gemm_matches_numpy(case):
+    """Clusters of two blocks, each copying half of the tile they share into both (TMA
+    multicast) and freeing a slot on both blocks' empty barriers, walking 2 clusters' units."""
+    problem, body, source, args, expected = build_gemm(case)
+    assert body.cluster == 2 and body.grid in (2, CLUSTER_SMS)    # one or two clusters
+    assert "tma_load_3d_multicast" in source and "mbar_arrive_cluster" in source
+    r = build_and_run(source, "gemm", body.grid, body.threads, body.smem_bytes, args,
+                      timeout=300, cluster=body.cluster)
+    assert r.ok, f"{r.status}: {r.log}"
+    np.testing.assert_allclose(args[0], expected, rtol=1e-4, atol=1e-3)
+
+
+def test_cluster_copies_add_up_to_the_stage():
+    """The copies that land in one block per stage (its own operand, both halves of the shared
+    one) are the STAGE bytes its full barrier expects."""
+    for case, (cm, cn, spec) in CLUSTER_CASES.items():
+        problem, body, *_ = build_gemm(case)
+        bm, bn = spec[8], spec[9]
+        maps = {t.name: t for t in body.tensor_maps}
+        box = {name: np.prod(t.box) * 2 for name, t in maps.items()}
+        loads = [line for line in body.lines if "tma_load_3d" in line]
+        landed = sum(box[next(n for n in maps if n in line)] * (2 if "multicast" in line else 1)
+                     for line in loads)
+        assert landed == (bm + bn) * 64 * 2, case
 
 
 MAIN_CONFIGS = {  # the configurations meant for large products: (bm, bn, stages)
@@ -450,6 +500,23 @@ def test_main_configs_compile_without_spills(name, b_mn, tma):
     assert ("cp.async.bulk.tensor.3d" if tma else "cp.async.cg") in r.ptx
 
 
+@pytest.mark.parametrize("cluster", [(2, 1), (1, 2)], ids=["2x1", "1x2"])
+@pytest.mark.parametrize("bn", [256, 128])
+def test_cluster_configs_compile_without_spills(bn, cluster):
+    problem = large_problem()
+    cfg = config(128, bn, 4, group=8, tma=True, cluster_m=cluster[0], cluster_n=cluster[1])
+    assert constraints_sm90(problem, cfg, "sm_90a") == []
+    body = gemm_sm90_body(problem, cfg, store_epilogue(problem.m, problem.n), sm_count=132)
+    assert body.cluster == 2 and body.grid == 132
+    r = compile_cuda(gemm_source(problem, body), get_target("sm_90a"), ptx=True)
+    assert r.ok, r.log
+    assert "C7508" not in r.log
+    res = r.resources_of("gemm")
+    assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_bytes == 0, res
+    assert ".explicitcluster" in r.ptx and ".reqnctapercluster 2, 1, 1" in r.ptx
+    assert "multicast::cluster" in r.ptx and "mapa.shared::cluster" in r.ptx
+
+
 @pytest.mark.skipif(cuobjdump() is None, reason="cuobjdump (and nvdisasm) not installed")
 @pytest.mark.parametrize("tma", [False, True], ids=["cp_async", "tma"])
 def test_sass_uses_hgmma(tma):
@@ -474,6 +541,27 @@ def test_sass_uses_hgmma(tma):
     assert body.min_blocks == int(tma)
 
 
+@pytest.mark.skipif(cuobjdump() is None, reason="cuobjdump (and nvdisasm) not installed")
+def test_cluster_sass_multicasts():
+    """A 2x1 cluster row: B's halves copied with multicast TMA, A's with plain TMA, cluster
+    barriers at the start and the end, the register hand-over kept."""
+    problem = large_problem()
+    body = gemm_sm90_body(problem, config(128, 256, 4, group=8, tma=True, cluster_m=2),
+                          store_epilogue(problem.m, problem.n, pair=True), sm_count=132)
+    r = compile_cuda(gemm_source(problem, body), get_target("sm_90a"))
+    assert r.ok, r.log
+    assert "C7508" not in r.log
+    sass = disassemble(r.cubin)
+    assert "UTMALDG.3D.MULTICAST" in sass and re.search(r"UTMALDG\.3D\s", sass)
+    assert "UCGABAR_ARV" in sass and "UCGABAR_WAIT" in sass
+    # the consumers' remote arrives (release.cta) bring no GPU-wide fence into the main loop:
+    # the only ones come with the two cluster barriers
+    assert "SYNCS.ARRIVE.TRANS64.RED" in sass
+    assert sass.count("MEMBAR.ALL.GPU") <= sass.count("UCGABAR_ARV") == 2
+    assert "USETMAXREG" in sass and "HGMMA.64x256x16.F32" in sass
+    assert "LDL" not in sass and "STL" not in sass
+
+
 def test_constraints_refuse_what_the_template_cannot_do():
     problem = large_problem()
     ok = config(128, 256, 4)
@@ -487,6 +575,8 @@ def test_constraints_refuse_what_the_template_cannot_do():
         "does not split K": config(128, 128, 3, split=2, split_mode="atomic"),
         "threads": GemmConfig("wgmma", 128, 128, 64, 4, 1, 3),
         "shared memory": config(128, 256, 5),
+        "clusters are 1x1, 2x1": config(128, 128, 3, tma=True, cluster_m=2, cluster_n=2),
+        "need TMA staging": config(128, 128, 3, cluster_m=2),
     }
     for words, cfg in bad.items():
         why = constraints_sm90(problem, cfg, "sm_90a")
@@ -526,12 +616,34 @@ def test_gpu_gemm_matches_numpy(case, tma):
 @pytest.mark.parametrize("name", sorted(MAIN_CONFIGS))
 def test_gpu_gemm_4096_speed(name, tma):
     """Correct at 4096^3 f16 (against torch in f32), and the speed it reaches, printed."""
+    gemm_4096_speed(config(*MAIN_CONFIGS[name], group=8, tma=tma),
+                    f"{name}{' TMA' if tma else ''}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(CLUSTER_CASES))
+def test_gpu_cluster_gemm_matches_numpy(case):
+    problem, body, source, args, expected = build_gemm(case)
+    run_on_gpu(source, "gemm", body.grid, body.threads, body.smem_bytes, args)
+    np.testing.assert_allclose(args[0], expected, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cluster", [(2, 1), (1, 2)], ids=["2x1", "1x2"])
+@pytest.mark.parametrize("bn", [256, 128])
+def test_gpu_cluster_gemm_4096_speed(bn, cluster):
+    gemm_4096_speed(config(128, bn, 4, group=8, tma=True, cluster_m=cluster[0],
+                           cluster_n=cluster[1]),
+                    f"128x{bn}x64_s4 TMA cluster {cluster[0]}x{cluster[1]}")
+
+
+def gemm_4096_speed(cfg, label):
     import torch
 
     from emmy.runtime.gpu import encode_tensor_map
 
     problem = large_problem()
-    cfg = config(*MAIN_CONFIGS[name], group=8, tma=tma)
+    tma = cfg.tma
     body = gemm_sm90_body(problem, cfg, store_epilogue(problem.m, problem.n, pair=True),
                           sm_count=132)
     size = problem.m
@@ -552,6 +664,6 @@ def test_gpu_gemm_4096_speed(name, tma):
     ours = seconds(launch)
     theirs = seconds(lambda: torch.matmul(x, w))
     flops = problem.flops
-    print(f"\n{name}{' TMA' if tma else ''}: {flops / ours / 1e12:.0f} TFLOP/s ({ours * 1e3:.3f} ms); torch.matmul "
+    print(f"\n{label}: {flops / ours / 1e12:.0f} TFLOP/s ({ours * 1e3:.3f} ms); torch.matmul "
           f"{flops / theirs / 1e12:.0f} TFLOP/s ({theirs * 1e3:.3f} ms); "
           f"{launch.resources}")

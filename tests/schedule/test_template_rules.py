@@ -93,6 +93,9 @@ CASES = {
         ("examples/matmul_half.py", SM90,
          "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:2 RASTER=row",
          ("16-byte chunks", "126 bytes", "STAGE=smem"))],
+    "stage.cluster": [
+        ((F16,), SM90, "WORK=warps:4x1 TILE=wgmma:64x64x64 REDUCE=serial STAGE=tma:3:cluster:2x1 "
+         "RASTER=row", ("one 64x64 tile along m", "use tma:3"))],
     "stage.shared_budget": [
         ((F16_BIG,), SM80, "WORK=warps:4x4 TILE=mma:256x256x64 REDUCE=serial STAGE=async:4 RASTER=row",
          ("4 stage(s)", "163 KiB per block on sm_80"))],

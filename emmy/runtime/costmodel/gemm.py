@@ -94,7 +94,9 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     # one K step of one block, with `concurrent` blocks sharing the SM
     step_flops = 2 * c.bm * c.bn * c.bk
     compute_s = step_flops * concurrent / per_sm_rate
-    step_bytes = (c.bm + c.bn) * c.bk * item
+    # a cluster copies the operand tile its blocks share once (TMA multicast): each block
+    # reads half of it through L2
+    step_bytes = (c.bm / c.cluster_n + c.bn / c.cluster_m) * c.bk * item
     resident = min(units, concurrent * target.sm_count)
     l2_bw = target.dram_bytes_per_s * L2_OVER_DRAM
     dram_bw = target.dram_bytes_per_s * DRAM_EFFICIENCY
