@@ -398,6 +398,8 @@ def _tma_mainloop(p: GemmProblem, c: GemmConfig,
     ]
     producer = [
         "if (tid == 0) {                      // one thread of the producer warpgroup copies",
+        f"  tma_map_acquire({PREFIX}tmap_a);      // the maps as the host wrote them",
+        f"  tma_map_acquire({PREFIX}tmap_b);",
         "  int it = 0;",
         "  " + _walk(c),
         *("    " + line for line in _decode("w", c)),

@@ -248,7 +248,10 @@ def _as_device_tensor(value, shape: tuple[int, ...], dtype: DType, device):
     if t.numel() != _numel(shape):
         raise ValueError(f"expected {_numel(shape)} elements of shape {shape}, "
                          f"got {tuple(t.shape)}")
-    return t.reshape(shape).contiguous()
+    t = t.reshape(shape).contiguous()
+    # kernels read their inputs in 16-byte vectors, cp.async and TMA copies from buffers that
+    # start as cudaMalloc's do; a view into the middle of a tensor (x[1:]) may not
+    return t.clone() if t.data_ptr() % 16 else t
 
 
 def _numel(shape) -> int:

@@ -17,6 +17,24 @@ def test_gpu_available_answers_without_raising():
     assert gpu_available() in (True, False)
 
 
+def test_inputs_start_16_byte_aligned():
+    """A view into the middle of a tensor is copied once, so that vector loads, cp.async and TMA
+    copies (which assume cudaMalloc's alignment) see an aligned input; an aligned one is used as
+    it is."""
+    import torch
+
+    from emmy.dtypes import DType
+    from emmy.runtime.gpu import _as_device_tensor
+
+    x = torch.randn(65, dtype=torch.float16)
+    view = x[1:]
+    assert view.data_ptr() % 16
+    got = _as_device_tensor(view, (8, 8), DType.F16, "cpu")
+    assert got.data_ptr() % 16 == 0 and torch.equal(got, view.reshape(8, 8))
+    aligned = x[:64]
+    assert _as_device_tensor(aligned, (8, 8), DType.F16, "cpu").data_ptr() == aligned.data_ptr()
+
+
 def test_elf_image_restores_stripped_trailing_zeros():
     from emmy.cuda.nvrtc import compile_cuda
     from emmy.schedule.targets import get_target

@@ -498,6 +498,8 @@ def test_main_configs_compile_without_spills(name, b_mn, tma):
     assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_bytes == 0, res
     assert "wgmma.mma_async" in r.ptx
     assert ("cp.async.bulk.tensor.3d" if tma else "cp.async.cg") in r.ptx
+    # the producer acquires the tensor maps the host wrote before copying through them
+    assert ("fence.proxy.tensormap::generic.acquire.gpu" in r.ptx) == tma
 
 
 @pytest.mark.parametrize("cluster", [(2, 1), (1, 2)], ids=["2x1", "1x2"])

@@ -19,7 +19,7 @@
 //                N in {64, 128, 256}; f16 or bf16 inputs, f32 accumulators
 //   ordering     wgmma_fence, wgmma_commit, wgmma_wait<N>, wgmma_fence_acc(d),
 //                fence_proxy_async_shared
-//   TMA          EmmyTensorMap, tma_load_3d; mbarriers: mbar_init, mbar_init_fence,
+//   TMA          EmmyTensorMap, tma_map_acquire, tma_load_3d; mbarriers: mbar_init, mbar_init_fence,
 //                mbar_arrive, mbar_arrive_expect_tx, mbar_wait
 //   registers    setmaxnreg_dec<R>(), setmaxnreg_inc<R>()
 //   wgmma, A in registers: wgmma_m64k16_rs<N, BF16, TransB>(d, a[4], desc_b, scale_d),
@@ -285,6 +285,12 @@ EMMY_FN void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, i
 //   swizzle, which places the box exactly as the wgmma layouts above expect), zeros outside
 //   the tensor, then complete_tx(box bytes) on bar. The tensor map lives in global memory,
 //   written before the launch (cuTensorMapEncodeTiled on a GPU, emu_harness.h here).
+//   tma_map_acquire(map): before a thread's first copy through `map`. The copy engine reads
+//   the map through the tensormap proxy, which a kernel's start does not order after the
+//   host's (generic-proxy) write of it (PTX ISA, memory consistency model: "the tensormap-proxy
+//   ... must be acquired explicitly"), so a map rewritten at a reused address could be seen
+//   stale: fence.proxy.tensormap::generic.acquire.gpu over its 128 bytes, then
+//   prefetch.tensormap. CPU: checks that `map` is one.
 // CPU: the mbarrier's state is packed into its 8 bytes (pending arrivals, expected arrivals,
 // pending bytes, phase parity); a TMA copy lands when it is issued.
 // ---------------------------------------------------------------------------------------------
@@ -337,6 +343,10 @@ EMMY_FN void mbar_wait(uint64_t* bar, unsigned parity) {
             }
         }
     }
+}
+EMMY_FN void tma_map_acquire(const EmmyTensorMap* map) {
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n"
+                 "prefetch.tensormap [%0];\n" :: "l"(map) : "memory");
 }
 EMMY_FN void tma_load_3d(void* dst, const EmmyTensorMap* map, int c0, int c1, int c2,
                          uint64_t* bar) {
@@ -450,6 +460,11 @@ inline void mbar_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
 inline void mbar_wait(uint64_t* bar, unsigned parity) {
     if (emmy_emu::mbar_load(bar).parity != (parity & 1u)) return;
     emmy_emu::wait_until([&] { return emmy_emu::mbar_load(bar).parity != (parity & 1u); });
+}
+inline void tma_map_acquire(const EmmyTensorMap* map) {
+    const auto* m = reinterpret_cast<const emmy_emu::TensorMap*>(map);
+    if (m->magic != emmy_emu::TensorMap::kMagic)
+        emmy_emu::fail("tma_map_acquire: %p is not a tensor map", (const void*)map);
 }
 inline void tma_load_3d(void* dst, const EmmyTensorMap* map, int c0, int c1, int c2,
                         uint64_t* bar) {
