@@ -80,8 +80,9 @@ def _overlapped_attention(row) -> bool:
                                                         ("seq_len", 150), ("is_causal", False))],
                          ids=["f16_d64_causal", "bf16_d128_full"])
 def test_sampled_overlapped_attention_rows_are_correct(sets):
-    """The wgmma attention rows with STAGE=async:2:overlap (S of the next key block issued
-    before the softmax), sampled on their own at lengths of several key blocks."""
+    """The wgmma attention rows with STAGE=async:2:overlap (S of a key block issued with P V of
+    the block before, the softmax between their waits), sampled on their own at lengths of
+    several key blocks."""
     w = load_file(Path(__file__).resolve().parents[1] / "examples" / "attention_half.py", sets)
     results = verify_rows(w, per_kernel=2, seed=11, targets=("sm_90a",),
                           where=_overlapped_attention)
@@ -138,7 +139,7 @@ def test_wgmma_attention_sweep(dtype, head_dim):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_overlapped_attention_sweep(dtype, head_dim):
-    """Every legal overlapped row (d 256 has none: stage.overlap_registers)."""
+    """Every legal overlapped row."""
     w = load_file(Path(__file__).resolve().parents[1] / "examples" / "attention_half.py",
                   (("dtype", dtype), ("head_dim", head_dim), ("seq_len", 200)))
     results = verify_rows(w, per_kernel=40, targets=("sm_90a",), where=_overlapped_attention)

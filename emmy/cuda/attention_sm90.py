@@ -40,34 +40,27 @@ The kernel
   blocks wholly above its 64 rows.
 
 The overlapped schedule (config.overlap, row STAGE=async:2:overlap; FlashAttention-3's
-intra-warpgroup pipelining; needs stages == 2)
-- Two S buffers, fw_s0 (even key blocks) and fw_s1 (odd); the loop is unrolled by two so
-  that buffers and K/V slots are named by constants. A step computes key block kb (slot
-  kb & 1) with S_kb already done in its buffer, and runs, per warpgroup (wgmma groups
-  complete in order; cp.async groups too):
-    B1  cp_async_wait<1> (K_kb+1 landed), fence.proxy.async, __syncthreads;
-        copy K_kb+2 into K slot kb & 1; commit
-        issue S_kb+1 = Q K_kb+1^T into the other buffer; commit  (pending: P V_kb-1, S_kb+1)
-        mask S_kb; softmax part 1 in registers only: row max, alpha, P = exp2(..) in place
-        of S_kb, l (it runs while S_kb+1 and P V_kb-1 do)
-        wgmma_wait<1> (wait<0> when there is no S_kb+1): P V_kb-1 done
-    B2  cp_async_wait<1> (V_kb landed), fence.proxy.async, __syncthreads;
-        copy V_kb+1 into V slot (kb + 1) & 1; commit
-        O *= alpha; P to 16 bits into the A registers (neither is touched while P V_kb-1
-        may run); issue O += P V_kb; commit
-        wgmma_wait<1>: S_kb+1 done, P V_kb may run on into the next step (its last block:
-        wait<0>)
-  The prologue copies {Q, K_0}, {K_1}, {V_0} as three groups (so each wait above is <1>),
-  waits for the first, and computes S_0 (waited for at once).
-- Buffer reuse: K slot kb & 1 is read only by S_kb, which every warpgroup waited for in the
-  step before (its last wait), so after B1 it may take K_kb+2; V slot (kb + 1) & 1 is read
-  only by P V_kb-1, which every warpgroup waited for before B2, so after B2 it may take
-  V_kb+1. Each copy has about a step to land before the barrier that hands it over.
-- Causal: a warpgroup computes blocks below fw_wnkb (as the skip above); it still takes part
-  in every barrier and copy of the block's fw_nkb steps.
-- Registers: O (d/2) + two S buffers (bkv/2 each) + P (bkv/4): MAX_OVERLAP_ACCUMULATORS
-  bounds d/2 + bkv. The key-block count is hidden from the compiler (an empty asm), which
-  otherwise splits iterations apart for a constant count and spills at d 128.
+intra-warpgroup pipelining, in its order; needs stages == 2)
+- One S buffer; P of the block before stays in the A registers. Block 0: S_0 = Q K_0^T
+  (waited for at once), its softmax, P_0. Then a step per key block kb = 1 .. nkb - 1:
+    cp_async_wait<0> (K_kb and V_kb-1, copied a step before, have landed),
+    fence.proxy.async, __syncthreads (every warpgroup is past S_kb-1 and P V_kb-2);
+    copy K_kb+1 into K slot (kb + 1) & 1 and V_kb into V slot kb & 1; commit
+    issue S_kb = Q K_kb^T, then O += P_kb-1 V_kb-1 (two wgmma groups)
+    wgmma_wait<1>: S_kb done; mask, softmax part 1 (row max, alpha, P = exp2(..) in place
+    of S_kb, l) while P V runs
+    wgmma_wait<0>: P V done; O *= alpha, P_kb to 16 bits into the A registers
+  and after the loop, once V of the last block has landed, its P V. Nothing is in flight
+  across the loop's back edge and no wgmma is issued under a condition: either makes ptxas
+  serialize every wgmma of the kernel (C7514 / C7517 / C7518; the first version, which issued
+  S_kb+1 before the softmax of kb and let P V run on into the next step, drew them).
+- The prologue copies {Q, K_0} and {K_1, V_0}; each copy has a step to land.
+- Causal: every warpgroup computes the block's fw_nkb key blocks (a warpgroup-dependent count
+  would put the wgmmas under a condition); the blocks wholly above a warpgroup's rows are
+  masked to -inf and add nothing (at most one per query block, with bq 128 and bkv 64).
+- Registers: O (d/2) + S (bkv/2) + P (bkv/4), as the plain loop: MAX_ACCUMULATORS. The
+  key-block count is hidden from the compiler (an empty asm), which otherwise splits
+  iterations apart for a constant count.
 
 Warp specialization (config.tma, rows STAGE=tma:2 and tma:2:overlap; FlashAttention-3's
 producer warpgroup)
@@ -85,9 +78,14 @@ producer warpgroup)
   before ((kb / 2) & 1 ^ 1, complete on a new barrier) before it refills a slot, and loads
   K kb then V kb, so the consumers' S may start before V lands.
 - Consumers wait on full barriers, never copy and never meet at __syncthreads. The plain loop
-  releases K after S's wait and V after P V's; the overlapped one releases K kb + 1 after the
-  wait that ends S kb + 1 and V kb - 1 after the wait that ends P V kb - 1 (V of its last
-  block at the final wait<0>). Causal: a warpgroup computes its fw_wnkb blocks, then waits for
+  releases K after S's wait and V after P V's. The overlapped one (config.overlap) follows
+  FlashAttention-3's order instead of the cp.async form's: per step, S kb = Q K_kb^T and
+  O += P_kb-1 V_kb-1 are issued together (one S buffer; P of the block before is already in
+  the A registers), wait<1> ends S (K slot kb freed), the softmax of kb runs while P V does,
+  wait<0> ends P V (V slot kb - 1 freed), then O *= alpha and P kb into the A registers.
+  Block 0's S and softmax come before the loop and the last block's P V after it, so no wgmma
+  is issued under a condition or left in flight across the back edge (either makes ptxas
+  serialize every wgmma of the kernel: C7514 / C7517 / C7518). Causal: a warpgroup computes its fw_wnkb blocks, then waits for
   and releases the blocks it skips, so every phase of an empty barrier sees every warp (and no
   arrival runs ahead into a later phase).
 - Registers: two consumer warpgroups (384 threads) are declared __launch_bounds__(384, 1),
@@ -116,10 +114,6 @@ PV_N = (64, 128, 256)           # the N (= d) of P V's register-A wgmma that emm
 # f32 accumulators per thread (O: d/2, S: bkv/2). d 128 with bkv 128 (128) compiles without
 # spills; 160 (d 256, bkv 64) is the most allowed.
 MAX_ACCUMULATORS = 160
-# The overlapped form holds two S buffers: O (d/2) + 2 x bkv/2 f32 accumulators, besides P
-# (bkv/4 registers). d 128 with bkv 64 (128) and d 64 with bkv 128 (160) compile without
-# spills; d 128 with bkv 128 (192) and d 256 with bkv 64 (192) are refused.
-MAX_OVERLAP_ACCUMULATORS = 160
 # Warp specialization (config.tma): threads -> (producer, consumer) registers per thread for
 # setmaxnreg. Two consumer warpgroups and the producer (384 threads) under
 # __launch_bounds__(384, 1) start at 168 (65,536 / 384, rounded down to 8); the producer gives
@@ -129,9 +123,8 @@ TMA_REGISTERS = {384: (40, 232)}
 # ptxas (this NVRTC) allocates the consumers' code within the entry cap of 168 all the same
 # (setmaxnreg does not raise its budget: the d 256 / bkv 64 kernel's highest register is R165,
 # and it spills 328 bytes with or without the setmaxnreg pair), so with two consumer warpgroups
-# O + S accumulators (two S buffers when overlapped) are held to 128: d 128 with bkv 128, or
-# overlapped d 128 with bkv 64, compile without spills; 160 (d 256 with bkv 64; overlapped d 64
-# with bkv 128) spill.
+# O + S accumulators are held to 128: d 128 with bkv 128 compiles without spills; 160 (d 256
+# with bkv 64) spills.
 MAX_TMA_ACCUMULATORS = 128
 TMA_BARRIERS = 9                # Q full; K full, V full, K empty, V empty per stage (2 stages)
 TMA_MAX_STRIDE_BYTES = 1 << 40  # cuTensorMapEncodeTiled: global strides below 2^40 bytes
@@ -191,8 +184,8 @@ def tma_refusals(p: AttentionProblem) -> list[str]:
 
 
 def accumulator_registers(problem: AttentionProblem, config: AttentionConfig) -> int:
-    """f32 accumulators per thread: O (d/2) and S (bkv/2), two S buffers when overlapped."""
-    return problem.d // 2 + (2 if overlapped(config) else 1) * (config.bkv // 2)
+    """f32 accumulators per thread: O (d/2) and S (bkv/2), overlapped or not."""
+    return problem.d // 2 + config.bkv // 2
 
 
 def constraints_sm90(problem: AttentionProblem, config: AttentionConfig,
@@ -237,12 +230,7 @@ def constraints_sm90(problem: AttentionProblem, config: AttentionConfig,
                    f"{65536 // block_threads(c) // 8 * 8} registers each: {regs} f32 "
                    f"accumulators per thread (O and S) are over the {MAX_TMA_ACCUMULATORS} that "
                    f"compile without spills there")
-    if overlapped(c):
-        if (regs := accumulator_registers(p, c)) > MAX_OVERLAP_ACCUMULATORS:
-            why.append(f"the overlapped schedule would hold {regs} f32 accumulators per thread "
-                       f"(O: d/2 = {p.d // 2}, two S buffers: 2 x bkv/2 = {c.bkv}), over the "
-                       f"{MAX_OVERLAP_ACCUMULATORS} that compile without spills")
-    elif (regs := accumulator_registers(p, c)) > MAX_ACCUMULATORS:
+    if (regs := accumulator_registers(p, c)) > MAX_ACCUMULATORS:
         why.append(f"each thread would hold {regs} f32 accumulators (O: d/2, S: bkv/2), over "
                    f"the {MAX_ACCUMULATORS} that leave room in 255 registers for P and the rest")
     return why
@@ -313,7 +301,7 @@ class _Emitter:
             f"// attention (wgmma, sm_90a, warp-specialized): {p.batch}x{p.heads} heads, sq "
             f"{p.sq}, sk {p.sk}, d {p.d}, {'causal' if p.causal else 'no mask'}; bq {c.bq} "
             f"({c.bq // 64} consumer warpgroup(s) after a TMA producer warpgroup), bkv {c.bkv}, "
-            f"{c.stages} stages{'; S of block j + 1 overlaps the softmax of block j' if self.overlap else ''}",
+            f"{c.stages} stages{'; the softmax of block j overlaps P V of block j - 1' if self.overlap else ''}",
             *self.constants(),
             "const int fw_wg = tid / 128 - 1;   // this consumer warpgroup (-1: the producer)",
             *self.block_ids(qb),
@@ -360,6 +348,7 @@ class _Emitter:
         c = self.c
         return [
             "if (tid == 0) {   // one thread issues every copy",
+            *(f"  tma_map_acquire({t});   // the map as the host wrote it" for t in TMAPS),
             f"  mbar_arrive_expect_tx(&fw_bar[0], {c.bq * self.p.d * 2}u);",
             *_indent(self.tma_boxes("fw_tmap_q", "0u", "fw_q0", c.bq, "&fw_bar[0]"), 1),
             "  for (int kb = 0; kb < fw_nkb; ++kb) {",
@@ -448,53 +437,54 @@ class _Emitter:
         ]
 
     def tma_overlap_loop(self) -> list[str]:
-        """The overlapped schedule on the producer's barriers: S_0 first, then steps of two."""
+        """FlashAttention-3's intra-warpgroup pipelining on the producer's barriers, in its
+        order: S_kb = Q K_kb^T and O += P_kb-1 V_kb-1 are issued together, the softmax of S_kb
+        runs while P V does, and both are waited for within the step, so no wgmma is in flight
+        across the loop's back edge and none is issued under a condition (ptxas serializes the
+        wgmmas of a kernel where either happens: C7514 / C7517 / C7518). Block 0's S and
+        softmax come before the loop, the last block's P V after it. One S buffer."""
+        body = [
+            "const int fw_st = kb & 1, fw_pst = fw_st ^ 1;   // slots of kb and kb - 1",
+            "const unsigned fw_ph = unsigned(kb >> 1) & 1u, fw_pph = unsigned((kb - 1) >> 1) & 1u;",
+            "mbar_wait(&fw_bar[1 + fw_st], fw_ph);   // K kb has landed",
+            *self.issue_scores("fw_s", "unsigned(fw_st) * FW_KV"),
+            "mbar_wait(&fw_bar[3 + fw_pst], fw_pph);   // V kb - 1 has landed",
+            *self.issue_pv("unsigned(fw_pst) * FW_KV"),
+            "wgmma_wait<1>();   // S kb done (P V of kb - 1 may still run)",
+            "wgmma_fence_acc(fw_s);",
+            *self.release("5 + fw_st"),
+            *self.mask("fw_s", "kb"),
+            *self.softmax_exp("fw_s"),
+            "wgmma_wait<0>();   // P V of kb - 1 done",
+            *self.release("7 + fw_pst"),
+            *self.softmax_apply("fw_s"),
+        ]
         return [
-            "// two S buffers (block kb in fw_s0 for even kb, fw_s1 for odd), P of the last block",
-            "float fw_s0[FW_BKV / 2], fw_s1[FW_BKV / 2], fw_alpha[2];",
+            "float fw_s[FW_BKV / 2], fw_alpha[2];",
             "unsigned fw_p[FW_BKV / 16][4];",
             "mbar_wait(&fw_bar[1], 0u);   // K 0 has landed",
-            *self.issue_scores("fw_s0", "0u"),
+            *self.issue_scores("fw_s", "0u"),
             "wgmma_wait<0>();",
-            "wgmma_fence_acc(fw_s0);",
+            "wgmma_fence_acc(fw_s);",
             *self.release("5"),
+            *self.mask("fw_s", "0"),
+            *self.softmax_exp("fw_s"),
+            *self.softmax_apply("fw_s"),
             "#pragma unroll 1",
-            "for (int kb = 0; kb < fw_wnkb; kb += 2) {",
-            "  {",
-            *_indent(self.tma_overlap_step("kb", "fw_s0", "fw_s1", 0), 2),
-            "  }",
-            "  if (kb + 1 < fw_wnkb) {",
-            *_indent(self.tma_overlap_step("kb + 1", "fw_s1", "fw_s0", 1), 2),
-            "  }",
+            "for (int kb = 1; kb < fw_wnkb; ++kb) {",
+            *_indent(body, 1),
             "}",
-        ]
-
-    def tma_overlap_step(self, kb: str, cur: str, nxt: str, stage: int) -> list[str]:
-        """Key block fw_kb (slot `stage`; S_kb done, in `cur`, K slot released): wait for K
-        fw_kb + 1 and issue S_kb+1 into `nxt`; mask and softmax S_kb; wait for P V_kb-1 and
-        release its V slot; wait for V fw_kb, issue P V_kb; wait for S_kb+1 and release its K
-        slot (or, at the last block, for everything, and release V fw_kb)."""
-        other = 1 - stage
-        return [
-            f"const int fw_kb = {kb};",
-            "const bool fw_next = fw_kb + 1 < fw_wnkb;",
-            "if (fw_next) {   // S fw_kb + 1 = Q K^T: runs while this warpgroup's softmax does",
-            f"  mbar_wait(&fw_bar[{1 + other}], unsigned((fw_kb + 1) >> 1) & 1u);   // K fw_kb + 1 "
-            "has landed",
-            *_indent(self.issue_scores(nxt, f"{other}u * FW_KV"), 1),
+            "{   // the last block's P V",
+            "  const int fw_st = (fw_wnkb - 1) & 1;",
+            "  mbar_wait(&fw_bar[3 + fw_st], unsigned((fw_wnkb - 1) >> 1) & 1u);   // V has "
+            "landed",
+            *_indent(self.issue_pv("unsigned(fw_st) * FW_KV"), 1),
+            "  wgmma_wait<0>();",
+            "  wgmma_fence_acc(fw_o);",
+            "  #pragma unroll",
+            "  for (int kk = 0; kk < FW_BKV / 16; ++kk) wgmma_fence_a(fw_p[kk]);",
+            *_indent(self.release("7 + fw_st"), 1),
             "}",
-            *self.mask(cur, "fw_kb"),
-            *self.softmax_exp(cur),
-            "// P V of fw_kb - 1 done (groups complete in order; S fw_kb + 1 may still run)",
-            "if (fw_next) wgmma_wait<1>(); else wgmma_wait<0>();",
-            "if (fw_kb > 0) {   // ... so V slot (fw_kb - 1) & 1 is free",
-            *_indent(self.release(f"{7 + other}"), 1),
-            "}",
-            f"mbar_wait(&fw_bar[{3 + stage}], unsigned(fw_kb >> 1) & 1u);   // V fw_kb has landed",
-            *self.softmax_apply(cur),
-            *self.issue_pv(f"{stage}u * FW_KV"),
-            *self.pv_drained(nxt, self.release(f"{5 + other}"),    # ... and S's K slot is free
-                             self.release(f"{7 + stage}")),
         ]
 
     @staticmethod
@@ -530,23 +520,6 @@ class _Emitter:
             f"const int fw_h = int(fw_bh % {self.p.heads});",
         ]
 
-    @staticmethod
-    def pv_drained(nxt: str, on_next: list[str] = (), on_last: list[str] = ()) -> list[str]:
-        """The overlapped step's last waits: with a next block, until S fw_kb + 1 is done (P V
-        of fw_kb may still run) and then `on_next`; on the warpgroup's last block, until
-        everything is, and then `on_last`."""
-        return ["if (fw_next) {   // S fw_kb + 1 done; P V of fw_kb may still run",
-                "  wgmma_wait<1>();",
-                f"  wgmma_fence_acc({nxt});",
-                *_indent(list(on_next), 1),
-                "} else {          // this warpgroup's last block: everything done",
-                "  wgmma_wait<0>();",
-                "  wgmma_fence_acc(fw_o);",
-                "  #pragma unroll",
-                "  for (int kk = 0; kk < FW_BKV / 16; ++kk) wgmma_fence_a(fw_p[kk]);",
-                *_indent(list(on_last), 1),
-                "}"]
-
     # --- the cp.async forms ----------------------------------------------------------------------
 
     def lines(self, store: Store) -> list[str]:
@@ -565,7 +538,7 @@ class _Emitter:
             f"// attention (wgmma, sm_90a): {p.batch}x{p.heads} heads, sq {p.sq}, sk {p.sk}, "
             f"d {p.d}, {'causal' if p.causal else 'no mask'}; bq {c.bq} ({c.bq // 64} consumer "
             f"warpgroup(s)), bkv {c.bkv}, {c.stages} stage(s)"
-            f"{'; S of block j + 1 overlaps the softmax of block j' if self.overlap else ''}",
+            f"{'; the softmax of block j overlaps P V of block j - 1' if self.overlap else ''}",
             *self.constants(),
             "const int fw_wg = tid / 128;   // this consumer warpgroup: query rows 64 fw_wg..",
             *self.block_ids(qb),
@@ -811,19 +784,14 @@ class _Emitter:
     # --- the overlapped key loop (STAGE=async:2:overlap) ---------------------------------------
 
     def overlap_prologue(self) -> list[str]:
-        """Copy groups: {Q, K 0}, {K 1}, {V 0} (each committed, maybe empty, so every wait in
-        the loop is cp_async_wait<1>); then S_0 = Q K_0^T, waited for at once. fw_wnkb: the key
-        blocks this warpgroup computes (causal: up to the one with its last row's key)."""
-        p = self.p
-        wnkb = ("FW_CAUSAL && (fw_wq0 + 63) / FW_BKV + 1 < fw_nkb ? (fw_wq0 + 63) / FW_BKV + 1 "
-                ": fw_nkb")
+        """Copy groups {Q, K 0} and {K 1, V 0}; once the first has landed, block 0's S =
+        Q K_0^T (waited for at once), its softmax, and P 0 into the A registers."""
         return [
             *self.load_kv("0", "0", "k"),
             "cp_async_commit();",
             "if (fw_nkb > 1) {",
             *_indent(self.load_kv("1", "1", "k"), 1),
             "}",
-            "cp_async_commit();",
             *self.load_kv("0", "0", "v"),
             "cp_async_commit();",
             "float fw_m[2] = {-EMMY_INF_F32, -EMMY_INF_F32};   // rows fw_rq0, + 8 (log2 domain)",
@@ -831,80 +799,60 @@ class _Emitter:
             "float fw_o[FW_D / 2];",
             "#pragma unroll",
             "for (int i = 0; i < FW_D / 2; ++i) fw_o[i] = 0.f;",
-            "// two S buffers (block kb in fw_s0 for even kb, fw_s1 for odd), P of the last block",
-            "float fw_s0[FW_BKV / 2], fw_s1[FW_BKV / 2], fw_alpha[2];",
-            "unsigned fw_p[FW_BKV / 16][4];",
-            *([f"const int fw_wnkb = {wnkb};   // key blocks this warpgroup computes"]
-              if p.causal else []),
-            "cp_async_wait<2>();             // Q and K 0",
+            "float fw_s[FW_BKV / 2], fw_alpha[2];",
+            "unsigned fw_p[FW_BKV / 16][4];   // P of the block before, the A of its P V",
+            "cp_async_wait<1>();             // Q and K 0",
             "fence_proxy_async_shared();",
             "__syncthreads();",
-            *self.issue_scores("fw_s0", "0u"),
+            *self.issue_scores("fw_s", "0u"),
             "wgmma_wait<0>();",
-            "wgmma_fence_acc(fw_s0);",
+            "wgmma_fence_acc(fw_s);",
+            *self.mask("fw_s", "0"),
+            *self.softmax_exp("fw_s"),
+            *self.softmax_apply("fw_s"),
         ]
 
     def overlap_loop(self) -> list[str]:
-        """Unrolled by two, so that the S buffers (and the K/V slots) are named by constants."""
+        """Steps 1 .. fw_nkb - 1 (the module docstring), then the last block's P V."""
         return [
             "#pragma unroll 1",
-            "for (int kb = 0; kb < fw_nkb; kb += 2) {",
-            "  {",
-            *_indent(self.overlap_step("kb", "fw_s0", "fw_s1", 0), 2),
-            "  }",
-            "  if (kb + 1 < fw_nkb) {",
-            *_indent(self.overlap_step("kb + 1", "fw_s1", "fw_s0", 1), 2),
-            "  }",
+            "for (int kb = 1; kb < fw_nkb; ++kb) {",
+            *_indent(self.overlap_step(), 1),
             "}",
+            "// the last block's P V, once its V has landed",
+            "cp_async_wait<0>();",
+            "fence_proxy_async_shared();",
+            "__syncthreads();",
+            *self.issue_pv("unsigned((fw_nkb - 1) & 1) * FW_KV"),
+            "wgmma_wait<0>();",
+            "wgmma_fence_acc(fw_o);",
+            "#pragma unroll",
+            "for (int kk = 0; kk < FW_BKV / 16; ++kk) wgmma_fence_a(fw_p[kk]);",
         ]
 
-    def overlap_step(self, kb: str, cur: str, nxt: str, stage: int) -> list[str]:
-        """Key block fw_kb (in slot `stage` of the K and V rings; S_kb done, in `cur`): issue
-        S_kb+1 into `nxt`, softmax S_kb, wait for P V of kb - 1, issue P V of kb, wait for
-        S_kb+1. The two barriers hand over the copies and free the slots (module docstring)."""
-        other = 1 - stage
-        causal = self.p.causal
-        last = "fw_wnkb" if causal else "fw_nkb"
-        out = [
-            f"const int fw_kb = {kb};",
-            "// B1: K fw_kb + 1 has landed (every thread's copies, fenced for wgmma); every",
-            "// warpgroup is past its wait for S fw_kb, the last reader of K slot fw_kb & 1",
-            "cp_async_wait<1>();",
+    def overlap_step(self) -> list[str]:
+        """Key block kb: one barrier hands over K kb and V kb - 1 (copied a step before) and
+        frees K slot (kb + 1) & 1 (S kb - 1 done) and V slot kb & 1 (P V kb - 2 done) for K
+        kb + 1 and V kb; then S kb and P V kb - 1 issued together, the softmax of kb between
+        their waits."""
+        return [
+            "cp_async_wait<0>();             // K kb and V kb - 1 (this thread's copies)",
             "fence_proxy_async_shared();",
-            "__syncthreads();",
-            "if (fw_kb + 2 < fw_nkb) {",
-            *_indent(self.load_kv("fw_kb + 2", str(stage), "k"), 1),
+            "__syncthreads();                // everyone's; S kb - 1 and P V kb - 2 are done",
+            "if (kb + 1 < fw_nkb) {",
+            *_indent(self.load_kv("kb + 1", "(kb + 1) & 1", "k"), 1),
             "}",
+            *self.load_kv("kb", "kb & 1", "v"),
             "cp_async_commit();",
-            *(["const bool fw_cur = fw_kb < fw_wnkb;   // (causal) this warpgroup computes fw_kb"]
-              if causal else []),
-            f"const bool fw_next = fw_kb + 1 < {last};   // ... and fw_kb + 1",
-            "if (fw_next) {   // S fw_kb + 1 = Q K^T: runs while this warpgroup's softmax does",
-            *_indent(self.issue_scores(nxt, f"{other}u * FW_KV"), 1),
-            "}",
+            *self.issue_scores("fw_s", "unsigned(kb & 1) * FW_KV"),
+            *self.issue_pv("unsigned((kb - 1) & 1) * FW_KV"),
+            "wgmma_wait<1>();   // S kb done (P V of kb - 1 may still run)",
+            "wgmma_fence_acc(fw_s);",
+            *self.mask("fw_s", "kb"),
+            *self.softmax_exp("fw_s"),
+            "wgmma_wait<0>();   // P V of kb - 1 done",
+            *self.softmax_apply("fw_s"),
         ]
-        soft = [*self.mask(cur, "fw_kb"), *self.softmax_exp(cur)]
-        out += (["if (fw_cur) {", *_indent(soft, 1), "}"] if causal else soft)
-        out += [
-            "// P V of fw_kb - 1 done (groups complete in order; S fw_kb + 1 may still run)",
-            "if (fw_next) wgmma_wait<1>(); else wgmma_wait<0>();",
-            "// B2: V fw_kb has landed; every warpgroup's P V of fw_kb - 1, the last reader of",
-            "// V slot (fw_kb + 1) & 1, is done",
-            "cp_async_wait<1>();",
-            "fence_proxy_async_shared();",
-            "__syncthreads();",
-            "if (fw_kb + 1 < fw_nkb) {",
-            *_indent(self.load_kv("fw_kb + 1", str(other), "v"), 1),
-            "}",
-            "cp_async_commit();",
-        ]
-        pv = [
-            *self.softmax_apply(cur),
-            *self.issue_pv(f"{stage}u * FW_KV"),
-            *self.pv_drained(nxt),
-        ]
-        out += (["if (fw_cur) {", *_indent(pv, 1), "}"] if causal else pv)
-        return out
 
     def softmax_exp(self, s: str) -> list[str]:
         """The online softmax's first half, in registers only (O and P may still be read by

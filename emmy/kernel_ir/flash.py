@@ -48,8 +48,8 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
                 "double-buffered by cp.async",
                 "in a 2-stage ring loaded by a TMA producer warpgroup (full/empty mbarriers)"))
         if getattr(config, "overlap", False):
-            how += ("  overlapped: S of key block j + 1 is issued before the softmax of block j "
-                    "(two S buffers), P V of block j runs on into step j + 1",)
+            how += ("  overlapped: S of key block j and P V of block j - 1 are issued "
+                    "together; the softmax of block j runs while P V does",)
     else:
         body = attention_body(problem, config, store)
         how = (f"  flash: {config.bq} queries per block, {config.bkv} keys per step, "

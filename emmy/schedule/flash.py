@@ -11,17 +11,18 @@ as an online fold that rescales its running sum and output.
                                  operands in shared memory, O += P V with P in registers
     STAGE   smem | async:2       K/V tiles copied synchronously, or double-buffered by cp.async
             async:2:overlap      wgmma tiles only: the double buffer with FlashAttention-3's
-                                 intra-warpgroup pipelining: a warpgroup issues S_{j+1} = Q K^T
-                                 of the next key block before the softmax of block j and lets
-                                 P_j V_j run into the next step (two S register buffers, so
-                                 O + 2 S accumulators must fit: stage.overlap_registers)
+                                 intra-warpgroup pipelining: a warpgroup issues S_j = Q K^T and
+                                 P_{j-1} V_{j-1} together and runs the softmax of block j while
+                                 P V does
             tma:2 | tma:2:overlap
                                  wgmma tiles only: FlashAttention-3's warp specialization: a
                                  producer warpgroup (128 more threads, before the consumers)
                                  loads Q once and K/V into a 2-stage ring by TMA on full/empty
                                  mbarriers (4-d tensor maps: stage.tma_tensor_maps), the
-                                 consumers only compute; with :overlap they run the overlapped
-                                 schedule. Two consumer warpgroups: setmaxnreg 40 / 232,
+                                 consumers only compute; with :overlap each issues S_j and
+                                 P_{j-1} V_{j-1} together and runs the softmax of block j while
+                                 P V does (FlashAttention-3's order: one S buffer, nothing in
+                                 flight across steps). Two consumer warpgroups: setmaxnreg 40 / 232,
                                  __launch_bounds__(384, 1) (stage.tma_registers)
 
 The last rule asks the template (emmy.cuda.attention or .attention_sm90) itself, so a listed
@@ -48,9 +49,9 @@ GRAMMAR_TEXT = {
     "TILE": "flash:BQxBKV | wgmma:BQxBKV  (BQ = 64 | 128 queries per block; BKV = 32 | 64 | "
             "128 keys per step for flash (mma.sync), 64 | 128 for wgmma (sm_90a, BQ/16 warps))",
     "STAGE": "smem | async:2 | async:2:overlap | tma:2 | tma:2:overlap  (K/V copies: "
-             "synchronous, or a cp.async double buffer; overlap, wgmma only: S of the next key "
-             "block is issued before the softmax of this one, two S buffers; tma, wgmma only: "
-             "a producer warpgroup loads Q, K and V by TMA on mbarriers)",
+             "synchronous, or a cp.async double buffer; overlap, wgmma only: S_j issued with "
+             "P_{j-1} V_{j-1}, the softmax of block j runs while P V does; tma, wgmma only: a "
+             "producer warpgroup loads Q, K and V by TMA on mbarriers)",
 }
 # Measured on an H200 (4 x 32 heads x 4096, f16): 128 queries on 4 warps (32 rows a warp) with
 # 32 (d = 128) or 64-128 (d = 64) keys per step, double-buffered, was fastest. The wgmma rows
@@ -64,7 +65,7 @@ KEYS = ("WORK", "TILE", "STAGE")
 @dataclass(frozen=True, slots=True)
 class FlashStage:
     stages: int              # smem -> 1, async:2 -> 2
-    overlap: bool = False    # async:2:overlap (wgmma tiles): S of block j + 1 before softmax j
+    overlap: bool = False    # :overlap (wgmma tiles): softmax j while P V of block j - 1 runs
     tma: bool = False        # tma:2[:overlap] (wgmma tiles): a TMA producer warpgroup
 
 
@@ -244,12 +245,12 @@ def tma_registers(c: FlashCtx) -> str | None:
     if not (c.tma and c.tile.inst == "wgmma"):
         return None
     threads = 32 * c.warps + 128
-    regs = c.problem.d // 2 + (2 if c.overlap else 1) * (c.tile.bkv // 2)
+    regs = c.problem.d // 2 + c.tile.bkv // 2    # one S buffer, overlapped or not
     if threads in TMA_REGISTERS and regs > MAX_TMA_ACCUMULATORS:
         return (f"with the producer warpgroup a block has {threads} threads, so each starts "
                 f"at {65536 // threads // 8 * 8} registers (ptxas allocates the consumers "
                 f"within that): {regs} f32 accumulators per thread (O: d/2 = "
-                f"{c.problem.d // 2}, S: {'2 x ' if c.overlap else ''}bkv/2) are over the "
+                f"{c.problem.d // 2}, S: bkv/2) are over the "
                 f"{MAX_TMA_ACCUMULATORS} that compile without spills; use fewer keys per "
                 f"step, wgmma:64xBKV, or STAGE=async:2")
     return None
@@ -257,23 +258,9 @@ def tma_registers(c: FlashCtx) -> str | None:
 
 def overlap_wgmma(c: FlashCtx) -> str | None:
     if c.overlap and c.tile.inst != "wgmma":
-        return (f"STAGE=async:2:overlap pipelines wgmma groups (S of the next key block in "
+        return (f"STAGE=async:2:overlap pipelines wgmma groups (P V of the block before in "
                 f"flight during the softmax); flash:{c.tile.bq}x{c.tile.bkv} runs on mma.sync, "
                 f"which has none: use STAGE=async:2, or a wgmma:BQxBKV tile on sm_90a")
-    return None
-
-
-def overlap_registers(c: FlashCtx) -> str | None:
-    from emmy.cuda.attention_sm90 import MAX_OVERLAP_ACCUMULATORS
-
-    if not (c.overlap and c.tile.inst == "wgmma"):
-        return None
-    regs = c.problem.d // 2 + c.tile.bkv
-    if regs > MAX_OVERLAP_ACCUMULATORS:
-        return (f"the overlapped schedule holds two S buffers: {regs} f32 accumulators per "
-                f"thread (O: d/2 = {c.problem.d // 2}, S: 2 x bkv/2 = {c.tile.bkv}), over the "
-                f"{MAX_OVERLAP_ACCUMULATORS} that compile without spills; use STAGE=async:2 "
-                f"or fewer keys per step")
     return None
 
 
@@ -312,7 +299,6 @@ RULES = (
     Rule("stage.tma_tensor_maps", "STAGE", tma_tensor_maps),
     Rule("stage.tma_registers", "STAGE", tma_registers),
     Rule("stage.overlap_wgmma", "STAGE", overlap_wgmma),
-    Rule("stage.overlap_registers", "STAGE", overlap_registers),
     Rule("stage.wgmma_shared", "STAGE", wgmma_shared),
     Rule("stage.template_builds", "STAGE", template_builds),
 )

@@ -5,6 +5,8 @@ SASS), its constraints, and (marked gpu) against torch's scaled_dot_product_atte
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -218,7 +220,7 @@ def test_emulated_kernel_matches_numpy(kind, batch, heads, sq, sk, d, causal, la
 
 OVERLAP_CASES = [
     # kind, batch, heads, sq, sk, d, causal, layout, (bq, bkv): the overlapped schedule
-    ("f16", 1, 1, 64, 64, 64, False, "bhsd", (64, 64)),          # one key block: no S_kb+1
+    ("f16", 1, 1, 64, 64, 64, False, "bhsd", (64, 64)),          # one key block: no loop step
     ("bf16", 1, 2, 70, 70, 64, True, "bhsd", (64, 64)),          # ragged, causal, two blocks
     ("f16", 2, 2, 100, 230, 128, False, "bshd", (128, 64)),      # two warpgroups, 4 blocks
     ("bf16", 1, 1, 300, 300, 128, True, "bhsd", (128, 64)),      # causal, 5 blocks (odd)
@@ -237,7 +239,7 @@ def test_emulated_overlapped_kernel_matches_numpy(kind, batch, heads, sq, sk, d,
     config = wgmma_config(*cfg, overlap=True)
     assert constraints_sm90(p, config, "sm_90a") == []
     source, body = sm90_source(p, config)
-    assert "fw_s1" in source and "wgmma_wait<1>();" in source
+    assert "wgmma_wait<1>();" in source
     x = inputs(kind, p, layout)
     out = emulate(sm90_program(source), body, x, p)
     assert np.isfinite(out).all()
@@ -247,32 +249,31 @@ def test_emulated_overlapped_kernel_matches_numpy(kind, batch, heads, sq, sk, d,
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_overlapped_step_orders_its_waits_barriers_and_refills(causal):
     """The emulator lands copies and runs wgmmas at their waits, so it cannot see a slot
-    refilled too early; this checks the order the module docstring derives, in both halves of
-    the unrolled loop: K slot kb & 1 is refilled only after barrier B1 (every warpgroup past
-    its wait for S_kb), V slot (kb + 1) & 1 only after the wait for P V_kb-1 and barrier B2,
-    and each product issues after the barrier that hands over its operand."""
+    refilled too early; this checks the order the module docstring derives: the step's
+    barrier comes before its refills (K slot (kb + 1) & 1 after every warpgroup's S kb - 1,
+    V slot kb & 1 after its P V kb - 2) and before the products that read K kb and V kb - 1;
+    S is waited for (wait<1>) before the softmax, P V (wait<0>) before O is rescaled."""
     import re
 
     p = problem("f16", sq=300, sk=300, d=64, causal=causal)
     body, _ = sm90_source(p, wgmma_config(128, 64, overlap=True))
-    loop = body[body.index("for (int kb = 0; kb < fw_nkb; kb += 2)"):]
-    halves = loop.split("if (kb + 1 < fw_nkb) {")
-    assert len(halves) == 2
-    token = re.compile(r"cp_async_wait<1>|__syncthreads|FW_KOFF \+ \((\d)\)|FW_VOFF \+ \((\d)\)"
-                       r"|wgmma_m64k16_rs<[^(]*\(fw_o, fw_p\[kk\], fw_vdesc \+ uint64_t\(\((\d)u"
-                       r"|wgmma_m64k16<[^;]*fw_kdesc \+ uint64_t\(\((\d)u"
-                       r"|if \(fw_next\) wgmma_wait<1>\(\); else wgmma_wait<0>\(\);")
-    for stage, half in enumerate(halves):
-        other = str(1 - stage)
-        seq = []
-        for m in token.finditer(half):
-            k, v, pv, sc = m.groups()
-            seq.append(f"copy K {k}" if k else f"copy V {v}" if v else f"P V {pv}" if pv
-                       else f"S {sc}" if sc else "wait P V" if "fw_next" in m[0]
-                       else m[0])
-        assert seq == ["cp_async_wait<1>", "__syncthreads", f"copy K {stage}", f"S {other}",
-                       "wait P V", "cp_async_wait<1>", "__syncthreads", f"copy V {other}",
-                       f"P V {stage}"], seq
+    step = body[body.index("for (int kb = 1; kb < fw_nkb; ++kb) {"):
+                body.index("// the last block's P V")]
+    token = re.compile(r"cp_async_wait<0>|__syncthreads|FW_KOFF \+ \(([^)]*)\)"
+                       r"|FW_VOFF \+ \(([^)]*)\)"
+                       r"|wgmma_m64k16_rs<[^(]*\(fw_o, fw_p\[kk\], fw_vdesc \+ uint64_t\(\(([^*]*)\*"
+                       r"|wgmma_m64k16<[^;]*fw_kdesc \+ uint64_t\(\(([^*]*)\*"
+                       r"|wgmma_wait<\d>|exp2f|fw_o\[4 \* j \+ 2 \* h\] \*=")
+    seq = []
+    for m in token.finditer(step):
+        k, v, pv, sc = m.groups()
+        seq.append(f"copy K {k}" if k else f"copy V {v}" if v else f"P V {pv.strip()}" if pv
+                   else f"S {sc.strip()}" if sc else m[0])
+    seq = [t for i, t in enumerate(seq) if i == 0 or t != seq[i - 1]]   # one per kind in a row
+    assert seq == ["cp_async_wait<0>", "__syncthreads", "copy K (kb + 1", "copy V kb & 1",
+                   "S unsigned(kb & 1)", "P V unsigned((kb - 1) & 1)", "wgmma_wait<1>", "exp2f",
+                   "wgmma_wait<0>", "fw_o[4 * j + 2 * h] *="], seq
+    assert "if (fw_next)" not in body and "fw_cur" not in body
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
@@ -353,7 +354,9 @@ def main_kernels(**kw):
     return kernel_set(MAIN, wgmma_config, **kw)
 
 
-OVERLAP_MAIN = [  # d, causal, (bq, bkv, stages): every d/bkv pair stage.overlap_registers allows
+OVERLAP_MAIN = [  # d, causal, (bq, bkv, stages): every d/bkv pair the register budget allows
+    (128, False, (128, 128, 2)),
+    (256, True, (64, 64, 2)),
     (128, False, (128, 64, 2)),
     (128, True, (128, 64, 2)),
     (128, False, (64, 64, 2)),
@@ -375,30 +378,26 @@ def test_overlapped_configs_compile_without_spills():
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in result.ptx
 
 
-def test_overlapped_configs_over_the_register_budget_would_spill(monkeypatch):
-    """What the budget refuses (d 128 with bkv 128: O 64 + 2 S x 64) does spill when built
-    anyway: the budget is not looser than ptxas."""
-    import emmy.cuda.attention_sm90 as sm90
-
-    p = problem("f16", batch=4, heads=32, sq=4096, sk=4096, d=128)
-    config = wgmma_config(128, 128, overlap=True)
-    assert any("two S buffers" in w for w in constraints_sm90(p, config, "sm_90a"))
-    monkeypatch.setattr(sm90, "MAX_OVERLAP_ACCUMULATORS", 192)
-    source = sm90_source(p, config, "big", "__half")[0]
-    result = compile_cuda(sm90_program(source), get_target("sm_90a"))
-    assert result.ok, result.log
-    assert result.resources_of("big").spill_store_bytes > 0
+def test_overlapped_kernels_keep_their_wgmmas_pipelined():
+    """ptxas serializes every wgmma of a kernel that leaves one in flight across a branch it
+    cannot prove uniform, or defines its accumulators with other instructions mid-flight
+    (C7514 / C7517 / C7518; the first overlapped schedule drew them): none here."""
+    kernels, names = overlap_kernels(kinds=("f16",), seqs=(4096,))
+    for kernel, name in zip(kernels, names):
+        r = compile_cuda(sm90_program(kernel), get_target("sm_90a"))
+        assert r.ok, r.log
+        assert not re.search(r"C751[0-9]", r.log), f"{name}: {r.log}"
 
 
 @pytest.mark.skipif(cuobjdump() is None, reason="cuobjdump (and nvdisasm) not installed")
 def test_overlapped_sass_uses_hgmma():
     kernels, _ = overlap_kernels(kinds=("f16",), seqs=(4096,))
-    r = compile_cuda(sm90_program(kernels[0]), get_target("sm_90a"))   # d 128, 128x64, full
+    r = compile_cuda(sm90_program(kernels[2]), get_target("sm_90a"))   # d 128, 128x64, full
     assert r.ok, r.log
     sass = disassemble(r.cubin)
-    # S = Q K^T (8 k16 steps of m64n64) in the prologue and in both halves of the unrolled
-    # loop; O += P V (4 k16 steps of m64n128) in both halves
-    assert sass.count("HGMMA.64x64x16.F32") == 3 * 8, sass.count("HGMMA.64x64x16.F32")
+    # S = Q K^T (8 k16 steps of m64n64) before the loop and in it; O += P V (4 k16 steps of
+    # m64n128) in the loop and after it
+    assert sass.count("HGMMA.64x64x16.F32") == 2 * 8, sass.count("HGMMA.64x64x16.F32")
     assert sass.count("HGMMA.64x128x16.F32") == 2 * 4, sass.count("HGMMA.64x128x16.F32")
     assert "LDL" not in sass and "STL" not in sass
 
@@ -439,9 +438,7 @@ def test_a_buildable_config_has_no_constraints():
     (dict(d=256), (64, 128, 4, 2), "each thread would hold 192 f32 accumulators"),
     (dict(batch=0), (64, 64, 4, 2), "empty problem"),
     (dict(d=192), (64, 64, 4, 2), "head dimension 192: P V's wgmma would have N = 192"),
-    (dict(d=128), (128, 128, 8, 2, True), "would hold 192 f32 accumulators per thread (O: "
-                                          "d/2 = 64, two S buffers: 2 x bkv/2 = 128)"),
-    (dict(d=256), (64, 64, 4, 2, True), "would hold 192 f32 accumulators per thread"),
+    (dict(d=256), (64, 128, 4, 2, True), "would hold 192 f32 accumulators"),
     ({}, (64, 64, 4, 1, True), "needs the 2-stage cp.async ring, not 1 stage(s)"),
 ])
 def test_constraints_refuse_with_a_reason(change, config, fragment):
@@ -455,9 +452,12 @@ def test_constraints_refuse_with_a_reason(change, config, fragment):
                                        AttentionConfig(bq, bkv, warps, stages, "wgmma"), target)
 
 
-def test_the_overlap_budget_admits_d128_with_64_keys():
-    assert constraints_sm90(problem(d=128), wgmma_config(128, 64, overlap=True), "sm_90a") == []
-    assert constraints_sm90(problem(d=64), wgmma_config(128, 128, overlap=True), "sm_90a") == []
+def test_the_overlapped_schedule_has_the_plain_register_budget():
+    """One S buffer: the overlapped rows fit where the plain ones do."""
+    for d, bq, bkv in ((128, 128, 128), (256, 64, 64), (64, 128, 128)):
+        plain, overlap = wgmma_config(bq, bkv), wgmma_config(bq, bkv, overlap=True)
+        assert constraints_sm90(problem(d=d), plain, "sm_90a") == []
+        assert constraints_sm90(problem(d=d), overlap, "sm_90a") == []
 
 
 def test_operands_must_suit_cp_async():
@@ -506,8 +506,8 @@ def test_overlap_rows_lower_to_the_overlapped_schedule():
     (k,) = compile_to(w, "tile")["tile"].program.kernels
     results = compile_to(w, "cuda", Options(target="sm_90a", rows={k.name: row}))
     source = "\n".join(u.source for u in results["cuda"].units)
-    assert "float fw_s0[FW_BKV / 2], fw_s1[FW_BKV / 2]" in source
-    assert "S of block j + 1 overlaps the softmax of block j" in source
+    assert "for (int kb = 1; kb < fw_nkb; ++kb) {" in source   # block 0 before the loop
+    assert "the softmax of block j overlaps P V of block j - 1" in source
 
 
 def test_the_cost_model_hides_the_softmax_of_overlapped_rows():
@@ -673,19 +673,36 @@ def test_tma_producer_and_consumers_order_their_barriers():
 
 
 def test_tma_overlapped_step_releases_each_slot_after_its_last_reader():
+    """FlashAttention-3's order in a step: S kb and P V of kb - 1 issued together, the softmax
+    of kb between the two waits, each slot freed after the wait that ends its last reader; no
+    wgmma issued under a condition or left in flight across the loop's back edge."""
     p = problem("f16", 1, 1, 300, 300, 128, False)
     source, _ = tma_source(p, tma_config(128, 64, overlap=True))
-    step = source.split("const int fw_kb = kb;")[1].split("if (kb + 1 < fw_wnkb) {")[0]
-    order = ["mbar_wait(&fw_bar[2]", "wgmma_m64k16<FW_BKV",       # K kb + 1, S kb + 1
-             "exp2f(",                                           # the softmax of kb
-             "if (fw_next) wgmma_wait<1>(); else wgmma_wait<0>();",  # P V kb - 1 done
-             "mbar_arrive(&fw_bar[8]);",                         # ... its V slot free
-             "mbar_wait(&fw_bar[3]", "wgmma_m64k16_rs<FW_D",     # V kb, P V kb
-             "wgmma_wait<1>();", "mbar_arrive(&fw_bar[6]);",     # S kb + 1 done: K slot free
-             "wgmma_wait<0>();", "mbar_arrive(&fw_bar[7]);"]     # last block: V kb free
+    step = source.split("for (int kb = 1; kb < fw_wnkb; ++kb) {")[1].split("// the last block")[0]
+    order = ["mbar_wait(&fw_bar[1 + fw_st]", "wgmma_m64k16<FW_BKV",     # K kb, S kb
+             "mbar_wait(&fw_bar[3 + fw_pst]", "wgmma_m64k16_rs<FW_D",    # V kb - 1, P V kb - 1
+             "wgmma_wait<1>();", "mbar_arrive(&fw_bar[5 + fw_st]);",     # S kb done: K slot free
+             "exp2f(",                                                   # the softmax of kb
+             "wgmma_wait<0>();", "mbar_arrive(&fw_bar[7 + fw_pst]);",    # P V done: V slot free
+             "fw_p[i / 2][h + 2 * (i % 2)] ="]                           # P kb for the next step
     at = 0
     for s in order:
         at = step.index(s, at) + 1
+    assert "if (fw_next)" not in source
+    tail = source.split("// the last block")[1]
+    assert tail.index("wgmma_m64k16_rs<FW_D") < tail.index("wgmma_wait<0>();") < \
+        tail.index("mbar_arrive(&fw_bar[7 + fw_st]);")
+
+
+def test_tma_overlapped_kernels_keep_their_wgmmas_pipelined():
+    """ptxas serializes every wgmma of a kernel that leaves one in flight across a branch it
+    cannot prove uniform, or defines its accumulators with other instructions mid-flight
+    (C7514 / C7517 / C7518): the warp-specialized kernels, overlapped or not, draw none."""
+    kernels, names = tma_kernels(kinds=("f16",), seqs=(4096,))
+    for kernel, name in zip(kernels, names):
+        r = compile_cuda(sm90_program(kernel), get_target("sm_90a"))
+        assert r.ok, r.log
+        assert not re.search(r"C751[0-9]", r.log), f"{name}: {r.log}"
 
 
 # --- NVRTC: the warp-specialized main configurations --------------------------------------------
@@ -715,6 +732,7 @@ def test_tma_configs_compile_without_spills():
     assert "setmaxnreg.dec.sync.aligned.u32 40;" in result.ptx
     assert "setmaxnreg.inc.sync.aligned.u32 232;" in result.ptx
     assert "cp.async.cg" not in result.ptx
+    assert "fence.proxy.tensormap::generic.acquire.gpu" in result.ptx
 
 
 def test_tma_configs_over_the_register_budget_would_spill(monkeypatch):
@@ -751,7 +769,7 @@ def test_tma_sass_uses_hgmma_utmaldg_and_setmaxnreg():
 
 @pytest.mark.parametrize("change,config,fragment", [
     ({"d": 256}, tma_config(128, 64), "168 registers"),
-    ({"d": 64}, tma_config(128, 128, overlap=True), "160 f32 accumulators"),
+    ({"d": 256}, tma_config(128, 64, overlap=True), "160 f32 accumulators"),
     ({}, WgmmaAttentionConfig(bq=64, bkv=64, warps=4, stages=1, tma=True), "ring of 2"),
 ])
 def test_tma_constraints_refuse_with_a_reason(change, config, fragment):

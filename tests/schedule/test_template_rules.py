@@ -141,16 +141,11 @@ CASES = {
     "stage.tma_registers": [
         (ATT256, SM90, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
          ("384 threads", "168 registers", "160 f32 accumulators", "over the 128")),
-        (ATT, SM90, "WORK=warps:8 TILE=wgmma:128x128 STAGE=tma:2:overlap",
-         ("160 f32 accumulators", "2 x bkv/2"))],
+        (ATT256, SM90, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2:overlap",
+         ("160 f32 accumulators", "over the 128"))],
     "stage.overlap_wgmma": [
         (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 STAGE=async:2:overlap",
          ("pipelines wgmma groups", "mma.sync", "STAGE=async:2"))],
-    "stage.overlap_registers": [
-        (ATT128, SM90, "WORK=warps:8 TILE=wgmma:128x128 STAGE=async:2:overlap",
-         ("two S buffers", "192 f32 accumulators", "over the 160")),
-        (ATT256, SM90, "WORK=warps:4 TILE=wgmma:64x64 STAGE=async:2:overlap",
-         ("192 f32 accumulators", "STAGE=async:2"))],
     "stage.template_builds": [
         (ATT128, SM80, "WORK=warps:4 TILE=flash:128x128 STAGE=async:2", ("shared memory",))],
 }

@@ -198,9 +198,9 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
         cycles = warp_copies * ATTENTION_CP_ASYNC_ISSUE_CYCLES / 4 + ATTENTION_BARRIER_CYCLES
         copy_s = grid * steps * visible * cycles / (target.sm_count * target.clock_hz)
     if wgmma and getattr(c, "overlap", False):
-        # ASSUMPTION, not measured: the overlapped schedule (STAGE=async:2:overlap) issues S of
-        # the next key block before the softmax of this one and lets P V run on, so a
-        # warpgroup's exponentials run while its products do: the slower of the two, not
+        # ASSUMPTION, not measured: the overlapped schedule (STAGE=...:overlap) issues S of a
+        # key block together with P V of the one before and runs the softmax while P V does,
+        # so a warpgroup's exponentials run while its products do: the slower of the two, not
         # their sum. Recalibrate once both forms have been timed on a GPU.
         compute_s = (max(flops / rate, exps / sfu_rate) + smem_s + spills + copy_s) / wave_eff
     else:
