@@ -7,9 +7,9 @@
 # The defaults fit one 15-minute lease with its start-up (about 11 minutes of steps): the GPU
 # tests, two wgmma+TMA rows (one with clusters) through `emmy run --bench`, then the matmul and
 # attention suites (the core suite was measured on 2026-11-30; add it with SUITES="core:120 ...").
-# Knobs (environment): SUITES="matmul:140 attention:140" — each item SUITE[:BUDGET[:ONLY]] runs
+# Knobs (environment): SUITES="matmul:120 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs
 # `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of
-# workload-name prefixes); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=180 (seconds),
+# workload-name prefixes); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=210 (seconds),
 # RUN_BENCH=1 (0 skips the `emmy run --bench` steps; RMSNORM=1 adds rmsnorm's),
 # SUITE_SLACK=30 (seconds a suite may run past its budget before it is stopped).
 set -o pipefail
@@ -43,7 +43,7 @@ if [ "${TESTS:-1}" = 1 ]; then
                 tests/cuda/test_tf32.py tests/cuda/test_sm90.py tests/cuda/test_attention_sm90.py \
                 $(grep -rl "mark.gpu" tests --include="test_*.py" | sort); do echo "$f"; done \
             | awk '!seen[$0]++')
-    TAIL=40 step gpu_tests "${TESTS_LIMIT:-180}" bash -c 'for f in "$@"; do
+    TAIL=40 step gpu_tests "${TESTS_LIMIT:-210}" bash -c 'for f in "$@"; do
         echo "-- $f"; python3 -m pytest -m gpu "$f" -q -s -p no:cacheprovider -rfE; done' _ $files
 fi
 if [ "${RUN_BENCH:-1}" = 1 ]; then
@@ -61,7 +61,7 @@ if [ "${RUN_BENCH:-1}" = 1 ]; then
         --set N=4096 --bench --json "$out/cluster_bench.json" \
         --row "WORK=warps:2x4 TILE=wgmma:128x256x64 REDUCE=serial STAGE=tma:4:cluster:2x1 RASTER=group:8"
 fi
-for item in ${SUITES:-matmul:140 attention:140}; do
+for item in ${SUITES:-matmul:120 attention:120}; do
     IFS=: read -r suite budget only <<< "$item"
     budget=${budget:-400}
     args=(--suite "$suite" --budget "$budget" --json "$out/$suite.json")
