@@ -16,6 +16,7 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 # Logs go to $work; after each step they are packed into $OUT/device.tgz (the device tool brings
 # back only a few files), so a run stopped at its limit still returns what it finished.
+# `python bench/device_summary.py device.tgz` turns the archive into markdown.
 dest=${OUT:-device-out}
 out=$(mktemp -d /tmp/emmy-device.XXXX)
 mkdir -p "$dest"
@@ -28,6 +29,7 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, log to $out/NAME.lo
     local rc=$?
     tail -n "${TAIL:-25}" "$out/$name.log"
     echo "== $name: rc=$rc in $((SECONDS - t0)) s"
+    printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" >> "$out/steps.tsv"
     pack
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv \
