@@ -85,9 +85,11 @@ producer warpgroup)
   wait<0> ends P V (V slot kb - 1 freed), then O *= alpha and P kb into the A registers.
   Block 0's S and softmax come before the loop and the last block's P V after it, so no wgmma
   is issued under a condition or left in flight across the back edge (either makes ptxas
-  serialize every wgmma of the kernel: C7514 / C7517 / C7518). Causal: a warpgroup computes its fw_wnkb blocks, then waits for
-  and releases the blocks it skips, so every phase of an empty barrier sees every warp (and no
-  arrival runs ahead into a later phase).
+  serialize every wgmma of the kernel: C7514 / C7517 / C7518).
+- Causal: a warpgroup computes its fw_wnkb blocks (a count per warpgroup bounds a loop, which
+  ptxas accepts; it only refuses wgmmas under a condition), then waits for and releases the
+  blocks it skips, so every phase of an empty barrier sees every warp (and no arrival runs
+  ahead into a later phase).
 - Registers: two consumer warpgroups (384 threads) are declared __launch_bounds__(384, 1),
   168 registers each at entry; setmaxnreg gives the producer 40 and the consumers 232
   (TMA_REGISTERS). ptxas still allocates the consumers within 168 (MAX_TMA_ACCUMULATORS).
