@@ -9,6 +9,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from emmy.cuda.emulate.run import build_and_run
 from emmy.cuda.gemm_sm90 import HEADER, TmaBody, constraints_sm90, gemm_sm90_body
@@ -454,6 +456,34 @@ def test_emulated_cluster_gemm_matches_numpy(case):
                       timeout=300, cluster=body.cluster)
     assert r.ok, f"{r.status}: {r.log}"
     np.testing.assert_allclose(args[0], expected, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.filter_too_much])
+@given(kind=st.sampled_from(["f16", "bf16"]), m=st.integers(1, 300), n8=st.integers(1, 40),
+       k8=st.integers(1, 40), batch=st.integers(1, 2), a_mn=st.booleans(), b_mn=st.booleans(),
+       tile=st.sampled_from([(64, 64), (64, 128), (128, 64), (128, 128), (64, 256)]),
+       stages=st.integers(2, 4), group=st.sampled_from([1, 2, 8]),
+       cluster=st.sampled_from([(1, 1), (2, 1), (1, 2)]))
+def test_random_tma_products_match_numpy(kind, m, n8, k8, batch, a_mn, b_mn, tile, stages,
+                                         group, cluster):
+    """The TMA form, with and without clusters, on random shapes and layouts (ragged m, n
+    and k tails, odd tile counts, batches), against numpy on the emulator."""
+    n, k = 8 * n8, 8 * k8
+    if a_mn and m % 8:                   # an M-contiguous A needs 16-byte rows
+        m += 8 - m % 8
+    problem, a_store, b_store, expected = gemm_case(kind, m, n, k, batch, a_mn, b_mn)
+    cfg = config(*tile, stages, group, tma=True, cluster_m=cluster[0], cluster_n=cluster[1])
+    assume(constraints_sm90(problem, cfg, "sm_90a") == [])
+    body = gemm_sm90_body(problem, cfg, store_epilogue(m, n, pair=True), sm_count=CLUSTER_SMS)
+    out = np.full((batch, m, n), np.nan, np.float32)
+    args = [out, a_store, b_store, *(t.emulator_arg(1 + i) for i, t in
+                                     enumerate(body.tensor_maps))]
+    r = build_and_run(gemm_source(problem, body), "gemm", body.grid, body.threads,
+                      body.smem_bytes, args, timeout=300, cluster=body.cluster)
+    assert r.ok, f"{r.status}: {r.log}"
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-3)
 
 
 def test_cluster_copies_add_up_to_the_stage():
