@@ -394,7 +394,8 @@ def _tma_mainloop(p: GemmProblem, c: GemmConfig,
         "  mbar_init_fence();",
         "}",
         "__syncthreads();" if c.cluster == 1 else
-        "cluster_sync();   // the cluster's barriers are ready before any copy reaches them",
+        "cluster_sync_after_init();   // the cluster's barriers are ready before any copy "
+        "reaches them",
     ]
     producer = [
         "if (tid == 0) {                      // one thread of the producer warpgroup copies",

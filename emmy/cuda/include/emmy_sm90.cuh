@@ -24,7 +24,7 @@
 //   registers    setmaxnreg_dec<R>(), setmaxnreg_inc<R>()
 //   wgmma, A in registers: wgmma_m64k16_rs<N, BF16, TransB>(d, a[4], desc_b, scale_d),
 //                wgmma_fence_a(a)
-//   clusters     EMMY_CLUSTER_DIMS(x, y, z), cluster_ctarank, cluster_sync,
+//   clusters     EMMY_CLUSTER_DIMS(x, y, z), cluster_ctarank, cluster_sync[_after_init],
 //                mbar_arrive_cluster(bar, cta), tma_load_3d_multicast(..., bar, cta_mask)
 #pragma once
 #include "emmy_intrinsics.cuh"
@@ -660,6 +660,10 @@ inline void tma_load_4d(void* dst, const EmmyTensorMap* map, int c0, int c1, int
 //                                   barrier.cluster.wait.acquire.aligned: every thread of every
 //                                   block of the cluster (shared-memory writes before it are
 //                                   visible cluster-wide after it)
+//   cluster_sync_after_init()       the same with a relaxed arrive, after mbarrier
+//                                   initialisation whose mbar_init_fence() already released
+//                                   it to the cluster (CUTLASS's cluster_arrive_relaxed +
+//                                   cluster_wait): no GPU-wide fence at the kernel's start
 //   mbar_arrive_cluster(bar, cta)   mapa.shared::cluster.u32 (the address of `bar`'s offset in
 //                                   block `cta`), then mbarrier.arrive.shared::cluster.b64: one
 //                                   arrival, no bytes, on that block's barrier (cta may be the
@@ -698,6 +702,10 @@ EMMY_FN void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
+EMMY_FN void cluster_sync_after_init() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 EMMY_FN void mbar_arrive_cluster(uint64_t* bar, unsigned cta) {
     asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
                  "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
@@ -714,6 +722,7 @@ EMMY_FN void tma_load_3d_multicast(void* dst, const EmmyTensorMap* map, int c0, 
 #define EMMY_CLUSTER_DIMS(x, y, z)
 inline unsigned cluster_ctarank() { return emmy_emu::cluster_rank(); }
 inline void cluster_sync() { emmy_emu::cluster_sync(); }
+inline void cluster_sync_after_init() { emmy_emu::cluster_sync(); }
 inline void mbar_arrive_cluster(uint64_t* bar, unsigned cta) {
     const unsigned offset = sm90_smem_addr(bar);  // fails unless in dynamic shared memory
     auto* remote = reinterpret_cast<uint64_t*>(emmy_emu::cluster_dynamic_shared(cta) + offset);
