@@ -8,7 +8,9 @@
 // shapes; it says nothing about speed. Parts:
 //   emu_types.h    vector types, dim3, software __half / __nv_bfloat16
 //   emu_math.h     fast-math intrinsics, min/max, bit tricks, atomics
-//   emu_threads.h  blocks as fibers, __syncthreads, shuffles and votes, launch()
+//   emu_threads.h  blocks as fibers, __syncthreads, shuffles and votes, thread-block clusters
+//                  (a cluster's blocks run together; cluster_sync, each block's shared memory
+//                  reachable by the others), launch() / launch_cluster()
 //
 // One thing the preprocessor cannot do: `extern __shared__ T name[];` (dynamic shared memory).
 // The driver (run.py) rewrites it to `T* name = (T*)emmy_emu::dynamic_shared();`, which is
