@@ -494,7 +494,8 @@ def test_rows_lower_to_the_wgmma_template_with_its_header():
     source = "\n".join(u.source for u in results["cuda"].units)
     assert f'#include "{HEADER}"' in source
     assert "wgmma_m64k16_rs<FW_D, false, 1>" in source
-    assert "fw_s1" not in source        # the plain schedule: one S buffer
+    assert "overlaps P V" not in source     # the plain schedule, not the overlapped one
+    assert "for (int kb = 0; kb < fw_nkb; ++kb) {" in source
 
 
 def test_overlap_rows_lower_to_the_overlapped_schedule():
