@@ -390,14 +390,7 @@ class _Emitter:
               else []),
             *self.first_masked(),
             "const unsigned fw_base = sm90_smem_addr(fw_smem);",
-            "// descriptors at k step 0 of stage 0: Q (this warpgroup's 64 rows) and K K-major,",
-            "// V N-contiguous (MN-major: an atom column of FW_BKV keys per 64 of d)",
-            "const uint64_t fw_qdesc = wgmma_desc(fw_base + 8192u * fw_wg, 16u, 1024u, "
-            "WGMMA_SWIZZLE_128B);",
-            "const uint64_t fw_kdesc = wgmma_desc(fw_base + FW_KOFF, 16u, 1024u, "
-            "WGMMA_SWIZZLE_128B);",
-            f"const uint64_t fw_vdesc = wgmma_desc(fw_base + FW_VOFF, {self.c.bkv * 128}u, 1024u, "
-            "WGMMA_SWIZZLE_128B);",
+            *self.descriptors(),
             "float fw_m[2] = {-EMMY_INF_F32, -EMMY_INF_F32};   // rows fw_rq0, + 8 (log2 domain)",
             "float fw_l[2] = {0.f, 0.f};   // this thread's part of each row's sum",
             "float fw_o[FW_D / 2];",
@@ -559,14 +552,7 @@ class _Emitter:
             "const unsigned fw_base = sm90_smem_addr(fw_smem);",
             f"constexpr unsigned FW_KOFF = {q_bytes}u, FW_VOFF = "
             f"{q_bytes + c.stages * self.kv_bytes}u, FW_KV = {self.kv_bytes}u;",
-            "// descriptors at k step 0 of stage 0: Q (this warpgroup's 64 rows) and K K-major,",
-            "// V N-contiguous (MN-major: an atom column of FW_BKV keys per 64 of d)",
-            "const uint64_t fw_qdesc = wgmma_desc(fw_base + 8192u * fw_wg, 16u, 1024u, "
-            "WGMMA_SWIZZLE_128B);",
-            "const uint64_t fw_kdesc = wgmma_desc(fw_base + FW_KOFF, 16u, 1024u, "
-            "WGMMA_SWIZZLE_128B);",
-            f"const uint64_t fw_vdesc = wgmma_desc(fw_base + FW_VOFF, {c.bkv * 128}u, 1024u, "
-            "WGMMA_SWIZZLE_128B);",
+            *self.descriptors(),
             *self.copy_setup(),
             *self.load("0u", "q", "fw_q0", "FW_SQ" if p.sq % c.bq else None, c.bq),
         ]
@@ -583,6 +569,19 @@ class _Emitter:
             "for (int i = 0; i < FW_D / 2; ++i) fw_o[i] = 0.f;",
         ]
         return out
+
+    def descriptors(self) -> list[str]:
+        """The wgmma descriptors of Q, K and V at k step 0 of stage 0 (fw_base: the tiles)."""
+        return [
+            "// descriptors at k step 0 of stage 0: Q (this warpgroup's 64 rows) and K K-major,",
+            "// V N-contiguous (MN-major: an atom column of FW_BKV keys per 64 of d)",
+            "const uint64_t fw_qdesc = wgmma_desc(fw_base + 8192u * fw_wg, 16u, 1024u, "
+            "WGMMA_SWIZZLE_128B);",
+            "const uint64_t fw_kdesc = wgmma_desc(fw_base + FW_KOFF, 16u, 1024u, "
+            "WGMMA_SWIZZLE_128B);",
+            f"const uint64_t fw_vdesc = wgmma_desc(fw_base + FW_VOFF, {self.c.bkv * 128}u, 1024u, "
+            "WGMMA_SWIZZLE_128B);",
+        ]
 
     def first_masked(self) -> list[str]:
         """fw_kmask: the first key block where this warpgroup needs a mask (as the mma.sync

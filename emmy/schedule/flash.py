@@ -240,12 +240,13 @@ def tma_tensor_maps(c: FlashCtx) -> str | None:
 
 
 def tma_registers(c: FlashCtx) -> str | None:
-    from emmy.cuda.attention_sm90 import MAX_TMA_ACCUMULATORS, TMA_REGISTERS
+    from emmy.cuda.attention_sm90 import (MAX_TMA_ACCUMULATORS, TMA_REGISTERS,
+                                          accumulator_registers)
 
     if not (c.tma and c.tile.inst == "wgmma"):
         return None
     threads = 32 * c.warps + 128
-    regs = c.problem.d // 2 + c.tile.bkv // 2    # one S buffer, overlapped or not
+    regs = accumulator_registers(c.problem, config_of(c))
     if threads in TMA_REGISTERS and regs > MAX_TMA_ACCUMULATORS:
         return (f"with the producer warpgroup a block has {threads} threads, so each starts "
                 f"at {65536 // threads // 8 * 8} registers (ptxas allocates the consumers "

@@ -15,7 +15,7 @@ from emmy.cuda.nvrtc import compile_cuda
 from emmy.cuda.sass import cuobjdump, disassemble
 from emmy.schedule.targets import get_target
 from tests.cuda.gpu import run_on_gpu, seconds, torch_launcher
-from tests.cuda.test_sm90 import sixteen_bit
+from tests.cuda.test_sm90 import d_position, gather_d, sixteen_bit
 
 rng = np.random.default_rng(9090)
 
@@ -100,15 +100,6 @@ def b_image(bits: np.ndarray, mn_major: bool) -> tuple[np.ndarray, int]:
     return image.view(np.uint8).copy(), desc - (1 << 64) if desc >> 63 else desc
 
 
-def d_position(thread: int, i: int) -> tuple[int, int]:
-    """Where accumulator i of warpgroup thread `thread` sits in the 64xN result."""
-    w, lane = divmod(thread, 32)
-    g, q = divmod(lane, 4)
-    chunk, rest = divmod(i, 4)
-    h, c = divmod(rest, 2)
-    return 16 * w + g + 8 * h, 8 * chunk + 2 * q + c
-
-
 def rs_case(kind: str, n: int, mn_major: bool, accumulate: bool):
     a, a_bits = sixteen_bit(kind, (64, 16))
     b, b_bits = sixteen_bit(kind, (16, n))
@@ -122,14 +113,6 @@ def rs_case(kind: str, n: int, mn_major: bool, accumulate: bool):
     args = [out, np.ascontiguousarray(a_bits), image, image.size, desc,
             int(accumulate)]
     return f"rs_{n}_{kind}_{int(mn_major)}", args, expected, image.size + 1024
-
-
-def gather_d(out: np.ndarray, n: int) -> np.ndarray:
-    d = np.zeros((64, n))
-    for t in range(128):
-        for i in range(n // 2):
-            d[d_position(t, i)] = out[t, i]
-    return d
 
 
 def test_the_a_fragment_covers_each_element_once():
@@ -483,15 +466,19 @@ def test_each_template_refuses_the_others_config():
 
 # --- the row space, lowering and cost model -----------------------------------------------------
 
-def test_rows_lower_to_the_wgmma_template_with_its_header():
+def lowered(row: str, sets: tuple = (("head_dim", 128),)):
+    """attention_half's kernel compiled for sm_90a with `row`: (kernel name, CUDA program)."""
     from emmy.frontend.workload import load_file
     from emmy.pipeline import Options, compile_to
 
-    w = load_file("examples/attention_half.py", (("head_dim", 128),))
-    row = "WORK=warps:8 TILE=wgmma:128x128 STAGE=async:2"
+    w = load_file("examples/attention_half.py", sets)
     (k,) = compile_to(w, "tile")["tile"].program.kernels
-    results = compile_to(w, "cuda", Options(target="sm_90a", rows={k.name: row}))
-    source = "\n".join(u.source for u in results["cuda"].units)
+    return k.name, compile_to(w, "cuda", Options(target="sm_90a", rows={k.name: row}))["cuda"]
+
+
+def test_rows_lower_to_the_wgmma_template_with_its_header():
+    _, prog = lowered("WORK=warps:8 TILE=wgmma:128x128 STAGE=async:2")
+    source = "\n".join(u.source for u in prog.units)
     assert f'#include "{HEADER}"' in source
     assert "wgmma_m64k16_rs<FW_D, false, 1>" in source
     assert "overlaps P V" not in source     # the plain schedule, not the overlapped one
@@ -499,14 +486,8 @@ def test_rows_lower_to_the_wgmma_template_with_its_header():
 
 
 def test_overlap_rows_lower_to_the_overlapped_schedule():
-    from emmy.frontend.workload import load_file
-    from emmy.pipeline import Options, compile_to
-
-    w = load_file("examples/attention_half.py", (("head_dim", 128),))
-    row = "WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2:overlap"
-    (k,) = compile_to(w, "tile")["tile"].program.kernels
-    results = compile_to(w, "cuda", Options(target="sm_90a", rows={k.name: row}))
-    source = "\n".join(u.source for u in results["cuda"].units)
+    _, prog = lowered("WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2:overlap")
+    source = "\n".join(u.source for u in prog.units)
     assert "for (int kb = 1; kb < fw_nkb; ++kb) {" in source   # block 0 before the loop
     assert "the softmax of block j overlaps P V of block j - 1" in source
 
@@ -794,18 +775,12 @@ def test_tma_refuses_a_broadcast_operand():
 
 
 def test_tma_rows_lower_with_tensor_maps():
-    from emmy.frontend.workload import load_file
-    from emmy.pipeline import Options, compile_to
-
-    w = load_file("examples/attention_half.py", ())
-    row = "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2"
-    (k,) = compile_to(w, "tile")["tile"].program.kernels
-    results = compile_to(w, "cuda", Options(target="sm_90a", rows={k.name: row}))
-    (unit,) = results["cuda"].units
+    name, prog = lowered("WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2", ())
+    (unit,) = prog.units
     (launch,) = unit.launches
     assert launch.threads == 384
     names = [m.name for m in launch.tensor_maps]
-    assert names == [f"{k.name}_fw_tmap_{x}" for x in "qkv"]
+    assert names == [f"{name}_fw_tmap_{x}" for x in "qkv"]
     assert launch.args[-3:] == tuple(names)
     assert [m.buffer for m in launch.tensor_maps] == list(launch.args[:3])
     assert "const EmmyTensorMap* __restrict__ fw_tmap_q" in unit.source
