@@ -391,11 +391,7 @@ class _Emitter:
             *self.first_masked(),
             "const unsigned fw_base = sm90_smem_addr(fw_smem);",
             *self.descriptors(),
-            "float fw_m[2] = {-EMMY_INF_F32, -EMMY_INF_F32};   // rows fw_rq0, + 8 (log2 domain)",
-            "float fw_l[2] = {0.f, 0.f};   // this thread's part of each row's sum",
-            "float fw_o[FW_D / 2];",
-            "#pragma unroll",
-            "for (int i = 0; i < FW_D / 2; ++i) fw_o[i] = 0.f;",
+            *self.online_state(),
             f"const int fw_wnkb = {wnkb if p.causal else 'fw_nkb'};   // key blocks this "
             f"warpgroup computes",
             "mbar_wait(&fw_bar[0], 0u);   // Q has landed",
@@ -562,13 +558,20 @@ class _Emitter:
             out += self.load_kv("0", "0")
         out += [
             "cp_async_commit();",
+            *self.online_state(),
+        ]
+        return out
+
+    @staticmethod
+    def online_state() -> list[str]:
+        """The online softmax's running max and sum of this thread's two rows, and O = 0."""
+        return [
             "float fw_m[2] = {-EMMY_INF_F32, -EMMY_INF_F32};   // rows fw_rq0, + 8 (log2 domain)",
             "float fw_l[2] = {0.f, 0.f};   // this thread's part of each row's sum",
             "float fw_o[FW_D / 2];",
             "#pragma unroll",
             "for (int i = 0; i < FW_D / 2; ++i) fw_o[i] = 0.f;",
         ]
-        return out
 
     def descriptors(self) -> list[str]:
         """The wgmma descriptors of Q, K and V at k step 0 of stage 0 (fw_base: the tiles)."""
@@ -795,11 +798,7 @@ class _Emitter:
             "}",
             *self.load_kv("0", "0", "v"),
             "cp_async_commit();",
-            "float fw_m[2] = {-EMMY_INF_F32, -EMMY_INF_F32};   // rows fw_rq0, + 8 (log2 domain)",
-            "float fw_l[2] = {0.f, 0.f};   // this thread's part of each row's sum",
-            "float fw_o[FW_D / 2];",
-            "#pragma unroll",
-            "for (int i = 0; i < FW_D / 2; ++i) fw_o[i] = 0.f;",
+            *self.online_state(),
             "float fw_s[FW_BKV / 2], fw_alpha[2];",
             "unsigned fw_p[FW_BKV / 16][4];   // P of the block before, the A of its P V",
             "cp_async_wait<1>();             // Q and K 0",
