@@ -52,6 +52,10 @@ def main() -> int:
                 print(f"    {r.kernel}: {r.row}: {r.verdict}: {r.detail[:300]}")
     tried = sum(totals.values())
     print(f"total: {tried} rows, {totals['ok']} correct, {tried - totals['ok']} failed")
+    if tried == 0:
+        raise UserError("no legal row was sampled"
+                        + (f" (no legal row has a TILE starting with {args.tile!r} and a STAGE "
+                           f"containing {args.stage!r})" if args.tile or args.stage else ""))
     return 0 if totals["ok"] == tried else 1
 
 

@@ -140,3 +140,17 @@ def test_sass_without_the_disassembler_exits_2(capsys, monkeypatch):
     monkeypatch.setattr(sass, "tool", lambda name: None)
     rc, _, err = run(capsys, "compile", "examples/rmsnorm.py", "--ir", "sass")
     assert rc == 2 and "needs cuobjdump and nvdisasm" in err and "pip install" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--stage", "clustr", "examples/matmul_half.py"],
+     "no legal row has a TILE starting with '' and a STAGE containing 'clustr'"),
+    (["--set", "M=64", "examples/linear_half.py"], "has no module-level constant `M`"),
+    (["examples/no_such_file.py"], "no_such_file.py"),
+], ids=["filter_matches_nothing", "wrong_set", "missing_file"])
+def test_legal_correct_script_refuses_bad_input(argv, message):
+    proc = subprocess.run([sys.executable, "bench/legal_correct.py", "--rows", "2", *argv],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert "legal_correct: error:" in proc.stderr and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
