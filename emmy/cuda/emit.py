@@ -31,7 +31,8 @@ def emit_function(f: K.KFunction) -> str:
         f"{p.ctype}* __restrict__ {p.name}" if p.is_output else f"const {p.ctype}* __restrict__ {p.name}"
         for p in f.params)
     lines = [f"// row: {f.row}",
-             f"// launch: grid {f.grid}, block {f.threads}, dynamic shared memory {f.shared_bytes} B",
+             f"// launch: grid {f.grid}{_persistent(f)}, block {f.threads}, dynamic shared memory "
+             f"{f.shared_bytes} B",
              f'extern "C" __global__ void __launch_bounds__({_bounds(f)}){_cluster(f)} '
              f'{f.name}({params}) {{',
              "  const int tid = threadIdx.x;",
@@ -45,6 +46,11 @@ def emit_function(f: K.KFunction) -> str:
 
 def _bounds(f: K.KFunction) -> str:
     return f"{f.threads}, {f.min_blocks}" if f.min_blocks else str(f.threads)
+
+
+def _persistent(f: K.KFunction) -> str:
+    return " (persistent: at most this many, as many as the GPU holds at once)" \
+        if f.persistent else ""
 
 
 def _cluster(f: K.KFunction) -> str:

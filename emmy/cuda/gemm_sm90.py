@@ -246,7 +246,7 @@ def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue,
                      "shared memory or arrive on its barriers")
     return TmaBody(lines=_buffers(lines, p), grid=grid, threads=2 * c.bm + 128,
                    smem_bytes=smem_bytes_sm90(p, c), tensor_maps=_tensor_maps(p, c),
-                   min_blocks=1 if regs else 0, cluster=c.cluster)
+                   min_blocks=1 if regs else 0, cluster=c.cluster, persistent=True)
 
 
 # Threads per block -> (producer, consumer) registers per thread for setmaxnreg: with two

@@ -118,3 +118,6 @@ class Body:
     min_blocks: int = 0   # 1: the kernel is declared __launch_bounds__(threads, 1) (a register
                           # cap at entry, which setmaxnreg needs); 0: __launch_bounds__(threads)
     cluster: int = 1      # > 1: blocks form clusters of this many along x (__cluster_dims__)
+    persistent: bool = False  # the blocks walk the work in steps of gridDim.x, so any grid (a
+                              # multiple of the cluster) computes it all; `grid` is the largest
+                              # useful one, and a launch may use fewer blocks

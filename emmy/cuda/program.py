@@ -44,6 +44,8 @@ class LaunchSpec:
     args: tuple[str, ...]
     tensor_maps: tuple[TensorMapSpec, ...] = ()   # filled by the runtime before the launch
     cluster: int = 1          # blocks per thread-block cluster (along x; the grid is a multiple)
+    persistent: bool = False  # the blocks walk the work: the runtime may launch fewer (see
+                              # emmy.runtime.gpu.resident_grid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,8 @@ def build_program(m) -> CudaProgram:
         fns = {f.name: f for f in kp.functions}
         launches = tuple(LaunchSpec(l.function, fns[l.function].grid, fns[l.function].threads,
                                     fns[l.function].shared_bytes, l.args,
-                                    fns[l.function].tensor_maps, fns[l.function].cluster)
+                                    fns[l.function].tensor_maps, fns[l.function].cluster,
+                                    fns[l.function].persistent)
                          for l in kp.launches)
         units.append(Unit(k.name, str(m.scheduled.rows[k.name]), emit_program(kp), launches,
                           kp.temporaries, kp.zero_fill))

@@ -79,7 +79,7 @@ def _function(name: str, params, body: Body, summary, row: Row,
                        shared_bytes=body.smem_bytes,
                        body=(K.Template(tuple(summary), tuple(body.lines)),), row=str(row),
                        tensor_maps=tensor_maps, min_blocks=body.min_blocks,
-                       cluster=body.cluster)
+                       cluster=body.cluster, persistent=body.persistent)
 
 
 def _args(f: K.KFunction) -> tuple[str, ...]:

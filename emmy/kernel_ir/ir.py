@@ -210,6 +210,7 @@ class KFunction:
     tensor_maps: tuple = ()  # TMA tensor maps (emmy.cuda.program.TensorMapSpec) the launch passes
     min_blocks: int = 0      # > 0: __launch_bounds__(threads, min_blocks)
     cluster: int = 1         # > 1: thread-block clusters of this many blocks along x
+    persistent: bool = False  # any grid up to `grid` (a multiple of the cluster) is correct
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,8 +126,15 @@ class GpuProgram:
             static = compiled.resources[spec.function].shared_bytes
         if spec.shared_bytes and static + spec.shared_bytes > STATIC_SHARED_LIMIT:
             cupy.cuda.driver.funcSetAttribute(fn.ptr, MAX_DYNAMIC_SHARED_ATTR, spec.shared_bytes)
-        return _Launch(fn, spec.function, spec.grid, spec.threads, spec.shared_bytes, spec.args,
+        grid = spec.grid
+        if spec.persistent:
+            grid = resident_grid(spec.grid, spec.cluster, _resident_blocks(fn, spec))
+        return _Launch(fn, spec.function, grid, spec.threads, spec.shared_bytes, spec.args,
                        spec.tensor_maps)
+
+    def grids(self) -> dict[str, int]:
+        """The grid each function is launched with (a persistent one's as fitted to this GPU)."""
+        return {l.name: l.grid for unit in self._units for l in unit.launches}
 
     def bind(self, inputs: Mapping[str, Any]) -> None:
         """Use these tensors as the program's inputs (moved or cast only when they must be)."""
@@ -202,6 +209,46 @@ class GpuProgram:
         except Exception as e:  # cupy's CUDADriverError, torch's RuntimeError (async errors)
             raise GpuError(f"{type(e).__name__}: {e}") from e
         return tuple(self.buffers[b.name] for b in self.prog.outputs)
+
+
+def resident_grid(grid: int, cluster: int, resident: int | None) -> int:
+    """The grid of a persistent launch (blocks walk the work in steps of gridDim.x) on a GPU
+    that holds `resident` of its blocks at once (None: unknown). The compiled grid assumes the
+    target's SM count; on a GPU with fewer SMs the blocks past what it holds would start only
+    when others have walked all their tiles, a second wave that doubles the time. A multiple
+    of the cluster, at least one cluster, never more than compiled."""
+    if resident is None or resident < cluster:
+        return grid
+    return min(grid, resident // cluster * cluster)
+
+
+def _resident_blocks(fn, spec) -> int | None:
+    """How many blocks of `spec` the current GPU holds at once, from the driver's occupancy
+    calculator (clusters counted whole); None when it cannot say."""
+    try:
+        from cuda.bindings import driver as cu
+
+        func = cu.CUfunction(fn.ptr)
+        if spec.cluster > 1:
+            config = cu.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = spec.grid, 1, 1
+            config.blockDimX, config.blockDimY, config.blockDimZ = spec.threads, 1, 1
+            config.sharedMemBytes = spec.shared_bytes
+            err, clusters = cu.cuOccupancyMaxActiveClusters(func, config)
+            count = clusters * spec.cluster
+        else:
+            err, per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                func, spec.threads, spec.shared_bytes)
+            count = per_sm * _sm_count()
+        return count if err == cu.CUresult.CUDA_SUCCESS and count > 0 else None
+    except Exception:
+        return None
+
+
+def _sm_count() -> int:
+    import cupy
+
+    return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
 
 
 def run_program_gpu(prog: CudaProgram, inputs: Mapping[str, Any]) -> tuple:
