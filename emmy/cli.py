@@ -215,8 +215,8 @@ def _bench(workload, results, args) -> int:
     for k in report["kernels"]:
         t = k.get("timing")
         timing = f"{t['median_us']:.2f} us {t['method']}" if t else "no time (check failed)"
-        regs = ", ".join(f"{fn}: {r['registers']} regs, {r['dynamic_shared_bytes']} B smem"
-                         for fn, r in k["resources"].items())
+        regs = ", ".join(f"{fn}: {r['registers']} regs, {r['dynamic_shared_bytes']} B smem, "
+                         f"grid {r['grid']}" for fn, r in k["resources"].items())
         print(f"  {k['name']}: {timing}  [{regs}]  {k['row']}")
     if "timing" in report:
         t = report["timing"]

@@ -80,3 +80,20 @@ def test_compile_takes_tuned_rows_from_the_schedule_database(tmp_path, capsys, m
         f"{identity}@sm_90a": {"row": "WORK=warp:2 TILE=v8x1 REDUCE=shuffle STAGE=direct PLACE=fuse"}}}))
     rc, out, _ = run(capsys, "compile", "-c", expr, "--ir", "tile")
     assert rc == 0 and "TILE=v8x1" not in out
+
+
+def test_run_bench_without_a_gpu_reports_a_modeled_time_and_the_launch(tmp_path, capsys):
+    """Off a GPU, --bench checks on the emulator and says the time is modeled; each function's
+    registers, shared memory and grid are printed and written to --json."""
+    import json
+
+    out = tmp_path / "bench.json"
+    assert main(["run", "examples/rmsnorm.py", "--bench", "--json", str(out),
+                 "--row", "WORK=block:128 TILE=v4x4 REDUCE=shuffle STAGE=direct PLACE=fuse"]) == 0
+    text = capsys.readouterr().out
+    assert "verdict ok" in text and "us modeled" in text and "measured" not in text
+    report = json.loads(out.read_text())
+    (kernel,) = report["kernels"]
+    (r,) = kernel["resources"].values()
+    assert r["grid"] == r["compiled_grid"] > 0 and f"grid {r['grid']}]" in text
+    assert report["device"] == "cpu" and kernel["timing"]["method"] == "modeled"

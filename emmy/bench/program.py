@@ -29,7 +29,8 @@ def bench_program(workload, results: dict, *, device: str = "auto") -> dict:
                     "registers": r.registers, "shared_bytes": r.shared_bytes,
                     "dynamic_shared_bytes": launch.shared_bytes,
                     "spill_bytes": r.spill_store_bytes + r.spill_load_bytes,
-                    "grid": launch.grid, "threads": launch.threads}
+                    "grid": launch.grid, "compiled_grid": launch.grid,
+                    "threads": launch.threads}
         kernels.append({"name": unit.kernel, "row": unit.row, "resources": resources})
     report = {"workload": workload.name, "target": prog.target, "device": device,
               "verdict": check.verdict, "reasons": list(check.reasons), "errors": errors,
@@ -68,6 +69,10 @@ def _measure(workload, results: dict, report: dict) -> None:
 
     prog, graph = results["cuda"], results["torch"]
     gp = GpuProgram(prog)
+    launched = gp.grids()
+    for k in report["kernels"]:
+        for fn, r in k["resources"].items():
+            r["grid"] = launched.get(fn, r["grid"])     # a persistent grid as fitted to this GPU
     gp.bind(program_inputs(graph, workload.inputs))
     for i, k in enumerate(report["kernels"]):
         k["timing"] = asdict(time_cuda(lambda i=i: gp.launch((i,))))
