@@ -18,10 +18,11 @@ from agent.budget import Budget
 from agent.models import (AgentErrorEvent, BestEntry, BestRows, CheckResult, CudaText,
                           DecisionPoint, EvaluationEvent, EvaluationResult, Event, FinishArgs,
                           FinishResult, History, HistoryArgs, HistoryEntry, IrText, KernelArgs,
-                          KernelList, KernelSummary, NoArgs, ReadIrArgs, RowArgs, SpaceInfo,
+                          KernelList, KernelSummary, NoArgs, NoteEvent, ReadIrArgs, RowArgs, SpaceInfo,
                           SummaryEvent, Timing, ToolCallEvent, ToolError, ToolResultEvent,
                           WorkloadInfo)
 from agent.tools import TOOL_NAMES, tool
+from emmy.check import SLOW_EMULATION_S, slow_emulation_note
 
 MAX_TEXT = 16000   # characters of IR or CUDA handed back by one call
 
@@ -55,6 +56,7 @@ class Session:
         self._reference: dict[str, Timing | None] = {}
         self._calls = 0
         self._source = "policy"
+        self._slow_noted = False
 
     # --- events -----------------------------------------------------------------------------
 
@@ -178,6 +180,9 @@ class Session:
                               hint="call finish with your summary")
         result = self._evaluate(a.kernel, a.row)
         self.record(result, source=self._source)
+        if self.ev.device != "gpu" and result.seconds >= SLOW_EMULATION_S and not self._slow_noted:
+            self._slow_noted = True
+            self.emit(NoteEvent(text=slow_emulation_note(result.seconds)))
         return result
 
     def show_cuda(self, a: RowArgs) -> CudaText:

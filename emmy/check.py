@@ -53,6 +53,16 @@ def flatten_tensors(value) -> list:
     return []
 
 
+SLOW_EMULATION_S = 30.0   # an emulated check this long earns a note on the workload's size
+
+
+def slow_emulation_note(seconds: float, what: str = "an evaluation") -> str:
+    """Why a check on the CPU took long, and what to do about it."""
+    return (f"{what} took {seconds:.0f} s: the CPU emulator runs every thread of the kernel at "
+            "the workload's full size; --set NAME=VALUE on the file's size constants makes it "
+            "smaller (rows are then checked and modeled at that size)")
+
+
 def program_inputs(graph, inputs: tuple) -> dict[str, np.ndarray]:
     """Bind the workload's tensors and the model's parameters to the program's input names."""
     import torch

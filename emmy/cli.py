@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import traceback
 
 from emmy.errors import UserError
@@ -159,7 +160,8 @@ def _print_ptx(program, *, sass: bool = False) -> int:
 
 
 def cmd_run(args) -> int:
-    from emmy.check import check_cuda_program, check_loop_program
+    from emmy.check import (SLOW_EMULATION_S, check_cuda_program, check_loop_program,
+                            slow_emulation_note)
     from emmy.pipeline import compile_to
 
     workload = load_workload(args)
@@ -184,7 +186,11 @@ def cmd_run(args) -> int:
         report = check_loop_program(workload, results["torch"], lp)
         print("check: Loop IR on the CPU (numpy reference executor) vs PyTorch eager")
     else:
+        started = time.perf_counter()
         report, failed = check_cuda_program(workload, results["torch"], results["cuda"])
+        seconds = time.perf_counter() - started
+        if seconds >= SLOW_EMULATION_S:
+            print(f"note: {slow_emulation_note(seconds, 'the check')}", file=sys.stderr)
         if report is None:
             print(f"FAIL: {failed.failed}: {failed.status}\n{failed.log[-3000:]}")
             return EXIT_CHECK_FAILED

@@ -97,3 +97,12 @@ def test_run_bench_without_a_gpu_reports_a_modeled_time_and_the_launch(tmp_path,
     (r,) = kernel["resources"].values()
     assert r["grid"] == r["compiled_grid"] > 0 and f"grid {r['grid']}]" in text
     assert report["device"] == "cpu" and kernel["timing"]["method"] == "modeled"
+
+
+def test_a_slow_emulated_check_says_why_and_what_to_do(capsys, monkeypatch):
+    import emmy.check
+
+    monkeypatch.setattr(emmy.check, "SLOW_EMULATION_S", 0.0)
+    rc, out, err = run(capsys, "run", "-c", "nn.ReLU()(torch.randn(4, 8))", "--check")
+    assert rc == 0 and "PASS" in out
+    assert err.startswith("note: the check took") and "--set NAME=VALUE" in err

@@ -136,3 +136,27 @@ def test_template_kernels_show_their_own_grammar():
     assert "mma:BMxBNxBK" in grammar["TILE"] and "group:G" in grammar["RASTER"]
     prompt = system_prompt(session)
     assert "Matrix-product kernels (kind contract)" in prompt and "async:N" in prompt
+
+
+class _SlowEvaluator(FakeEvaluator):
+    def evaluate(self, kernel, row):
+        import dataclasses
+
+        return dataclasses.replace(super().evaluate(kernel, row), seconds=45.0)
+
+
+def test_one_note_when_emulated_evaluations_are_slow():
+    """On the CPU a slow evaluation earns one note that says why (the emulator runs the full
+    size) and what to do (--set); on a GPU, and for fast evaluations, there is none."""
+    from agent.models import NoteEvent
+
+    for ev, expected in ((_SlowEvaluator(), 1), (_SlowEvaluator(device="gpu"), 0),
+                         (FakeEvaluator(), 0)):
+        events = []
+        s = Session(ev, Budget(10), sinks=[events.append])
+        for row in (FAST, "WORK=block:128 TILE=v4x1 REDUCE=shuffle"):
+            s.invoke("evaluate_row", "test", kernel=K, row=row)
+        notes = [e.text for e in events if isinstance(e, NoteEvent)]
+        assert len(notes) == expected, notes
+        if expected:
+            assert "took 45 s" in notes[0] and "--set NAME=VALUE" in notes[0]
