@@ -141,17 +141,23 @@ def _let(s: K.Let) -> list[str]:
         case "cast" | "index":
             return [f"{const}{c} {n} = static_cast<{c}>({a[0]});"]
         case "where":
-            return [f"{const}{c} {n} = {a[0]} ? {c}({a[1]}) : {c}({a[2]});"]
+            return [f"{const}{c} {n} = {a[0]} ? {_as(c, a[1])} : {_as(c, a[2])};"]
         case "neg":
             return [f"{const}{c} {n} = -{a[0]};"]
         case "not":
             return [f"{const}{c} {n} = !{a[0]};"]
         case op if op in _INFIX:
-            return [f"{const}{c} {n} = {c}({a[0]} {_INFIX[op]} {a[1]});"]
+            return [f"{const}{c} {n} = {_as(c, f'{a[0]} {_INFIX[op]} {a[1]}')};"]
         case op if op in _FUNCS:
-            cast = [f"{c}({x})" for x in a]
+            cast = [_as(c, x) for x in a]
             return [f"{const}{c} {n} = em_{op}({', '.join(cast)});"]
     raise AssertionError(f"no CUDA for op {s.op}")
+
+
+def _as(ctype: str, x: str) -> str:
+    """`x` converted to `ctype`: a functional cast, or static_cast for a two-word type such as
+    `long long` (which a functional cast cannot name)."""
+    return f"static_cast<{ctype}>({x})" if " " in ctype else f"{ctype}({x})"
 
 
 def _fold(s: K.Fold) -> str:

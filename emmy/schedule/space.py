@@ -39,6 +39,7 @@ GRAMMAR_TEXT = {
 }
 _PREFERRED = {"WORK": ("block:256", "warp:4", "thread:256"), "TILE": ("v4x1", "v2x1", "v1x1"),
               "REDUCE": ("shuffle", "serial"), "STAGE": ("direct",), "PLACE": ("fuse",)}
+SHORT_LANES = 8
 _APPLY = {"WORK": "work", "TILE": "tile", "REDUCE": "reduce", "STAGE": "stage", "PLACE": "cut"}
 _READ = {"WORK": dec.read_work, "TILE": dec.read_tile, "REDUCE": dec.read_reduce,
          "STAGE": dec.read_stage, "PLACE": lambda v: v == "cut"}
@@ -192,6 +193,17 @@ class Space:
                 break    # a contraction's later rules assume the earlier decisions are legal
         return out
 
+    def _preferences(self, key: str) -> tuple[str, ...]:
+        """The default's order of values for `key`. A job whose lanes would spread over fewer
+        than SHORT_LANES positions (a pooling window's rows) leaves most of a warp idle: one
+        thread per job comes first there, once the jobs fill a block of 256 on every SM."""
+        order = self._preferred[key]
+        if key == "WORK" and not self.template and self.facts.axes and \
+                max(n for _, n in self.facts.axes) < SHORT_LANES and \
+                self.facts.jobs >= 256 * self.target.sm_count:
+            order = ("thread:256", *order)
+        return order
+
     def default(self) -> Row:
         """A reasonable legal row to use when none is given (the cost model refines this):
         at each key the first preferred value that still leads to a legal row, else the
@@ -201,7 +213,7 @@ class Space:
                 return make_row(chosen)
             key = self.keys[i]
             options = dict(self.options(key, ctx))
-            order = [v for v in self._preferred[key] if v in options]
+            order = [v for v in self._preferences(key) if v in options]
             order += [v for v in options if v not in order]
             for value in order:
                 row = walk(i + 1, options[value], {**chosen, key: value})

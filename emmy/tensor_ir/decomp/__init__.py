@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from emmy.tensor_ir.decomp import (activations, attention, creation, elementwise, layout, losses,
-                                   matmul, norms, reductions, scans, softmax)
+                                   matmul, norms, pooling, reductions, scans,
+                                   softmax)
 from emmy.tensor_ir.decomp.table import Decomp
 
 FAMILIES = (elementwise, activations, creation, layout, reductions, softmax, norms, matmul,
-            attention, scans, losses)
+            attention, scans, losses, pooling)
 
 
 def _merge() -> dict[str, Decomp]:
