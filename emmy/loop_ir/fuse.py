@@ -8,6 +8,9 @@ possible or not wanted:
 - a scan is stored unless its only consumers are elementwise ops that reach a single output at
   the same positions: a scan runs in order along its axis, so other consumers read it from
   memory. When the elementwise epilogue reaches one output, the output's kernel runs the scan;
+- a tensor a sliding window reads (`windowed_reads`): a convolution's or pool's window reads
+  each element at several output positions, so a reduction inlined there would be computed
+  again at every window position (a chain of convolutions, a pool after a convolution);
 - a tensor the caller forces (`forced`, with the reason): lowering does so when inlining would
   copy a reduction so often that a kernel grows past its budget.
 
@@ -22,7 +25,8 @@ from typing import Callable, Mapping
 
 from emmy.loop_ir.names import buffer_names, describe
 from emmy.tensor_ir.builder import operands
-from emmy.tensor_ir.ir import Cast, Def, Elementwise, IndexMap, Input, Program, Scan, axis_var
+from emmy.tensor_ir.ir import (Cast, Def, Elementwise, IndexMap, Input, Program, Reduce, Scan,
+                              axis_var)
 from emmy import symbolic
 
 
@@ -83,6 +87,38 @@ def plan_fusion(p: Program, forced: Mapping[str, str] | None = None) -> FusionPl
     names = buffer_names([defs[r] for r in roots], p.outputs, {d.name for d in p.inputs})
     at = lambda n: f"`{names.get(n, n)}`"
     return FusionPlan(kernels, tuple(roots), names, tuple(note(at) for note in notes))
+
+
+def windowed_reads(p: Program) -> dict[str, str]:
+    """Tensors computed from a reduction that a sliding window reads, each with the reason to
+    store it. A window is an IndexMap with more elements than its source whose index adds two
+    of its axes (o*stride + k*dilation): it reads each source element at several positions,
+    and inlined, the reduction behind that element would run again at each of them. (A
+    broadcast, as in a matrix product's operand or attention's scores, reads an element at
+    several positions along axes its index does not name; chain and attention templates tile
+    those, so they stay fused.)"""
+    outputs = set(p.outputs)
+    heavy: set[str] = set()
+    for d in p.defs:
+        if isinstance(d, Reduce) or any(a in heavy and a not in outputs for a in operands(d)):
+            heavy.add(d.name)
+    sizes = {d.name: _numel(d.type.shape) for d in p.defs}
+    out: dict[str, str] = {}
+    for d in p.defs:
+        if (isinstance(d, IndexMap) and d.arg in heavy and d.arg not in outputs
+                and sizes[d.name] > sizes[d.arg]
+                and any(len(e.free_vars()) > 1 for e in d.index)):
+            out.setdefault(d.arg, f"a sliding window (`{d.name}`) makes {sizes[d.name]:,} reads "
+                                  f"of its {sizes[d.arg]:,} elements; inlined, the reduction "
+                                  "behind each would run at every read")
+    return out
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 def _users(p: Program) -> dict[str, list[str]]:

@@ -41,7 +41,7 @@ def test_examples_cover_every_family():
     names = {p.stem for p in EXAMPLES}
     assert {"rmsnorm", "layernorm", "softmax", "log_softmax", "elementwise_chain", "activations",
             "reductions", "norms", "matmul", "bmm", "linear", "matvec", "mlp", "chained_matmul",
-            "attention", "scan", "losses", "transpose", "pooling"} <= names
+            "attention", "scan", "losses", "transpose", "pooling", "conv"} <= names
 
 
 def test_sizes_can_be_overridden():

@@ -111,3 +111,34 @@ def test_stores_write_each_output_once_per_element():
     for k in lp.kernels:
         stores = [s for s in walk(k.body) if isinstance(s, Store)]
         assert sorted(s.buffer for s in stores) == sorted(b.name for b in k.outputs)
+
+
+def test_a_convolution_read_by_a_window_is_stored_once_not_recomputed_per_read():
+    """conv -> relu -> conv and conv -> overlapping max pool: the second window would recompute
+    the first convolution at every window position; the first one's output (with its relu) is
+    stored."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    conv1, conv2 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 5, 3)
+    lp = check_torch(lambda x: conv2(torch.relu(conv1(x))), torch.randn(2, 3, 8, 8))
+    assert len(lp.kernels) == 2 and len(lp.intermediates) == 1
+    assert lp.intermediates[0].type.shape == (2, 4, 8, 8)
+    (note,) = lp.notes
+    assert "sliding window" in note and "reads of its 512 elements" in note
+    overlapping = check_torch(lambda x: F.max_pool2d(conv1(x), 3, 2, 1), torch.randn(2, 3, 8, 8))
+    assert len(overlapping.kernels) == 2
+    # 2x2 windows at stride 2 read each element once: nothing is recomputed, the pool fuses
+    tiled = check_torch(lambda x: F.max_pool2d(conv1(x), 2), torch.randn(2, 3, 8, 8))
+    assert len(tiled.kernels) == 1 and not tiled.intermediates
+
+
+def test_broadcast_reads_of_a_reduction_stay_fused():
+    """A product of a reduction's result (attention's scores, a chain's first product) reads it
+    along axes its index does not name, which the templates tile: no window, one kernel."""
+    a, b, c = torch.randn(8, 16), torch.randn(16, 12), torch.randn(12, 10)
+    assert len(check_torch(lambda x, y, z: (x @ y) @ z, a, b, c).kernels) == 1
+    q = torch.randn(1, 2, 8, 4)
+    lp = check_torch(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
+                     q, q.clone(), q.clone())
+    assert len(lp.kernels) == 1 and not lp.intermediates

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from emmy.tensor_ir.decomp import (activations, attention, creation, elementwise, layout, losses,
-                                   matmul, norms, pooling, reductions, scans,
-                                   softmax)
+from emmy.tensor_ir.decomp import (activations, attention, conv, creation, elementwise, layout,
+                                   losses, matmul, norms, pooling, reductions, scans, softmax)
 from emmy.tensor_ir.decomp.table import Decomp
 
 FAMILIES = (elementwise, activations, creation, layout, reductions, softmax, norms, matmul,
-            attention, scans, losses, pooling)
+            attention, scans, losses, pooling, conv)
 
 
 def _merge() -> dict[str, Decomp]:

@@ -68,21 +68,30 @@ def _window(b: Builder, x: str, dims: list[_Dim], fill) -> str:
     shape = b.shape(x)
     batch = len(shape) - len(dims)
     out_shape = (*shape[:batch], *(d.out for d in dims), *(d.window for d in dims))
+    spatial = range(batch, batch + len(dims))
+    return window_view(b, x, out_shape, [var(axis_var(i)) for i in range(batch)], dims,
+                       list(spatial), [i + len(dims) for i in spatial], fill)
+
+
+def window_view(b: Builder, x: str, out_shape, lead: list[Lin], dims: list[_Dim],
+                o_axes: list[int], k_axes: list[int], fill) -> str:
+    """out[...] = x[*lead, p_1, ..., p_n]: x's leading axes at `lead` (expressions over the
+    output's axes), its trailing spatial axis i at output o_i's window start plus window
+    position k_i (axes o_axes[i], k_axes[i] of `out_shape`) times the dilation; `fill` where
+    that position is outside x (padding), or past output o's window in an adaptive pool."""
     bounds = {axis_var(i): n for i, n in enumerate(out_shape)}
-    index: list[Lin] = [var(axis_var(i)) for i in range(batch)]
-    for i, d in enumerate(dims):
-        o, j = var(axis_var(batch + i)), var(axis_var(batch + len(dims) + i))
-        pos = d.start(o, bounds) + j * d.dilation
+    index = list(lead)
+    for d, oa, ka in zip(dims, o_axes, k_axes):
+        pos = d.start(var(axis_var(oa)), bounds) + var(axis_var(ka)) * d.dilation
         if not d.exact:      # wrapped into range; the mask below hides the wrapped positions
-            pos = mod(pos + d.extent * (1 + d.pad // d.extent), d.extent, bounds)
+            pos = mod(pos, d.extent, bounds)
         index.append(pos)
     view = b.index_map(x, out_shape, index)
     masks = []
-    for i, d in enumerate(dims):
+    for d, oa, ka in zip(dims, o_axes, k_axes):
         if d.exact:
             continue
-        o = b.iota(out_shape, batch + i)
-        j = b.iota(out_shape, batch + len(dims) + i)
+        o, j = b.iota(out_shape, oa), b.iota(out_shape, ka)
         if d.den != 1:                                    # adaptive: j < end(o) - start(o)
             start = _idiv(b, b.ew(E.MUL, o, d.extent), d.out)
             masks.append(b.ew(E.LT, j, b.ew(E.SUB, d.end(b, o), start)))
