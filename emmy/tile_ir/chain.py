@@ -30,7 +30,7 @@ from emmy.loop_ir.ir import Accum, Buffer, CastTo, Compute, IndexValue, Load, St
 from emmy.symbolic import var
 from emmy.tensor_ir.ir import EwOp, ReduceOp
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, KernelKind, TileKernel
-from emmy.tile_ir.values import used, value_types
+from emmy.tile_ir.values import free, used, value_types
 from emmy.torch_ir.ir import TensorType
 
 _HALF = (DType.F16, DType.BF16)
@@ -69,8 +69,11 @@ def find_chain(k: TileKernel) -> Chain | None:
         other = next((a for a in mul.args if a != h), None)
         if slice_ is None or other is None or _slice(other, defs, inner_accs) is not None:
             continue
+        # the inner fold also reads what the outer fold's body computes before it (loads
+        # hoisted out of the inner loop, such as a batch norm's per-channel parameters)
+        needs = _closure(set(free((inner[0],))), defs)
         producer = tuple(i for i in outer.body if i is inner[0] or
-                         (not isinstance(i, Fold) and getattr(i, "dst", None) in slice_))
+                         (not isinstance(i, Fold) and getattr(i, "dst", None) in slice_ | needs))
         reads = _index_vars(producer)
         grid = {a.var for a in k.grid}
         if not reads <= grid | {outer.axis.var} | _fold_vars(inner[0]):
@@ -97,6 +100,23 @@ def _slice(name: str, defs: dict, inner_accs: set[str]) -> set[str] | None:
         if isinstance(s, CastTo):
             stack.append(s.arg)
     return seen if touches else None
+
+
+def _closure(names: set[str], defs: dict) -> set[str]:
+    """`names` defined in the outer fold's body and everything there they depend on."""
+    out: set[str] = set()
+    stack = [n for n in names if n in defs]
+    while stack:
+        n = stack.pop()
+        if n in out:
+            continue
+        out.add(n)
+        s = defs[n]
+        args = [a for a in getattr(s, "args", ()) if isinstance(a, str)]
+        if isinstance(s, CastTo):
+            args.append(s.arg)
+        stack += [a for a in args if a in defs]
+    return out
 
 
 def _index_vars(items) -> set[str]:
@@ -144,8 +164,8 @@ def cut_chain(k: TileKernel, chain: Chain) -> tuple[TileKernel, TileKernel, Buff
                     inputs=tuple(b for b in k.inputs if b.name in needed), outputs=(mid,),
                     grid=mid_axes, body=producer + (Store(mid.name, index, stored),),
                     kind=KernelKind.ROW, contract=None, attention=None)
-    produced = set(value_types(chain.producer))
-    rest = tuple(i for i in outer.body if not (i in chain.producer))
+    rest = _consumer(outer.body, chain)
+    produced = set(value_types(chain.producer)) - set(value_types(rest))
     body = (Load(stored, mid.name, index, types[stored]),) + ((widen,) if widen else ()) + rest
     new_outer = replace(outer, body=body)
     second_body = tuple(new_outer if i is outer else i for i in k.body)
@@ -159,6 +179,29 @@ def cut_chain(k: TileKernel, chain: Chain) -> tuple[TileKernel, TileKernel, Buff
         con = find_contraction(part)
         out.append(replace(part, kind=KernelKind.CONTRACT, contract=con) if con else part)
     return out[0], out[1], mid
+
+
+def _consumer(body, chain: Chain) -> tuple:
+    """The outer fold's body without the producer, except the producer's statements that what
+    remains still reads (a value both halves use is computed in both kernels)."""
+    keep = [i for i in body if i not in chain.producer]
+    fold = next(i for i in chain.producer if isinstance(i, Fold))
+    accs = {a.acc for a in fold.accs}
+    defs = {getattr(i, "dst", None): i for i in chain.producer if not isinstance(i, Fold)}
+    before = {n: s for n, s in defs.items() if not _touches(n, defs, accs)}
+    wanted = _closure(used(tuple(keep)) & set(before), before)
+    return tuple(i for i in body if i not in chain.producer or getattr(i, "dst", None) in wanted)
+
+
+def _touches(name: str, defs: dict, accs: set[str]) -> bool:
+    """Whether `name` depends on one of `accs` through the statements `defs`."""
+    s = defs.get(name)
+    if s is None:
+        return name in accs
+    args = [a for a in getattr(s, "args", ()) if isinstance(a, str)]
+    if isinstance(s, CastTo):
+        args.append(s.arg)
+    return any(a in accs or _touches(a, defs, accs) for a in args)
 
 
 def _buffers(items) -> set[str]:

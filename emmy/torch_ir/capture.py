@@ -25,6 +25,7 @@ def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | Non
     nodes: list[Node] = []
     values: dict[str, Any] = {}
     outputs: tuple[Ref, ...] = ()
+    order = {n: i for i, n in enumerate(ep.graph.nodes)}
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":
             spec = sig.get(fx_node.name)
@@ -39,7 +40,7 @@ def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | Non
             if kind is not InputKind.INPUT:
                 values[ph.name] = _state_value(ep, spec.target).detach()
         elif fx_node.op == "call_function":
-            nodes.append(Node(name=fx_node.name, op=op_name(fx_node.target),
+            nodes.append(Node(name=fx_node.name, op=_functional(fx_node, order, origin),
                               args=tuple(_arg(a, names) for a in fx_node.args),
                               kwargs=tuple((k, _arg(v, names)) for k, v in fx_node.kwargs.items()),
                               type=_value_type(fx_node.meta.get("val"), fx_node.name),
@@ -62,6 +63,60 @@ def op_name(target: Any) -> str:
     overload = getattr(target, "_overloadname", "default")
     base = name.split(".")[0]
     return base if overload in ("default", "") else f"{base}.{overload}"
+
+
+def _functional(fx_node, order, origin: str | None) -> str:
+    """The op's name; an in-place op (`relu_`, `add_.Tensor`, as nn.ReLU(inplace=True) records)
+    as its functional twin. torch.export points later uses of the overwritten tensor at the
+    in-place op's result, so the twin computes the same values, unless something else shares
+    the tensor's memory (a view taken before, the tensor it is a view of) and is read
+    afterwards, or the memory is a model input: both are refused."""
+    name = op_name(fx_node.target)
+    schema = getattr(fx_node.target, "_schema", None)
+    if schema is None or not schema.is_mutable or not fx_node.args:
+        return name
+    first = schema.arguments[0]
+    base, dot, overload = name.partition(".")
+    where = _source_line(fx_node.meta.get("stack_trace"), origin)
+    at = f" at {where}" if where else ""
+    if not (first.alias_info and first.alias_info.is_write) or not base.endswith("_") or \
+            any(a.alias_info and a.alias_info.is_write for a in schema.arguments[1:]):
+        return name          # not a plain in-place update of `self`: the op table decides
+    shared = _aliases(fx_node.args[0])
+    if any(getattr(n, "op", None) == "placeholder" for n in shared):
+        raise UserError(f"in-place `{name}`{at} writes into a model input or parameter; emmy "
+                        "compiles functional programs (use the out-of-place op)")
+    later = [(n, u) for n in shared for u in n.users
+             if u is not fx_node and order[u] > order[fx_node]]
+    if later:
+        n, u = min(later, key=lambda p: order[p[1]])
+        raise UserError(f"in-place `{name}`{at} overwrites the memory of `{n.name}`, which "
+                        f"`{u.name}` reads afterwards; emmy compiles functional programs "
+                        "(use the out-of-place op)")
+    return base[:-1] + dot + overload
+
+
+def _is_view(fx_node) -> bool:
+    """An op whose result shares its first argument's memory (slice, view, transpose, ...)."""
+    schema = getattr(getattr(fx_node, "target", None), "_schema", None)
+    if schema is None or not schema.returns or not fx_node.args:
+        return False
+    alias = schema.returns[0].alias_info
+    return alias is not None and not alias.is_write and hasattr(fx_node.args[0], "op")
+
+
+def _aliases(node) -> set:
+    """Every node that may share `node`'s memory: up through the views it was taken from, then
+    down through every view of that base."""
+    while _is_view(node):
+        node = node.args[0]
+    out, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n not in out:
+            out.add(n)
+            stack.extend(u for u in n.users if _is_view(u) and u.args[0] is n)
+    return out
 
 
 def _export(model, inputs):

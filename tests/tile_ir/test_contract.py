@@ -223,3 +223,30 @@ def test_pair_epilogues_need_aligned_even_columns():
     assert sum("em_vload" in x for x in lines) == 1               # the bias, two at a time
     assert pair("torch.matmul(torch.randn(32, 48), torch.randn(48, 15))") is None   # odd rows
     assert pair("torch.matmul(torch.randn(32, 48), torch.randn(48, 16))", atomic=True) is None
+
+
+def test_a_cut_chain_keeps_what_its_inner_fold_reads_from_the_outer_body():
+    """fc(mean(relu(x * g[c] + b[c]))): the per-channel g[c] and b[c] are loaded in the outer
+    fold's body (over c), before the inner fold (over the spatial axis) that reads them. Cut,
+    the producer kernel must load them too; every sampled cut row matches eager."""
+    from emmy.frontend.workload import load_expr
+    from emmy.verify import verify_rows
+
+    w = load_expr("(lambda g, b, fc: lambda x: fc(torch.relu(x * g[:, None] + b[:, None])"
+                  ".mean(-1)))(torch.rand(6) + 0.5, torch.randn(6), nn.Linear(6, 5))"
+                  "(torch.randn(3, 6, 10))")
+    (k,) = compile_to(w, "tile")["tile"].program.kernels
+    chain = find_chain(k)
+    assert chain is not None
+    first, second, mid = cut_chain(k, chain)
+    loads = {s.buffer for s in _walk(first.body) if hasattr(s, "buffer")}
+    assert len(loads) >= 3                        # x, g and b: the producer loads all three
+    results = verify_rows(w, per_kernel=3, seed=5, targets=("sm_90a",))
+    assert any("_cut" in r.kernel for r in results)
+    assert all(r.verdict == "ok" for r in results), [r for r in results if r.verdict != "ok"]
+
+
+def _walk(items):
+    for i in items:
+        yield i
+        yield from _walk(getattr(i, "body", ()))

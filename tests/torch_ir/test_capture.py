@@ -90,3 +90,72 @@ def test_non_tensor_output_is_refused():
 
     with pytest.raises(UserError):
         capture(M(), (torch.randn(8),))
+
+
+def test_in_place_ops_on_intermediates_become_their_functional_twins():
+    """nn.ReLU(inplace=True) after a layer, `y.add_(x)`: nothing reads the overwritten tensor
+    again, so the functional op computes the same value."""
+    from emmy.tensor_ir.interp import run
+    from emmy.tensor_ir.lower import lower
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(8, 8), nn.ReLU(inplace=True))
+
+        def forward(self, x):
+            y = self.body(x)
+            return y.add_(x).mul_(2.0)
+
+    model, x = M().eval(), torch.randn(4, 8)
+    g = capture(model, (x,))
+    ops = [n.op for n in g.nodes]
+    assert "relu" in ops and "add.Tensor" in ops and "mul.Tensor" in ops
+    assert not any(op.split(".")[0].endswith("_") for op in ops)
+    (got,) = run(lower(g), {"x": x} | dict(g.values))
+    torch.testing.assert_close(torch.from_numpy(got), model(x).detach())
+
+
+def test_in_place_ops_read_through_their_result_are_functional():
+    """torch.export points later reads of an overwritten tensor at the in-place op's result."""
+    from emmy.tensor_ir.interp import run
+    from emmy.tensor_ir.lower import lower
+
+    class ReadAgain(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            z = y.relu_()
+            return z + y      # y is z here
+
+    x = torch.randn(8)
+    g = capture(ReadAgain(), (x,))
+    (got,) = run(lower(g), {"x": x})
+    torch.testing.assert_close(torch.from_numpy(got), ReadAgain()(x))
+
+
+class _ViewReadAfter(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        v = y[0:2]
+        y.relu_()
+        return v + 1          # v shares y's memory: it sees the relu
+
+
+class _BaseReadAfter(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y[0:2].relu_()
+        return y              # y sees the relu of its first two elements
+
+
+class _OnInput(nn.Module):
+    def forward(self, x):
+        return x.relu_()
+
+
+@pytest.mark.parametrize("model, message", [
+    (_ViewReadAfter(), "reads afterwards"), (_BaseReadAfter(), "reads afterwards"),
+    (_OnInput(), "model input or parameter")])
+def test_in_place_ops_whose_memory_is_read_elsewhere_are_refused(model, message):
+    with pytest.raises(UserError, match=message):
+        capture(model, (torch.randn(8),))
