@@ -182,6 +182,8 @@ def _readable_names(ep, sig) -> dict[str, str]:
         if spec.kind.name == "USER_INPUT" or not spec.target:
             continue
         wanted = re.sub(r"\W", "_", spec.target)
+        if not wanted[:1].isalpha():            # `0.weight` of an nn.Sequential: not a C name
+            wanted = f"p{wanted}"
         if wanted not in taken and wanted not in names.values():
             names[fx_name] = wanted
     return names

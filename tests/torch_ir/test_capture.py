@@ -159,3 +159,11 @@ class _OnInput(nn.Module):
 def test_in_place_ops_whose_memory_is_read_elsewhere_are_refused(model, message):
     with pytest.raises(UserError, match=message):
         capture(model, (torch.randn(8),))
+
+
+def test_parameters_of_a_top_level_sequential_get_c_names():
+    """`0.weight` becomes `p0_weight`: the CUDA kernels take parameters by these names."""
+    g = capture(nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)), (torch.randn(2, 4),))
+    names = [p.name for p in g.placeholders if p.kind is InputKind.PARAM]
+    assert names == ["p0_weight", "p0_bias", "p2_weight", "p2_bias"]
+    assert all(n.isidentifier() for n in names)

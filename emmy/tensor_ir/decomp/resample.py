@@ -1,0 +1,173 @@
+"""Padding (constant, reflect, replicate, circular; negative pads crop), pixel shuffle and
+unshuffle, and nearest-neighbour upsampling: index maps, with a `where` over the position for
+the pieces of a padded axis.
+
+A padded axis reads x at q = p - left. Constant padding reads x[q mod E] and puts `value` where
+q is outside [0, E); reflect, replicate and circular read x at a position that is a different
+linear function of p on each side (E-1-... mirrored, the edge, q mod E) and pick by p.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from emmy.symbolic import Lin, floordiv, mod, var
+from emmy.tensor_ir.builder import Builder
+from emmy.tensor_ir.decomp.layout import axes
+from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
+from emmy.tensor_ir.ir import EwOp as E
+from emmy.tensor_ir.ir import axis_var
+
+OPS: dict[str, Decomp] = {}
+op = registrar(OPS)
+
+
+def _pad_axis(b: Builder, x: str, dim: int, left: int, right: int, mode: str, value) -> str:
+    shape = list(b.shape(x))
+    extent = shape[dim]
+    shape[dim] = extent + left + right
+    if shape[dim] <= 0:
+        raise Refused(f"pad: ({left}, {right}) leaves nothing of a dimension of {extent}")
+    if left == right == 0:
+        return x
+    bounds = {axis_var(i): n for i, n in enumerate(shape)}
+    p = var(axis_var(dim))
+
+    def at(position: Lin) -> str:
+        index = axes(len(shape))
+        index[dim] = mod(position, extent, bounds)
+        return b.index_map(x, shape, index)
+
+    q = p - left
+    if mode == "circular":
+        if left > extent or right > extent:
+            raise Refused(f"pad: circular padding ({left}, {right}) is wider than the "
+                          f"dimension ({extent})")
+        return at(q)
+    if left <= 0 and right <= 0:                  # only cropping: no position leaves x
+        index = axes(len(shape))
+        index[dim] = q
+        return b.index_map(x, shape, index)
+    pos = b.iota(shape, dim)
+    if mode == "constant":
+        inside = b.ew(E.AND, b.ew(E.GE, pos, left), b.ew(E.LT, pos, left + extent))
+        return b.ew(E.WHERE, inside, at(q), 0.0 if value is None else value)
+    if mode == "reflect":
+        if left >= extent or right >= extent:
+            raise Refused(f"pad: reflect padding ({left}, {right}) must be narrower than the "
+                          f"dimension ({extent})")
+        low, high = at(q * -1), at(q * -1 + 2 * (extent - 1))
+    elif mode == "replicate":
+        low, high = at(Lin()), at(Lin() + (extent - 1))
+    else:
+        raise Refused(f"pad: mode {mode!r} (constant, reflect, replicate or circular)")
+    out = b.ew(E.WHERE, b.ew(E.LT, pos, left), low, at(q))
+    return b.ew(E.WHERE, b.ew(E.GE, pos, left + extent), high, out)
+
+
+@op("pad", "constant_pad_nd")
+def lower_pad(b, x, pad, mode="constant", value=None):
+    pad = list(pad)
+    if len(pad) % 2 or len(pad) // 2 > b.rank(x):
+        raise Refused(f"pad: {len(pad)} values for a tensor of rank {b.rank(x)}")
+    for i in range(len(pad) // 2):               # (left, right) of the last dim first
+        x = _pad_axis(b, x, b.rank(x) - 1 - i, pad[2 * i], pad[2 * i + 1], mode, value)
+    return x
+
+
+@op("reflection_pad1d", "reflection_pad2d", "reflection_pad3d")
+def lower_reflection_pad(b, x, padding):
+    return lower_pad(b, x, padding, "reflect")
+
+
+@op("replication_pad1d", "replication_pad2d", "replication_pad3d")
+def lower_replication_pad(b, x, padding):
+    return lower_pad(b, x, padding, "replicate")
+
+
+@op("pixel_shuffle")
+def lower_pixel_shuffle(b, x, upscale_factor):
+    r = int(upscale_factor)
+    *lead, c, h, w = b.shape(x)
+    if c % (r * r):
+        raise Refused(f"pixel_shuffle: {c} channels are not a multiple of {r}x{r}")
+    shape = (*lead, c // (r * r), h * r, w * r)
+    bounds = {axis_var(i): n for i, n in enumerate(shape)}
+    n = len(lead)
+    ci, hi, wi = (var(axis_var(n + i)) for i in range(3))
+    channel = ci * (r * r) + mod(hi, r, bounds) * r + mod(wi, r, bounds)
+    return b.index_map(x, shape, [*axes(n), channel, floordiv(hi, r, bounds),
+                                  floordiv(wi, r, bounds)])
+
+
+@op("pixel_unshuffle")
+def lower_pixel_unshuffle(b, x, downscale_factor):
+    r = int(downscale_factor)
+    *lead, c, h, w = b.shape(x)
+    if h % r or w % r:
+        raise Refused(f"pixel_unshuffle: {h}x{w} is not a multiple of {r}")
+    shape = (*lead, c * r * r, h // r, w // r)
+    bounds = {axis_var(i): n for i, n in enumerate(shape)}
+    n = len(lead)
+    ci, hi, wi = (var(axis_var(n + i)) for i in range(3))
+    return b.index_map(x, shape, [*axes(n), floordiv(ci, r * r, bounds),
+                                  hi * r + mod(floordiv(ci, r, bounds), r, bounds),
+                                  wi * r + mod(ci, r, bounds)])
+
+
+def _nearest_sizes(b: Builder, x: str, n: int, output_size, scales) -> list[tuple[int, int, float | None]]:
+    extents = b.shape(x)[-n:]
+    if output_size is not None and len(output_size):
+        outs = [int(o) for o in output_size]
+        scales = [None] * n if not scales else list(scales)
+    elif scales:
+        scales = list(scales) * (n if len(scales) == 1 else 1)
+        outs = [int(math.floor(e * s)) for e, s in zip(extents, scales)]
+    else:
+        raise Refused("upsample_nearest: neither an output size nor scale factors")
+    return [(e, o, s) for e, o, s in zip(extents, outs, scales)]
+
+
+def _nearest_index(extent: int, out: int, scale: float | None, bounds, o: Lin, name: str) -> Lin:
+    """torch's source position floor(o * s) (s = 1/scale, or extent/out), clipped to the input,
+    as an integer expression; refused where float rounding would make torch's differ."""
+    s = np.float32(1.0 / scale) if scale else np.float32(extent) / np.float32(out)
+    dst = np.arange(out, dtype=np.float32)
+    want = np.minimum(np.floor(dst * s).astype(np.int64), extent - 1)
+    got = np.minimum((np.arange(out) * extent) // out, extent - 1)
+    if scale and float(scale).is_integer():
+        got = np.minimum(np.arange(out) // int(scale), extent - 1)
+        if np.array_equal(want, got):
+            return mod(floordiv(o, int(scale), bounds), extent, bounds)
+    if not np.array_equal(want, got):
+        raise Refused(f"{name}: scale {scale or out / extent:g} from {extent} to {out} is not a "
+                      "ratio emmy can index exactly")
+    return mod(floordiv(o * extent, out, bounds), extent, bounds)
+
+
+def _register(n: int) -> None:
+    name = f"upsample_nearest{n}d"
+
+    def lower(b, x, output_size, scales):
+        sizes = _nearest_sizes(b, x, n, output_size, scales)
+        shape = (*b.shape(x)[:-n], *(o for _, o, _ in sizes))
+        bounds = {axis_var(i): m for i, m in enumerate(shape)}
+        lead = len(shape) - n
+        index = [*axes(lead), *(_nearest_index(e, o, s, bounds, var(axis_var(lead + i)), name)
+                                for i, (e, o, s) in enumerate(sizes))]
+        return b.index_map(x, shape, index)
+
+    @op(f"{name}.vec")
+    def lower_vec(b, x, output_size=None, scale_factors=None):
+        return lower(b, x, output_size, scale_factors)
+
+    @op(name)
+    def lower_sizes(b, x, output_size, *scales):
+        given = [s for s in scales if s is not None]
+        return lower(b, x, output_size, given or None)
+
+
+for _n in (1, 2, 3):
+    _register(_n)
