@@ -45,15 +45,16 @@ def test_half_precision_padding_and_upsampling(check):
           x)
 
 
-def test_refusals_say_why():
+def test_a_size_that_torch_indexes_by_float_rounding_is_refused():
+    """6 -> 74: torch takes floor(37 * float32(6/74)) = 2 where 37*6/74 is exactly 3; emmy's
+    integer index would disagree there, so it says so instead of computing something else."""
     from emmy.frontend.workload import load_expr
     from emmy.pipeline import compile_to
 
-    w = load_expr("nn.Upsample(size=7)(torch.randn(1, 1, 3))")
-    try:
-        compile_to(w, "tensor")          # 3 -> 7 indexes exactly as torch's float32 does, or:
-    except UserError as e:
-        assert "exactly" in str(e)
+    x = torch.arange(6.0).reshape(1, 1, 6)
+    assert F.interpolate(x, size=74)[0, 0, 37] == 2      # the float rounding, in torch itself
+    with pytest.raises(UserError, match="exactly"):
+        compile_to(load_expr("nn.Upsample(size=74)(torch.randn(1, 1, 6))"), "tensor")
 
 
 @pytest.mark.parametrize("expr", [
