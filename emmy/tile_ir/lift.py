@@ -102,7 +102,11 @@ def _collapse(f: Fold, extents: dict[str, int]) -> Fold:
         return f
     n = inner.axis.extent
     merged = f"{f.axis.var}_{inner.axis.var}"
-    bounds = {**extents, merged: f.axis.extent * n}
-    env = {f.axis.var: floordiv(var(merged), n, bounds), inner.axis.var: mod(var(merged), n, bounds)}
-    body = tuple(substitute_item(i, env, bounds) for i in inner.body)
-    return _collapse(Fold(FoldKind.REDUCE, Axis(merged, f.axis.extent * n), f.accs, body), bounds)
+    # recorded for the whole kernel: an enclosing fold collapsed later substitutes into bodies
+    # that already use this merged axis (a pool's window reduce inside a mean's)
+    extents[merged] = f.axis.extent * n
+    env = {f.axis.var: floordiv(var(merged), n, extents),
+           inner.axis.var: mod(var(merged), n, extents)}
+    body = tuple(substitute_item(i, env, extents) for i in inner.body)
+    return _collapse(Fold(FoldKind.REDUCE, Axis(merged, f.axis.extent * n), f.accs, body),
+                     extents)

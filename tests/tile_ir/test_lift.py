@@ -195,3 +195,20 @@ def test_printer_lines(expr, lines):
     text = print_kernel(kernel(expr)).splitlines()
     for line in lines:
         assert line in text, "\n".join(text)
+
+
+def test_a_collapsed_window_inside_a_collapsed_mean_keeps_its_extent():
+    """mean over (h, w) of a 2x2 max pool: the pool's window folds merge first (kh_kw), then
+    the mean's (h_w) substitute into a body that already uses kh_kw; both merged axes keep
+    their extents, and the kernel computes the eager result on the emulator."""
+    from emmy.check import check_cuda_program
+
+    w = load_expr("(lambda x: nn.functional.max_pool2d(x, 2).mean((2, 3)))"
+                  "(torch.randn(2, 3, 8, 8))")
+    stages = compile_to(w, "cuda")
+    (k,) = stages["tile"].program.kernels
+    folds = [i for i in k.body if isinstance(i, Fold)]
+    assert folds and folds[0].axis.extent == 16                      # the mean's 4 x 4
+    assert any(isinstance(i, Fold) and i.axis.extent == 4 for i in folds[0].body)  # 2 x 2
+    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+    assert report is not None and report.ok, failed
