@@ -71,6 +71,8 @@ def find_attention(k: TileKernel) -> Attention | None:
     shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
     outer_defs = {s.dst: s for s in k.body if isinstance(s, IndexValue)}
     m, l, o = f_max.accs[0].acc, f_sum.accs[0].acc, inner[0].accs[0].acc
+    if None in (_folded(f_max), _folded(f_sum), _folded(inner[0])):
+        return None
     s1 = _score(_tree(_folded(f_max), f_max, outer_defs), f_max.axis.var, i_axis.var, shapes)
     t2 = _tree(_folded(f_sum), f_sum, outer_defs)
     t3 = _tree(_folded(inner[0]), inner[0], outer_defs)
@@ -144,11 +146,13 @@ def _reduce(f: Fold, op: ReduceOp) -> bool:
     return f.kind is FoldKind.REDUCE and len(f.accs) == 1 and f.accs[0].op is op and not f.reverse
 
 
-def _folded(f: Fold) -> str:
+def _folded(f: Fold) -> str | None:
+    """The value a fold accumulates at its own level; None when it accumulates deeper (a fold
+    whose body is further folds, as a transposed convolution's)."""
     from emmy.loop_ir.ir import Accum
 
-    (acc,) = [s for s in f.body if isinstance(s, Accum)]
-    return acc.value
+    accums = [s for s in f.body if isinstance(s, Accum)]
+    return accums[0].value if len(accums) == 1 else None
 
 
 def _nested(f: Fold) -> Fold:
@@ -169,7 +173,7 @@ def _tree(name, fold: Fold, outer: dict):
             return ("const", float(n.value))
         if n in nested:
             f = nested[n]
-            if not _reduce(f, ReduceOp.SUM):
+            if not _reduce(f, ReduceOp.SUM) or _folded(f) is None:
                 return ("opaque", n)
             return ("sum", f.axis.var, _tree(_folded(f), f, {**outer, **defs}))
         s = defs.get(n) or outer.get(n)

@@ -68,3 +68,20 @@ def test_q_k_v_sliced_from_one_packed_tensor_keep_the_generic_space():
     report, _ = check_cuda_program(w, results["torch"], results["cuda"])
     assert report is not None and report.ok
 
+
+
+def test_a_softmax_over_a_transposed_convolution_is_not_attention():
+    """softmax(conv_transpose3d(x), dim=1) also has a max fold, a sum fold and a map, but its
+    score accumulates in folds nested below the first level: not attention, and it compiles
+    and matches eager (the recognizer unpacked a missing accumulation: an internal error)."""
+    from emmy.check import check_cuda_program
+    from emmy.frontend.workload import load_expr
+    from emmy.pipeline import compile_to
+    from emmy.tile_ir.ir import KernelKind
+
+    w = load_expr("(lambda m: lambda x: torch.softmax(m(x), 1))(nn.ConvTranspose3d(2, 3, 2, "
+                  "stride=2))(torch.randn(1, 2, 2, 3, 3))")
+    stages = compile_to(w, "cuda")
+    assert all(k.kind is not KernelKind.ATTENTION for k in stages["tile"].program.kernels)
+    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+    assert report is not None and report.ok, failed
