@@ -75,9 +75,6 @@ def test_a_softmax_over_a_transposed_convolution_is_not_attention():
     score accumulates in folds nested below the first level: not attention, and it compiles
     and matches eager (the recognizer unpacked a missing accumulation: an internal error)."""
     from emmy.check import check_cuda_program
-    from emmy.frontend.workload import load_expr
-    from emmy.pipeline import compile_to
-    from emmy.tile_ir.ir import KernelKind
 
     w = load_expr("(lambda m: lambda x: torch.softmax(m(x), 1))(nn.ConvTranspose3d(2, 3, 2, "
                   "stride=2))(torch.randn(1, 2, 2, 3, 3))")
