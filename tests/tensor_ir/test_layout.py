@@ -28,6 +28,12 @@ LAYOUT = {
     "expand": lambda x: x[:, :1].expand(2, 3, 5, 10),
     "expand_as": lambda x: x[:1].expand_as(x),
     "unsqueeze": lambda x: x.unsqueeze(1),
+    "roll": lambda x: torch.roll(x, 2, 1),
+    "roll_two_dims": lambda x: torch.roll(x, (1, -7), (0, 2)),
+    "roll_flat": lambda x: torch.roll(x, 13),
+    "diagonal": lambda x: torch.diagonal(x, -1, 0, 2),
+    "diag_of_matrix": lambda x: torch.diag(x[0], 2),
+    "diag_embed_vector": lambda x: torch.diag(x[0, 0], -3),
     "index_none": lambda x: x[None, :, None],
     "squeeze": lambda x: x[:, :1].squeeze(),
     "squeeze_dim": lambda x: x[:, :1].squeeze(1),
@@ -59,7 +65,7 @@ def test_layout(check, name):
 
 
 PURE = ["view", "permute", "transpose", "expand", "slice_step", "select", "flip", "repeat",
-        "view_of_transpose", "movedim", "unflatten"]
+        "view_of_transpose", "movedim", "unflatten", "roll", "roll_two_dims", "diagonal"]
 
 
 @pytest.mark.parametrize("name", PURE)

@@ -329,6 +329,60 @@ def lower_flip(b, x, dims):
     return flip(b, x, dims)
 
 
+@op("roll")
+def lower_roll(b, x, shifts, dims=()):
+    """out[..., i, ...] = x[..., (i - shift) mod n, ...]; without dims, over the flattened
+    tensor."""
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if not dims:
+        shape = b.shape(x)
+        return reshape(b, lower_roll(b, reshape(b, x, (math.prod(shape),)), shifts, [0]), shape)
+    if len(shifts) != len(dims):
+        raise Refused(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+    shape = b.shape(x)
+    bounds = {axis_var(i): n for i, n in enumerate(shape)}
+    index = axes(len(shape))
+    for shift, d in zip(shifts, dims):
+        d = norm_dim(d, len(shape))
+        if shape[d]:
+            index[d] = mod(index[d] - shift, shape[d], bounds)
+    return b.index_map(x, shape, index)
+
+
+@op("diagonal")
+def lower_diagonal(b, x, offset=0, dim1=0, dim2=1):
+    """The diagonal of dims (dim1, dim2) as a new last axis (x[..., i, i + offset])."""
+    shape = b.shape(x)
+    d1, d2 = norm_dim(dim1, len(shape)), norm_dim(dim2, len(shape))
+    n = max(0, min(shape[d1] - max(0, -offset), shape[d2] - max(0, offset)))
+    rest = [i for i in range(len(shape)) if i not in (d1, d2)]
+    out = [shape[i] for i in rest] + [n]
+    i = var(axis_var(len(rest)))
+    index: list = [None] * len(shape)
+    for j, src in enumerate(rest):
+        index[src] = var(axis_var(j))
+    index[d1], index[d2] = i + max(0, -offset), i + max(0, offset)
+    return b.index_map(x, out, index)
+
+
+@op("diag")
+def lower_diag(b, x, diagonal=0):
+    """A vector onto the `diagonal`-th diagonal of a square matrix, or a matrix's diagonal."""
+    if b.rank(x) == 2:
+        return lower_diagonal(b, x, diagonal)
+    if b.rank(x) != 1:
+        raise Refused(f"diag takes a vector or a matrix, got rank {b.rank(x)}")
+    n = b.shape(x)[0] + abs(diagonal)
+    shape = (n, n)
+    bounds = {axis_var(i): m for i, m in enumerate(shape)}
+    row, col = var(axis_var(0)), var(axis_var(1))
+    along = row if diagonal >= 0 else col           # the position along x
+    values = b.index_map(x, shape, [mod(along, b.shape(x)[0], bounds)])
+    on = b.ew(EwOp.EQ, b.ew(EwOp.SUB, b.iota(shape, 1), b.iota(shape, 0)), diagonal)
+    return b.ew(EwOp.WHERE, on, values, 0)
+
+
 @op("repeat")
 def lower_repeat(b, x, repeats):
     src = (1,) * (len(repeats) - b.rank(x)) + b.shape(x)
