@@ -24,7 +24,9 @@ def test_default_rows_are_correct(path):
 
 
 FAST = ["rmsnorm", "softmax", "layernorm", "log_softmax", "scan", "reductions", "norms",
-        "losses", "elementwise_chain", "transpose", "attention", "half_precision", "conv", "resnet_block",
+        "losses", "elementwise_chain", "transpose", "attention", "half_precision",
+        # windows: convolutions (plain, depthwise, transposed), a residual block with pools
+        "conv", "resnet_block",
         # templates: ragged f16 tensor-core products, a batched bf16 linear with a fused
         # epilogue, flash attention at a ragged length, a chain cut into two products
         "matmul_half", "linear_half", "bmm", "attention_half", "chained_matmul", "matmul_tf32", "mlp_half"]
