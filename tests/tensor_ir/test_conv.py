@@ -6,6 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
+
 CONVS = {
     # name: (module, input shape)
     "conv1d": (nn.Conv1d(3, 5, 3), (2, 3, 10)),
@@ -62,15 +64,7 @@ def test_emmy_ops_lists_convolutions_and_pools():
     "nn.Conv1d(4, 6, 3, stride=2, groups=2).half()(torch.randn(2, 4, 9).half())",
 ])
 def test_emitted_cuda_convs_match_eager(expr):
-    from emmy.check import check_cuda_program
-    from emmy.frontend.workload import load_expr
-    from emmy.pipeline import compile_to
-
-    w = load_expr(expr)
-    stages = compile_to(w, "cuda")
-    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
-    assert report is not None, failed.log[-2000:]
-    assert report.ok, report.outputs
+    assert_emitted_cuda_matches_eager(expr)
 
 
 def test_functional_conv_with_a_computed_weight(check):

@@ -8,6 +8,8 @@ import torch.nn.functional as F
 
 from emmy.errors import UserError
 
+from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
+
 POOLS = {
     # name: (module, input shape)
     "max1d": (nn.MaxPool1d(2), (2, 3, 8)),
@@ -76,16 +78,7 @@ def test_return_indices_is_refused_by_name():
     "nn.MaxPool1d(4, stride=3, padding=2)(torch.randn(2, 3, 17).half())",
 ])
 def test_emitted_cuda_pools_match_eager(expr):
-    """The whole pipeline: the pool's kernel, emitted as CUDA and run on the emulator."""
-    from emmy.check import check_cuda_program
-    from emmy.frontend.workload import load_expr
-    from emmy.pipeline import compile_to
-
-    w = load_expr(expr)
-    stages = compile_to(w, "cuda")
-    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
-    assert report is not None, failed.log[-2000:]
-    assert report.ok, report.outputs
+    assert_emitted_cuda_matches_eager(expr)
 
 
 @pytest.mark.parametrize("batch, work", [(4, "warp:4"), (32, "thread:256")])

@@ -8,6 +8,8 @@ import torch.nn.functional as F
 
 from emmy.errors import UserError
 
+from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
+
 CASES = {
     "zero_pad2d": (nn.ZeroPad2d(2), (1, 2, 4, 4)),
     "pad_and_crop": (nn.ZeroPad2d((1, -1, 2, 0)), (1, 2, 4, 4)),
@@ -64,12 +66,4 @@ def test_a_size_that_torch_indexes_by_float_rounding_is_refused():
     "nn.ReplicationPad1d(2)(torch.randn(2, 3, 7).half())",
 ])
 def test_emitted_cuda_matches_eager(expr):
-    from emmy.check import check_cuda_program
-    from emmy.frontend.workload import load_expr
-    from emmy.pipeline import compile_to
-
-    w = load_expr(expr)
-    stages = compile_to(w, "cuda")
-    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
-    assert report is not None, failed.log[-2000:]
-    assert report.ok, report.outputs
+    assert_emitted_cuda_matches_eager(expr)
