@@ -87,7 +87,7 @@ class View:
         if self.quiet:
             return
         self.console.print()
-        self.console.print("[bold]best row per kernel[/]")
+        self.console.print("[bold]best row per kernel[/] (times: the whole program with that row)")
         for b in event.best:
             if b.row is None:
                 self.console.print(f"  {b.kernel}: [dim]{b.note}[/] ({b.evaluations} evaluations)")
