@@ -32,6 +32,14 @@ CASES = {
     "nearest2d_mixed": (nn.Upsample(scale_factor=(2, 1.5)), (1, 2, 3, 4)),
     "nearest3d": (nn.Upsample(scale_factor=2), (1, 1, 2, 3, 2)),
     "local_response_norm": (nn.LocalResponseNorm(3), (1, 5, 4, 4)),
+    "bilinear_x2": (nn.Upsample(scale_factor=2, mode="bilinear"), (1, 2, 4, 4)),
+    "bilinear_align_corners": (nn.Upsample(size=(5, 7), mode="bilinear", align_corners=True),
+                               (1, 2, 4, 4)),
+    "bilinear_down": (nn.Upsample(size=(3, 5), mode="bilinear"), (1, 2, 7, 9)),
+    "bilinear_fraction": (nn.Upsample(scale_factor=1.5, mode="bilinear"), (1, 2, 4, 6)),
+    "bilinear_same_size": (nn.Upsample(size=(4, 6), mode="bilinear"), (1, 2, 4, 6)),
+    "linear1d": (nn.Upsample(scale_factor=3, mode="linear"), (2, 2, 5)),
+    "trilinear": (nn.Upsample(scale_factor=2, mode="trilinear"), (1, 1, 2, 3, 2)),
 }
 
 
@@ -43,8 +51,8 @@ def test_matches_eager(check, name):
 
 def test_half_precision_padding_and_upsampling(check):
     x = torch.randn(1, 2, 4, 4).half()
-    check(lambda t: (F.pad(t, (1, 1, 1, 1), mode="reflect"), F.interpolate(t, scale_factor=2)),
-          x)
+    check(lambda t: (F.pad(t, (1, 1, 1, 1), mode="reflect"), F.interpolate(t, scale_factor=2),
+                     F.interpolate(t, scale_factor=2, mode="bilinear")), x)
 
 
 def test_a_size_that_torch_indexes_by_float_rounding_is_refused():
@@ -64,6 +72,7 @@ def test_a_size_that_torch_indexes_by_float_rounding_is_refused():
     "nn.Sequential(nn.ZeroPad2d(1), nn.Conv2d(2, 3, 3))(torch.randn(1, 2, 6, 6))",
     "nn.Sequential(nn.Upsample(scale_factor=2), nn.PixelUnshuffle(2))(torch.randn(1, 2, 4, 4))",
     "nn.ReplicationPad1d(2)(torch.randn(2, 3, 7).half())",
+    "nn.Upsample(scale_factor=2, mode='bilinear')(torch.randn(1, 2, 5, 4))",
 ])
 def test_emitted_cuda_matches_eager(expr):
     assert_emitted_cuda_matches_eager(expr)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from emmy.symbolic import Lin, floordiv, mod, var
 from emmy.tensor_ir.builder import Builder
-from emmy.tensor_ir.decomp.pooling import _Dim, _ints, window_view
+from emmy.tensor_ir.decomp.pooling import _Dim, _ints, floor_div, window_view
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
@@ -134,8 +134,8 @@ def conv_transpose(b: Builder, x: str, w: str, bias, n: int, name: str, stride=1
         index.append(mod(floordiv(t, si, bounds) - shift // si, e, bounds))
         ot, jt = b.iota(shape, 2 + i), b.iota(shape, c_axis + 1 + i)
         tv = b.ew(E.ADD, b.ew(E.ADD, ot, b.ew(E.MUL, jt, di)), base)
-        q = b.ew(E.SUB, _floor_div(b, tv, si), shift // si)
-        divides = b.ew(E.EQ, b.ew(E.SUB, tv, b.ew(E.MUL, _floor_div(b, tv, si), si)), 0)
+        q = b.ew(E.SUB, floor_div(b, tv, si), shift // si)
+        divides = b.ew(E.EQ, b.ew(E.SUB, tv, b.ew(E.MUL, floor_div(b, tv, si), si)), 0)
         masks.append(b.ew(E.AND, divides, b.ew(E.AND, b.ew(E.GE, q, 0), b.ew(E.LT, q, e))))
     view = b.index_map(x, shape, index)
     inside = masks[0]
@@ -150,13 +150,6 @@ def conv_transpose(b: Builder, x: str, w: str, bias, n: int, name: str, stride=1
     out = b.reduce(R.SUM, b.ew(E.MUL, view, weight), range(c_axis, len(shape)))
     out = _add_bias(b, out, bias)
     return _unbatched(b, out) if added else out
-
-
-def _floor_div(b: Builder, x: str, d: int) -> str:
-    """Floor division of a non-negative integer tensor by a positive constant, in integers."""
-    from emmy.dtypes import DType
-
-    return b.cast(b.ew(E.FLOOR, b.ew(E.DIV, b.cast(x, DType.F32), float(d))), DType.I64)
 
 
 # ---- the table ---------------------------------------------------------------------------------

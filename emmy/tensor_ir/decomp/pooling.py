@@ -45,7 +45,7 @@ class _Dim:
 
     def end(self, b: Builder, o: str) -> str:
         """End (exclusive) of output o's adaptive window: ceil((o+1)*extent / out)."""
-        return _idiv(b, b.ew(E.ADD, b.ew(E.MUL, b.ew(E.ADD, o, 1), self.extent), self.out - 1),
+        return floor_div(b, b.ew(E.ADD, b.ew(E.MUL, b.ew(E.ADD, o, 1), self.extent), self.out - 1),
                      self.out)
 
     @property
@@ -57,9 +57,10 @@ class _Dim:
         return self.pad == 0 and last < self.extent
 
 
-def _idiv(b: Builder, x: str, d: int) -> str:
-    """Floor division of a non-negative integer tensor by a positive constant."""
-    return b.ew(E.FLOOR, b.ew(E.DIV, b.cast(x, DType.F32), float(d)))   # exact below 2**24
+def floor_div(b: Builder, x: str, d: int) -> str:
+    """Floor division of a non-negative integer tensor by a positive constant, in integers
+    (through float32: exact below 2**24, far beyond any index here)."""
+    return b.cast(b.ew(E.FLOOR, b.ew(E.DIV, b.cast(x, DType.F32), float(d))), DType.I64)
 
 
 def _window(b: Builder, x: str, dims: list[_Dim], fill) -> str:
@@ -93,7 +94,7 @@ def window_view(b: Builder, x: str, out_shape, lead: list[Lin], dims: list[_Dim]
             continue
         o, j = b.iota(out_shape, oa), b.iota(out_shape, ka)
         if d.den != 1:                                    # adaptive: j < end(o) - start(o)
-            start = _idiv(b, b.ew(E.MUL, o, d.extent), d.out)
+            start = floor_div(b, b.ew(E.MUL, o, d.extent), d.out)
             masks.append(b.ew(E.LT, j, b.ew(E.SUB, d.end(b, o), start)))
             continue
         pos = b.ew(E.SUB, b.ew(E.ADD, b.ew(E.MUL, o, d.num), b.ew(E.MUL, j, d.dilation)), d.pad)
@@ -241,7 +242,7 @@ def adaptive_avg(b: Builder, x: str, n: int, name: str, output_size) -> str:
     count = None
     for i, d in enumerate(dims):
         o = b.iota(shape, batch + i)
-        size = b.ew(E.SUB, d.end(b, o), _idiv(b, b.ew(E.MUL, o, d.extent), d.out))
+        size = b.ew(E.SUB, d.end(b, o), floor_div(b, b.ew(E.MUL, o, d.extent), d.out))
         count = size if count is None else b.ew(E.MUL, count, size)
     return b.ew(E.DIV, total, b.cast(count, DType.F32))
 

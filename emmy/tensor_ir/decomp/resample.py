@@ -1,6 +1,7 @@
 """Padding (constant, reflect, replicate, circular; negative pads crop), pixel shuffle and
 unshuffle, and nearest-neighbour upsampling: index maps, with a `where` over the position for
-the pieces of a padded axis.
+the pieces of a padded axis. Linear, bilinear and trilinear resizing: two taps per axis read
+through an index map and weighted as torch weights them (a tap at an edge weighs 0).
 
 A padded axis reads x at q = p - left. Constant padding reads x[q mod E] and puts `value` where
 q is outside [0, E); reflect, replicate and circular read x at a position that is a different
@@ -16,8 +17,10 @@ import numpy as np
 from emmy.symbolic import Lin, floordiv, mod, var
 from emmy.tensor_ir.builder import Builder
 from emmy.tensor_ir.decomp.layout import axes
+from emmy.tensor_ir.decomp.pooling import floor_div
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
+from emmy.tensor_ir.ir import ReduceOp as R
 from emmy.tensor_ir.ir import axis_var
 
 OPS: dict[str, Decomp] = {}
@@ -117,7 +120,8 @@ def lower_pixel_unshuffle(b, x, downscale_factor):
                                   wi * r + mod(ci, r, bounds)])
 
 
-def _nearest_sizes(b: Builder, x: str, n: int, output_size, scales) -> list[tuple[int, int, float | None]]:
+def _nearest_sizes(b: Builder, x: str, n: int, output_size,
+                   scales) -> list[tuple[int, int, float | None]]:
     extents = b.shape(x)[-n:]
     if output_size is not None and len(output_size):
         outs = [int(o) for o in output_size]
@@ -171,3 +175,85 @@ def _register(n: int) -> None:
 
 for _n in (1, 2, 3):
     _register(_n)
+
+
+# ---- linear interpolation (linear1d, bilinear2d, trilinear3d) ----------------------------------
+
+def _linear_source(extent: int, out: int, align_corners: bool, scale) -> np.float32:
+    """torch's source-position scale (area_pixel_compute_scale), in float32 as it computes."""
+    if align_corners:
+        return np.float32((extent - 1) / (out - 1)) if out > 1 else np.float32(0)
+    return np.float32(1.0 / scale) if scale else np.float32(extent) / np.float32(out)
+
+
+def _linear_taps(extent: int, out: int, align_corners: bool, s: np.float32, name: str):
+    """(num, den, shift): the first of the two positions each output reads, as
+    (o*num + shift) // den - 1, checked to cover the positions torch interpolates between."""
+    o = np.arange(out)
+    if align_corners:
+        num, den, shift = extent - 1, max(out - 1, 1), max(out - 1, 1)
+    else:             # floor((o + 1/2) * extent/out - 1/2), one below where that is negative
+        num, den, shift = 2 * extent, 2 * out, extent + out
+    first = (o * num + shift) // den - 1
+    real = (s * (o.astype(np.float32) + np.float32(0.5)) - np.float32(0.5)) if not align_corners \
+        else s * o.astype(np.float32)
+    real = np.maximum(real, np.float32(0))
+    i0 = np.floor(real).astype(np.int64)
+    i1 = np.minimum(i0 + 1, extent - 1)
+    lam = np.clip(real - i0, 0, 1)
+    covered = ((i0 == first) | (i0 == first + 1)) & ((lam == 0) | (i1 == first) | (i1 == first + 1))
+    if not covered.all():
+        raise Refused(f"{name}: resizing {extent} to {out} reads positions emmy cannot index "
+                      "exactly as torch rounds them")
+    return num, den, shift
+
+
+def linear_resize(b: Builder, x: str, n: int, name: str, output_size, align_corners,
+                  scales) -> str:
+    """out = the sum over 2^n taps of x at (first + t) times the tap's weight: torch's
+    (1 - lambda, lambda) on the positions it reads, 0 on a tap it does not (an edge)."""
+    from emmy.dtypes import DType
+
+    sizes = _nearest_sizes(b, x, n, output_size, scales)
+    lead = b.rank(x) - n
+    shape = (*b.shape(x)[:lead], *(o for _, o, _ in sizes), *(2,) * n)
+    bounds = {axis_var(i): m for i, m in enumerate(shape)}
+    index = axes(lead)
+    weight = None
+    for i, (extent, out, scale) in enumerate(sizes):
+        s = _linear_source(extent, out, bool(align_corners), scale)
+        num, den, shift = _linear_taps(extent, out, bool(align_corners), s, name)
+        o, t = var(axis_var(lead + i)), var(axis_var(lead + n + i))
+        index.append(mod(floordiv(o * num + shift, den, bounds) - 1 + t, extent, bounds))
+        # the tap's weight, from the positions as values
+        ov, tv = b.iota(shape, lead + i), b.iota(shape, lead + n + i)
+        first = b.ew(E.SUB, floor_div(b, b.ew(E.ADD, b.ew(E.MUL, ov, num), shift), den), 1)
+        at = b.ew(E.ADD, first, tv)
+        of = b.cast(ov, DType.F32)
+        real = (b.ew(E.MUL, of, float(s)) if align_corners else
+                b.ew(E.MAX, b.ew(E.SUB, b.ew(E.MUL, b.ew(E.ADD, of, 0.5), float(s)), 0.5), 0.0))
+        i0 = b.ew(E.FLOOR, real)
+        lam = b.ew(E.MIN, b.ew(E.MAX, b.ew(E.SUB, real, i0), 0.0), 1.0)
+        i0 = b.cast(i0, DType.I64)
+        i1 = b.ew(E.MIN, b.ew(E.ADD, i0, 1), extent - 1)
+        w = b.ew(E.ADD, b.ew(E.WHERE, b.ew(E.EQ, at, i0), b.ew(E.SUB, 1.0, lam), 0.0),
+                 b.ew(E.WHERE, b.ew(E.EQ, at, i1), lam, 0.0))
+        weight = w if weight is None else b.ew(E.MUL, weight, w)
+    taps = b.index_map(x, shape, index)
+    return b.reduce(R.SUM, b.ew(E.MUL, taps, weight), range(lead + n, lead + 2 * n))
+
+
+def _register_linear(n: int, name: str) -> None:
+    @op(f"{name}.vec", opmath=True)
+    def lower_vec(b, x, output_size, align_corners, scale_factors=None):
+        return linear_resize(b, x, n, name, output_size, align_corners, scale_factors)
+
+    @op(name, opmath=True)
+    def lower_sizes(b, x, output_size, align_corners, *scales):
+        given = [s for s in scales if s is not None]
+        return linear_resize(b, x, n, name, output_size, align_corners, given or None)
+
+
+for _n, _name in ((1, "upsample_linear1d"), (2, "upsample_bilinear2d"),
+                  (3, "upsample_trilinear3d")):
+    _register_linear(_n, _name)
