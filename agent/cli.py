@@ -212,3 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         print("emmy-agent: interrupted; the trace holds everything so far (--resume it)",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:   # the reader went away (`emmy-agent replay ... | head`)
+        from emmy.cli import quiet_stdout
+
+        quiet_stdout()
+        return EXIT_OK

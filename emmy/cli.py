@@ -301,6 +301,14 @@ COMMANDS = {"compile": cmd_compile, "run": cmd_run, "space": cmd_space, "bench":
             "ops": cmd_ops}
 
 
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush into a closed pipe does
+    not print an error on the way out."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
@@ -317,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:   # the reader went away (`emmy space ... | head`): nothing to say
+        quiet_stdout()
+        return EXIT_OK
     except Exception:
         traceback.print_exc()
         print("emmy: internal error (a bug in emmy, not in your input); please report it with the "

@@ -106,3 +106,14 @@ def test_a_slow_emulated_check_says_why_and_what_to_do(capsys, monkeypatch):
     rc, out, err = run(capsys, "run", "-c", "nn.ReLU()(torch.randn(4, 8))", "--check")
     assert rc == 0 and "PASS" in out
     assert err.startswith("note: the check took") and "--set NAME=VALUE" in err
+
+
+def test_output_into_a_closed_pipe_is_not_an_error():
+    """`emmy space ... | head -1`: the reader leaves early; emmy stops quietly (exit 0)."""
+    proc = subprocess.Popen([sys.executable, "-m", "emmy", "space", "-c",
+                             "nn.Softmax(1)(torch.randn(2, 16, 8, 8))", "--sample", "50"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()                       # the reader goes away after one line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and "internal error" not in err and "Traceback" not in err

@@ -187,6 +187,13 @@ def stage_async(c: Ctx) -> str | None:
     if bad:
         return (f"cp.async copies 4, 8 or 16 bytes; TILE=v{c.tile.vec}x{c.tile.n} copies "
                 f"{bad[0]} bytes per access")
+    if c.tile.vec > 1:
+        apart = next((a for a in c.facts.accesses if a.buffer in c.facts.reused
+                      and a.stride != 1), None)
+        if apart is not None:
+            step = "not evenly" if apart.stride is None else f"{apart.stride} elements apart"
+            return (f"cp.async copies {c.tile.vec} neighbouring elements; the row of "
+                    f"`{apart.buffer}` lies {step} along the axis (use STAGE=smem or v1)")
     return None
 
 

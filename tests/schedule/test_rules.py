@@ -35,6 +35,7 @@ RMS_HALF = "nn.RMSNorm(2048)(torch.randn(32, 2048).half())"  # the same, x is f1
 RMS_3072 = "nn.RMSNorm(3072)(torch.randn(16, 3072))"          # 12 KiB rows
 RMS_WIDE = "nn.RMSNorm(55296)(torch.randn(2, 55296))"         # 216 KiB rows
 SOFTMAX = "nn.Softmax(-1)(torch.randn(8, 100))"               # row of 100, 400 B rows
+CHANNEL_SOFTMAX = "nn.Softmax(1)(torch.randn(2, 16, 8, 8))"       # rows 64 elements apart
 CUMSUM = "(lambda x: torch.cumsum(x, 1))(torch.randn(8, 64))"
 EW = "(lambda x: torch.exp(x) * 2 + 1)(torch.randn(4, 4))"
 MAP_102 = "(lambda x: x * 2)(torch.randn(102))"
@@ -150,6 +151,9 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
          ("cp.async copies 4, 8 or 16 bytes", "TILE=v1x1 copies 2 bytes")),
         (RMS, "sm_75", "WORK=block:256 TILE=v4x1 REDUCE=shuffle STAGE=smem:async PLACE=fuse",
          ("cp.async needs sm_80 or later; sm_75 has none",)),
+        (CHANNEL_SOFTMAX, "sm_90a",
+         "WORK=warp:4 TILE=v4x1 REDUCE=shuffle STAGE=smem:async PLACE=fuse",
+         ("cp.async copies 4 neighbouring elements", "lies 64 elements apart")),
     ],
     "place.cut_chain_is_two_kernels": [
         (CHAIN, "sm_90a", "WORK=warp:4 TILE=v1x1 REDUCE=shuffle PLACE=cut",
