@@ -194,6 +194,7 @@ class Placer:
             worst[node.source] = (copies + 1, max(factor, runs // max(distinct, 1)))
         return [f"reduction `{source}` is recomputed up to {factor}x in `{kernel}`"
                 + (f" ({copies} copies)" if copies > 1 else "")
-                + ": a consumer reads it inside loops it does not depend on (fused by default; "
-                  "PLACE=cut in Tile IR would store it once)"
+                + ": a consumer reads it inside loops it does not depend on (PLACE=cut in Tile "
+                  "IR stores it once: the default where a matrix-product template does not tile "
+                  "the chain)"
                 for source, (copies, factor) in worst.items() if factor > 1]

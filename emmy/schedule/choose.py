@@ -21,7 +21,8 @@ def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str], *,
 
     A fused chain of products whose row says PLACE=cut becomes its two kernels
     (`<name>_cut0`, `<name>_cut1`, emmy.tile_ir.chain) with the intermediate between them,
-    and each of those gets its own row the same way; the program returned has them."""
+    and each of those gets its own row the same way (so a chain of three cuts twice:
+    `<name>_cut0_cut0`, ...); the program returned has them."""
     names = [k.name for k in tp.kernels]
     given = dict(given)
     if "" in given:
@@ -31,18 +32,21 @@ def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str], *,
         given[names[0]] = given.pop("")
     rows: dict[str, Row] = {}
     kernels, intermediates = [], list(tp.intermediates)
-    for k in tp.kernels:
+
+    def place(k) -> None:
         row = _choose(k, target, given, db)
         chain = find_chain(k) if row.get("PLACE") == "cut" else None
         if chain is None:
             kernels.append(k)
             rows[k.name] = row
-            continue
+            return
         first, second, mid = cut_chain(k, chain)
         intermediates.append(mid)
-        for part in (first, second):
-            kernels.append(part)
-            rows[part.name] = _choose(part, target, given, db)
+        place(first)
+        place(second)
+
+    for k in tp.kernels:
+        place(k)
     unknown = [n for n in given if n not in rows and n not in names]
     if unknown:
         hint = [f"{k.name}_cut0, {k.name}_cut1 exist when {k.name}'s row has PLACE=cut"

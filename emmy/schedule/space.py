@@ -15,7 +15,7 @@ from typing import Iterator
 from emmy.schedule import decisions as dec
 from emmy.schedule.facts import Facts, facts
 from emmy.schedule.row import Row, make_row
-from emmy.schedule.rules import RULES, Ctx
+from emmy.schedule.rules import CHAIN_CUT_ROW, RULES, Ctx
 from emmy.schedule.targets import Target
 from emmy.tile_ir.ir import FoldKind, KernelKind, TileKernel
 
@@ -207,7 +207,15 @@ class Space:
     def default(self) -> Row:
         """A reasonable legal row to use when none is given (the cost model refines this):
         at each key the first preferred value that still leads to a legal row, else the
-        first legal value that does (depth first, so a late key can send an earlier back)."""
+        first legal value that does (depth first, so a late key can send an earlier back).
+        A fused chain whose producer no template tiles (pooled features into a classifier, a
+        convolution into a linear layer) is cut: fused, every output of the second half would
+        recompute the first half (a hundredfold and more), which the cut stores once."""
+        if not self.template and self.facts.chain and "PLACE" in self.keys:
+            cut = make_row({k: CHAIN_CUT_ROW.get(k, "direct" if k == "STAGE" else "cut")
+                            for k in self.keys})
+            if not self.check(cut):
+                return cut
         def walk(i: int, ctx, chosen: dict[str, str]) -> Row | None:
             if i == len(self.keys):
                 return make_row(chosen)

@@ -52,7 +52,10 @@ AMAX = "(lambda x: torch.amax(x, 1))(torch.randn(8, 64))"
 
 @lru_cache(maxsize=None)
 def kernel(expr: str) -> TileKernel:
-    tp = compile_to(load_expr(expr), "tile")["tile"].program
+    """The expression's one kernel as lifted, before a row (a default PLACE=cut) applies."""
+    from emmy.tile_ir.lift import lift_program
+
+    tp = lift_program(compile_to(load_expr(expr), "loop")["loop"])
     assert len(tp.kernels) == 1, [k.name for k in tp.kernels]
     return tp.kernels[0]
 
