@@ -18,9 +18,9 @@ from agent.budget import Budget
 from agent.models import (AgentErrorEvent, BestEntry, BestRows, CheckResult, CudaText,
                           DecisionPoint, EvaluationEvent, EvaluationResult, Event, FinishArgs,
                           FinishResult, History, HistoryArgs, HistoryEntry, IrText, KernelArgs,
-                          KernelList, KernelSummary, NoArgs, NoteEvent, ReadIrArgs, RowArgs, SpaceInfo,
-                          SummaryEvent, Timing, ToolCallEvent, ToolError, ToolResultEvent,
-                          WorkloadInfo)
+                          KernelList, KernelSummary, NoArgs, NoteEvent, ReadIrArgs, RowArgs,
+                          SpaceInfo, SummaryEvent, Timing, ToolCallEvent, ToolError,
+                          ToolResultEvent, WorkloadInfo)
 from agent.tools import TOOL_NAMES, tool
 from emmy.check import SLOW_EMULATION_S, slow_emulation_note
 

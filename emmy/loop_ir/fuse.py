@@ -20,6 +20,7 @@ Outputs of the same shape that do not depend on each other through memory share 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -102,7 +103,7 @@ def windowed_reads(p: Program) -> dict[str, str]:
     for d in p.defs:
         if isinstance(d, Reduce) or any(a in heavy and a not in outputs for a in operands(d)):
             heavy.add(d.name)
-    sizes = {d.name: _numel(d.type.shape) for d in p.defs}
+    sizes = {d.name: math.prod(d.type.shape) for d in p.defs}
     out: dict[str, str] = {}
     for d in p.defs:
         if (isinstance(d, IndexMap) and d.arg in heavy and d.arg not in outputs
@@ -112,13 +113,6 @@ def windowed_reads(p: Program) -> dict[str, str]:
                                   f"of its {sizes[d.arg]:,} elements; inlined, the reduction "
                                   "behind each would run at every read")
     return out
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _users(p: Program) -> dict[str, list[str]]:
