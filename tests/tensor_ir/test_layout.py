@@ -101,6 +101,9 @@ CREATION = {
     "tril": lambda x: torch.tril(x),
     "triu_offset": lambda x: torch.triu(x, 1),
     "new_zeros": lambda x: x.new_zeros(2, 3) + 1,
+    "eye": lambda x: x[0] + torch.eye(4, 10),
+    "eye_square_half": lambda x: x[0, :, :4].half() * torch.eye(4, dtype=torch.float16),
+    "one_hot": lambda x: torch.nn.functional.one_hot(x.argmax(2), 10),
 }
 
 

@@ -1,4 +1,5 @@
-"""Tensors made from nothing but a shape: constants, ranges and triangular masks."""
+"""Tensors made from nothing but a shape: constants, ranges, triangular masks, identity
+matrices; and one-hot encodings of an index tensor."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 
 from emmy.dtypes import DType
 from emmy.tensor_ir.builder import Builder
-from emmy.tensor_ir.decomp.table import Decomp, registrar
+from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 
 OPS: dict[str, Decomp] = {}
@@ -31,6 +32,28 @@ def lower_zeros(b, size, *, dtype=None, **placement):
 @op("ones")
 def lower_ones(b, size, *, dtype=None, **placement):
     return b.full(size, 1, dtype or DType.F32)
+
+
+@op("eye", "eye.m")
+def lower_eye(b, n, m=None, *, dtype=None, **placement):
+    """Ones where the row equals the column."""
+    shape = (n, n if m is None else m)
+    ones = b.ew(E.EQ, b.iota(shape, 0), b.iota(shape, 1))
+    return b.cast(ones, dtype or DType.F32)
+
+
+@op("one_hot")
+def lower_one_hot(b, x, num_classes=-1):
+    """1 where the new last axis equals x's value (i64, as torch gives it)."""
+    from emmy.symbolic import var
+    from emmy.tensor_ir.ir import axis_var
+
+    if num_classes < 0:
+        raise Refused("one_hot without num_classes takes its size from the data (max + 1); "
+                      "give num_classes")
+    shape = (*b.shape(x), num_classes)
+    spread = b.index_map(x, shape, [var(axis_var(i)) for i in range(b.rank(x))])
+    return b.cast(b.ew(E.EQ, spread, b.iota(shape, len(shape) - 1)), DType.I64)
 
 
 @op("scalar_tensor")

@@ -106,6 +106,32 @@ def lower_std_correction(b, x, dim=None, *, correction=None, keepdim=False):
     return b.ew(E.SQRT, lower_var_correction(b, x, dim, correction=correction, keepdim=keepdim))
 
 
+@op("var_mean", "var_mean.dim", opmath=True)
+def lower_var_mean(b, x, dim=None, unbiased=True, keepdim=False):
+    if isinstance(dim, bool):  # var_mean(x, unbiased)
+        dim, unbiased = None, dim
+    return (variance(b, x, dim, int(unbiased), keepdim),
+            mean(b, x, norm_dims(dim, b.rank(x)), keepdim))
+
+
+@op("var_mean.correction", opmath=True)
+def lower_var_mean_correction(b, x, dim=None, *, correction=None, keepdim=False):
+    return (variance(b, x, dim, 1 if correction is None else correction, keepdim),
+            mean(b, x, norm_dims(dim, b.rank(x)), keepdim))
+
+
+@op("std_mean", "std_mean.dim", opmath=True)
+def lower_std_mean(b, x, dim=None, unbiased=True, keepdim=False):
+    var, avg = lower_var_mean(b, x, dim, unbiased, keepdim)
+    return b.ew(E.SQRT, var), avg
+
+
+@op("std_mean.correction", opmath=True)
+def lower_std_mean_correction(b, x, dim=None, *, correction=None, keepdim=False):
+    var, avg = lower_var_mean_correction(b, x, dim, correction=correction, keepdim=keepdim)
+    return b.ew(E.SQRT, var), avg
+
+
 # ---- max / min -----------------------------------------------------------------------------------
 
 @op("amax")
