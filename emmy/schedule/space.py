@@ -212,8 +212,8 @@ class Space:
         convolution into a linear layer) is cut: fused, every output of the second half would
         recompute the first half (a hundredfold and more), which the cut stores once."""
         if not self.template and self.facts.chain and "PLACE" in self.keys:
-            cut = make_row({k: CHAIN_CUT_ROW.get(k, "direct" if k == "STAGE" else "cut")
-                            for k in self.keys})
+            values = {**CHAIN_CUT_ROW, "STAGE": "direct", "PLACE": "cut"}
+            cut = make_row({k: values[k] for k in self.keys})
             if not self.check(cut):
                 return cut
         def walk(i: int, ctx, chosen: dict[str, str]) -> Row | None:

@@ -85,21 +85,9 @@ def find_chain(k: TileKernel) -> Chain | None:
 
 def _slice(name: str, defs: dict, inner_accs: set[str]) -> set[str] | None:
     """The statements `name` depends on inside the outer fold, if it depends on the inner fold."""
-    seen: set[str] = set()
-    stack, touches = [name], False
-    while stack:
-        n = stack.pop()
-        if n in inner_accs:
-            touches = True
-            continue
-        if n in seen or n not in defs:
-            continue
-        seen.add(n)
-        s = defs[n]
-        stack += [a for a in getattr(s, "args", ()) if isinstance(a, str)]
-        if isinstance(s, CastTo):
-            stack.append(s.arg)
-    return seen if touches else None
+    seen = _closure({name}, defs)
+    reads = {name} | {a for n in seen for a in _operands(defs[n])}
+    return seen if reads & inner_accs else None
 
 
 def _closure(names: set[str], defs: dict) -> set[str]:
@@ -108,15 +96,16 @@ def _closure(names: set[str], defs: dict) -> set[str]:
     stack = [n for n in names if n in defs]
     while stack:
         n = stack.pop()
-        if n in out:
-            continue
-        out.add(n)
-        s = defs[n]
-        args = [a for a in getattr(s, "args", ()) if isinstance(a, str)]
-        if isinstance(s, CastTo):
-            args.append(s.arg)
-        stack += [a for a in args if a in defs]
+        if n not in out:
+            out.add(n)
+            stack += [a for a in _operands(defs[n]) if a in defs]
     return out
+
+
+def _operands(s) -> list[str]:
+    """The values a statement reads."""
+    args = [a for a in getattr(s, "args", ()) if isinstance(a, str)]
+    return args + [s.arg] if isinstance(s, CastTo) else args
 
 
 def _index_vars(items) -> set[str]:
@@ -188,20 +177,9 @@ def _consumer(body, chain: Chain) -> tuple:
     fold = next(i for i in chain.producer if isinstance(i, Fold))
     accs = {a.acc for a in fold.accs}
     defs = {getattr(i, "dst", None): i for i in chain.producer if not isinstance(i, Fold)}
-    before = {n: s for n, s in defs.items() if not _touches(n, defs, accs)}
+    before = {n: s for n, s in defs.items() if _slice(n, defs, accs) is None}
     wanted = _closure(used(tuple(keep)) & set(before), before)
     return tuple(i for i in body if i not in chain.producer or getattr(i, "dst", None) in wanted)
-
-
-def _touches(name: str, defs: dict, accs: set[str]) -> bool:
-    """Whether `name` depends on one of `accs` through the statements `defs`."""
-    s = defs.get(name)
-    if s is None:
-        return name in accs
-    args = [a for a in getattr(s, "args", ()) if isinstance(a, str)]
-    if isinstance(s, CastTo):
-        args.append(s.arg)
-    return any(a in accs or _touches(a, defs, accs) for a in args)
 
 
 def _buffers(items) -> set[str]:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from emmy.symbolic import Lin, floordiv, mod, var
 from emmy.tensor_ir.builder import Builder
-from emmy.tensor_ir.decomp.pooling import _Dim, _ints, floor_div, window_view
+from emmy.tensor_ir.decomp.layout import along, squeeze, unsqueeze
+from emmy.tensor_ir.decomp.pooling import _Dim, _ints, combine, floor_div, window_view
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
@@ -32,15 +33,18 @@ def _batched(b: Builder, x: str, n: int, name: str) -> tuple[str, bool]:
     if rank == n + 2:
         return x, False
     if rank == n + 1:
-        shape = b.shape(x)
-        return b.index_map(x, (1, *shape), [var(axis_var(i + 1)) for i in range(rank)]), True
+        return unsqueeze(b, x, 0), True
     raise Refused(f"{name} takes an (N, C, spatial...) or (C, spatial...) input of rank {n + 2} "
                   f"or {n + 1}, got rank {rank}")
 
 
-def _unbatched(b: Builder, out: str) -> str:
-    shape = b.shape(out)
-    return b.index_map(out, shape[1:], [0, *(var(axis_var(i)) for i in range(len(shape) - 1))])
+def _sum_of_products(b: Builder, view: str, weight: str, c_axis: int, bias, added: bool) -> str:
+    """The output from the product's axes (n, co, o..., c, k...): the sum over c and k of
+    view * weight, plus the bias per output channel, without the batch axis `_batched` added."""
+    out = b.reduce(R.SUM, b.ew(E.MUL, view, weight), range(c_axis, b.rank(view)))
+    if bias is not None:
+        out = b.ew(E.ADD, out, along(b, bias, b.shape(out), 1))
+    return squeeze(b, out, 0) if added else out
 
 
 def _padding(padding, n: int, kernel, dilation, stride, name: str) -> list[tuple[int, int]]:
@@ -86,16 +90,7 @@ def conv(b: Builder, x: str, w: str, bias, n: int, name: str, stride=1, padding=
                        list(range(2, 2 + n)), list(range(c_axis + 1, c_axis + 1 + n)), 0)
     weight = b.index_map(w, shape, [var(axis_var(i)) for i in (1, c_axis,
                                                                *range(c_axis + 1, len(shape)))])
-    out = b.reduce(R.SUM, b.ew(E.MUL, view, weight), range(c_axis, len(shape)))
-    out = _add_bias(b, out, bias)
-    return _unbatched(b, out) if added else out
-
-
-def _add_bias(b: Builder, out: str, bias) -> str:
-    if bias is None:
-        return out
-    shape = b.shape(out)
-    return b.ew(E.ADD, out, b.index_map(bias, shape, [var(axis_var(1))]))
+    return _sum_of_products(b, view, weight, c_axis, bias, added)
 
 
 def conv_transpose(b: Builder, x: str, w: str, bias, n: int, name: str, stride=1, padding=0,
@@ -134,22 +129,17 @@ def conv_transpose(b: Builder, x: str, w: str, bias, n: int, name: str, stride=1
         index.append(mod(floordiv(t, si, bounds) - shift // si, e, bounds))
         ot, jt = b.iota(shape, 2 + i), b.iota(shape, c_axis + 1 + i)
         tv = b.ew(E.ADD, b.ew(E.ADD, ot, b.ew(E.MUL, jt, di)), base)
-        q = b.ew(E.SUB, floor_div(b, tv, si), shift // si)
-        divides = b.ew(E.EQ, b.ew(E.SUB, tv, b.ew(E.MUL, floor_div(b, tv, si), si)), 0)
+        whole = floor_div(b, tv, si)
+        q = b.ew(E.SUB, whole, shift // si)
+        divides = b.ew(E.EQ, b.ew(E.SUB, tv, b.ew(E.MUL, whole, si)), 0)
         masks.append(b.ew(E.AND, divides, b.ew(E.AND, b.ew(E.GE, q, 0), b.ew(E.LT, q, e))))
-    view = b.index_map(x, shape, index)
-    inside = masks[0]
-    for m in masks[1:]:
-        inside = b.ew(E.AND, inside, m)
-    view = b.ew(E.WHERE, inside, view, 0)
+    view = b.ew(E.WHERE, combine(b, E.AND, masks), b.index_map(x, shape, index), 0)
     # weight[c_in, co % og, K-1-j...] with c_in = group * cg + c
     weight = b.index_map(w, shape, [group * cg + var(axis_var(c_axis)),
                                     mod(var(axis_var(1)), og, bounds),
                                     *(var(axis_var(c_axis + 1 + i)) * -1 + (k - 1)
                                       for i, k in enumerate(kernel))])
-    out = b.reduce(R.SUM, b.ew(E.MUL, view, weight), range(c_axis, len(shape)))
-    out = _add_bias(b, out, bias)
-    return _unbatched(b, out) if added else out
+    return _sum_of_products(b, view, weight, c_axis, bias, added)
 
 
 # ---- the table ---------------------------------------------------------------------------------

@@ -14,13 +14,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from emmy.dtypes import DType
 from emmy.symbolic import Lin, floordiv, mod, var
 from emmy.tensor_ir.builder import Builder
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
 from emmy.tensor_ir.ir import axis_var
-from emmy.dtypes import DType
 
 OPS: dict[str, Decomp] = {}
 op = registrar(OPS)
@@ -55,6 +55,14 @@ class _Dim:
             return self.extent % self.out == 0
         last = (self.out - 1) * self.num + (self.window - 1) * self.dilation - self.pad
         return self.pad == 0 and last < self.extent
+
+
+def combine(b: Builder, op: E, xs: list[str]) -> str:
+    """xs[0] op xs[1] op ...: the masks of several axes and-ed, their counts multiplied."""
+    out = xs[0]
+    for x in xs[1:]:
+        out = b.ew(op, out, x)
+    return out
 
 
 def floor_div(b: Builder, x: str, d: int) -> str:
@@ -99,12 +107,7 @@ def window_view(b: Builder, x: str, out_shape, lead: list[Lin], dims: list[_Dim]
             continue
         pos = b.ew(E.SUB, b.ew(E.ADD, b.ew(E.MUL, o, d.num), b.ew(E.MUL, j, d.dilation)), d.pad)
         masks.append(b.ew(E.AND, b.ew(E.GE, pos, 0), b.ew(E.LT, pos, d.extent)))
-    if not masks:
-        return view
-    inside = masks[0]
-    for m in masks[1:]:
-        inside = b.ew(E.AND, inside, m)
-    return b.ew(E.WHERE, inside, view, fill)
+    return b.ew(E.WHERE, combine(b, E.AND, masks), view, fill) if masks else view
 
 
 def _window_axes(b: Builder, x: str, dims: list[_Dim]) -> tuple[int, ...]:
@@ -202,16 +205,15 @@ def _count(b: Builder, shape: tuple[int, ...], dims: list[_Dim], include_pad: bo
     if all(len(set(sizes)) == 1 for sizes in per_dim):
         return float(math.prod(sizes[0] for sizes in per_dim))
     batch = len(shape) - len(dims)
-    count = None
-    for i, (d, sizes) in enumerate(zip(dims, per_dim)):
+    sizes = []
+    for i, d in enumerate(dims):
         o = b.iota(shape, batch + i)
         start = b.ew(E.SUB, b.ew(E.MUL, o, d.num), d.pad)
         end = b.ew(E.MIN, b.ew(E.ADD, start, d.window), d.extent + d.pad)
         if not include_pad:
             start, end = b.ew(E.MAX, start, 0), b.ew(E.MIN, end, d.extent)
-        size = b.ew(E.SUB, end, start)
-        count = size if count is None else b.ew(E.MUL, count, size)
-    return b.cast(count, DType.F32)
+        sizes.append(b.ew(E.SUB, end, start))
+    return b.cast(combine(b, E.MUL, sizes), DType.F32)
 
 
 def adaptive_dims(b: Builder, x: str, n: int, name: str, output_size) -> list[_Dim]:
@@ -239,12 +241,11 @@ def adaptive_avg(b: Builder, x: str, n: int, name: str, output_size) -> str:
     if all(d.exact for d in dims):
         return b.ew(E.DIV, total, float(math.prod(d.window for d in dims)))
     shape, batch = b.shape(total), b.rank(total) - len(dims)
-    count = None
+    sizes = []
     for i, d in enumerate(dims):
         o = b.iota(shape, batch + i)
-        size = b.ew(E.SUB, d.end(b, o), floor_div(b, b.ew(E.MUL, o, d.extent), d.out))
-        count = size if count is None else b.ew(E.MUL, count, size)
-    return b.ew(E.DIV, total, b.cast(count, DType.F32))
+        sizes.append(b.ew(E.SUB, d.end(b, o), floor_div(b, b.ew(E.MUL, o, d.extent), d.out)))
+    return b.ew(E.DIV, total, b.cast(combine(b, E.MUL, sizes), DType.F32))
 
 
 # ---- the table ---------------------------------------------------------------------------------

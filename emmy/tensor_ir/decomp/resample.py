@@ -14,10 +14,11 @@ import math
 
 import numpy as np
 
+from emmy.dtypes import DType
 from emmy.symbolic import Lin, floordiv, mod, var
 from emmy.tensor_ir.builder import Builder
 from emmy.tensor_ir.decomp.layout import axes
-from emmy.tensor_ir.decomp.pooling import floor_div
+from emmy.tensor_ir.decomp.pooling import combine, floor_div
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
@@ -120,8 +121,9 @@ def lower_pixel_unshuffle(b, x, downscale_factor):
                                   wi * r + mod(ci, r, bounds)])
 
 
-def _nearest_sizes(b: Builder, x: str, n: int, output_size,
-                   scales) -> list[tuple[int, int, float | None]]:
+def _sizes(b: Builder, x: str, n: int, output_size,
+           scales) -> list[tuple[int, int, float | None]]:
+    """(input extent, output extent, scale factor or None) of each resized axis."""
     extents = b.shape(x)[-n:]
     if output_size is not None and len(output_size):
         outs = [int(o) for o in output_size]
@@ -140,22 +142,19 @@ def _nearest_index(extent: int, out: int, scale: float | None, bounds, o: Lin, n
     s = np.float32(1.0 / scale) if scale else np.float32(extent) / np.float32(out)
     dst = np.arange(out, dtype=np.float32)
     want = np.minimum(np.floor(dst * s).astype(np.int64), extent - 1)
-    got = np.minimum((np.arange(out) * extent) // out, extent - 1)
-    if scale and float(scale).is_integer():
-        got = np.minimum(np.arange(out) // int(scale), extent - 1)
-        if np.array_equal(want, got):
-            return mod(floordiv(o, int(scale), bounds), extent, bounds)
-    if not np.array_equal(want, got):
+    # o // scale for a whole scale factor, else o * extent // out
+    num, den = (1, int(scale)) if scale and float(scale).is_integer() else (extent, out)
+    if not np.array_equal(want, np.minimum(np.arange(out) * num // den, extent - 1)):
         raise Refused(f"{name}: scale {scale or out / extent:g} from {extent} to {out} is not a "
                       "ratio emmy can index exactly")
-    return mod(floordiv(o * extent, out, bounds), extent, bounds)
+    return mod(floordiv(o * num, den, bounds), extent, bounds)
 
 
 def _register(n: int) -> None:
     name = f"upsample_nearest{n}d"
 
     def lower(b, x, output_size, scales):
-        sizes = _nearest_sizes(b, x, n, output_size, scales)
+        sizes = _sizes(b, x, n, output_size, scales)
         shape = (*b.shape(x)[:-n], *(o for _, o, _ in sizes))
         bounds = {axis_var(i): m for i, m in enumerate(shape)}
         lead = len(shape) - n
@@ -212,14 +211,12 @@ def linear_resize(b: Builder, x: str, n: int, name: str, output_size, align_corn
                   scales) -> str:
     """out = the sum over 2^n taps of x at (first + t) times the tap's weight: torch's
     (1 - lambda, lambda) on the positions it reads, 0 on a tap it does not (an edge)."""
-    from emmy.dtypes import DType
-
-    sizes = _nearest_sizes(b, x, n, output_size, scales)
+    sizes = _sizes(b, x, n, output_size, scales)
     lead = b.rank(x) - n
     shape = (*b.shape(x)[:lead], *(o for _, o, _ in sizes), *(2,) * n)
     bounds = {axis_var(i): m for i, m in enumerate(shape)}
     index = axes(lead)
-    weight = None
+    weights = []
     for i, (extent, out, scale) in enumerate(sizes):
         s = _linear_source(extent, out, bool(align_corners), scale)
         num, den, shift = _linear_taps(extent, out, bool(align_corners), s, name)
@@ -236,11 +233,11 @@ def linear_resize(b: Builder, x: str, n: int, name: str, output_size, align_corn
         lam = b.ew(E.MIN, b.ew(E.MAX, b.ew(E.SUB, real, i0), 0.0), 1.0)
         i0 = b.cast(i0, DType.I64)
         i1 = b.ew(E.MIN, b.ew(E.ADD, i0, 1), extent - 1)
-        w = b.ew(E.ADD, b.ew(E.WHERE, b.ew(E.EQ, at, i0), b.ew(E.SUB, 1.0, lam), 0.0),
-                 b.ew(E.WHERE, b.ew(E.EQ, at, i1), lam, 0.0))
-        weight = w if weight is None else b.ew(E.MUL, weight, w)
+        weights.append(b.ew(E.ADD, b.ew(E.WHERE, b.ew(E.EQ, at, i0), b.ew(E.SUB, 1.0, lam), 0.0),
+                            b.ew(E.WHERE, b.ew(E.EQ, at, i1), lam, 0.0)))
     taps = b.index_map(x, shape, index)
-    return b.reduce(R.SUM, b.ew(E.MUL, taps, weight), range(lead + n, lead + 2 * n))
+    return b.reduce(R.SUM, b.ew(E.MUL, taps, combine(b, E.MUL, weights)),
+                    range(lead + n, lead + 2 * n))
 
 
 def _register_linear(n: int, name: str) -> None:
