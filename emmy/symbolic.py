@@ -93,6 +93,30 @@ def _make(acc: Mapping[Atom, int], const: int) -> Lin:
     return Lin(terms, const)
 
 
+def recombine(e: Lin) -> Lin:
+    """c*d*(x // d) + c*(x % d) -> c*x (x == d*(x // d) + x % d for every integer x), until
+    no such pair is left: an index split by collapsing loops reads back as the index, so a
+    flat offset stays affine. (Constructors keep the pieces: a reshape splits an axis into
+    them on purpose, to divide each piece exactly.)"""
+    acc, const = _recombined(dict(e.terms), e.const)
+    return _make(acc, const)
+
+
+def _recombined(acc: dict[Atom, int], const: int) -> tuple[dict[Atom, int], int]:
+    while True:
+        pair = next(((m, c) for m, c in acc.items() if isinstance(m, Mod)
+                     and acc.get(FloorDiv(m.num, m.den)) == c * m.den), None)
+        if pair is None:
+            return acc, const
+        m, c = pair
+        del acc[m], acc[FloorDiv(m.num, m.den)]
+        for atom, coef in m.num.terms:
+            acc[atom] = acc.get(atom, 0) + coef * c
+            if acc[atom] == 0:
+                del acc[atom]
+        const += m.num.const * c
+
+
 def _atom_key(atom: Atom) -> tuple:
     if isinstance(atom, Sym):
         return (0, _var_order(atom.name))

@@ -5,7 +5,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emmy.symbolic import evaluate, floordiv, lin, mod, render, substitute, var
+from emmy.symbolic import evaluate, floordiv, lin, mod, recombine, render, substitute, var
 
 
 def test_reshape_round_trip_simplifies_to_the_variables():
@@ -47,3 +47,28 @@ def test_floordiv_and_mod_agree_with_python(c0, c1, k, d, e0, e1):
         assert evaluate(q, env) == value // d
         assert evaluate(r, env) == value % d
         assert evaluate(lin(0) + q * d + r, env) == value
+
+
+def test_a_split_index_recombines():
+    # collapsing nested loops writes k as (k / 3, k % 3); reading them back as a row-major
+    # offset must give k again, so the offset stays affine (a contraction's operand)
+    bounds = {"k": 144, "a1": 4}
+    k = var("k")
+    hi, lo = floordiv(k, 3, bounds), mod(k, 3, bounds)
+    assert recombine(hi * 3 + lo) == k
+    assert recombine(floordiv(hi, 3, bounds) * 9 + mod(hi, 3, bounds) * 3 + lo) == k
+    assert recombine(var("a1") * 144 + hi * 6 + lo * 2) == var("a1") * 144 + k * 2
+    # a different multiple is left alone
+    assert recombine(hi * 4 + lo) == hi * 4 + lo
+
+
+@settings(max_examples=200, deadline=None)
+@given(c=st.integers(-4, 4), d=st.integers(1, 7), m=st.integers(-3, 3), k=st.integers(-9, 9),
+       e=st.integers(1, 30))
+def test_recombination_agrees_with_python(c, d, m, k, e):
+    bounds = {"a0": e}
+    x = var("a0") * m + k
+    got = recombine(floordiv(x, d, bounds) * (c * d) + mod(x, d, bounds) * c)
+    for v in range(e):
+        value = m * v + k
+        assert evaluate(got, {"a0": v}) == c * d * (value // d) + c * (value % d)

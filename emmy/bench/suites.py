@@ -1,4 +1,4 @@
-"""The GPU performance suites: `run_suite("core" | "matmul" | "attention" | "all")`.
+"""The GPU performance suites: `run_suite("core" | "matmul" | "attention" | "conv" | "all")`.
 
 For each workload: the default row, the cost model's top rows and a sweep of sampled legal rows
 under a fixed time budget, each compiled, checked by the harness (2 seeds x 3 distributions vs
@@ -29,7 +29,7 @@ from emmy.errors import UserError
 
 EXAMPLES = ROOT / "examples"
 BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
-SUITE_NAMES = ("core", "matmul", "attention", "all")
+SUITE_NAMES = ("core", "matmul", "attention", "conv", "all")
 
 # The report's names stay importable from here (emmy.cli, tests): they live in emmy.bench.report.
 __all__ = ["SUITES", "SUITE_NAMES", "WorkloadSpec", "BenchOptions", "suite_specs", "cast_workload",
@@ -89,6 +89,8 @@ def _both(name, example, sets, shape) -> tuple[WorkloadSpec, ...]:
 
 
 N = 8192
+_RESNET = (("batch_size", 32), ("in_channels", 64), ("out_channels", 64), ("height", 56),
+           ("width", 56), ("kernel_size", 3), ("stride", 1), ("padding", 1))
 SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
     "core": (*_both("rmsnorm", "rmsnorm", {"batch_size": N, "dim": N}, f"{N}x{N}"),
              *_both("layernorm", "layernorm", {"batch_size": N, "seq_len": 1, "hidden": N},
@@ -115,12 +117,19 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
                                      ("head_dim", 128), ("is_causal", causal)), d,
                                     f"4x32x4096x128{' causal' if causal else ''}")
                        for causal, d in ((True, "f16"), (False, "f16"), (True, "bf16"))),
+    # implicit GEMMs against cuDNN: a ResNet-50 stage-1 3x3 convolution (batch 32, 64 -> 64
+    # channels, 56x56) in f16 (mma.sync) and f32 (SIMT), and a strided one
+    "conv": (*(WorkloadSpec("conv3x3+relu", "conv2d", _RESNET, d, "32x64x56x56 k3")
+               for d in ("f16", "f32")),
+             WorkloadSpec("conv3x3/2+relu", "conv2d",
+                          (*_RESNET[:2], ("out_channels", 128), *_RESNET[3:], ("stride", 2)),
+                          "f16", "32x64x56x56 k3 s2 -> 128")),
 }
 
 
 def suite_specs(name: str) -> tuple[WorkloadSpec, ...]:
     if name == "all":
-        return tuple(s for k in ("core", "matmul", "attention") for s in SUITES[k])
+        return tuple(s for k in ("core", "matmul", "attention", "conv") for s in SUITES[k])
     if name not in SUITES:
         raise UserError(f"unknown suite {name!r}; the suites are {', '.join(SUITE_NAMES)}")
     return SUITES[name]

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable
 
-from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmOperand, GemmProblem, pair_of
+from emmy.cuda.gemm_spec import (Body, Epilogue, Gather, GemmConfig, GemmOperand, GemmProblem,
+                                 pair_of)
 from emmy.schedule.targets import TARGETS
 
 CHUNK_BYTES = 16              # one cp.async / one vector copy
@@ -60,6 +61,9 @@ MAX_GRID = 2**31 - 1
 SPLIT_MODES = ("atomic", "combine")
 PARTIAL = "emmy_partial"      # combine: the f32 partial sums, [split][batch][m][n]
 STORAGE = {"__half": "unsigned short", "__nv_bfloat16": "unsigned short", "float": "float"}
+# a gathered element (a float expression holding an exact f16/bf16/f32 value) as storage bits
+BITS = {"__half": "__half_as_ushort(__float2half({}))",
+        "__nv_bfloat16": "__bfloat16_as_ushort(__float2bfloat16({}))", "float": "{}"}
 MMA_FN = {"__half": "mma_m16n8k16_f16f32", "__nv_bfloat16": "mma_m16n8k16_bf16f32"}
 TENSOR_CORE = ("mma", "tf32")  # warp tiles of 16x8 mma.sync atoms
 INSTS = ("mma", "tf32", "simt")
@@ -164,6 +168,8 @@ class _Tile:
     def chunk_problems(self) -> list[str]:
         """Why 16-byte chunks of this operand are not 16-byte aligned (empty: they are)."""
         s, b = self.op, self.itemsize
+        if s.gathered:
+            return [f"{self.label} is gathered element by element"]
         if self.col_stride != 1:
             return [f"{self.label} has no contiguous dimension (stride_{self.outer}="
                     f"{s.stride_outer}, stride_k={s.stride_k})"]
@@ -198,7 +204,7 @@ class _Tile:
     @property
     def uniform(self) -> bool:
         """Every copy of a thread sits in the same column (rows `threads/per_row` apart)."""
-        return self.threads % self.per_row == 0
+        return self.threads % self.per_row == 0 and not self.op.gathered
 
 
 @dataclass(frozen=True)
@@ -417,9 +423,13 @@ def _unrolled(var: str, count: int, body: list[str]) -> list[str]:
 class _Emitter:
     """Prints gemm_body's lines for one (problem, config, epilogue)."""
 
-    def __init__(self, p: GemmProblem, c: GemmConfig, epilogue: Epilogue):
+    def __init__(self, p: GemmProblem, c: GemmConfig, epilogue: Epilogue,
+                 gather: dict[str, Gather] | None = None):
         self.p, self.c, self.epilogue = p, c, epilogue
         self.plan = _Plan(p, c)
+        self.gather = gather or {}
+        for t in (self.plan.a, self.plan.b):
+            assert t.op.gathered == (t.name in self.gather), f"operand {t.label}: gather"
 
     def decode(self) -> list[str]:
         """bz, gm_split, the tile origin (gm_m0, gm_n0) and the K tiles [gm_kt0, +gm_nk)."""
@@ -451,8 +461,15 @@ class _Emitter:
         return out
 
     def copy_setup(self, t: _Tile) -> list[str]:
-        """The operand's typed pointer at this batch, and this thread's first copy."""
+        """The operand's typed pointer at this batch, and this thread's first copy; for a
+        gathered operand the function computing one element (`gm_a_at(outer, k)`)."""
         n, vec = t.name, t.vec
+        if t.op.gathered:
+            lines, value = self.gather[n]("gm_o", "gm_kk")
+            return [f"// {t.label}: {t.rows} {t.row_dim}-rows x {t.cols} {t.col_dim} per stage, "
+                    f"gathered: {t.iters} elements per thread, each computed by",
+                    f"auto gm_{n}_at = [&](int gm_o, int gm_kk) -> gm_t {{",
+                    *_indent(lines), f"  return {BITS[t.op.ctype].format(value)};", "};"]
         out = [f"// {t.label}: {t.rows} {t.row_dim}-rows x {t.cols} {t.col_dim} (contiguous) per "
                f"stage, {t.iters} copies of {vec} element(s) per thread",
                f"const gm_t* __restrict__ gm_{n} = reinterpret_cast<const gm_t*>({t.op.buffer})"
@@ -489,10 +506,21 @@ class _Emitter:
         row_ragged = t.row_extent % t.rows != 0
         col_ragged = t.col_extent % t.cols != 0
         row_ok = f"{row_o} + gm_r < {t.row_extent}"
+        if t.op.gathered:
+            assert not asynchronous and vec == 1
+            row_i, col_i = f"{row_o} + gm_r", f"{col_o} + gm_c"
+            outer, k = (row_i, col_i) if t.row_dim == t.outer else (col_i, row_i)
+            ok = " && ".join(([row_ok] if row_ragged else []) +
+                             ([f"{col_i} < {t.col_extent}"] if col_ragged else []))
+            at = f"gm_{n}_at({outer}, {k})"
+            body = [f"gm_t* gm_dst = {dst} + gm_r * {t.ld} + gm_c;",
+                    f"*gm_dst = ({ok}) ? {at} : gm_t(0);" if ok else f"*gm_dst = {at};"]
         count = f"min(max({t.col_extent} - ({col_o} + gm_c), 0), {vec})" if col_ragged \
             else str(vec)
         checked = [f"const int gm_n = {f'({row_ok}) ? {count} : 0' if row_ragged else count};"]
-        if asynchronous:
+        if t.op.gathered:
+            pass
+        elif asynchronous:
             if not row_ragged and not col_ragged:
                 body.append("cp_async_16(gm_dst, gm_src);")
             else:
@@ -820,15 +848,17 @@ def fragment_stores(p, c, store: Callable[[str, str, str], list[str]], epilogue:
         "const int gm_col = gm_col0 + 8 * gm_j;", *two])))
 
 
-def gemm_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue) -> Body:
+def gemm_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue,
+              gather: dict[str, Gather] | None = None) -> Body:
     """The body of the kernel computing C = A @ B tile by tile and calling `epilogue` on each
-    element (split_mode "combine": writing f32 partial sums to `emmy_partial` instead).
+    element (split_mode "combine": writing f32 partial sums to `emmy_partial` instead);
+    `gather` has the element functions of the gathered operands ("a", "b").
     Raises ValueError for a configuration _shape_problems refuses."""
     problems = _shape_problems(problem, config)
     if problems:
         raise ValueError("cannot build this gemm: " + "; ".join(problems))
     plan = _Plan(problem, config)
-    lines = _Emitter(problem, config, epilogue).lines()
+    lines = _Emitter(problem, config, epilogue, gather).lines()
     return Body(tuple(lines), plan.grid, config.threads, plan.smem_bytes)
 
 

@@ -6,7 +6,8 @@ Conventions
 - The product is C[bz, m, n] = sum_k A[bz, m, k] * B[bz, k, n], accumulated in f32.
 - An operand is addressed by two element strides and a batch offset, so transposed and
   permuted operands need no copy: A[bz, m, k] = a[batch_offset(bz) + m*stride_outer + k*stride_k]
-  and B[bz, k, n] = b[batch_offset(bz) + n*stride_outer + k*stride_k].
+  and B[bz, k, n] = b[batch_offset(bz) + n*stride_outer + k*stride_k]; or it is gathered: the
+  compiler gives a function computing each element (see Gather).
 - A template writes no output itself: it calls the epilogue, which returns C statements for one
   output element (the compiler's fused bias / activation / residual / store), once per element
   of C inside the bounds check.
@@ -36,6 +37,13 @@ Epilogue = Callable[[str, str, str, str], list[str]]
 PairEpilogue = Callable[[str, str, str, str, str], "list[str] | None"]
 
 
+# gather(outer, k) -> (C statements, C expression): an operand element the compiler computes
+# (an implicit GEMM: a convolution's input under its window, zero in the padding) at row
+# (column) `outer` and reduction index `k` of batch `bz`, both inside the matrix; the
+# expression's type is float (f16/bf16 values are widened, exactly).
+Gather = Callable[[str, str], "tuple[list[str], str]"]
+
+
 def pair_of(epilogue: Epilogue) -> PairEpilogue | None:
     return getattr(epilogue, "pair", None)
 
@@ -52,6 +60,9 @@ class GemmOperand:
     batch_offset: str     # C expression (long long) of batch `bz`'s first element, e.g. "bz * 4096LL"
     batch_stride: int | None = 0  # the offset as a stride: 0 when the operand is not batched
                                   # (or broadcast over the batch), None when not affine in bz
+    gathered: bool = False  # its elements come from a Gather (element by element, synchronous
+                            # copies); the strides then only say which way its tiles are laid
+                            # out (stride_k 1: k-major)
 
     @property
     def itemsize(self) -> int:

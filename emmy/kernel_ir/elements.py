@@ -13,7 +13,7 @@ from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import Lin, Sym, floordiv, lin, mod, render, substitute, var
 from emmy.dtypes import DType
 from emmy.tensor_ir.ir import Scalar
-from emmy.tile_ir.ir import Fold, Item
+from emmy.tile_ir.ir import Axis, Fold, Item
 from emmy.tile_ir.values import value_types
 
 
@@ -185,47 +185,78 @@ def init_acc(name: str, init: Init) -> list[K.KStmt]:
     return [K.Let(name, ctype(init.dtype), "identity", (init.op.value,), mutable=True)]
 
 
-def _epilogue_fn(k, items, axes, batch) -> tuple[Fn, dict[str, Lin]]:
+def _epilogue_fn(k, items, axes, batch, parts=None) -> tuple[Fn, dict[str, Lin]]:
     """The lowering context of a template's epilogue: the row and column axes bound to `e_row`
-    and `e_col`, the batch axes decoded from the flat `e_bz`."""
+    and `e_col`, the batch axes decoded from the flat `e_bz`. `parts` maps a row (column)
+    axis merged from several grid axes to them: each is decoded from the flat index."""
     row_ax, col_ax = axes
-    size = 1
-    for ax in batch:
-        size *= ax.extent
-    bounds = {"e_row": row_ax.extent, "e_col": col_ax.extent, "e_bz": max(size, 1)}
+    bounds = {"e_row": row_ax.extent, "e_col": col_ax.extent}
     shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
-    env = {row_ax.var: var("e_row"), col_ax.var: var("e_col")}
-    rest = size
-    for ax in batch:
-        rest //= ax.extent
-        env[ax.var] = mod(floordiv(var("e_bz"), rest, bounds), ax.extent, bounds)
+    env = _decoded(bounds, "e_bz", batch)
+    for ax, flat in ((row_ax, "e_row"), (col_ax, "e_col")):
+        env |= _decoded(bounds, flat, (parts or {}).get(ax.var) or (Axis(ax.var, ax.extent),))
     return Fn(k, None, value_types(items), shapes, dict(bounds)), env
 
 
-def element_lines(k, items, acc: str, axes, batch, at) -> list[str]:
+def _decoded(bounds: dict[str, int], flat: str, axes) -> dict[str, Lin]:
+    """Each of `axes` (outermost first) as a function of their flat row-major index `flat`
+    (its extent recorded in `bounds`)."""
+    size = 1
+    for ax in axes:
+        size *= ax.extent
+    bounds[flat] = max(size, 1)
+    if len(axes) == 1:
+        return {axes[0].var: var(flat)}
+    env, rest = {}, size
+    for ax in axes:
+        rest //= ax.extent
+        env[ax.var] = mod(floordiv(var(flat), rest, bounds), ax.extent, bounds)
+    return env
+
+
+def element_gather(k, items, value: str, parts, kaxis, batch):
+    """A template's gathered operand (emmy.cuda.gemm_spec.Gather): the Tile IR statements
+    `items` computing one element, with its row (column) axes `parts` decoded from the flat
+    `outer` index, the merged reduction axis `kaxis` bound to `kk` and the batch axes decoded
+    from the template's `bz`; returns the C statements and the name of the element's value."""
+    from emmy.cuda.emit import _block as emit_block
+
+    def at(outer: str, kk: str) -> tuple[list[str], str]:
+        bounds = {"g_k": kaxis.extent}
+        env = _decoded(bounds, "g_bz", batch) | _decoded(bounds, "g_o", parts)
+        env[kaxis.var] = var("g_k")
+        shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
+        fn = Fn(k, None, value_types(items), shapes, bounds)
+        body = stmts(fn, items, "", env, lane0_stores=False)
+        return [f"const long long g_bz = bz;", f"const int g_o = {outer};",
+                f"const int g_k = {kk};", *emit_block(body, 0)], value
+    return at
+
+
+def element_lines(k, items, acc: str, axes, batch, at, parts=None) -> list[str]:
     """For the templates' epilogues: the Tile IR statements `items` for one element, as C: `axes` (the row and column grid
     axes) and `batch` (the batch axes, flattened into one index) bound at `at` = (batch index,
     row, column, accumulator value) C expressions, the accumulator `acc` read as `e_acc`."""
     from emmy.cuda.emit import _block as emit_block   # the emitter imports this module's IR
 
-    fn, env = _epilogue_fn(k, items, axes, batch)
+    fn, env = _epilogue_fn(k, items, axes, batch, parts)
     body = stmts(fn, items, "", env, lane0_stores=False, accs={acc: "e_acc"})
     bz, row, col, value = at
     return [f"const long long e_bz = {bz};", f"const int e_row = {row};",
             f"const int e_col = {col};", f"const float e_acc = {value};", *emit_block(body, 0)]
 
 
-def element_pair_lines(k, items, acc: str, axes, batch, at) -> list[str] | None:
+def element_pair_lines(k, items, acc: str, axes, batch, at, parts=None) -> list[str] | None:
     """element_lines for two neighbouring columns: `at` = (batch index, row, column, value of
     that column, value of the next), the column even. Accesses contiguous along the column
     become two-element vectors (one 4-byte store of two halves instead of two 2-byte stores);
     None when one of them could start at an odd element (a vector access must be aligned to
-    its size) or the stores are atomic."""
+    its size), the stores are atomic or the column axis is merged from several."""
     from emmy.cuda.emit import _block as emit_block
 
-    if getattr(k, "atomic", False):
+    if getattr(k, "atomic", False) or (parts or {}).get(axes[1].var):
         return None
-    fn, env = _epilogue_fn(k, items, axes, batch)
+    fn, env = _epilogue_fn(k, items, axes, batch, parts)
     col = axes[1].var
     for s in items:
         if isinstance(s, (Load, Store)) and _contiguous(fn, s, col):
@@ -242,15 +273,15 @@ def element_pair_lines(k, items, acc: str, axes, batch, at) -> list[str] | None:
             f"const float e_acc_1 = {v1};", *emit_block(body, 0)]
 
 
-def element_epilogue(k, items, acc: str, axes, batch):
+def element_epilogue(k, items, acc: str, axes, batch, parts=None):
     """A template's epilogue (emmy.cuda.gemm_spec.Epilogue): element_lines in a block, with
     its two-column form (element_pair_lines) as the `pair` attribute."""
     def one(bz: str, row: str, col: str, value: str) -> list[str]:
-        lines = element_lines(k, items, acc, axes, batch, (bz, row, col, value))
+        lines = element_lines(k, items, acc, axes, batch, (bz, row, col, value), parts)
         return ["{", *("  " + line for line in lines), "}"]
 
     def pair(bz: str, row: str, col: str, v0: str, v1: str) -> list[str] | None:
-        lines = element_pair_lines(k, items, acc, axes, batch, (bz, row, col, v0, v1))
+        lines = element_pair_lines(k, items, acc, axes, batch, (bz, row, col, v0, v1), parts)
         return None if lines is None else ["{", *("  " + line for line in lines), "}"]
     one.pair = pair   # type: ignore[attr-defined]
     return one

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmProblem
+from emmy.cuda.gemm_spec import Body, Epilogue, Gather, GemmConfig, GemmProblem
 from emmy.kernel_ir import ir as K
-from emmy.kernel_ir.elements import element_epilogue
+from emmy.kernel_ir.elements import element_epilogue, element_gather
 from emmy.schedule import gemm as G
 from emmy.schedule.row import Row
 from emmy.schedule.space import template_config
@@ -40,7 +40,7 @@ def lower_contract(k: TileKernel, row: Row, target: Target) -> K.KProgram:
     else:
         from emmy.cuda.gemm import gemm_body
 
-        body = gemm_body(problem, config, epilogue)
+        body = gemm_body(problem, config, epilogue, make_gathers(k))
     if config.split_mode != "combine":
         maps = getattr(body, "tensor_maps", ())
         # a map's buffer is named after the kernel (a program may hold several wgmma kernels);
@@ -97,7 +97,16 @@ def make_epilogue(k: TileKernel, *, atomic: bool = False) -> Epilogue:
     Tile IR epilogue at (e_bz, e_row, e_col)."""
     con = k.contract
     return element_epilogue(replace(k, atomic=atomic), con.epilogue, con.acc, (con.m, con.n),
-                            con.batch)
+                            con.batch, parts={con.m.var: con.a.parts, con.n.var: con.b.parts})
+
+
+def make_gathers(k: TileKernel) -> dict[str, Gather]:
+    """The element functions of the gathered operands, by the template's names ("a", "b")."""
+    con = k.contract
+    return {name: element_gather(k, op.gather, op.value,
+                                 op.parts or ((con.m if name == "a" else con.n),), con.k,
+                                 con.batch)
+            for name, op in (("a", con.a), ("b", con.b)) if op.gathered}
 
 
 def _summary(k: TileKernel, p: GemmProblem, c: GemmConfig) -> tuple[str, ...]:

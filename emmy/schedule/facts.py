@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from emmy.loop_ir.ir import Compute, Load, Store
-from emmy.symbolic import Lin, Sym, lin
+from emmy.symbolic import Lin, Sym, lin, recombine
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.chain import find_chain
 from emmy.tile_ir.ir import Fold, FoldKind, Item, KernelKind, TileKernel
@@ -43,12 +43,12 @@ def buffer_types(k: TileKernel) -> dict:
 
 
 def offset(index: tuple[Lin, ...], shape: tuple[int, ...]) -> Lin:
-    """Row-major element offset of an index."""
+    """Row-major element offset of an index (an axis split in pieces reads back as itself)."""
     total, stride = lin(0), 1
     for e, s in zip(reversed(index), reversed(shape)):
         total = total + e * stride
         stride *= s
-    return total
+    return recombine(total)
 
 
 def stride_along(off: Lin, axis: str) -> int | None:

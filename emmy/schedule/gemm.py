@@ -151,6 +151,12 @@ def problem_of(con) -> GemmProblem:
     """The template's view of a Contraction (emmy.tile_ir.contract): sizes and operand layouts.
     The batch axes flatten into one index `bz` (outermost first)."""
     def operand(op) -> GemmOperand:
+        if op.gathered:     # strides that lay its tiles out the nearer way in memory
+            extent = (con.m if op is con.a else con.n).extent
+            return GemmOperand(buffer=op.buffer, ctype=op.dtype.c_name,
+                               stride_outer=con.k.extent if op.k_major else 1,
+                               stride_k=1 if op.k_major else extent, batch_offset="0",
+                               gathered=True)
         strides = {a.name: c for a, c in op.offset.terms}
         bounds = {"bz": max(con.batch_size, 1)}
         off, rest = lin(op.offset.const), con.batch_size
@@ -216,6 +222,10 @@ def tf32_allowed(c: GemmCtx) -> str | None:
 def instruction_set(c: GemmCtx) -> str | None:
     if c.tile.inst == "wgmma" and not c.target.has_wgmma:
         return f"wgmma is an sm_90a instruction; {c.target.name} has none"
+    gathered = [n for n, op in (("A", c.problem.a), ("B", c.problem.b)) if op.gathered]
+    if c.tile.inst == "wgmma" and gathered:
+        return (f"the wgmma template reads tiles that cp.async or TMA copy as 16-byte chunks; "
+                f"operand {gathered[0]} is gathered element by element: use mma")
     if c.tile.inst in ("mma", "tf32") and not c.target.has_mma_sync:
         return f"mma.sync m16n8k16 needs sm_80 or later; {c.target.name} has none"
     return None
@@ -284,6 +294,11 @@ def stage_kind(c: GemmCtx) -> str | None:
 def stage_alignment(c: GemmCtx) -> str | None:
     if c.stage.kind == "smem":
         return None
+    for name, op in (("A", c.problem.a), ("B", c.problem.b)):
+        if op.gathered:
+            return (f"operand {name} is gathered (each element computed, as a convolution's "
+                    f"window with its padding), so its tiles are copied element by element: "
+                    f"{c.stage.kind} copies need affine 16-byte chunks; use STAGE=smem")
     for name, op, start in (("A", c.problem.a, c.starts[0]), ("B", c.problem.b, c.starts[1])):
         if start * op.itemsize % 16:
             return (f"cp.async copies 16-byte chunks; operand {name} starts {start} elements "
@@ -375,4 +390,5 @@ def make_ctx(kernel, target: Target) -> GemmCtx:
     outs = kernel.outputs
     return GemmCtx(kernel.name, problem_of(con), con.plain_store,
                    all(b.type.dtype is DType.F32 for b in outs), target,
-                   allow_tf32=con.allow_tf32, starts=(con.a.offset.const, con.b.offset.const))
+                   allow_tf32=con.allow_tf32,
+                   starts=tuple(0 if o.gathered else o.offset.const for o in (con.a, con.b)))

@@ -225,6 +225,8 @@ def fused_products(k: TileKernel) -> FusedChain | None:
         return None
     i, batch, k2 = chain.axes[-1], chain.axes[:-1], chain.outer.axis
     f, s = first.contract, second.contract
+    if any(op.gathered for op in (f.a, f.b, s.a, s.b)):
+        return None
     if [a.var for a in f.batch] != [a.var for a in batch] or \
             [a.var for a in s.batch] != [a.var for a in batch]:
         return None

@@ -13,6 +13,17 @@ split, staging depth, launch order) instead of the job-per-element ones, and low
 a template (emmy.cuda.gemm). `m` is the grid axis only A's index uses, `n` the one only B's
 uses (the innermost such axis when there are several); every other grid axis is a batch axis,
 which an operand may ignore (a broadcast operand: batch stride 0).
+
+An operand may also be **gathered** (an implicit GEMM): its element is computed by a few
+statements instead of one affine load, such as a convolution's input under the window
+
+    reduce k in 0..C*KH*KW          (nested reduces into the same accumulator, merged)
+      ih = oh + k / KW % KH - pad;  inside = 0 <= ih < H && ...
+      x = where(inside, load input[b, k / (KH*KW), ih % H, iw % W], 0)
+
+A gathered operand's only grid axes (b, oh, ow) merge into one matrix dimension, and the
+template copies its tiles element by element through those statements (emmy.cuda.gemm);
+the weights stay an affine operand.
 """
 
 from __future__ import annotations
@@ -22,9 +33,10 @@ from dataclasses import dataclass
 from emmy.dtypes import DType
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
 from emmy.schedule.facts import offset, stride_along
-from emmy.symbolic import Lin, Sym
-from emmy.tensor_ir.ir import EwOp, ReduceOp
+from emmy.symbolic import Lin, Sym, evaluate, floordiv, lin, mod, var
+from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, TileKernel
+from emmy.tile_ir.values import substitute_item
 
 _MMA_TYPES = (DType.F16, DType.BF16)
 
@@ -34,7 +46,23 @@ class Operand:
     buffer: str
     dtype: DType
     offset: Lin          # element offset in the buffer, affine in the grid vars and k
+                         # (gathered: the load's offset, not affine)
     outer: str           # the grid var of its matrix row (A: m) or column (B: n)
+    gather: tuple[Item, ...] = ()   # gathered: the statements computing one element
+    value: str = ""                 # gathered: the element's value, in the operand's type
+    parts: tuple[Axis, ...] = ()    # gathered: the grid axes merged into `outer`, outermost
+                                    # first (empty: `outer` is one grid axis)
+    k_major: bool = True            # gathered: neighbouring k are nearer in memory than
+                                    # neighbouring rows (how its tiles are laid out)
+
+    @property
+    def gathered(self) -> bool:
+        return bool(self.gather)
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """The grid vars of its matrix row (column), outermost first."""
+        return tuple(a.var for a in self.parts) or (self.outer,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,43 +120,124 @@ def find_contraction(k: TileKernel) -> Contraction | None:
     if (fold.kind is not FoldKind.REDUCE or fold.reverse or len(fold.accs) != 1
             or fold.accs[0].op is not ReduceOp.SUM or fold.accs[0].dtype is not DType.F32):
         return None
-    loads = _product(fold)
-    if loads is None:
+    bounds = {a.var: a.extent for a in k.grid} | _fold_extents(fold)
+    fold = _flatten(fold, bounds)
+    before = k.body[:k.body.index(folds[0])]
+    outer = {s.dst: s for s in before if isinstance(s, (Compute, CastTo, IndexValue))}
+    sides = None if fold is None else _product(fold, outer)
+    if sides is None:
         return None
-    epilogue = tuple(i for i in k.body if i is not fold)
+    epilogue = tuple(i for i in k.body if i is not folds[0])
     if any(isinstance(i, (Fold, Accum)) for i in epilogue):
         return None
     shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
     grid = [a.var for a in k.grid]
     offs = []
-    for ld in loads:
+    for items, ld, _ in sides:
         off = offset(ld.index, shapes[ld.buffer])
-        if any(not isinstance(atom, Sym) for atom, _ in off.terms):
-            return None
-        used = {a.name for a, _ in off.terms}
+        used = _vars(items)
         if fold.axis.var not in used or not used <= {*grid, fold.axis.var}:
             return None
-        offs.append((off, used))
-    (oa, ua), (ob, ub) = offs
+        affine = len(items) == 1 and all(isinstance(atom, Sym) for atom, _ in off.terms)
+        offs.append((off, used, affine))
+    (oa, ua, fa), (ob, ub, fb) = offs
     only_a = [v for v in grid if v in ua and v not in ub]
     only_b = [v for v in grid if v in ub and v not in ua]
     if not only_a or not only_b:
         return None
-    m, n = only_a[-1], only_b[-1]
-    if _store_stride(epilogue, shapes, n) != 1 and _store_stride(epilogue, shapes, m) == 1:
+    axes = {a.var: a for a in k.grid}
+    ops = [_operand(k, side, off, only, affine, fold.axis, axes, bounds, shapes)
+           for side, (off, _, affine), only in zip(sides, offs, (only_a, only_b))]
+    if None in ops:
+        return None
+    a, b = ops
+    if _store_stride(epilogue, shapes, b.axes[-1]) != 1 and \
+            _store_stride(epilogue, shapes, a.axes[-1]) == 1:
         # the output is contiguous along m: compute it as C^T = B^T A^T, so that a template's
         # neighbouring columns (its stores) are neighbours in memory
-        loads, (oa, ob), m, n = loads[::-1], (ob, oa), n, m
-    a_type, b_type = (_type(k, ld.buffer) for ld in loads)
-    if a_type is not b_type or a_type not in (*_MMA_TYPES, DType.F32):
+        a, b = b, a
+    if a.dtype is not b.dtype or a.dtype not in (*_MMA_TYPES, DType.F32):
         return None
-    axes = {a.var: a for a in k.grid}
-    return Contraction(batch=tuple(a for a in k.grid if a.var not in (m, n)), m=axes[m],
-                       n=axes[n], k=fold.axis,
-                       a=Operand(loads[0].buffer, a_type, oa, m),
-                       b=Operand(loads[1].buffer, b_type, ob, n),
+    matrix = {*a.axes, *b.axes}
+    return Contraction(batch=tuple(ax for ax in k.grid if ax.var not in matrix),
+                       m=_axis(a, axes), n=_axis(b, axes), k=fold.axis, a=a, b=b,
                        acc=fold.accs[0].acc, epilogue=epilogue,
-                       allow_tf32=k.tf32 and a_type is DType.F32)
+                       allow_tf32=k.tf32 and a.dtype is DType.F32)
+
+
+def _operand(k, side, off: Lin, only: list[str], affine: bool, kaxis: Axis, axes, bounds,
+             shapes) -> Operand | None:
+    items, ld, value = side
+    dtype = _type(k, ld.buffer)
+    if affine:
+        return Operand(ld.buffer, dtype, off, only[-1])
+    parts = tuple(axes[v] for v in only)
+    outer = "_".join(only)
+    return Operand(ld.buffer, dtype, off, outer, gather=items, value=value,
+                   parts=parts if len(parts) > 1 else (),
+                   k_major=_spread(off, kaxis, parts[-1], bounds) <= 0)
+
+
+def _axis(op: Operand, axes) -> Axis:
+    if not op.parts:
+        return axes[op.outer]
+    n = 1
+    for a in op.parts:
+        n *= a.extent
+    return Axis(op.outer, n)
+
+
+def _spread(off: Lin, kaxis: Axis, inner: Axis, bounds) -> int:
+    """Whether neighbouring k (< 0) or neighbouring rows (> 0) of a gathered operand sit
+    nearer in memory: the mean distance between the elements of a few neighbouring pairs."""
+    def mean_step(axis: Axis) -> float:
+        base = {v: 0 for v in bounds}
+        steps = [abs(evaluate(off, {**base, axis.var: i + 1}) - evaluate(off, {**base, axis.var: i}))
+                 for i in range(min(axis.extent - 1, 64))]
+        return sum(steps) / len(steps) if steps else float("inf")
+    dk, do = mean_step(kaxis), mean_step(inner)
+    return (dk > do) - (dk < do)
+
+
+def _fold_extents(f: Fold) -> dict[str, int]:
+    out = {f.axis.var: f.axis.extent}
+    for i in f.body:
+        if isinstance(i, Fold):
+            out |= _fold_extents(i)
+    return out
+
+
+def _flatten(f: Fold, bounds: dict[str, int]) -> Fold | None:
+    """A reduce whose body ends in a reduce into the same accumulators, as one reduce over
+    their merged axes (outer*n + inner); the statements before the inner reduce move into it
+    (they are pure, so recomputing them per element is the same). None when the folds nest
+    any other way."""
+    inner = [i for i in f.body if isinstance(i, Fold)]
+    if not inner:
+        return f
+    g = inner[0]
+    if (len(inner) != 1 or f.body[-1] is not g or g.kind is not FoldKind.REDUCE or g.accs
+            or g.reverse):
+        return None
+    if not all(isinstance(i, (Load, Compute, CastTo, IndexValue)) for i in f.body[:-1]):
+        return None
+    n = g.axis.extent
+    merged = f"{f.axis.var}_{g.axis.var}"
+    bounds[merged] = f.axis.extent * n
+    env = {f.axis.var: floordiv(var(merged), n, bounds), g.axis.var: mod(var(merged), n, bounds)}
+    body = tuple(substitute_item(i, env, bounds) for i in (*f.body[:-1], *g.body))
+    return _flatten(Fold(FoldKind.REDUCE, Axis(merged, f.axis.extent * n), f.accs, body), bounds)
+
+
+def _vars(items) -> set[str]:
+    out: set[str] = set()
+    for s in items:
+        if isinstance(s, Load):
+            for e in s.index:
+                out |= e.free_vars()
+        elif isinstance(s, IndexValue):
+            out |= s.expr.free_vars()
+    return out
 
 
 def _store_stride(epilogue, shapes, var: str) -> int | None:
@@ -139,27 +248,74 @@ def _store_stride(epilogue, shapes, var: str) -> int | None:
     return None
 
 
-def _product(fold: Fold) -> tuple[Load, Load] | None:
-    """The two loads whose product the fold sums, in the order the multiply reads them."""
-    loads = {s.dst: s for s in fold.body if isinstance(s, Load)}
-    casts = {s.dst: s.arg for s in fold.body if isinstance(s, CastTo) and s.dtype is DType.F32}
-    muls = [s for s in fold.body if isinstance(s, Compute)]
-    accs = [s for s in fold.body if isinstance(s, Accum)]
-    if (len(loads) != 2 or len(muls) != 1 or len(accs) != 1
-            or len(fold.body) != 2 + len(casts) + 2):
+def _product(fold: Fold, outer: dict):
+    """The fold's two factors, in the order the multiply reads them, each as (statements,
+    its load, its value): the value is the load itself, or where(mask, load, 0) with a mask
+    computed from indices alone (maybe partly by the job's statements `outer`, before the
+    fold), before any widening cast to f32. None when the fold does anything else."""
+    body = fold.body
+    if not all(isinstance(s, (Load, Compute, CastTo, IndexValue, Accum)) for s in body):
         return None
-    mul, acc = muls[0], accs[0]
-    if mul.op is not EwOp.MUL or acc.value != mul.dst or acc.op is not ReduceOp.SUM:
+    accs = [s for s in body if isinstance(s, Accum)]
+    defs = {s.dst: s for s in body if not isinstance(s, Accum)}
+    if len(accs) != 1 or accs[0].op is not ReduceOp.SUM or accs[0].value not in defs:
         return None
-    srcs = []
+    mul = defs[accs[0].value]
+    if not isinstance(mul, Compute) or mul.op is not EwOp.MUL:
+        return None
+    sides, seen = [], {mul.dst}
     for a in mul.args:
-        name = casts.get(a, a) if isinstance(a, str) else None
-        if name not in loads:
+        if not isinstance(a, str):
             return None
-        srcs.append(loads[name])
-    if srcs[0] is srcs[1]:
+        seen.add(a)
+        d = defs.get(a)
+        if isinstance(d, CastTo) and d.dtype is DType.F32:
+            a = d.arg
+        side = _factor(a, defs, outer)
+        if side is None:
+            return None
+        sides.append(side)
+        seen |= {getattr(s, "dst") for s in side[0]}
+    if not set(defs) <= seen or sides[0][1] is sides[1][1]:
+        return None   # the fold computes more than the two factors, or squares one load
+    return sides
+
+
+def _factor(value: str, defs, outer) -> tuple[tuple, Load, str] | None:
+    """(statements, load, value) of one factor: a load, maybe widened to f32, maybe under
+    where(mask, ·, 0); every such value is exactly one of the load's type."""
+    d, items = defs.get(value), []
+    if isinstance(d, Compute) and d.op is EwOp.WHERE:
+        mask, x, zero = d.args
+        if not (isinstance(mask, str) and isinstance(x, str) and isinstance(zero, Scalar)
+                and zero.value == 0):
+            return None
+        closure = _closure(mask, outer | defs)
+        if closure is None or any(isinstance(s, Load) for s in closure):
+            return None
+        items, d = [*closure, d], defs.get(x)
+    if isinstance(d, CastTo) and d.dtype is DType.F32 and items:
+        items, d = [*items, d], defs.get(d.arg)
+    if not isinstance(d, Load):
         return None
-    return srcs[0], srcs[1]
+    order = [*outer, *defs]
+    return tuple(sorted({*items, d}, key=lambda s: order.index(s.dst))), d, value
+
+
+def _closure(name: str, defs):
+    """The definitions `name` depends on (itself included); None when one is not in `defs`."""
+    out, todo = set(), [name]
+    while todo:
+        n = todo.pop()
+        s = defs.get(n)
+        if s is None:
+            return None
+        if s in out:
+            continue
+        out.add(s)
+        args = s.args if isinstance(s, Compute) else (s.arg,) if isinstance(s, CastTo) else ()
+        todo += [a for a in args if isinstance(a, str)]
+    return out
 
 
 def _type(k: TileKernel, buffer: str) -> DType:

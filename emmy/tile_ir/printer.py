@@ -33,6 +33,11 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
                      f"({c.m.extent}x{c.n.extent}x{c.k.extent}"
                      f"{f', batch {c.batch_size}' if c.batch else ''}, {c.element}; "
                      f"{'tensor cores' if c.tensor_core_ok else 'CUDA cores'})")
+        for name, op in (("A", c.a), ("B", c.b)):
+            if op.gathered:
+                lines.append(f"{INDENT}  {name} gathered (implicit GEMM): {len(op.gather)} "
+                             f"statement(s) compute each element ({op.value}), copied element "
+                             f"by element")
     if k.attention is not None:
         a = k.attention
         lines.append(f"{INDENT}attention: softmax({a.q.buffer}·{a.k.buffer} over {a.dim} × "

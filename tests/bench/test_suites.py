@@ -27,6 +27,15 @@ def test_suites_cover_the_issue():
         suite_specs("nope")
 
 
+def test_the_command_line_offers_every_suite():
+    from emmy.bench.suites import SUITE_NAMES
+    from emmy.cli import build_parser
+
+    bench = build_parser()._subparsers._group_actions[0].choices["bench"]
+    (suite,) = [a for a in bench._actions if a.dest == "suite"]
+    assert tuple(suite.choices) == SUITE_NAMES == (*SUITES, "all")
+
+
 @pytest.mark.parametrize("example,sets", [
     ("rmsnorm", (("batch_size", 4), ("dim", 64))),
     ("layernorm", (("batch_size", 4), ("seq_len", 1), ("hidden", 64))),
@@ -38,6 +47,8 @@ def test_suites_cover_the_issue():
     ("bmm", (("batch_size", 2), ("M", 8), ("K", 16), ("N", 8))),
     ("attention", (("batch_size", 1), ("heads", 2), ("seq_len", 8), ("head_dim", 4),
                    ("is_causal", False))),
+    ("conv2d", (("batch_size", 1), ("in_channels", 4), ("out_channels", 8), ("height", 6),
+                ("width", 6), ("kernel_size", 3), ("stride", 1), ("padding", 1))),
 ])
 def test_every_suite_workload_loads_and_casts(example, sets):
     """The suite's files and size constants exist; the bf16 cast reaches model and inputs."""

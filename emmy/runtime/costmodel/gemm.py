@@ -5,7 +5,8 @@ shared memory and the threads); each block computes a BM x BN tile over its K ra
 steps. A step costs the larger of its arithmetic (the tile's FLOPs at the SM's share of the
 instruction's rate) and its copies (the step's operand bytes at the SM's share of the
 bandwidth that serves them); with one shared buffer (STAGE=smem) the copy latency is paid on
-every step as well, with a cp.async/TMA ring of N stages it is hidden behind N-1 steps.
+every step as well, with a cp.async/TMA ring of N stages it is hidden behind N-1 steps. A
+gathered operand (an implicit GEMM) also pays the instructions computing each element.
 Operand bytes come from DRAM once per wave for each distinct tile row of A and tile column
 of B the wave touches (the launch order decides how many: row-major waves touch few rows and
 many columns, grouped waves a square-ish patch), from L2 for the rest.
@@ -45,6 +46,10 @@ WGMMA_ATTENTION_EFFICIENCY = 0.62
 # about ATTENTION_BARRIER_CYCLES of the block's time. Recalibrate once both forms are timed.
 ATTENTION_CP_ASYNC_ISSUE_CYCLES = 8
 ATTENTION_BARRIER_CYCLES = 40
+# ASSUMPTION, not measured: instructions one thread issues per element of a gathered operand's
+# tile (an implicit GEMM's index arithmetic, padding test, scalar load and shared store); an SM
+# issues 4 warp instructions per clock. Recalibrate once a convolution row is timed.
+GATHER_INSTRUCTIONS_PER_ELEMENT = 24
 SMEM_BYTES_PER_CLOCK = 128       # one SM's shared-memory bandwidth (32 banks x 4 bytes)
 STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
 EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
@@ -112,8 +117,10 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     bytes_step_all = step_bytes * resident
     copy_s = max(bytes_step_all * dram_fraction / dram_bw, bytes_step_all / l2_bw)
     overhead_s = STEP_OVERHEAD_CYCLES / clock
+    gathered = (c.bm if p.a.gathered else 0) + (c.bn if p.b.gathered else 0)
+    gather_s = concurrent * gathered * c.bk * GATHER_INSTRUCTIONS_PER_ELEMENT / (32 * 4) / clock
     if c.stages <= 1:
-        step_s = compute_s + copy_s + DRAM_LATENCY_S / 2 + overhead_s
+        step_s = compute_s + copy_s + gather_s + DRAM_LATENCY_S / 2 + overhead_s
     else:
         step_s = max(compute_s, copy_s, DRAM_LATENCY_S / (c.stages - 1)) + overhead_s
     waves = -(-units // resident)
@@ -126,6 +133,7 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     reads = operand_bytes * (tiles_n + tiles_m) / 2
     limiter = "compute" if compute_s >= copy_s else "memory"
     breakdown = (("compute", waves * steps * compute_s), ("copies", waves * steps * copy_s),
+                 *((("gather", waves * steps * gather_s),) if gathered else ()),
                  ("launch", target.launch_overhead_s))
     return LaunchEstimate(kernel=kernel, function=function, seconds=seconds,
                           bytes_dram=round(operand_bytes + out_bytes), bytes_l2=round(reads),

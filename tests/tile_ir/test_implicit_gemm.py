@@ -1,0 +1,108 @@
+"""Convolutions as implicit GEMMs: a contraction whose input operand is gathered (each element
+computed under the window, zero in the padding) while the weights stay an affine operand. The
+rows the space lists are checked on the CPU emulator against eager PyTorch."""
+
+import pytest
+
+from emmy.check import check_cuda_program
+from emmy.frontend.workload import load_expr, load_file
+from emmy.pipeline import Options, compile_to
+from emmy.schedule.gemm import problem_of
+from emmy.schedule.row import parse
+from emmy.schedule.space import Space
+from emmy.schedule.targets import get_target
+from emmy.tile_ir.ir import KernelKind
+from emmy.tile_ir.printer import print_kernel
+
+SM90 = get_target("sm_90a")
+CONV = "nn.Conv2d(3, 5, 3, padding=1)(torch.randn(2, 3, 7, 9))"
+HALF = ("nn.Sequential(nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU()).half()"
+        "(torch.randn(2, 8, 11, 10).half())")
+
+
+def kernel(expr: str):
+    (k,) = compile_to(load_expr(expr), "tile")["tile"].program.kernels
+    return k
+
+
+def test_a_padded_convolution_is_a_product_over_its_whole_window():
+    k = kernel(CONV)
+    assert k.kind is KernelKind.CONTRACT
+    con = k.contract
+    # m: output channels (the weights' rows); n: batch x height x width, merged; k: C x 3 x 3
+    assert (con.m.extent, con.n.extent, con.k.extent) == (5, 2 * 7 * 9, 3 * 3 * 3)
+    assert not con.a.gathered and con.b.gathered
+    assert [a.var for a in con.b.parts] == ["a0", "a2", "a3"] and not con.batch
+    p = problem_of(con)
+    # the nested (c, kh, kw) reduction reads the weights back as one affine index
+    assert (p.a.stride_outer, p.a.stride_k) == (27, 1)
+    # the input's neighbouring output columns are neighbours in memory: tiles laid out
+    # with the columns contiguous
+    assert p.b.gathered and p.b.stride_outer == 1
+    assert "B gathered (implicit GEMM)" in print_kernel(k)
+
+
+def test_grouped_convolutions_stay_window_folds():
+    """Each output channel reads its own group's input channels: no operand is the weights'
+    alone, so this is not one product (it runs as a fold per output element)."""
+    k = kernel("nn.Conv1d(4, 6, 3, groups=2)(torch.randn(2, 4, 9))")
+    assert k.kind is KernelKind.ROW
+
+
+def test_gathered_operands_refuse_async_copies_and_wgmma_with_the_reason():
+    space = Space(kernel(HALF), SM90)
+    values = dict(space.decision_points())
+    assert values["STAGE"] == ["smem"]
+    assert all(v.startswith("mma:") for v in values["TILE"])
+    (refusal,) = space.check(parse(
+        "WORK=warps:2x2 TILE=mma:32x32x32 REDUCE=serial STAGE=async:2 RASTER=row"))
+    assert refusal.rule == "stage.alignment" and "gathered" in refusal.reason
+    refusals = space.check(parse(
+        "WORK=warps:4x1 TILE=wgmma:64x64x64 REDUCE=serial STAGE=tma:3 RASTER=row"))
+    assert any(r.rule == "tile.instruction_set" and "use mma" in r.reason for r in refusals)
+
+
+def _check(workload, row: str | None):
+    results = compile_to(workload, "cuda", Options(rows={"": row} if row else {}))
+    report, failed = check_cuda_program(workload, results["torch"], results["cuda"])
+    assert report is not None, failed.log[-2000:]
+    assert report.ok, report.outputs
+    return results
+
+
+@pytest.mark.parametrize("expr, row", [
+    # ragged everywhere (M 5, N 126, K 27), the default row and a split-K row
+    (CONV, None),
+    (CONV, "WORK=warps:1x2 TILE=simt:32x64x8 REDUCE=split:2:combine STAGE=smem RASTER=group:4"),
+    ("nn.Conv1d(4, 6, 3, stride=2, padding=2, dilation=2)(torch.randn(2, 4, 13))", None),
+    ("nn.Conv3d(2, 3, 3, padding=1, stride=(1, 2, 2))(torch.randn(1, 2, 4, 6, 5))", None),
+    # a transposed convolution: the gather's mask also tests the stride's divisibility
+    ("nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1, output_padding=1)(torch.randn(1, 3, 5, 5))",
+     None),
+    # f16 and bf16 on tensor cores (mma.sync, ldmatrix from the gathered shared tiles)
+    (HALF, None),
+    (HALF, "WORK=warps:2x2 TILE=mma:32x32x32 REDUCE=split:2:combine STAGE=smem RASTER=row"),
+    ("nn.Conv1d(8, 16, 3, padding=1).bfloat16()(torch.randn(2, 8, 20).bfloat16())", None),
+])
+def test_implicit_gemm_rows_match_eager(expr, row):
+    w = load_expr(expr)
+    results = _check(w, row)
+    (unit,) = results["cuda"].units
+    assert "gathered" in unit.source and "emmy gemm" in unit.source
+
+
+def test_a_tf32_convolution(tmp_path):
+    f = tmp_path / "conv_tf32.py"
+    f.write_text(
+        "import torch\nimport torch.nn as nn\n"
+        "torch.set_float32_matmul_precision('high')\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(8, 16, 3, padding=1)\n"
+        "    def forward(self, x):\n"
+        "        return self.conv(x)\n"
+        "def get_inputs():\n    return [torch.randn(2, 8, 9, 9)]\n"
+        "def get_init_inputs():\n    return []\n")
+    row = "WORK=warps:2x2 TILE=tf32:32x32x16 REDUCE=serial STAGE=smem RASTER=row"
+    _check(load_file(str(f), ()), row)
