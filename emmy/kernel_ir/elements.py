@@ -228,7 +228,7 @@ def element_gather(k, items, value: str, parts, kaxis, batch):
         shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
         fn = Fn(k, None, value_types(items), shapes, bounds)
         body = stmts(fn, items, "", env, lane0_stores=False)
-        return [f"const long long g_bz = bz;", f"const int g_o = {outer};",
+        return ["const long long g_bz = bz;", f"const int g_o = {outer};",
                 f"const int g_k = {kk};", *emit_block(body, 0)], value
     return at
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from emmy.dtypes import DType
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
 from emmy.schedule.facts import offset, stride_along
-from emmy.symbolic import Lin, Sym, evaluate, floordiv, lin, mod, var
+from emmy.symbolic import Lin, Sym, evaluate, floordiv, mod, var
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, TileKernel
 from emmy.tile_ir.values import substitute_item
