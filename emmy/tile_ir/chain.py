@@ -165,7 +165,7 @@ def cut_chain(k: TileKernel, chain: Chain) -> tuple[TileKernel, TileKernel, Buff
     assert not (used(rest) & (produced - {chain.h})), "the consumer reads a producer value"
     out = []
     for part in (first, second):
-        con = find_contraction(part)
+        con = find_contraction(part, merge=False)
         out.append(replace(part, kind=KernelKind.CONTRACT, contract=con) if con else part)
     return out[0], out[1], mid
 

@@ -50,8 +50,8 @@ class Operand:
     outer: str           # the grid var of its matrix row (A: m) or column (B: n)
     gather: tuple[Item, ...] = ()   # gathered: the statements computing one element
     value: str = ""                 # gathered: the element's value, in the operand's type
-    parts: tuple[Axis, ...] = ()    # gathered: the grid axes merged into `outer`, outermost
-                                    # first (empty: `outer` is one grid axis)
+    parts: tuple[Axis, ...] = ()    # the grid axes merged into `outer`, outermost first
+                                    # (empty: `outer` is one grid axis)
     k_major: bool = True            # gathered: neighbouring k are nearer in memory than
                                     # neighbouring rows (how its tiles are laid out)
 
@@ -111,8 +111,10 @@ class Contraction:
         return True
 
 
-def find_contraction(k: TileKernel) -> Contraction | None:
-    """The kernel as a contraction, or None when it is not one (see the module docstring)."""
+def find_contraction(k: TileKernel, merge: bool = True) -> Contraction | None:
+    """The kernel as a contraction, or None when it is not one (see the module docstring).
+    `merge` False keeps each affine operand's outer axes apart (one is its matrix dimension,
+    the others batches), as the back-to-back chain template needs."""
     folds = [i for i in k.body if isinstance(i, Fold)]
     if len(folds) != 1 or not k.grid:
         return None
@@ -146,7 +148,7 @@ def find_contraction(k: TileKernel) -> Contraction | None:
     if not only_a or not only_b:
         return None
     axes = {a.var: a for a in k.grid}
-    ops = [_operand(k, side, off, only, affine, fold.axis, axes, bounds, shapes)
+    ops = [_operand(k, side, off, only, affine, fold.axis, axes, bounds, merge)
            for side, (off, _, affine), only in zip(sides, offs, (only_a, only_b))]
     if None in ops:
         return None
@@ -166,16 +168,38 @@ def find_contraction(k: TileKernel) -> Contraction | None:
 
 
 def _operand(k, side, off: Lin, only: list[str], affine: bool, kaxis: Axis, axes, bounds,
-             shapes) -> Operand | None:
+             merge: bool) -> Operand | None:
     items, ld, value = side
     dtype = _type(k, ld.buffer)
     if affine:
-        return Operand(ld.buffer, dtype, off, only[-1])
+        parts = _affine_parts(off, only, axes) if merge else (axes[only[-1]],)
+        if len(parts) == 1:
+            return Operand(ld.buffer, dtype, off, only[-1])
+        outer = "_".join(a.var for a in parts)
+        names = {a.var for a in parts}
+        merged = Lin(tuple((atom, c) for atom, c in off.terms if atom.name not in names),
+                     off.const) + var(outer) * dict(off.terms)[Sym(parts[-1].var)]
+        return Operand(ld.buffer, dtype, merged, outer, parts=parts)
     parts = tuple(axes[v] for v in only)
     outer = "_".join(only)
     return Operand(ld.buffer, dtype, off, outer, gather=items, value=value,
                    parts=parts if len(parts) > 1 else (),
                    k_major=_spread(off, kaxis, parts[-1], bounds) <= 0)
+
+
+def _affine_parts(off: Lin, only: list[str], axes) -> tuple[Axis, ...]:
+    """The innermost of an affine operand's own grid axes, and the ones outside it that read
+    on as one row-major index (each stride the next one's times its extent): a linear layer's
+    batch and sequence, a 1x1 convolution's height and width. They merge into one matrix
+    dimension rather than leave the outer ones as batches of short products."""
+    strides = {atom.name: c for atom, c in off.terms}
+    parts = [axes[only[-1]]]
+    for v in reversed(only[:-1]):
+        inner = parts[0]
+        if strides.get(v, 0) != strides[inner.var] * inner.extent:
+            break
+        parts.insert(0, axes[v])
+    return tuple(parts)
 
 
 def _axis(op: Operand, axes) -> Axis:

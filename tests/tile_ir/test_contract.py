@@ -30,8 +30,13 @@ def example(name: str, *rows):
     ("torch.bmm(torch.randn(3, 32, 48), torch.randn(3, 48, 16))", (32, 16, 48), (48, 1), (1, 16), 3),
     # x @ w.t(): the weight is read k-contiguous
     ("nn.Linear(48, 16)(torch.randn(32, 48))", (32, 16, 48), (48, 1), (48, 1), 1),
-    # a 3-D input: the batch axis is the sequence's, the weight is broadcast (batch stride 0)
-    ("nn.Linear(48, 16, bias=False)(torch.randn(2, 8, 48))", (8, 16, 48), (48, 1), (48, 1), 2),
+    # a 3-D input: batch and sequence read on as one row index, so they merge into m
+    ("nn.Linear(48, 16, bias=False)(torch.randn(2, 8, 48))", (16, 16, 48), (48, 1), (48, 1), 1),
+    # a transposed 3-D input does not: its batches stay batches (the weight's stride 0)
+    ("(lambda x, w: x.transpose(1, 2) @ w)(torch.randn(2, 48, 8), torch.randn(48, 16))",
+     (8, 16, 48), (1, 8), (1, 16), 2),
+    # a 1x1 convolution: height and width merge into n; the batch stays one
+    ("nn.Conv2d(4, 8, 1)(torch.randn(2, 4, 5, 5))", (8, 25, 4), (4, 1), (1, 25), 2),
 ])
 def test_products_are_contractions_with_their_layouts(expr, shape, a_layout, b_layout, batch):
     (k,) = tile(expr)
@@ -275,3 +280,23 @@ def test_chains_no_template_tiles_are_cut_by_default_and_again_when_nested():
     fused = compile_to(w, "cuda", Options(rows={chain.name: cut_row.replace(
         "thread:32 TILE=v1x1 REDUCE=serial", "warp:4 TILE=v1x1 REDUCE=shuffle") + " PLACE=fuse"}))
     assert estimate_compiled(fused).seconds > 5 * estimate_compiled(stages).seconds
+
+
+@pytest.mark.parametrize("expr, row", [
+    # m = 3 x 5 merged rows (ragged), cp.async copies of the merged A
+    ("nn.Linear(64, 32).half()(torch.randn(3, 5, 64).half())",
+     "WORK=warps:1x2 TILE=mma:32x32x32 REDUCE=serial STAGE=async:2 RASTER=row"),
+    # n = 5 x 5 merged columns: the epilogue stores one element at a time
+    ("nn.Conv2d(24, 8, 1)(torch.randn(2, 24, 5, 5))",
+     "WORK=warps:1x1 TILE=simt:32x32x8 REDUCE=split:2:combine STAGE=smem RASTER=row"),
+])
+def test_merged_rows_and_columns_match_eager(expr, row):
+    from emmy.check import check_cuda_program
+
+    (k,) = tile(expr)
+    assert k.contract.a.parts or k.contract.b.parts
+    w = load_expr(expr)
+    results = compile_to(w, "cuda", Options(rows={"": row}))
+    report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None, failed.log[-2000:]
+    assert report.ok, report.outputs
