@@ -6,8 +6,9 @@
 #   export PYTHONPATH=$PWD:/tmp/site && bash bench/device_check.sh
 # The defaults fit one 15-minute lease with its start-up (about 11 minutes of steps): the GPU
 # tests, two wgmma+TMA rows (one with clusters) through `emmy run --bench`, then the matmul and
-# attention suites (the core suite was measured on 2026-11-30; add it with SUITES="core:120 ...").
-# Knobs (environment): SUITES="matmul:120 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs
+# attention suites (the core suite was measured on 2026-11-30; the conv suite is new: with time
+# left, or TESTS=0 RUN_BENCH=0, add it as SUITES="... conv:90"). Knobs (environment):
+# SUITES="matmul:120 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs
 # `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of
 # workload-name prefixes); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=210 (seconds),
 # RUN_BENCH=1 (0 skips the `emmy run --bench` steps; RMSNORM=1 adds rmsnorm's),

@@ -11,6 +11,9 @@ possible or not wanted:
 - a tensor a sliding window reads (`windowed_reads`): a convolution's or pool's window reads
   each element at several output positions, so a reduction inlined there would be computed
   again at every window position (a chain of convolutions, a pool after a convolution);
+- a product (a linear layer's, a convolution's) that a reduction such as a norm's statistics
+  reads (`reduced_products`): inlined, each product element would be computed again for
+  every output needing the statistic (attention's softmax over scores stays fused);
 - a tensor the caller forces (`forced`, with the reason): lowering does so when inlining would
   copy a reduction so often that a kernel grows past its budget.
 
@@ -26,9 +29,10 @@ from typing import Callable, Mapping
 
 from emmy.loop_ir.names import buffer_names, describe
 from emmy.tensor_ir.builder import operands
-from emmy.tensor_ir.ir import (Cast, Def, Elementwise, IndexMap, Input, Program, Reduce, Scan,
-                              axis_var)
+from emmy.tensor_ir.ir import (Cast, Def, Elementwise, EwOp, IndexMap, Input, Program, Reduce,
+                              ReduceOp, Scan, axis_var)
 from emmy import symbolic
+from emmy.dtypes import DType
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,105 @@ def windowed_reads(p: Program) -> dict[str, str]:
                                   f"of its {sizes[d.arg]:,} elements; inlined, the reduction "
                                   "behind each would run at every read")
     return out
+
+
+def reduced_products(p: Program) -> dict[str, str]:
+    """Products that a reduction other than a product reads, each with the reason to store it.
+
+    A product is a sum over a multiply of two tensors (a linear layer, a convolution) with what
+    is applied to it element by element (bias, activation, reshape). A norm's statistics over it
+    (group, layer, instance or batch norm after a linear layer or a convolution) would, inlined,
+    compute every product element again in each statistic of each output that needs it: a
+    group norm computes a whole group's products for every output element, twice (mean and
+    variance). Even a reduction that reads each element once (a pool, a sum) would compute the
+    product element by element, where stored it is its own kernel that a matrix-product
+    template tiles. A product of f16/bf16 tensors that a softmax reads (a max reduction) and
+    that, through it, feeds another product with an operand of its own stays fused: that is
+    attention, which the flash template computes in one pass (online softmax). In f32 there
+    is no flash template, so the scores are stored (a contraction) and the softmax and the
+    product with V read them: fused, each output element would compute its row's scores again."""
+    defs = {d.name: d for d in p.defs}
+    users = _users(p)
+    outputs = set(p.outputs)
+    out: dict[str, str] = {}
+    for d in p.defs:
+        if d.name in outputs or not _is_product(d, defs):
+            continue
+        pointwise = _closure(d.name, users, defs, through_reductions=False)
+        readers = [defs[u] for n in pointwise for u in users[n]
+                   if isinstance(defs[u], Reduce) and not _is_product(defs[u], defs)]
+        if not readers:
+            continue
+        if (any(r.op is ReduceOp.MAX for r in readers) and _feeds_product(d.name, users, defs)
+                and _half_operands(d, defs)):
+            continue
+        r = readers[0]
+        out[d.name] = (f"a reduction (`{r.name}`, {describe(r)}) reads this product: stored, "
+                       f"the product is a matrix-product kernel of its own; inlined, the "
+                       f"reduction's kernel would compute it element by element, again for "
+                       f"each output that needs the reduction")
+    return out
+
+
+def _is_product(d: Def, defs) -> bool:
+    """A sum over a multiply of two tensors (maybe widened first)."""
+    if not (isinstance(d, Reduce) and d.op is ReduceOp.SUM):
+        return False
+    arg = defs[d.arg]
+    if isinstance(arg, Cast):
+        arg = defs[arg.arg]
+    return (isinstance(arg, Elementwise) and arg.op is EwOp.MUL
+            and all(isinstance(a, str) for a in arg.args) and arg.args[0] != arg.args[1])
+
+
+def _half_operands(d: Reduce, defs) -> bool:
+    """Whether a product multiplies f16/bf16 tensors (widened to f32 or not)."""
+    arg = defs[d.arg]
+    arg = defs[arg.arg] if isinstance(arg, Cast) else arg
+
+    def half(name: str) -> bool:     # through index maps and widening casts
+        x = defs[name]
+        while x.type.dtype not in (DType.F16, DType.BF16) and isinstance(x, (Cast, IndexMap)):
+            x = defs[x.arg]
+        return x.type.dtype in (DType.F16, DType.BF16)
+    return all(half(a) for a in arg.args)
+
+
+def _closure(name: str, users, defs, through_reductions: bool) -> set[str]:
+    """What `name` reaches through element-wise ops, casts and index maps that read each
+    element at most once per position (no sliding windows); with `through_reductions`, through
+    reductions too."""
+    seen, todo = {name}, [name]
+    while todo:
+        for u in users[todo.pop()]:
+            d = defs[u]
+            ok = isinstance(d, (Elementwise, Cast)) or (isinstance(d, IndexMap) and not _window(d, defs)) \
+                or (through_reductions and isinstance(d, Reduce))
+            if ok and u not in seen:
+                seen.add(u)
+                todo.append(u)
+    return seen
+
+
+def _feeds_product(name: str, users, defs) -> bool:
+    """Whether a product multiplies something `name` reaches (through reductions too) by
+    something it does not reach: attention's probabilities times V."""
+    reach = _closure(name, users, defs, through_reductions=True)
+    for n in reach:
+        d = defs[n]
+        if _is_product(d, defs):
+            arg = defs[d.arg]
+            arg = defs[arg.arg] if isinstance(arg, Cast) else arg
+            ins = [a in reach for a in arg.args]
+            if any(ins) and not all(ins):
+                return True
+    return False
+
+
+def _window(d: IndexMap, defs) -> bool:
+    """A sliding window: more elements than its source, an index adding two axes."""
+    return (math.prod(d.type.shape) > math.prod(defs[d.arg].type.shape)
+            and any(len(e.free_vars()) > 1 for e in d.index))
 
 
 def _users(p: Program) -> dict[str, list[str]]:

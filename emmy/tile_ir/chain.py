@@ -148,6 +148,11 @@ def cut_chain(k: TileKernel, chain: Chain) -> tuple[TileKernel, TileKernel, Buff
     mid_axes = chain.axes + (outer.axis,)
     index = tuple(var(a.var) for a in mid_axes)
     mid = Buffer(f"{k.name}_mid", TensorType(tuple(a.extent for a in mid_axes), types[stored]))
+    # the job's statements before the outer fold that the producer reads (a convolution's
+    # output position as a value, for its padding test)
+    before = {i.dst: i for i in k.body[:k.body.index(outer)] if hasattr(i, "dst")}
+    wanted = _closure(used(producer) & set(before), before)
+    producer = tuple(i for i in before.values() if i.dst in wanted) + producer
     needed = _buffers(producer)
     first = replace(k, name=f"{k.name}_cut0", identity=_derived(k.identity, "cut0"),
                     inputs=tuple(b for b in k.inputs if b.name in needed), outputs=(mid,),

@@ -128,9 +128,39 @@ def test_a_convolution_read_by_a_window_is_stored_once_not_recomputed_per_read()
     assert "sliding window" in note and "reads of its 512 elements" in note
     overlapping = check_torch(lambda x: F.max_pool2d(conv1(x), 3, 2, 1), torch.randn(2, 3, 8, 8))
     assert len(overlapping.kernels) == 2
-    # 2x2 windows at stride 2 read each element once: nothing is recomputed, the pool fuses
+    # 2x2 windows at stride 2 read each element once: nothing would be recomputed, but the
+    # pool is a reduction over a product, which is stored for its own template
     tiled = check_torch(lambda x: F.max_pool2d(conv1(x), 2), torch.randn(2, 3, 8, 8))
-    assert len(tiled.kernels) == 1 and not tiled.intermediates
+    assert len(tiled.kernels) == 2 and "matrix-product kernel of its own" in tiled.notes[0]
+
+
+def test_a_norm_over_a_product_stores_the_product():
+    """group norm over a linear layer, instance norm over a convolution: inlined, every output
+    element would recompute its group's products for the mean and again for the variance.
+    The product is stored (then a contraction) and the norm's kernel reads it."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    lin, conv = nn.Linear(12, 8), nn.Conv2d(3, 4, 3, padding=1)
+    for fn, x in ((lambda x: F.group_norm(lin(x), 2), torch.randn(6, 12)),
+                  (lambda x: F.instance_norm(conv(x)) / 2, torch.randn(2, 3, 6, 6))):
+        lp = check_torch(fn, x)
+        assert len(lp.kernels) == 2 and len(lp.intermediates) == 1
+        (note,) = lp.notes
+        assert "reads this product" in note
+
+
+def test_a_softmax_over_a_product_that_feeds_a_product_stays_fused():
+    """Half-precision attention written out (softmax(q @ k^T) @ v): the flash template's
+    pattern, one kernel. In f32, or when the softmax feeds no second product (a classifier's
+    probabilities), the product is stored like a norm's."""
+    q, k, v = torch.randn(6, 4), torch.randn(5, 4), torch.randn(5, 3)
+    lp = check_torch(lambda q, k, v: torch.softmax(q @ k.t(), -1) @ v, q.half(), k.half(),
+                     v.half())
+    assert len(lp.kernels) == 1 and not lp.intermediates
+    assert len(check_torch(lambda q, k, v: torch.softmax(q @ k.t(), -1) @ v, q, k, v).kernels) == 2
+    w = torch.randn(4, 7).half()
+    assert len(check_torch(lambda x, w: torch.softmax(x @ w, -1), q.half(), w).kernels) == 2
 
 
 def test_broadcast_reads_of_a_reduction_stay_fused():
@@ -138,7 +168,7 @@ def test_broadcast_reads_of_a_reduction_stay_fused():
     along axes its index does not name, which the templates tile: no window, one kernel."""
     a, b, c = torch.randn(8, 16), torch.randn(16, 12), torch.randn(12, 10)
     assert len(check_torch(lambda x, y, z: (x @ y) @ z, a, b, c).kernels) == 1
-    q = torch.randn(1, 2, 8, 4)
+    q = torch.randn(1, 2, 8, 4).half()
     lp = check_torch(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
                      q, q.clone(), q.clone())
     assert len(lp.kernels) == 1 and not lp.intermediates

@@ -65,13 +65,18 @@ def test_chained_matmuls_fuse_by_default_and_say_what_is_recomputed():
     assert any("recomputed up to 5x" in n and "PLACE=cut" in n for n in lp.notes)
 
 
-def test_attention_is_one_kernel():
-    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+def test_half_attention_is_one_kernel_and_f32_attention_stores_its_scores():
+    """f16/bf16 attention stays one kernel (the flash template's); f32 has no such template,
+    and fused, each output element would compute its row's scores again."""
+    q, k, v = (torch.randn(1, 2, 8, 16).half() for _ in range(3))
+    for causal in (False, True):
+        lp = check_torch(lambda q, k, v: F.scaled_dot_product_attention(q, k, v,
+                                                                         is_causal=causal),
+                         q, k, v)
+        assert len(lp.kernels) == 1 and lp.intermediates == ()
+    q, k, v = (x.float() for x in (q, k, v))
     lp = check_torch(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
-    assert len(lp.kernels) == 1 and lp.intermediates == ()
-    lp = check_torch(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                     q, k, v)
-    assert len(lp.kernels) == 1
+    assert len(lp.kernels) == 2 and lp.intermediates[0].type.shape == (1, 2, 8, 8)
 
 
 def test_a_small_mlp_is_one_kernel():
