@@ -142,7 +142,7 @@ def find_contraction(k: TileKernel, merge: bool = True) -> Contraction | None:
             return None
         affine = len(items) == 1 and all(isinstance(atom, Sym) for atom, _ in off.terms)
         offs.append((off, used, affine))
-    (oa, ua, fa), (ob, ub, fb) = offs
+    (_, ua, _), (_, ub, _) = offs
     only_a = [v for v in grid if v in ua and v not in ub]
     only_b = [v for v in grid if v in ub and v not in ua]
     if not only_a or not only_b:

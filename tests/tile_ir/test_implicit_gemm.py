@@ -83,10 +83,15 @@ def _check(workload, row: str | None):
     (HALF, None),
     (HALF, "WORK=warps:2x2 TILE=mma:32x32x32 REDUCE=split:2:combine STAGE=smem RASTER=row"),
     ("nn.Conv1d(8, 16, 3, padding=1).bfloat16()(torch.randn(2, 8, 20).bfloat16())", None),
+    # one output position per row: neighbouring k are nearer in memory, so the gathered
+    # operand's tiles are laid out k-major (ldmatrix without .trans)
+    ("nn.Conv1d(8, 16, 16, padding=1).half()(torch.randn(3, 8, 14).half())", None),
 ])
 def test_implicit_gemm_rows_match_eager(expr, row):
     w = load_expr(expr)
     results = _check(w, row)
+    con = results["tile"].program.kernels[0].contract
+    assert con.a.gathered or con.b.gathered
     (unit,) = results["cuda"].units
     assert "gathered" in unit.source and "emmy gemm" in unit.source
 
