@@ -21,7 +21,8 @@ How one block computes its bm x bn output tile (every size is a compile-time con
   units, so the 4 rows x 8 bytes a half warp reads hit 32 different banks).
 - stages 1: every thread copies its share of the tile synchronously (16-byte vectors when the
   operand's rows are 16-byte aligned, else element by element), with predicates that zero-fill
-  outside the matrix, so any shape works. stages 2..4: a ring of cp.async copies (zfill at the
+  outside the matrix, so any shape works. A gathered operand (an implicit GEMM's) is copied
+  element by element through the compiler's function for one element (gm_a_at / gm_b_at). stages 2..4: a ring of cp.async copies (zfill at the
   ragged edges), `stages - 1` tiles in flight while one is computed, one barrier per K tile.
 - mma: each warp owns a (bm/wm) x (bn/wn) warp tile of m16n8k16 atoms with f32 accumulators in
   registers; fragments come from ldmatrix (x4 for A, x4 pairs / x2 for B; .trans where the
@@ -484,9 +485,29 @@ class _Emitter:
                     f"{_ll(t.col_stride)};"]
         return out
 
+    def gathered_copy(self, t: _Tile, kt: str, dst: str) -> list[str]:
+        """copy() of a gathered operand: each thread computes its elements (gm_r, gm_c) of
+        the tile with gm_<n>_at and stores them, zero outside the matrix."""
+        origin = {"m": "gm_m0", "n": "gm_n0", "k": f"{kt} * {t.bk}"}
+        row_i, col_i = f"{origin[t.row_dim]} + gm_r", f"{origin[t.col_dim]} + gm_c"
+        outer, k = (row_i, col_i) if t.row_dim == t.outer else (col_i, row_i)
+        ok = " && ".join(([f"{row_i} < {t.row_extent}"] if t.row_extent % t.rows else []) +
+                         ([f"{col_i} < {t.col_extent}"] if t.col_extent % t.cols else []))
+        at = f"gm_{t.name}_at({outer}, {k})"
+        body = [f"gm_t* gm_dst = {dst} + gm_r * {t.ld} + gm_c;",
+                f"*gm_dst = ({ok}) ? {at} : gm_t(0);" if ok else f"*gm_dst = {at};"]
+        if t.copies % t.threads:   # the last round of copies does not fill every thread
+            body = [f"if (gm_r < {t.rows}) {{", *_indent(body), "}"]
+        return _unrolled("gm_it", t.iters, [f"const int gm_i = tid + gm_it * {t.threads};",
+                                            f"const int gm_r = gm_i / {t.per_row}, "
+                                            f"gm_c = gm_i % {t.per_row};", *body])
+
     def copy(self, t: _Tile, kt: str, dst: str, asynchronous: bool) -> list[str]:
         """Copy K tile `kt` of operand `t` into the shared tile at `dst` (a gm_t*): each thread
         copies chunks (gm_r, gm_c..gm_c+vec) of the tile, zero-filling outside the matrix."""
+        if t.op.gathered:
+            assert not asynchronous, "a gathered operand is copied synchronously"
+            return self.gathered_copy(t, kt, dst)
         n, vec, b = t.name, t.vec, t.itemsize
         origin = {"m": "gm_m0", "n": "gm_n0", "k": f"{kt} * {t.bk}"}
         row_o, col_o = origin[t.row_dim], origin[t.col_dim]
@@ -506,21 +527,10 @@ class _Emitter:
         row_ragged = t.row_extent % t.rows != 0
         col_ragged = t.col_extent % t.cols != 0
         row_ok = f"{row_o} + gm_r < {t.row_extent}"
-        if t.op.gathered:
-            assert not asynchronous and vec == 1
-            row_i, col_i = f"{row_o} + gm_r", f"{col_o} + gm_c"
-            outer, k = (row_i, col_i) if t.row_dim == t.outer else (col_i, row_i)
-            ok = " && ".join(([row_ok] if row_ragged else []) +
-                             ([f"{col_i} < {t.col_extent}"] if col_ragged else []))
-            at = f"gm_{n}_at({outer}, {k})"
-            body = [f"gm_t* gm_dst = {dst} + gm_r * {t.ld} + gm_c;",
-                    f"*gm_dst = ({ok}) ? {at} : gm_t(0);" if ok else f"*gm_dst = {at};"]
         count = f"min(max({t.col_extent} - ({col_o} + gm_c), 0), {vec})" if col_ragged \
             else str(vec)
         checked = [f"const int gm_n = {f'({row_ok}) ? {count} : 0' if row_ragged else count};"]
-        if t.op.gathered:
-            pass
-        elif asynchronous:
+        if asynchronous:
             if not row_ragged and not col_ragged:
                 body.append("cp_async_16(gm_dst, gm_src);")
             else:
