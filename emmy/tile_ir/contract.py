@@ -23,17 +23,18 @@ statements instead of one affine load, such as a convolution's input under the w
 
 A gathered operand's only grid axes (b, oh, ow) merge into one matrix dimension, and the
 template copies its tiles element by element through those statements (emmy.cuda.gemm);
-the weights stay an affine operand.
+the weights stay an affine operand. A grouped convolution is first given a group axis
+(split_groups), which makes it a batch of such products.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from emmy.dtypes import DType
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
 from emmy.schedule.facts import offset, stride_along
-from emmy.symbolic import Lin, Sym, evaluate, floordiv, mod, var
+from emmy.symbolic import FloorDiv, Lin, Sym, evaluate, floordiv, mod, var
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, TileKernel
 from emmy.tile_ir.values import substitute_item
@@ -165,6 +166,48 @@ def find_contraction(k: TileKernel, merge: bool = True) -> Contraction | None:
                        m=_axis(a, axes), n=_axis(b, axes), k=fold.axis, a=a, b=b,
                        acc=fold.accs[0].acc, epilogue=epilogue,
                        allow_tf32=k.tf32 and a.dtype is DType.F32)
+
+
+MIN_GROUP_ROWS = 8   # a group of fewer output channels stays a fold: its product tiles
+                     # would be mostly empty
+
+
+def split_groups(k: TileKernel) -> TileKernel | None:
+    """A grouped convolution's kernel with its output-channel axis c split into (group g,
+    channel in group j), c = g*d + j: the input reads c only through c / d (its group's
+    channels), so after the split g is an axis both operands read (a batch) and j one only
+    the weights read, and the kernel is a batch of products, one per group. None when no
+    grid axis is read that way (with d >= MIN_GROUP_ROWS dividing its extent)."""
+    folds = k.folds
+    if len(folds) != 1:
+        return None
+    axes = {a.var: a for a in k.grid}
+    split = next(((v, atom.den) for e in _indices(folds[0].body) for atom, _ in e.terms
+                  if isinstance(atom, FloorDiv) and len(atom.num.terms) == 1
+                  and atom.num.const == 0 and atom.num.terms[0][1] == 1
+                  and (v := atom.num.terms[0][0].name) in axes
+                  and atom.den >= MIN_GROUP_ROWS and axes[v].extent % atom.den == 0
+                  and axes[v].extent > atom.den), None)
+    if split is None:
+        return None
+    v, d = split
+    g, j = Axis(f"{v}g", axes[v].extent // d), Axis(f"{v}c", d)
+    bounds = {a.var: a.extent for a in k.grid} | _fold_extents(folds[0]) | {g.var: g.extent,
+                                                                             j.var: d}
+    env = {v: var(g.var) * d + var(j.var)}
+    grid = tuple(x for a in k.grid for x in ((g, j) if a.var == v else (a,)))
+    return replace(k, grid=grid, body=tuple(substitute_item(i, env, bounds) for i in k.body))
+
+
+def _indices(items):
+    """Every index expression of the loads and index values in `items`, nested folds too."""
+    for s in items:
+        if isinstance(s, Fold):
+            yield from _indices(s.body)
+        elif isinstance(s, Load):
+            yield from s.index
+        elif isinstance(s, IndexValue):
+            yield s.expr
 
 
 def _operand(k, side, off: Lin, only: list[str], affine: bool, kaxis: Axis, axes, bounds,

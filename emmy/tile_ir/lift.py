@@ -10,7 +10,7 @@ from emmy.loop_ir.ir import (Accum, CastTo, Compute, IndexValue, Init, Kernel, L
 from emmy.symbolic import floordiv, mod, var
 from emmy.tile_ir.attention import find_attention, flash_ok
 from emmy.tile_ir.chain import fused_products
-from emmy.tile_ir.contract import find_contraction
+from emmy.tile_ir.contract import find_contraction, split_groups
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, KernelKind, TileKernel, TileProgram
 from emmy.tile_ir.values import substitute_item
 
@@ -57,6 +57,9 @@ def lift_kernel(k: Kernel, identity: str = "", *, tf32: bool = False) -> TileKer
                     outputs=k.outputs, grid=tuple(grid), body=body, tf32=tf32)
     if kind is KernelKind.ROW and (con := find_contraction(tk)) is not None:
         return replace(tk, kind=KernelKind.CONTRACT, contract=con)
+    if (kind is KernelKind.ROW and (grouped := split_groups(tk)) is not None
+            and (con := find_contraction(grouped)) is not None):
+        return replace(grouped, kind=KernelKind.CONTRACT, contract=con)
     if kind is KernelKind.ROW and (att := find_attention(tk)) is not None and flash_ok(att):
         return replace(tk, kind=KernelKind.ATTENTION, attention=att)
     if kind is KernelKind.ROW and (fused := fused_products(tk)) is not None:

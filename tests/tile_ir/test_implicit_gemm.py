@@ -42,11 +42,26 @@ def test_a_padded_convolution_is_a_product_over_its_whole_window():
     assert "B gathered (implicit GEMM)" in print_kernel(k)
 
 
-def test_grouped_convolutions_stay_window_folds():
-    """Each output channel reads its own group's input channels: no operand is the weights'
-    alone, so this is not one product (it runs as a fold per output element)."""
-    k = kernel("nn.Conv1d(4, 6, 3, groups=2)(torch.randn(2, 4, 9))")
-    assert k.kind is KernelKind.ROW
+def test_a_grouped_convolution_is_a_batch_of_products_one_per_group():
+    """Output channel c reads the input channels of its group c / 16: split into (group,
+    channel in group), the group is an axis both operands read (the batch) and the channel in
+    its group one only the weights read (m)."""
+    k = kernel("nn.Conv2d(16, 32, 3, groups=2, padding=1)(torch.randn(2, 16, 6, 6))")
+    assert k.kind is KernelKind.CONTRACT
+    con = k.contract
+    assert [a.var for a in con.batch] == ["a1g"] and con.batch_size == 2
+    assert (con.m.var, con.m.extent, con.n.extent, con.k.extent) == ("a1c", 16, 72, 72)
+
+
+@pytest.mark.parametrize("expr", [
+    "nn.Conv1d(4, 6, 3, groups=2)(torch.randn(2, 4, 9))",       # 3 channels per group
+    "nn.Conv2d(8, 8, 3, groups=8)(torch.randn(1, 8, 6, 6))",    # depthwise
+    "nn.Conv2d(8, 16, 3, groups=8)(torch.randn(1, 8, 6, 6))",   # depthwise, multiplier 2
+])
+def test_small_groups_stay_window_folds(expr):
+    """Fewer than 8 output channels per group: a product tile would be mostly empty, so the
+    convolution stays a fold per output element."""
+    assert kernel(expr).kind is KernelKind.ROW
 
 
 def test_gathered_operands_refuse_async_copies_and_wgmma_with_the_reason():
@@ -83,6 +98,11 @@ def _check(workload, row: str | None):
     (HALF, None),
     (HALF, "WORK=warps:2x2 TILE=mma:32x32x32 REDUCE=split:2:combine STAGE=smem RASTER=row"),
     ("nn.Conv1d(8, 16, 3, padding=1).bfloat16()(torch.randn(2, 8, 20).bfloat16())", None),
+    # grouped: one product per group (f16 on tensor cores, a transposed one in f32)
+    ("nn.Sequential(nn.Conv2d(16, 32, 3, groups=4, stride=2, padding=1), nn.ReLU()).half()"
+     "(torch.randn(2, 16, 9, 9).half())",
+     "WORK=warps:2x1 TILE=mma:32x32x16 REDUCE=split:2:combine STAGE=smem RASTER=row"),
+    ("nn.ConvTranspose2d(16, 32, 3, groups=2, stride=2)(torch.randn(1, 16, 4, 4))", None),
     # one output position per row: neighbouring k are nearer in memory, so the gathered
     # operand's tiles are laid out k-major (ldmatrix without .trans)
     ("nn.Conv1d(8, 16, 16, padding=1).half()(torch.randn(3, 8, 14).half())", None),
