@@ -129,14 +129,17 @@ def _fold_vars(f: Fold) -> set[str]:
     return out
 
 
-def cut_chain(k: TileKernel, chain: Chain) -> tuple[TileKernel, TileKernel, Buffer]:
-    """The producer and consumer kernels, and the intermediate between them.
+def cut_chain(k: TileKernel, chain: Chain, merge: bool = True
+              ) -> tuple[TileKernel, TileKernel, Buffer]:
+    """The producer and consumer kernels, and the intermediate between them; each is a
+    contraction where it is one (`merge` as find_contraction's; a grouped convolution split
+    into its groups).
 
     When the program rounds the intermediate to f16/bf16 before widening it again (as eager
     torch does between two half-precision products), the buffer holds the rounded value in
     that type and the consumer widens it after its load: both kernels stay contractions on
     half-precision operands, and the rounding is exactly the program's."""
-    from emmy.tile_ir.contract import find_contraction
+    from emmy.tile_ir.contract import find_contraction, split_groups
 
     outer = chain.outer
     types = value_types(k.body)
@@ -170,7 +173,10 @@ def cut_chain(k: TileKernel, chain: Chain) -> tuple[TileKernel, TileKernel, Buff
     assert not (used(rest) & (produced - {chain.h})), "the consumer reads a producer value"
     out = []
     for part in (first, second):
-        con = find_contraction(part, merge=False)
+        con = find_contraction(part, merge)
+        if con is None and merge and (grouped := split_groups(part)) is not None:
+            con = find_contraction(grouped)
+            part = grouped if con else part
         out.append(replace(part, kind=KernelKind.CONTRACT, contract=con) if con else part)
     return out[0], out[1], mid
 
@@ -225,7 +231,7 @@ def fused_products(k: TileKernel) -> FusedChain | None:
     chain = find_chain(k)
     if chain is None or not chain.axes:
         return None
-    first, second, mid = cut_chain(k, chain)
+    first, second, mid = cut_chain(k, chain, merge=False)
     if first.kind is not KernelKind.CONTRACT or second.kind is not KernelKind.CONTRACT:
         return None
     i, batch, k2 = chain.axes[-1], chain.axes[:-1], chain.outer.axis

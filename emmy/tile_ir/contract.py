@@ -185,6 +185,7 @@ def split_groups(k: TileKernel) -> TileKernel | None:
     split = next(((v, atom.den) for e in _indices(folds[0].body) for atom, _ in e.terms
                   if isinstance(atom, FloorDiv) and len(atom.num.terms) == 1
                   and atom.num.const == 0 and atom.num.terms[0][1] == 1
+                  and isinstance(atom.num.terms[0][0], Sym)
                   and (v := atom.num.terms[0][0].name) in axes
                   and atom.den >= MIN_GROUP_ROWS and axes[v].extent % atom.den == 0
                   and axes[v].extent > atom.den), None)
