@@ -72,6 +72,16 @@ PREFERRED = {
 }
 
 
+def prefer(key: str, order: tuple[str, ...], c: "GemmCtx") -> tuple[str, ...]:
+    """The default's TILE order for this product: the tiles that cover no more than the
+    output's next power of two along m and n first (a 128-row tile over 64 rows computes
+    half padding), each group in PREFERRED's order."""
+    if key != "TILE":
+        return order
+    m, n = _ceil_pow2(c.problem.m), _ceil_pow2(c.problem.n)
+    return tuple(sorted(order, key=lambda v: not (read_tile(v).bm <= m and read_tile(v).bn <= n)))
+
+
 @dataclass(frozen=True, slots=True)
 class GemmTile:
     inst: str

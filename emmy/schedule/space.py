@@ -102,12 +102,14 @@ class Space:
             self.grammar, self.grammar_text = profile.GRAMMAR, profile.GRAMMAR_TEXT
             self._rules, self._fields, self._read = profile.RULES, profile.FIELD, profile.READ
             self._preferred = profile.PREFERRED
+            self._prefer = getattr(profile, "prefer", None)
             self._make_ctx = profile.make_ctx
         else:
             self.keys = keys_for(self.facts)
             self.grammar, self.grammar_text = GRAMMAR, GRAMMAR_TEXT
             self._rules, self._fields, self._read = RULES, _APPLY, _READ
             self._preferred = _PREFERRED
+            self._prefer = None
 
     def _ctx(self):
         if self.template:
@@ -198,6 +200,8 @@ class Space:
         than SHORT_LANES positions (a pooling window's rows) leaves most of a warp idle: one
         thread per job comes first there, once the jobs fill a block of 256 on every SM."""
         order = self._preferred[key]
+        if self._prefer is not None:
+            order = self._prefer(key, order, self._ctx())
         if key == "WORK" and not self.template and self.facts.axes and \
                 max(n for _, n in self.facts.axes) < SHORT_LANES and \
                 self.facts.jobs >= 256 * self.target.sm_count:

@@ -131,3 +131,14 @@ def test_a_tf32_convolution(tmp_path):
         "def get_init_inputs():\n    return []\n")
     row = "WORK=warps:2x2 TILE=tf32:32x32x16 REDUCE=serial STAGE=smem RASTER=row"
     _check(load_file(str(f), ()), row)
+
+
+def test_the_default_tile_covers_no_more_than_the_output_needs():
+    """64 output channels: a 128-row tile would compute half padding, so the default takes the
+    first preferred tile no larger than the output's next power of two (the cost model finds
+    that row about three times faster than the 128x128 one at this size)."""
+    from emmy.schedule.gemm import read_tile
+
+    k = kernel("nn.Conv2d(64, 64, 3, padding=1)(torch.randn(8, 64, 28, 28))")
+    tile = read_tile(Space(k, SM90).default()["TILE"])
+    assert tile.bm <= 64 and k.contract.m.extent == 64
