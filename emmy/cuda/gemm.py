@@ -22,8 +22,9 @@ How one block computes its bm x bn output tile (every size is a compile-time con
 - stages 1: every thread copies its share of the tile synchronously (16-byte vectors when the
   operand's rows are 16-byte aligned, else element by element), with predicates that zero-fill
   outside the matrix, so any shape works. A gathered operand (an implicit GEMM's) is copied
-  element by element through the compiler's function for one element (gm_a_at / gm_b_at). stages 2..4: a ring of cp.async copies (zfill at the
-  ragged edges), `stages - 1` tiles in flight while one is computed, one barrier per K tile.
+  element by element through the compiler's function for one element (gm_a_at / gm_b_at).
+  stages 2..4: a ring of cp.async copies (zfill at the ragged edges), `stages - 1` tiles in
+  flight while one is computed, one barrier per K tile.
 - mma: each warp owns a (bm/wm) x (bn/wn) warp tile of m16n8k16 atoms with f32 accumulators in
   registers; fragments come from ldmatrix (x4 for A, x4 pairs / x2 for B; .trans where the
   shared tile is outer-major for A or n-contiguous for B). With cp.async the fragments are read

@@ -189,8 +189,9 @@ def _closure(name: str, users, defs, through_reductions: bool) -> set[str]:
     while todo:
         for u in users[todo.pop()]:
             d = defs[u]
-            ok = isinstance(d, (Elementwise, Cast)) or (isinstance(d, IndexMap) and not _window(d, defs)) \
-                or (through_reductions and isinstance(d, Reduce))
+            ok = (isinstance(d, (Elementwise, Cast))
+                  or (isinstance(d, IndexMap) and not _window(d, defs))
+                  or (through_reductions and isinstance(d, Reduce)))
             if ok and u not in seen:
                 seen.add(u)
                 todo.append(u)

@@ -260,7 +260,8 @@ def _spread(off: Lin, kaxis: Axis, inner: Axis, bounds) -> int:
     nearer in memory: the mean distance between the elements of a few neighbouring pairs."""
     def mean_step(axis: Axis) -> float:
         base = {v: 0 for v in bounds}
-        steps = [abs(evaluate(off, {**base, axis.var: i + 1}) - evaluate(off, {**base, axis.var: i}))
+        steps = [abs(evaluate(off, {**base, axis.var: i + 1})
+                     - evaluate(off, {**base, axis.var: i}))
                  for i in range(min(axis.extent - 1, 64))]
         return sum(steps) / len(steps) if steps else float("inf")
     dk, do = mean_step(kaxis), mean_step(inner)
