@@ -23,8 +23,10 @@ class UnsupportedOp(UserError):
     def __init__(self, op: str, *, source: str | None = None, detail: str | None = None):
         where = f" at {source}" if source else ""
         why = f": {detail}" if detail else ""
-        super().__init__(f"unsupported op `{op}`{where}{why}",
-                         hint="`emmy ops` lists the supported ops")
+        # an op emmy lowers but not with these arguments is in `emmy ops`: pointing there would
+        # send the user to a list that names it
+        hint = None if detail else "`emmy ops` lists the supported ops"
+        super().__init__(f"unsupported op `{op}`{where}{why}", hint=hint)
         self.op = op
         self.source = source
 

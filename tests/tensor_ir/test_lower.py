@@ -21,6 +21,7 @@ def test_unsupported_op_names_the_op_and_the_source_line():
         lower(capture(_Sort(), (torch.randn(4, 5),)))
     assert info.value.op == "sort"
     assert "return torch.sort(x).values" in str(info.value)
+    assert "emmy ops" in info.value.hint
     assert isinstance(info.value, UserError)
 
 
@@ -29,8 +30,10 @@ def test_unsupported_arguments_are_reported_as_the_op():
         def forward(self, q):
             return nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
 
-    with pytest.raises(UnsupportedOp, match="dropout_p"):
+    with pytest.raises(UnsupportedOp, match="dropout_p") as info:
         lower(capture(Drop(), (torch.randn(1, 1, 4, 8),)))
+    # the op is in `emmy ops`; only these arguments are refused, so no hint points there
+    assert info.value.hint is None
 
 
 def test_hand_built_graph_without_types():
