@@ -150,10 +150,36 @@ def reduced_products(p: Program) -> dict[str, str]:
                 and _half_operands(d, defs)):
             continue
         r = readers[0]
-        out[d.name] = (f"a reduction (`{r.name}`, {describe(r)}) reads this product: stored, "
+        out[_epilogue_end(d.name, users, defs)] = (
+                       f"a reduction (`{r.name}`, {describe(r)}) reads this product: stored, "
                        f"the product is a matrix-product kernel of its own; inlined, the "
                        f"reduction's kernel would compute it element by element, again for "
                        f"each output that needs the reduction")
+    return out
+
+
+def _epilogue_end(name: str, users, defs) -> str:
+    """What to store for a product: the last of the element-wise ops applied to it alone (its
+    bias, its activation), which its kernel's epilogue computes, while each is its
+    predecessor's only reader and reads nothing else computed from the product."""
+    while len(users[name]) == 1:
+        u = defs[users[name][0]]
+        if not isinstance(u, (Elementwise, Cast)):
+            break
+        others = [a for a in operands(u) if a != name]
+        if any(name in _ancestors(a, defs) or a == name for a in others):
+            break
+        name = u.name
+    return name
+
+
+def _ancestors(name: str, defs) -> set[str]:
+    out, todo = set(), [name]
+    while todo:
+        for a in operands(defs[todo.pop()]):
+            if a not in out:
+                out.add(a)
+                todo.append(a)
     return out
 
 
