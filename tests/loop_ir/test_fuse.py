@@ -148,6 +148,10 @@ def test_a_norm_over_a_product_stores_the_product():
         assert len(lp.kernels) == 2 and len(lp.intermediates) == 1
         (note,) = lp.notes
         assert "reads this product" in note
+        # what is stored is the layer's output, bias added (the product's epilogue adds it):
+        # the norm's kernel reads nothing else
+        assert len(set(loads(lp.kernels[0]))) == 3
+        assert set(loads(lp.kernels[1])) == {lp.intermediates[0].name}
 
 
 def test_a_softmax_over_a_product_that_feeds_a_product_stays_fused():
