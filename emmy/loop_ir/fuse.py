@@ -113,10 +113,26 @@ def windowed_reads(p: Program) -> dict[str, str]:
         if (isinstance(d, IndexMap) and d.arg in heavy and d.arg not in outputs
                 and sizes[d.name] > sizes[d.arg]
                 and any(len(e.free_vars()) > 1 for e in d.index)):
-            out.setdefault(d.arg, f"a sliding window (`{d.name}`) makes {sizes[d.name]:,} reads "
+            what = "a sliding window" if _overlapping(d) else "an index map"
+            out.setdefault(d.arg, f"{what} (`{d.name}`) makes {sizes[d.name]:,} reads "
                                   f"of its {sizes[d.arg]:,} elements; inlined, the reduction "
                                   "behind each would run at every read")
     return out
+
+
+def _overlapping(d: IndexMap) -> bool:
+    """Whether an index component adds axes whose ranges overlap (o*stride + k*dilation, a
+    window's), rather than combining them into distinct positions (h*64 + d, a reshape's)."""
+    extents = {axis_var(i): n for i, n in enumerate(d.type.shape)}
+    for e in d.index:
+        terms = sorted((abs(c), extents.get(getattr(a, "name", ""), 0)) for a, c in e.terms
+                       if isinstance(a, symbolic.Sym))
+        reach = 0          # the largest offset the smaller-stride terms add
+        for c, n in terms:
+            if c <= reach:
+                return True
+            reach += c * (n - 1)
+    return False
 
 
 def reduced_products(p: Program) -> dict[str, str]:

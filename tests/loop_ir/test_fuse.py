@@ -176,3 +176,16 @@ def test_broadcast_reads_of_a_reduction_stay_fused():
     lp = check_torch(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
                      q, q.clone(), q.clone())
     assert len(lp.kernels) == 1 and not lp.intermediates
+
+
+def test_the_note_names_a_window_only_when_positions_overlap():
+    """A convolution's window (o + k: neighbouring outputs share inputs) is a sliding window;
+    a reshape broadcast over a new axis (h*4 + d, distinct positions) is an index map."""
+    from emmy.loop_ir.fuse import _overlapping
+    from emmy.symbolic import var
+    from emmy.tensor_ir.ir import IndexMap
+
+    t = TensorType((3, 5, 4), DType.F32)
+    window = IndexMap("w", t, "x", (var("a0"), var("a1") + var("a2")))
+    heads = IndexMap("h", t, "x", (var("a0"), var("a1") * 4 + var("a2")))
+    assert _overlapping(window) and not _overlapping(heads)
