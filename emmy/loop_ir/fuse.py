@@ -107,12 +107,12 @@ def windowed_reads(p: Program) -> dict[str, str]:
     for d in p.defs:
         if isinstance(d, Reduce) or any(a in heavy and a not in outputs for a in operands(d)):
             heavy.add(d.name)
+    defs = {d.name: d for d in p.defs}
     sizes = {d.name: math.prod(d.type.shape) for d in p.defs}
     out: dict[str, str] = {}
     for d in p.defs:
         if (isinstance(d, IndexMap) and d.arg in heavy and d.arg not in outputs
-                and sizes[d.name] > sizes[d.arg]
-                and any(len(e.free_vars()) > 1 for e in d.index)):
+                and _window(d, defs)):
             what = "a sliding window" if _overlapping(d) else "an index map"
             out.setdefault(d.arg, f"{what} (`{d.name}`) makes {sizes[d.name]:,} reads "
                                   f"of its {sizes[d.arg]:,} elements; inlined, the reduction "
@@ -155,11 +155,11 @@ def reduced_products(p: Program) -> dict[str, str]:
     outputs = set(p.outputs)
     out: dict[str, str] = {}
     for d in p.defs:
-        if d.name in outputs or not _is_product(d, defs):
+        if d.name in outputs or _factors(d, defs) is None:
             continue
         pointwise = _closure(d.name, users, defs, through_reductions=False)
         readers = [defs[u] for n in pointwise for u in users[n]
-                   if isinstance(defs[u], Reduce) and not _is_product(defs[u], defs)]
+                   if isinstance(defs[u], Reduce) and _factors(defs[u], defs) is None]
         if not readers:
             continue
         if (any(r.op is ReduceOp.MAX for r in readers) and _feeds_product(d.name, users, defs)
@@ -199,28 +199,28 @@ def _ancestors(name: str, defs) -> set[str]:
     return out
 
 
-def _is_product(d: Def, defs) -> bool:
-    """A sum over a multiply of two tensors (maybe widened first)."""
+def _factors(d: Def, defs) -> tuple[str, ...] | None:
+    """The two tensors a product multiplies (a sum over their multiply, maybe widened first);
+    None when `d` is not a product."""
     if not (isinstance(d, Reduce) and d.op is ReduceOp.SUM):
-        return False
+        return None
     arg = defs[d.arg]
     if isinstance(arg, Cast):
         arg = defs[arg.arg]
-    return (isinstance(arg, Elementwise) and arg.op is EwOp.MUL
-            and all(isinstance(a, str) for a in arg.args) and arg.args[0] != arg.args[1])
+    if (isinstance(arg, Elementwise) and arg.op is EwOp.MUL
+            and all(isinstance(a, str) for a in arg.args) and arg.args[0] != arg.args[1]):
+        return arg.args
+    return None
 
 
 def _half_operands(d: Reduce, defs) -> bool:
     """Whether a product multiplies f16/bf16 tensors (widened to f32 or not)."""
-    arg = defs[d.arg]
-    arg = defs[arg.arg] if isinstance(arg, Cast) else arg
-
     def half(name: str) -> bool:     # through index maps and widening casts
         x = defs[name]
         while x.type.dtype not in (DType.F16, DType.BF16) and isinstance(x, (Cast, IndexMap)):
             x = defs[x.arg]
         return x.type.dtype in (DType.F16, DType.BF16)
-    return all(half(a) for a in arg.args)
+    return all(half(a) for a in _factors(d, defs))
 
 
 def _closure(name: str, users, defs, through_reductions: bool) -> set[str]:
@@ -245,18 +245,15 @@ def _feeds_product(name: str, users, defs) -> bool:
     something it does not reach: attention's probabilities times V."""
     reach = _closure(name, users, defs, through_reductions=True)
     for n in reach:
-        d = defs[n]
-        if _is_product(d, defs):
-            arg = defs[d.arg]
-            arg = defs[arg.arg] if isinstance(arg, Cast) else arg
-            ins = [a in reach for a in arg.args]
-            if any(ins) and not all(ins):
-                return True
+        factors = _factors(defs[n], defs)
+        if factors is not None and sum(a in reach for a in factors) == 1:
+            return True
     return False
 
 
 def _window(d: IndexMap, defs) -> bool:
-    """A sliding window: more elements than its source, an index adding two axes."""
+    """A window: more elements than its source, an index adding two axes (a sliding one when
+    its positions overlap, see _overlapping)."""
     return (math.prod(d.type.shape) > math.prod(defs[d.arg].type.shape)
             and any(len(e.free_vars()) > 1 for e in d.index))
 

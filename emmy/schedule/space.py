@@ -195,13 +195,13 @@ class Space:
                 break    # a contraction's later rules assume the earlier decisions are legal
         return out
 
-    def _preferences(self, key: str) -> tuple[str, ...]:
+    def _preferences(self, key: str, ctx) -> tuple[str, ...]:
         """The default's order of values for `key`. A job whose lanes would spread over fewer
         than SHORT_LANES positions (a pooling window's rows) leaves most of a warp idle: one
         thread per job comes first there, once the jobs fill a block of 256 on every SM."""
         order = self._preferred[key]
         if self._prefer is not None:
-            order = self._prefer(key, order, self._ctx())
+            order = self._prefer(key, order, ctx)
         if key == "WORK" and not self.template and self.facts.axes and \
                 max(n for _, n in self.facts.axes) < SHORT_LANES and \
                 self.facts.jobs >= 256 * self.target.sm_count:
@@ -225,7 +225,7 @@ class Space:
                 return make_row(chosen)
             key = self.keys[i]
             options = dict(self.options(key, ctx))
-            order = [v for v in self._preferences(key) if v in options]
+            order = [v for v in self._preferences(key, ctx) if v in options]
             order += [v for v in options if v not in order]
             for value in order:
                 row = walk(i + 1, options[value], {**chosen, key: value})

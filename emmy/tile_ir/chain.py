@@ -30,7 +30,8 @@ from emmy.loop_ir.ir import Accum, Buffer, CastTo, Compute, IndexValue, Load, St
 from emmy.symbolic import var
 from emmy.tensor_ir.ir import EwOp, ReduceOp
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, KernelKind, TileKernel
-from emmy.tile_ir.values import free, used, value_types
+from emmy.tile_ir.values import (closure, fold_extents, free, index_vars, operands, used,
+                                  value_types)
 from emmy.torch_ir.ir import TensorType
 
 _HALF = (DType.F16, DType.BF16)
@@ -71,12 +72,12 @@ def find_chain(k: TileKernel) -> Chain | None:
             continue
         # the inner fold also reads what the outer fold's body computes before it (loads
         # hoisted out of the inner loop, such as a batch norm's per-channel parameters)
-        needs = _closure(set(free((inner[0],))), defs)
+        needs = closure(set(free((inner[0],))), defs)
         producer = tuple(i for i in outer.body if i is inner[0] or
                          (not isinstance(i, Fold) and getattr(i, "dst", None) in slice_ | needs))
-        reads = _index_vars(producer)
+        reads = index_vars(producer)
         grid = {a.var for a in k.grid}
-        if not reads <= grid | {outer.axis.var} | _fold_vars(inner[0]):
+        if not reads <= grid | {outer.axis.var} | set(fold_extents(inner[0])):
             return None
         axes = tuple(a for a in k.grid if a.var in reads)
         return Chain(outer, producer, h, axes)
@@ -85,48 +86,9 @@ def find_chain(k: TileKernel) -> Chain | None:
 
 def _slice(name: str, defs: dict, inner_accs: set[str]) -> set[str] | None:
     """The statements `name` depends on inside the outer fold, if it depends on the inner fold."""
-    seen = _closure({name}, defs)
-    reads = {name} | {a for n in seen for a in _operands(defs[n])}
+    seen = closure({name}, defs)
+    reads = {name} | {a for n in seen for a in operands(defs[n])}
     return seen if reads & inner_accs else None
-
-
-def _closure(names: set[str], defs: dict) -> set[str]:
-    """`names` defined in the outer fold's body and everything there they depend on."""
-    out: set[str] = set()
-    stack = [n for n in names if n in defs]
-    while stack:
-        n = stack.pop()
-        if n not in out:
-            out.add(n)
-            stack += [a for a in _operands(defs[n]) if a in defs]
-    return out
-
-
-def _operands(s) -> list[str]:
-    """The values a statement reads."""
-    args = [a for a in getattr(s, "args", ()) if isinstance(a, str)]
-    return args + [s.arg] if isinstance(s, CastTo) else args
-
-
-def _index_vars(items) -> set[str]:
-    out: set[str] = set()
-    for i in items:
-        match i:
-            case Fold():
-                out |= _index_vars(i.body)
-            case Load() | Store():
-                out |= {v for e in i.index for v in e.free_vars()}
-            case IndexValue():
-                out |= set(i.expr.free_vars())
-    return out
-
-
-def _fold_vars(f: Fold) -> set[str]:
-    out = {f.axis.var}
-    for i in f.body:
-        if isinstance(i, Fold):
-            out |= _fold_vars(i)
-    return out
 
 
 def cut_chain(k: TileKernel, chain: Chain, merge: bool = True
@@ -154,7 +116,7 @@ def cut_chain(k: TileKernel, chain: Chain, merge: bool = True
     # the job's statements before the outer fold that the producer reads (a convolution's
     # output position as a value, for its padding test)
     before = {i.dst: i for i in k.body[:k.body.index(outer)] if hasattr(i, "dst")}
-    wanted = _closure(used(producer) & set(before), before)
+    wanted = closure(used(producer) & set(before), before)
     producer = tuple(i for i in before.values() if i.dst in wanted) + producer
     needed = _buffers(producer)
     first = replace(k, name=f"{k.name}_cut0", identity=_derived(k.identity, "cut0"),
@@ -189,7 +151,7 @@ def _consumer(body, chain: Chain) -> tuple:
     accs = {a.acc for a in fold.accs}
     defs = {getattr(i, "dst", None): i for i in chain.producer if not isinstance(i, Fold)}
     before = {n: s for n, s in defs.items() if _slice(n, defs, accs) is None}
-    wanted = _closure(used(tuple(keep)) & set(before), before)
+    wanted = closure(used(tuple(keep)) & set(before), before)
     return tuple(i for i in body if i not in chain.producer or getattr(i, "dst", None) in wanted)
 
 

@@ -34,10 +34,11 @@ from dataclasses import dataclass, replace
 from emmy.dtypes import DType
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
 from emmy.schedule.facts import offset, stride_along
-from emmy.symbolic import FloorDiv, Lin, Sym, evaluate, floordiv, mod, var
+from emmy.symbolic import FloorDiv, Lin, Sym, evaluate, var
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, TileKernel
-from emmy.tile_ir.values import substitute_item
+from emmy.tile_ir.values import (closure, fold_extents, index_exprs, index_vars, merge_reduces,
+                                  operands, substitute_item)
 
 _MMA_TYPES = (DType.F16, DType.BF16)
 
@@ -123,7 +124,7 @@ def find_contraction(k: TileKernel, merge: bool = True) -> Contraction | None:
     if (fold.kind is not FoldKind.REDUCE or fold.reverse or len(fold.accs) != 1
             or fold.accs[0].op is not ReduceOp.SUM or fold.accs[0].dtype is not DType.F32):
         return None
-    bounds = {a.var: a.extent for a in k.grid} | _fold_extents(fold)
+    bounds = {a.var: a.extent for a in k.grid} | fold_extents(fold)
     fold = _flatten(fold, bounds)
     before = k.body[:k.body.index(folds[0])]
     outer = {s.dst: s for s in before if isinstance(s, (Compute, CastTo, IndexValue))}
@@ -138,7 +139,7 @@ def find_contraction(k: TileKernel, merge: bool = True) -> Contraction | None:
     offs = []
     for items, ld, _ in sides:
         off = offset(ld.index, shapes[ld.buffer])
-        used = _vars(items)
+        used = index_vars(items)
         if fold.axis.var not in used or not used <= {*grid, fold.axis.var}:
             return None
         affine = len(items) == 1 and all(isinstance(atom, Sym) for atom, _ in off.terms)
@@ -182,7 +183,7 @@ def split_groups(k: TileKernel) -> TileKernel | None:
     if len(folds) != 1:
         return None
     axes = {a.var: a for a in k.grid}
-    split = next(((v, atom.den) for e in _indices(folds[0].body) for atom, _ in e.terms
+    split = next(((v, atom.den) for e in index_exprs(folds[0].body) for atom, _ in e.terms
                   if isinstance(atom, FloorDiv) and len(atom.num.terms) == 1
                   and atom.num.const == 0 and atom.num.terms[0][1] == 1
                   and isinstance(atom.num.terms[0][0], Sym)
@@ -193,22 +194,11 @@ def split_groups(k: TileKernel) -> TileKernel | None:
         return None
     v, d = split
     g, j = Axis(f"{v}g", axes[v].extent // d), Axis(f"{v}c", d)
-    bounds = {a.var: a.extent for a in k.grid} | _fold_extents(folds[0]) | {g.var: g.extent,
+    bounds = {a.var: a.extent for a in k.grid} | fold_extents(folds[0]) | {g.var: g.extent,
                                                                              j.var: d}
     env = {v: var(g.var) * d + var(j.var)}
     grid = tuple(x for a in k.grid for x in ((g, j) if a.var == v else (a,)))
     return replace(k, grid=grid, body=tuple(substitute_item(i, env, bounds) for i in k.body))
-
-
-def _indices(items):
-    """Every index expression of the loads and index values in `items`, nested folds too."""
-    for s in items:
-        if isinstance(s, Fold):
-            yield from _indices(s.body)
-        elif isinstance(s, Load):
-            yield from s.index
-        elif isinstance(s, IndexValue):
-            yield s.expr
 
 
 def _operand(k, side, off: Lin, only: list[str], affine: bool, kaxis: Axis, axes, bounds,
@@ -268,14 +258,6 @@ def _spread(off: Lin, kaxis: Axis, inner: Axis, bounds) -> int:
     return (dk > do) - (dk < do)
 
 
-def _fold_extents(f: Fold) -> dict[str, int]:
-    out = {f.axis.var: f.axis.extent}
-    for i in f.body:
-        if isinstance(i, Fold):
-            out |= _fold_extents(i)
-    return out
-
-
 def _flatten(f: Fold, bounds: dict[str, int]) -> Fold | None:
     """A reduce whose body ends in a reduce into the same accumulators, as one reduce over
     their merged axes (outer*n + inner); the statements before the inner reduce move into it
@@ -290,23 +272,7 @@ def _flatten(f: Fold, bounds: dict[str, int]) -> Fold | None:
         return None
     if not all(isinstance(i, (Load, Compute, CastTo, IndexValue)) for i in f.body[:-1]):
         return None
-    n = g.axis.extent
-    merged = f"{f.axis.var}_{g.axis.var}"
-    bounds[merged] = f.axis.extent * n
-    env = {f.axis.var: floordiv(var(merged), n, bounds), g.axis.var: mod(var(merged), n, bounds)}
-    body = tuple(substitute_item(i, env, bounds) for i in (*f.body[:-1], *g.body))
-    return _flatten(Fold(FoldKind.REDUCE, Axis(merged, f.axis.extent * n), f.accs, body), bounds)
-
-
-def _vars(items) -> set[str]:
-    out: set[str] = set()
-    for s in items:
-        if isinstance(s, Load):
-            for e in s.index:
-                out |= e.free_vars()
-        elif isinstance(s, IndexValue):
-            out |= s.expr.free_vars()
-    return out
+    return _flatten(merge_reduces(f, g, f.body[:-1], bounds), bounds)
 
 
 def _store_stride(epilogue, shapes, var: str) -> int | None:
@@ -359,32 +325,19 @@ def _factor(value: str, defs, outer) -> tuple[tuple, Load, str] | None:
         if not (isinstance(mask, str) and isinstance(x, str) and isinstance(zero, Scalar)
                 and zero.value == 0):
             return None
-        closure = _closure(mask, outer | defs)
-        if closure is None or any(isinstance(s, Load) for s in closure):
-            return None
-        items, d = [*closure, d], defs.get(x)
+        known = outer | defs
+        names = closure({mask}, known)
+        masks = [known[n] for n in names]
+        if (mask not in known or any(a not in known for s in masks for a in operands(s))
+                or any(isinstance(s, Load) for s in masks)):
+            return None     # the mask reads a load, or a value from outside the job
+        items, d = [*masks, d], defs.get(x)
     if isinstance(d, CastTo) and d.dtype is DType.F32 and items:
         items, d = [*items, d], defs.get(d.arg)
     if not isinstance(d, Load):
         return None
     order = [*outer, *defs]
     return tuple(sorted({*items, d}, key=lambda s: order.index(s.dst))), d, value
-
-
-def _closure(name: str, defs):
-    """The definitions `name` depends on (itself included); None when one is not in `defs`."""
-    out, todo = set(), [name]
-    while todo:
-        n = todo.pop()
-        s = defs.get(n)
-        if s is None:
-            return None
-        if s in out:
-            continue
-        out.add(s)
-        args = s.args if isinstance(s, Compute) else (s.arg,) if isinstance(s, CastTo) else ()
-        todo += [a for a in args if isinstance(a, str)]
-    return out
 
 
 def _type(k: TileKernel, buffer: str) -> DType:

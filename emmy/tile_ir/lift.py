@@ -7,12 +7,11 @@ from dataclasses import replace
 from emmy.loop_ir.dataflow import loop_extents
 from emmy.loop_ir.ir import (Accum, CastTo, Compute, IndexValue, Init, Kernel, Load, Loop,
                              LoopKind, LoopProgram, Stmt)
-from emmy.symbolic import floordiv, mod, var
 from emmy.tile_ir.attention import find_attention, flash_ok
 from emmy.tile_ir.chain import fused_products
 from emmy.tile_ir.contract import find_contraction, split_groups
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, KernelKind, TileKernel, TileProgram
-from emmy.tile_ir.values import substitute_item
+from emmy.tile_ir.values import merge_reduces
 
 _PURE = (Load, Compute, CastTo, IndexValue)
 _FOLD_KIND = {LoopKind.PARALLEL: FoldKind.MAP, LoopKind.REDUCE: FoldKind.REDUCE,
@@ -103,13 +102,7 @@ def _collapse(f: Fold, extents: dict[str, int]) -> Fold:
     inner = f.body[0]
     if inner.kind is not FoldKind.REDUCE or inner.accs or inner.reverse:
         return f
-    n = inner.axis.extent
-    merged = f"{f.axis.var}_{inner.axis.var}"
-    # recorded for the whole kernel: an enclosing fold collapsed later substitutes into bodies
-    # that already use this merged axis (a pool's window reduce inside a mean's)
-    extents[merged] = f.axis.extent * n
-    env = {f.axis.var: floordiv(var(merged), n, extents),
-           inner.axis.var: mod(var(merged), n, extents)}
-    body = tuple(substitute_item(i, env, extents) for i in inner.body)
-    return _collapse(Fold(FoldKind.REDUCE, Axis(merged, f.axis.extent * n), f.accs, body),
-                     extents)
+    # the merged extent is recorded for the whole kernel: an enclosing fold collapsed later
+    # substitutes into bodies that already use this merged axis (a pool's window reduce
+    # inside a mean's)
+    return _collapse(merge_reduces(f, inner, (), extents), extents)

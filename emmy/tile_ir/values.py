@@ -6,9 +6,9 @@ from emmy.dtypes import DType
 from dataclasses import replace
 
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
-from emmy.symbolic import substitute
+from emmy.symbolic import floordiv, mod, substitute, var
 from emmy.tensor_ir.ir import ReduceOp
-from emmy.tile_ir.ir import Fold, Item
+from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item
 
 
 def value_types(items: tuple[Item, ...], out: dict[str, DType] | None = None) -> dict[str, DType]:
@@ -84,3 +84,61 @@ def substitute_item(item: Item, env, bounds) -> Item:
             return replace(item, position=substitute(item.position, env, bounds))
         case _:
             return item
+
+
+def operands(s) -> list[str]:
+    """The values a statement reads."""
+    args = [a for a in getattr(s, "args", ()) if isinstance(a, str)]
+    return args + [s.arg] if isinstance(s, CastTo) else args
+
+
+def closure(names: set[str], defs: dict) -> set[str]:
+    """`names` defined in `defs` and every name there they depend on."""
+    out: set[str] = set()
+    stack = [n for n in names if n in defs]
+    while stack:
+        n = stack.pop()
+        if n not in out:
+            out.add(n)
+            stack += [a for a in operands(defs[n]) if a in defs]
+    return out
+
+
+def index_exprs(items):
+    """The index expressions of the loads, stores and index values in `items`, nested folds'
+    too."""
+    for i in items:
+        match i:
+            case Fold():
+                yield from index_exprs(i.body)
+            case Load() | Store():
+                yield from i.index
+            case IndexValue():
+                yield i.expr
+
+
+def index_vars(items) -> set[str]:
+    return {v for e in index_exprs(items) for v in e.free_vars()}
+
+
+def fold_extents(f: Fold) -> dict[str, int]:
+    """The axis extent of `f` and of every fold nested in it."""
+    out = {f.axis.var: f.axis.extent}
+    for i in f.body:
+        if isinstance(i, Fold):
+            out |= fold_extents(i)
+    return out
+
+
+def merge_reduces(outer: Fold, inner: Fold, prefix: tuple[Item, ...],
+                  extents: dict[str, int]) -> Fold:
+    """One reduce over outer*n + inner for a reduce whose body is `prefix` (pure statements,
+    recomputed per element of the merged reduce) and then `inner`, a reduce into the same
+    accumulators; records the merged axis's extent in `extents`."""
+    n = inner.axis.extent
+    merged = f"{outer.axis.var}_{inner.axis.var}"
+    extents[merged] = outer.axis.extent * n
+    env = {outer.axis.var: floordiv(var(merged), n, extents),
+           inner.axis.var: mod(var(merged), n, extents)}
+    body = tuple(substitute_item(i, env, extents) for i in (*prefix, *inner.body))
+    return Fold(FoldKind.REDUCE, Axis(merged, outer.axis.extent * n), outer.accs, body)
