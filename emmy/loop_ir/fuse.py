@@ -153,6 +153,7 @@ def reduced_products(p: Program) -> dict[str, str]:
     defs = {d.name: d for d in p.defs}
     users = _users(p)
     outputs = set(p.outputs)
+    order = {d.name: i for i, d in enumerate(p.defs)}
     out: dict[str, str] = {}
     for d in p.defs:
         if d.name in outputs or _factors(d, defs) is None:
@@ -165,7 +166,7 @@ def reduced_products(p: Program) -> dict[str, str]:
         if (any(r.op is ReduceOp.MAX for r in readers) and _feeds_product(d.name, users, defs)
                 and _half_operands(d, defs)):
             continue
-        r = readers[0]
+        r = min(readers, key=lambda x: order[x.name])    # the first in program order
         out[_epilogue_end(d.name, users, defs)] = (
                        f"a reduction (`{r.name}`, {describe(r)}) reads this product: stored, "
                        f"the product is a matrix-product kernel of its own; inlined, the "

@@ -189,3 +189,24 @@ def test_the_note_names_a_window_only_when_positions_overlap():
     window = IndexMap("w", t, "x", (var("a0"), var("a1") + var("a2")))
     heads = IndexMap("h", t, "x", (var("a0"), var("a1") * 4 + var("a2")))
     assert _overlapping(window) and not _overlapping(heads)
+
+
+def test_the_stored_products_note_is_the_same_in_every_process():
+    """The note names the first reduction (in program order) reading the product, not
+    whichever a set happened to list first under this process's string hashing."""
+    import os
+    import subprocess
+    import sys
+
+    expr = ("(lambda m: lambda x: nn.functional.group_norm(m(x), 2))(nn.Linear(12, 8))"
+            "(torch.randn(6, 12))")
+
+    def notes(seed: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "emmy", "compile", "-c", expr, "--ir",
+                              "loop"], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+        return "\n".join(line for line in out.splitlines() if line.startswith("# note"))
+
+    first = notes("1")
+    assert "reads this product" in first
+    assert all(notes(seed) == first for seed in ("2", "3"))
