@@ -48,7 +48,7 @@ from functools import cached_property
 from typing import Callable
 
 from emmy.cuda.gemm_spec import (Body, Epilogue, Gather, GemmConfig, GemmOperand, GemmProblem,
-                                 pair_of)
+                                 WindowGather, pair_of)
 from emmy.schedule.targets import TARGETS
 
 CHUNK_BYTES = 16              # one cp.async / one vector copy
@@ -57,6 +57,7 @@ TF32_K = 8                    # m16n8k8 (tf32)
 MAX_STAGES = 4
 MAX_MMA_ACCUMULATORS = 128    # f32 accumulators per thread: more leaves too few registers
 MAX_SIMT_ACCUMULATORS = 64
+MAX_HELD_ELEMENTS = 32        # a gathered tile's elements a thread holds in registers
 SIMT_K_STEP = 4               # the SIMT loop reads 4 k at a time (one 16-byte vector)
 COMBINE_THREADS = 256
 MAX_GRID = 2**31 - 1
@@ -66,6 +67,7 @@ STORAGE = {"__half": "unsigned short", "__nv_bfloat16": "unsigned short", "float
 # a gathered element (a float expression holding an exact f16/bf16/f32 value) as storage bits
 BITS = {"__half": "__half_as_ushort(__float2half({}))",
         "__nv_bfloat16": "__bfloat16_as_ushort(__float2bfloat16({}))", "float": "{}"}
+TABLE_ENTRY_BYTES = 8         # a window table's entry: int2 (k offset, packed window positions)
 MMA_FN = {"__half": "mma_m16n8k16_f16f32", "__nv_bfloat16": "mma_m16n8k16_bf16f32"}
 TENSOR_CORE = ("mma", "tf32")  # warp tiles of 16x8 mma.sync atoms
 INSTS = ("mma", "tf32", "simt")
@@ -297,8 +299,25 @@ class _Plan:
         return self.a.elems + self.b.elems
 
     @property
+    def table_entries(self) -> int:
+        """k per window table: the most K of one split (its K tiles, at most K)."""
+        return min(self.p.k, _ceil_div(self.k_tiles, self.c.split) * self.c.bk)
+
+    @property
+    def stages_bytes(self) -> int:
+        return _ceil_div(self.c.stages * self.stage_elems * self.a.itemsize, 16) * 16
+
+    def table_offset(self, t: _Tile) -> int:
+        """Byte offset of operand t's window table: after the stages (and A's table)."""
+        before = self.a.op.windowed and t is self.b
+        return self.stages_bytes + before * TABLE_ENTRY_BYTES * self.table_entries
+
+    @property
     def smem_bytes(self) -> int:
-        return self.c.stages * self.stage_elems * self.a.itemsize
+        tables = sum(t.op.windowed for t in (self.a, self.b))
+        if not tables:
+            return self.c.stages * self.stage_elems * self.a.itemsize
+        return self.stages_bytes + tables * TABLE_ENTRY_BYTES * self.table_entries
 
 
 # --- what can be built ------------------------------------------------------------------------
@@ -356,6 +375,12 @@ def _shape_problems(p: GemmProblem, c: GemmConfig) -> list[str]:
         out.append(f"{c.stages} stages > {MAX_STAGES}")
     if c.stages > 1 and p.a.ctype in STORAGE:
         for t in (plan.a, plan.b):
+            if t.op.gathered:
+                if t.iters > MAX_HELD_ELEMENTS:
+                    out.append(f"a {c.stages}-stage ring holds the next tile of gathered "
+                               f"operand {t.label} in registers: {t.iters} per thread > "
+                               f"{MAX_HELD_ELEMENTS}")
+                continue
             out += [f"cp.async copies 16-byte chunks: {why}" for why in t.chunk_problems()]
     if c.split > 1 and c.split_mode not in SPLIT_MODES:
         out.append(f"split {c.split} needs split_mode atomic or combine, got `{c.split_mode}`")
@@ -426,7 +451,7 @@ class _Emitter:
     """Prints gemm_body's lines for one (problem, config, epilogue)."""
 
     def __init__(self, p: GemmProblem, c: GemmConfig, epilogue: Epilogue,
-                 gather: dict[str, Gather] | None = None):
+                 gather: dict[str, Gather | WindowGather] | None = None):
         self.p, self.c, self.epilogue = p, c, epilogue
         self.plan = _Plan(p, c)
         self.gather = gather or {}
@@ -466,6 +491,8 @@ class _Emitter:
         """The operand's typed pointer at this batch, and this thread's first copy; for a
         gathered operand the function computing one element (`gm_a_at(outer, k)`)."""
         n, vec = t.name, t.vec
+        if t.op.gathered and isinstance(self.gather[n], WindowGather):
+            return self.window_setup(t, self.gather[n])
         if t.op.gathered:
             lines, value = self.gather[n]("gm_o", "gm_kk")
             return [f"// {t.label}: {t.rows} {t.row_dim}-rows x {t.cols} {t.col_dim} per stage, "
@@ -486,29 +513,92 @@ class _Emitter:
                     f"{_ll(t.col_stride)};"]
         return out
 
-    def gathered_copy(self, t: _Tile, kt: str, dst: str) -> list[str]:
-        """copy() of a gathered operand: each thread computes its elements (gm_r, gm_c) of
-        the tile with gm_<n>_at and stores them, zero outside the matrix."""
+    def window_setup(self, t: _Tile, w: WindowGather) -> list[str]:
+        """A windowed operand: the block tabulates the k side of its K range in shared memory
+        (the offset, and the window positions packed into one word), and gm_<n>_at(outer, k)
+        combines it with the outer side (which a thread's fixed tile column makes
+        loop-invariant)."""
+        n, plan, bk = t.name, self.plan, t.bk
+        entries = plan.table_entries
+        fields, shift, packed = [], 0, []
+        for (lo, hi), k_i in zip(w.k_bounds, w.k("g_k")[1]):
+            bits = max(1, (hi - lo).bit_length())
+            fields.append((shift, (1 << bits) - 1, lo))
+            packed.append(f"(unsigned)({k_i} - ({lo})) << {shift}" if shift
+                          else f"(unsigned)({k_i} - ({lo}))")
+            shift += bits
+        k_off, _ = w.k("g_k")
+        out = [f"// {t.label}: {t.rows} {t.row_dim}-rows x {t.cols} {t.col_dim} per stage, "
+               f"gathered through a window: {t.iters} elements per thread, each "
+               f"all(lo <= o_i + k_i < hi) ? {w.buffer}[base(o) + offset(k)] : 0",
+               "// k side, per k of this block's K range: (offset(k), the k_i packed)",
+               f"int2* gm_{n}_tab = reinterpret_cast<int2*>(emmy_smem + "
+               f"{plan.table_offset(t)});",
+               f"for (int gm_t = tid; gm_t < min({entries}, {t.k} - gm_kt0 * {bk}); "
+               f"gm_t += {t.threads}) {{",
+               f"  const int g_k = gm_kt0 * {bk} + gm_t;",
+               f"  gm_{n}_tab[gm_t] = make_int2({k_off}, "
+               f"(int)({' | '.join(packed) if packed else '0u'}));",
+               "}",
+               "__syncthreads();",
+               f"const gm_t* __restrict__ gm_{n} = reinterpret_cast<const gm_t*>({w.buffer});"]
+        lines, base, o_parts = w.outer("gm_o")
+        conds, it = [], iter(fields)
+        for (lo, hi, has_k), o_i in zip(w.ranges, o_parts):
+            e = f"({o_i})"
+            if has_k:
+                sh, mask, k_lo = next(it)
+                e = f"({o_i} + (int)((unsigned)gm_e.y >> {sh} & {mask}u) + ({k_lo}))"
+            if lo is not None and hi is not None:
+                conds.append(f"(unsigned)({e} - ({lo})) < {hi - lo}u")
+            else:
+                conds += ([f"{e} >= {lo}"] if lo is not None else []) + \
+                         ([f"{e} < {hi}"] if hi is not None else [])
+        if conds:   # `&`, not `&&`: no branch per test, one predicated load
+            value = [f"const bool gm_in = {' & '.join(f'({c})' for c in conds)};",
+                     f"return gm_in ? gm_{n}[{base} + gm_e.x] : gm_t(0);"]
+        else:
+            value = [f"return gm_{n}[{base} + gm_e.x];"]
+        return out + [f"auto gm_{n}_at = [&](int gm_o, int gm_kk) -> gm_t {{",
+                      *_indent(lines),
+                      f"  const int2 gm_e = gm_{n}_tab[gm_kk - gm_kt0 * {bk}];",
+                      *_indent(value), "};"]
+
+    def gathered_fetch(self, t: _Tile, kt: str, dst: str | None = None) -> list[str]:
+        """A gathered operand's K tile kt into registers gm_<n>_reg (or, dst given, straight
+        into the shared tile there): each thread computes its elements (gm_r, gm_c) of the
+        tile with gm_<n>_at, zero outside the matrix."""
         origin = {"m": "gm_m0", "n": "gm_n0", "k": f"{kt} * {t.bk}"}
         row_i, col_i = f"{origin[t.row_dim]} + gm_r", f"{origin[t.col_dim]} + gm_c"
         outer, k = (row_i, col_i) if t.row_dim == t.outer else (col_i, row_i)
         ok = " && ".join(([f"{row_i} < {t.row_extent}"] if t.row_extent % t.rows else []) +
                          ([f"{col_i} < {t.col_extent}"] if t.col_extent % t.cols else []))
         at = f"gm_{t.name}_at({outer}, {k})"
-        body = [f"gm_t* gm_dst = {dst} + gm_r * {t.ld} + gm_c;",
-                f"*gm_dst = ({ok}) ? {at} : gm_t(0);" if ok else f"*gm_dst = {at};"]
+        value = f"({ok}) ? {at} : gm_t(0)" if ok else at
+        to = f"{dst}[gm_r * {t.ld} + gm_c]" if dst else f"gm_{t.name}_reg[gm_it]"
+        return self._gathered_rounds(t, [f"{to} = {value};"])
+
+    def gathered_put(self, t: _Tile, dst: str) -> list[str]:
+        """Store the registers gathered_fetch filled into the shared tile at dst."""
+        return self._gathered_rounds(t, [f"{dst}[gm_r * {t.ld} + gm_c] = gm_{t.name}_reg[gm_it];"])
+
+    @staticmethod
+    def _gathered_rounds(t: _Tile, body: list[str]) -> list[str]:
+        """`body` for each of a thread's elements (gm_r, gm_c) of a gathered tile."""
         if t.copies % t.threads:   # the last round of copies does not fill every thread
             body = [f"if (gm_r < {t.rows}) {{", *_indent(body), "}"]
-        return _unrolled("gm_it", t.iters, [f"const int gm_i = tid + gm_it * {t.threads};",
-                                            f"const int gm_r = gm_i / {t.per_row}, "
-                                            f"gm_c = gm_i % {t.per_row};", *body])
+        if t.threads % t.per_row == 0:   # a thread's column is the same in every round
+            where = [f"const int gm_r = tid / {t.per_row} + gm_it * {t.threads // t.per_row}, "
+                     f"gm_c = tid % {t.per_row};"]
+        else:
+            where = [f"const int gm_i = tid + gm_it * {t.threads};",
+                     f"const int gm_r = gm_i / {t.per_row}, gm_c = gm_i % {t.per_row};"]
+        return _unrolled("gm_it", t.iters, where + body)
 
     def copy(self, t: _Tile, kt: str, dst: str, asynchronous: bool) -> list[str]:
         """Copy K tile `kt` of operand `t` into the shared tile at `dst` (a gm_t*): each thread
         copies chunks (gm_r, gm_c..gm_c+vec) of the tile, zero-filling outside the matrix."""
-        if t.op.gathered:
-            assert not asynchronous, "a gathered operand is copied synchronously"
-            return self.gathered_copy(t, kt, dst)
+        assert not t.op.gathered, "a gathered operand goes through gm_fetch / gm_put"
         n, vec, b = t.name, t.vec, t.itemsize
         origin = {"m": "gm_m0", "n": "gm_n0", "k": f"{kt} * {t.bk}"}
         row_o, col_o = origin[t.row_dim], origin[t.col_dim]
@@ -555,16 +645,49 @@ class _Emitter:
         return pre + _unrolled("gm_it", t.iters, where + body)
 
     def load_lambda(self, asynchronous: bool) -> list[str]:
-        """`gm_load(kt, stage)`: copies (or starts copying) K tile kt of A and B."""
+        """`gm_load(kt, stage)`: copies (or starts copying) K tile kt of A and B. A gathered
+        operand is loaded apart: `gm_fetch(kt)` loads all of a thread's elements into
+        registers, then `gm_put(stage)` stores them (one after the other, each element's
+        store would wait for its load: the stores may alias the window table). With one
+        buffer the fetch precedes the barrier that frees it; with a cp.async ring it precedes
+        the tile's mma, which then run while the loads are in flight."""
         a, b = self.plan.a, self.plan.b
         kind = "cp.async" if asynchronous else "synchronous"
-        return [f"// {kind} copy of K tile `kt` of A and B into shared stage `stage`",
-                "auto gm_load = [&](int kt, int stage) {",
+        held = [t for t in (a, b) if t.op.gathered
+                and (asynchronous or t.iters <= MAX_HELD_ELEMENTS)]
+        out = [f"// {kind} copy of K tile `kt` of A and B into shared stage `stage`"
+               f"{' (' + ', '.join(t.label for t in held) + ' by gm_fetch / gm_put)' if held else ''}",
+               "auto gm_load = [&](int kt, int stage) {",
+               f"  gm_t* gm_as = gm_smem + stage * {self.plan.stage_elems};",
+               f"  gm_t* gm_bs = gm_as + {a.elems};"]
+        for t, dst in ((a, "gm_as"), (b, "gm_bs")):
+            if t.op.gathered and t not in held:   # too many to hold: element by element
+                out += _indent(["{", *_indent(self.gathered_fetch(t, "kt", dst)), "}"])
+            elif t not in held:
+                out += _indent(["{", *_indent(self.copy(t, "kt", dst, asynchronous)), "}"])
+        out.append("};")
+        if not held:
+            return out
+        out += [f"gm_t gm_{t.name}_reg[{t.iters}];   // {t.label}'s gathered elements of the "
+                "next tile" for t in held]
+        out += ["auto gm_fetch = [&](int kt) {",
+                *_indent([line for t in held for line in
+                          ["{", *_indent(self.gathered_fetch(t, "kt")), "}"]]),
+                "};",
+                "auto gm_put = [&](int stage) {",
                 f"  gm_t* gm_as = gm_smem + stage * {self.plan.stage_elems};",
                 f"  gm_t* gm_bs = gm_as + {a.elems};",
-                *_indent(["{", *_indent(self.copy(a, "kt", "gm_as", asynchronous)), "}",
-                          "{", *_indent(self.copy(b, "kt", "gm_bs", asynchronous)), "}"]),
+                *_indent([line for t in held for line in
+                          ["{", *_indent(self.gathered_put(t, f"gm_{t.name}s")), "}"]]),
                 "};"]
+        return out
+
+    @property
+    def held(self) -> bool:
+        """A gathered operand's tiles pass through registers (gm_fetch / gm_put): always
+        in a cp.async ring, with one buffer when a thread's share is small enough."""
+        return any(t.op.gathered and (self.c.stages > 1 or t.iters <= MAX_HELD_ELEMENTS)
+                   for t in (self.plan.a, self.plan.b))
 
     def main_loop(self, compute: list[str]) -> list[str]:
         """The K loop around `compute` (which reads the stage at gm_as / gm_bs): one buffer
@@ -573,31 +696,53 @@ class _Emitter:
         stage_ptrs = [f"const gm_t* gm_as = gm_smem + gm_stage * {plan.stage_elems};",
                       f"const gm_t* gm_bs = gm_as + {plan.a.elems};"]
         if c.stages == 1:
+            fetch, put = (["  gm_fetch(gm_kt0 + gm_i);   // in flight through the barrier"],
+                          ["  gm_put(0);"]) if self.held else ([], [])
             return [*self.load_lambda(False),
                     "// one shared buffer: copy, barrier, compute, barrier",
                     "for (int gm_i = 0; gm_i < gm_nk; ++gm_i) {",
+                    *fetch,
                     "  if (gm_i > 0) __syncthreads();",
                     "  gm_load(gm_kt0 + gm_i, 0);",
+                    *put,
                     "  __syncthreads();",
                     "  const int gm_stage = 0;",
                     *_indent(stage_ptrs), *_indent(compute), "}"]
         s = c.stages
+        put = ["  gm_put(gm_next);   // the gathered tile fetched before the compute"] \
+            if self.held else []
         return [*self.load_lambda(True),
                 f"// a ring of {s} stages: tiles i+1 .. i+{s - 1} are in flight while tile i is "
                 "computed",
-                f"for (int gm_s = 0; gm_s < {s - 1}; ++gm_s) {{",
-                "  if (gm_s < gm_nk) gm_load(gm_kt0 + gm_s, gm_s);",
-                "  cp_async_commit();",
-                "}",
+                *self.prologue(),
                 f"int gm_stage = 0, gm_next = {s - 1};",
                 "for (int gm_i = 0; gm_i < gm_nk; ++gm_i) {",
                 f"  cp_async_wait<{s - 2}>();  // tile gm_i has landed (this thread's copies)",
                 "  __syncthreads();             // everyone's copies landed; stage gm_next is free",
                 f"  if (gm_i + {s - 1} < gm_nk) gm_load(gm_kt0 + gm_i + {s - 1}, gm_next);",
                 "  cp_async_commit();",
+                *self.fetch(),
                 *_indent(["{", *_indent(stage_ptrs), *_indent(compute), "}"]),
+                *put,
                 f"  gm_stage = gm_stage == {s - 1} ? 0 : gm_stage + 1;",
                 f"  gm_next = gm_next == {s - 1} ? 0 : gm_next + 1;",
+                "}"]
+
+    def fetch(self) -> list[str]:
+        """At the top of K step gm_i: the gathered elements of tile gm_i + stages - 1 (past
+        the end, the last tile again: no branch around the loads, and stage gm_next, which
+        gm_put then fills, is read by no later step)."""
+        if not self.held:
+            return []
+        return [f"  gm_fetch(gm_kt0 + min(gm_i + {self.c.stages - 1}, gm_nk - 1));"]
+
+    def prologue(self) -> list[str]:
+        """The ring's first `stages - 1` tiles (a gathered operand's stored at once)."""
+        s = self.c.stages
+        put = " gm_fetch(gm_kt0 + gm_s); gm_put(gm_s);" if self.held else ""
+        return [f"for (int gm_s = 0; gm_s < {s - 1}; ++gm_s) {{",
+                f"  if (gm_s < gm_nk) {{ gm_load(gm_kt0 + gm_s, gm_s);{put} }}",
+                "  cp_async_commit();",
                 "}"]
 
     def store(self, row: str, col: str, acc: str) -> list[str]:
@@ -749,11 +894,10 @@ class _Emitter:
         copy_next = _unrolled("gm_i", mi, _unrolled("gm_e", 4, [
             "gm_af[gm_i][gm_e] = gm_an[gm_i][gm_e];"])) + \
             _unrolled("gm_j", nj, _unrolled("gm_e", 2, ["gm_bf[gm_j][gm_e] = gm_bn[gm_j][gm_e];"]))
+        put = ["  gm_put(gm_next);   // the gathered tile fetched at the top"] \
+            if self.held else []
         return [*self.load_lambda(True),
-                f"for (int gm_s = 0; gm_s < {s - 1}; ++gm_s) {{",
-                "  if (gm_s < gm_nk) gm_load(gm_kt0 + gm_s, gm_s);",
-                "  cp_async_commit();",
-                "}",
+                *self.prologue(),
                 f"cp_async_wait<{s - 2}>();",
                 "__syncthreads();",
                 f"int gm_stage = 0, gm_next = {s - 1};",
@@ -764,8 +908,10 @@ class _Emitter:
                 "for (int gm_i = 0; gm_i < gm_nk; ++gm_i) {",
                 f"  if (gm_i + {s - 1} < gm_nk) gm_load(gm_kt0 + gm_i + {s - 1}, gm_next);",
                 "  cp_async_commit();",
+                *self.fetch(),
                 *_indent(_unrolled("gm_ks", ks_n, [
                     f"if (gm_ks == {ks_n - 1}) {{",
+                    *put,
                     f"  cp_async_wait<{s - 2}>();",
                     "  __syncthreads();",
                     f"  gm_stage = gm_stage == {s - 1} ? 0 : gm_stage + 1;",
@@ -860,7 +1006,7 @@ def fragment_stores(p, c, store: Callable[[str, str, str], list[str]], epilogue:
 
 
 def gemm_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue,
-              gather: dict[str, Gather] | None = None) -> Body:
+              gather: dict[str, Gather | WindowGather] | None = None) -> Body:
     """The body of the kernel computing C = A @ B tile by tile and calling `epilogue` on each
     element (split_mode "combine": writing f32 partial sums to `emmy_partial` instead);
     `gather` has the element functions of the gathered operands ("a", "b").

@@ -44,6 +44,23 @@ PairEpilogue = Callable[[str, str, str, str, str], "list[str] | None"]
 Gather = Callable[[str, str], "tuple[list[str], str]"]
 
 
+@dataclass(frozen=True)
+class WindowGather:
+    """A gathered operand in window form (emmy.tile_ir.window): element (outer, k) is
+    `all(lo_i <= o_i + k_i < hi_i) ? buffer[base + k_offset] : 0`, where (base, o_i) depend
+    on the row (column) and the batch only, and (k_offset, k_i) on k only. The template
+    tabulates the k side in shared memory once per block (one int2 per k: the offset, and
+    each k_i - lo of `k_bounds` packed into one word) and computes the outer side per thread."""
+
+    buffer: str
+    # flat outer index (C) -> (statements, base offset, the o_i of the ranges); `bz` in scope
+    outer: Callable[[str], "tuple[list[str], str, tuple[str, ...]]"]
+    # k (C) -> (the k offset, the k_i of the ranges with a k side)
+    k: Callable[[str], "tuple[str, tuple[str, ...]]"]
+    ranges: tuple[tuple["int | None", "int | None", bool], ...]  # (lo, hi, has a k side)
+    k_bounds: tuple[tuple[int, int], ...]   # [min, max] of each k_i, in order
+
+
 def pair_of(epilogue: Epilogue) -> PairEpilogue | None:
     return getattr(epilogue, "pair", None)
 
@@ -63,6 +80,8 @@ class GemmOperand:
     gathered: bool = False  # its elements come from a Gather (element by element, synchronous
                             # copies); the strides then only say which way its tiles are laid
                             # out (stride_k 1: k-major)
+    windowed: bool = False  # gathered through a WindowGather: a table of one int2 per k in
+                            # shared memory
 
     @property
     def itemsize(self) -> int:

@@ -10,7 +10,7 @@ from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, ctype, elem
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
 from emmy.schedule.facts import offset, stride_along
-from emmy.symbolic import Lin, Sym, floordiv, lin, mod, render, substitute, var
+from emmy.symbolic import Lin, Sym, bounds_of, floordiv, lin, mod, render, substitute, var
 from emmy.dtypes import DType
 from emmy.tensor_ir.ir import Scalar
 from emmy.tile_ir.ir import Axis, Fold, Item
@@ -231,6 +231,35 @@ def element_gather(k, items, value: str, parts, kaxis, batch):
         return ["const long long g_bz = bz;", f"const int g_o = {outer};",
                 f"const int g_k = {kk};", *emit_block(body, 0)], value
     return at
+
+
+def element_window(w, parts, kaxis, batch, bounds):
+    """A template's gathered operand in window form (emmy.cuda.gemm_spec.WindowGather) from
+    the Tile IR's Window `w`: its outer side decoded from the flat `outer` index over
+    `parts` and from the template's `bz` over `batch`, its k side over the merged reduction
+    axis `kaxis`. Offsets are ints where every element of the buffer has one, else 64-bit."""
+    from emmy.cuda.gemm_spec import WindowGather
+    from emmy.tile_ir.window import k_fields
+
+    kvar, keep = kaxis.var, {**bounds, kaxis.var: kaxis.extent}
+    lo, hi = bounds_of(w.outer + w.k, keep)
+    wide = not (-2**31 < lo and hi < 2**31)
+    itype = "long long" if wide else "int"
+
+    def outer(flat: str):
+        env_bounds = {"g_k": kaxis.extent}
+        env = _decoded(env_bounds, "g_bz", batch) | _decoded(env_bounds, "g_o", parts)
+        at = lambda e: render(substitute(e, env, env_bounds))
+        lines = ["const long long g_bz = bz;", f"const {itype} g_o = {flat};"]
+        return lines, at(w.outer), tuple(at(r.outer) for r in w.ranges)
+
+    def k(kk: str):
+        env = {kvar: var(kk)}
+        at = lambda e: render(substitute(e, env, {kk: kaxis.extent}))
+        return at(w.k), tuple(at(r.k) for r in w.ranges if r.k.terms)
+
+    return WindowGather(w.buffer, outer, k, tuple((r.lo, r.hi, bool(r.k.terms))
+                                                  for r in w.ranges), k_fields(w, keep))
 
 
 def element_lines(k, items, acc: str, axes, batch, at, parts=None) -> list[str]:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from emmy.cuda.gemm_spec import Body, Epilogue, Gather, GemmConfig, GemmProblem
+from emmy.cuda.gemm_spec import Body, Epilogue, Gather, GemmConfig, GemmProblem, WindowGather
 from emmy.kernel_ir import ir as K
-from emmy.kernel_ir.elements import element_epilogue, element_gather
+from emmy.kernel_ir.elements import element_epilogue, element_gather, element_window
 from emmy.schedule import gemm as G
 from emmy.schedule.row import Row
 from emmy.schedule.space import template_config
@@ -100,13 +100,19 @@ def make_epilogue(k: TileKernel, *, atomic: bool = False) -> Epilogue:
                             con.batch, parts={con.m.var: con.a.parts, con.n.var: con.b.parts})
 
 
-def make_gathers(k: TileKernel) -> dict[str, Gather]:
-    """The element functions of the gathered operands, by the template's names ("a", "b")."""
+def make_gathers(k: TileKernel) -> dict[str, Gather | WindowGather]:
+    """The element functions of the gathered operands, by the template's names ("a", "b"):
+    the window form where the operand has one, else its statements per element."""
     con = k.contract
-    return {name: element_gather(k, op.gather, op.value,
-                                 op.parts or ((con.m if name == "a" else con.n),), con.k,
-                                 con.batch)
-            for name, op in (("a", con.a), ("b", con.b)) if op.gathered}
+    bounds = {a.var: a.extent for a in k.grid}
+    out: dict[str, Gather | WindowGather] = {}
+    for name, op in (("a", con.a), ("b", con.b)):
+        parts = op.parts or ((con.m if name == "a" else con.n),)
+        if op.window is not None:
+            out[name] = element_window(op.window, parts, con.k, con.batch, bounds)
+        elif op.gathered:
+            out[name] = element_gather(k, op.gather, op.value, parts, con.k, con.batch)
+    return out
 
 
 def _summary(k: TileKernel, p: GemmProblem, c: GemmConfig) -> tuple[str, ...]:

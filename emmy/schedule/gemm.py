@@ -8,7 +8,9 @@
     STAGE   smem | async:N | tma:N  synchronous copies into one shared buffer, a cp.async ring of
             tma:N:cluster:CMxCN    N stages, or TMA copies completing on mbarriers (wgmma only),
                                    optionally shared by a thread-block cluster of 2x1 tiles (B's
-                                   tile copied once for both, multicast) or 1x2 (A's)
+                                   tile copied once for both, multicast) or 1x2 (A's); a
+                                   gathered operand (an implicit GEMM's) goes through registers
+                                   one K tile ahead in an async:N ring
     RASTER  row | group:G          tile launch order: row-major, or G tile rows at a time (L2 reuse)
 
 Each rule below refuses one thing with its reason; the last one asks the template itself
@@ -166,7 +168,7 @@ def problem_of(con) -> GemmProblem:
             return GemmOperand(buffer=op.buffer, ctype=op.dtype.c_name,
                                stride_outer=con.k.extent if op.k_major else 1,
                                stride_k=1 if op.k_major else extent, batch_offset="0",
-                               gathered=True)
+                               gathered=True, windowed=op.window is not None)
         strides = {a.name: c for a, c in op.offset.terms}
         bounds = {"bz": max(con.batch_size, 1)}
         off, rest = lin(op.offset.const), con.batch_size
@@ -305,11 +307,15 @@ def stage_alignment(c: GemmCtx) -> str | None:
     if c.stage.kind == "smem":
         return None
     for name, op in (("A", c.problem.a), ("B", c.problem.b)):
-        if op.gathered:
+        if op.gathered and c.stage.kind != "async":
             return (f"operand {name} is gathered (each element computed, as a convolution's "
                     f"window with its padding), so its tiles are copied element by element: "
-                    f"{c.stage.kind} copies need affine 16-byte chunks; use STAGE=smem")
+                    f"{c.stage.kind} copies need affine 16-byte chunks; use STAGE=smem or "
+                    f"async:N (the other operand by cp.async, the gathered one through "
+                    f"registers one tile ahead)")
     for name, op, start in (("A", c.problem.a, c.starts[0]), ("B", c.problem.b, c.starts[1])):
+        if op.gathered:
+            continue
         if start * op.itemsize % 16:
             return (f"cp.async copies 16-byte chunks; operand {name} starts {start} elements "
                     f"({start * op.itemsize} bytes) into its buffer, off a 16-byte boundary "
@@ -334,6 +340,22 @@ def stage_cluster(c: GemmCtx) -> str | None:
         return (f"a cluster of {cm}x{cn} tiles shares copies between neighbouring tiles along "
                 f"{axis}, but the {p.m}x{p.n} output has one {t.bm}x{t.bn} tile along {axis}; "
                 f"use tma:{c.stage.stages}")
+    return None
+
+
+def held_registers(c: GemmCtx) -> str | None:
+    """An async ring holds a gathered operand's next tile in registers: a few per thread."""
+    if c.stage.kind != "async":
+        return None
+    from emmy.cuda.gemm import MAX_HELD_ELEMENTS
+
+    threads = 32 * c.work[0] * c.work[1]
+    for name, op, outer in (("A", c.problem.a, c.tile.bm), ("B", c.problem.b, c.tile.bn)):
+        held = -(-outer * c.tile.bk // threads)
+        if op.gathered and held > MAX_HELD_ELEMENTS:
+            return (f"async:{c.stage.stages} holds the next {outer}x{c.tile.bk} tile of gathered "
+                    f"operand {name} in registers: {held} elements per thread > "
+                    f"{MAX_HELD_ELEMENTS}; use a smaller tile, more warps or STAGE=smem")
     return None
 
 
@@ -375,6 +397,7 @@ RULES = (
     Rule("stage.kind", "STAGE", stage_kind),
     Rule("stage.alignment", "STAGE", stage_alignment),
     Rule("stage.cluster", "STAGE", stage_cluster),
+    Rule("stage.held_registers", "STAGE", held_registers),
     Rule("stage.shared_budget", "STAGE", shared_budget),
     Rule("raster.template_builds", "RASTER", template_builds),
 )

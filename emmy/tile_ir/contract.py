@@ -37,6 +37,7 @@ from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import FloorDiv, Lin, Sym, evaluate, var
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, TileKernel
+from emmy.tile_ir.window import Window, tabled, window
 from emmy.tile_ir.values import (closure, fold_extents, index_exprs, index_vars, merge_reduces,
                                   operands, substitute_item)
 
@@ -56,6 +57,8 @@ class Operand:
                                     # (empty: `outer` is one grid axis)
     k_major: bool = True            # gathered: neighbouring k are nearer in memory than
                                     # neighbouring rows (how its tiles are laid out)
+    window: Window | None = None    # gathered: the element split into a part of its row
+                                    # (column) and one of k (emmy.tile_ir.window), when it is
 
     @property
     def gathered(self) -> bool:
@@ -216,9 +219,11 @@ def _operand(k, side, off: Lin, only: list[str], affine: bool, kaxis: Axis, axes
         return Operand(ld.buffer, dtype, merged, outer, parts=parts)
     parts = tuple(axes[v] for v in only)
     outer = "_".join(only)
+    shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
     return Operand(ld.buffer, dtype, off, outer, gather=items, value=value,
                    parts=parts if len(parts) > 1 else (),
-                   k_major=_spread(off, kaxis, parts[-1], bounds) <= 0)
+                   k_major=_spread(off, kaxis, parts[-1], bounds) <= 0,
+                   window=tabled(window(items, value, shapes, kaxis.var, axes, bounds), bounds))
 
 
 def _affine_parts(off: Lin, only: list[str], axes) -> tuple[Axis, ...]:

@@ -34,7 +34,10 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
                      f"{f', batch {c.batch_size}' if c.batch else ''}, {c.element}; "
                      f"{'tensor cores' if c.tensor_core_ok else 'CUDA cores'})")
         for name, op in (("A", c.a), ("B", c.b)):
-            if op.gathered:
+            if op.window is not None:
+                lines.append(f"{INDENT}  {name} gathered (implicit GEMM) through a window: "
+                             f"{op.window.describe()}; the k side tabulated per block")
+            elif op.gathered:
                 lines.append(f"{INDENT}  {name} gathered (implicit GEMM): {len(op.gather)} "
                              f"statement(s) compute each element ({op.value}), copied element "
                              f"by element")

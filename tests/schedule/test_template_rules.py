@@ -48,6 +48,7 @@ ATT_SHARED_K = ("(lambda q, k, v: torch.nn.functional.scaled_dot_product_attenti
                 "k.expand(1, 2, 64, 64), v))(torch.randn(1, 2, 64, 64).half(), "
                 "torch.randn(1, 1, 64, 64).half(), torch.randn(1, 2, 64, 64).half())",)
 NO_TMA = dataclasses.replace(SM90, has_tma=False)
+CONV_F16 = ("nn.Conv2d(8, 16, 3, stride=2, padding=1).half()(torch.randn(2, 8, 11, 10).half())")
 CASES = {
     "work.threads_per_block": [
         ((F16,), SMALL_BLOCKS, "WORK=warps:4x4 TILE=mma:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
@@ -96,6 +97,9 @@ CASES = {
     "stage.cluster": [
         ((F16,), SM90, "WORK=warps:4x1 TILE=wgmma:64x64x64 REDUCE=serial STAGE=tma:3:cluster:2x1 "
          "RASTER=row", ("one 64x64 tile along m", "use tma:3"))],
+    "stage.held_registers": [
+        ((CONV_F16,), SM90, "WORK=warps:2x2 TILE=mma:32x128x64 REDUCE=serial STAGE=async:3 "
+         "RASTER=row", ("gathered operand B", "64 elements per thread > 32", "STAGE=smem"))],
     "stage.shared_budget": [
         ((F16_BIG,), SM80, "WORK=warps:4x4 TILE=mma:256x256x64 REDUCE=serial STAGE=async:4 RASTER=row",
          ("4 stage(s)", "163 KiB per block on sm_80"))],

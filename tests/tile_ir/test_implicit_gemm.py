@@ -2,6 +2,8 @@
 computed under the window, zero in the padding) while the weights stay an affine operand. The
 rows the space lists are checked on the CPU emulator against eager PyTorch."""
 
+from dataclasses import replace
+
 import pytest
 
 from emmy.check import check_cuda_program
@@ -64,17 +66,21 @@ def test_small_groups_stay_window_folds(expr):
     assert kernel(expr).kind is KernelKind.ROW
 
 
-def test_gathered_operands_refuse_async_copies_and_wgmma_with_the_reason():
+def test_gathered_operands_refuse_tma_and_wgmma_and_big_held_tiles_with_the_reason():
     space = Space(kernel(HALF), SM90)
     values = dict(space.decision_points())
-    assert values["STAGE"] == ["smem"]
+    # an async ring copies the weights by cp.async and the gathered input through registers
+    assert values["STAGE"] == ["smem", "async:2", "async:3", "async:4"]
     assert all(v.startswith("mma:") for v in values["TILE"])
-    (refusal,) = space.check(parse(
+    assert not space.check(parse(
         "WORK=warps:2x2 TILE=mma:32x32x32 REDUCE=serial STAGE=async:2 RASTER=row"))
-    assert refusal.rule == "stage.alignment" and "gathered" in refusal.reason
     refusals = space.check(parse(
         "WORK=warps:4x1 TILE=wgmma:64x64x64 REDUCE=serial STAGE=tma:3 RASTER=row"))
     assert any(r.rule == "tile.instruction_set" and "use mma" in r.reason for r in refusals)
+    # 128 x 64 gathered elements over 4 warps: 64 registers each
+    (refusal,) = space.check(parse(
+        "WORK=warps:2x2 TILE=mma:32x128x64 REDUCE=serial STAGE=async:3 RASTER=row"))
+    assert refusal.rule == "stage.held_registers" and "64 elements per thread" in refusal.reason
 
 
 def _check(workload, row: str | None):
@@ -106,6 +112,14 @@ def _check(workload, row: str | None):
     # one output position per row: neighbouring k are nearer in memory, so the gathered
     # operand's tiles are laid out k-major (ldmatrix without .trans)
     ("nn.Conv1d(8, 16, 16, padding=1).half()(torch.randn(3, 8, 14).half())", None),
+    # cp.async rings: the weights by cp.async, the gathered input through registers one K
+    # tile ahead (mma's pipelined fragments, SIMT's plain ring; ragged K, split K)
+    (HALF, "WORK=warps:2x2 TILE=mma:32x32x16 REDUCE=serial STAGE=async:2 RASTER=row"),
+    (HALF, "WORK=warps:1x2 TILE=mma:32x32x32 REDUCE=split:2:combine STAGE=async:4 RASTER=row"),
+    ("nn.Conv2d(8, 16, 3, padding=1)(torch.randn(2, 8, 7, 7))",
+     "WORK=warps:1x2 TILE=simt:32x32x8 REDUCE=serial STAGE=async:3 RASTER=row"),
+    # one buffer, 64 gathered elements per thread: stored one by one, not held in registers
+    (HALF, "WORK=warps:1x2 TILE=mma:32x64x64 REDUCE=serial STAGE=smem RASTER=row"),
 ])
 def test_implicit_gemm_rows_match_eager(expr, row):
     w = load_expr(expr)
@@ -142,3 +156,23 @@ def test_the_default_tile_covers_no_more_than_the_output_needs():
     k = kernel("nn.Conv2d(64, 64, 3, padding=1)(torch.randn(8, 64, 28, 28))")
     tile = read_tile(Space(k, SM90).default()["TILE"])
     assert tile.bm <= 64 and k.contract.m.extent == 64
+
+
+def test_a_windowed_operand_tabulates_its_k_side_in_shared_memory():
+    """The input of a padded convolution is a window: the kernel fills one int2 per k of
+    its K range after its stages, and its launch asks for that shared memory too."""
+    from emmy.cuda.gemm import TABLE_ENTRY_BYTES, smem_bytes
+    from emmy.cuda.gemm_spec import GemmConfig
+
+    k = kernel(HALF)
+    p = problem_of(k.contract)
+    assert p.b.windowed and not p.a.windowed
+    row = "WORK=warps:2x2 TILE=mma:32x32x32 REDUCE=split:2:combine STAGE=async:2 RASTER=row"
+    results = compile_to(load_expr(HALF), "cuda", Options(rows={"": row}))
+    (unit,) = [u for u in results["cuda"].units if "gm_b_tab" in u.source]
+    assert "gathered through a window" in unit.source
+    # K = 8 x 3 x 3 = 72 in 3 tiles of 32, split 2: a split holds at most 2 tiles = 64 k
+    plain = replace(p, b=replace(p.b, windowed=False))
+    c = GemmConfig(inst="mma", bm=32, bn=32, bk=32, wm=2, wn=2, stages=2, split=2,
+                   split_mode="combine")
+    assert smem_bytes(p, c) == -(-smem_bytes(plain, c) // 16) * 16 + 64 * TABLE_ENTRY_BYTES

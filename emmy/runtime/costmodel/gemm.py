@@ -6,7 +6,8 @@ steps. A step costs the larger of its arithmetic (the tile's FLOPs at the SM's s
 instruction's rate) and its copies (the step's operand bytes at the SM's share of the
 bandwidth that serves them); with one shared buffer (STAGE=smem) the copy latency is paid on
 every step as well, with a cp.async/TMA ring of N stages it is hidden behind N-1 steps. A
-gathered operand (an implicit GEMM) also pays the instructions computing each element.
+gathered operand (an implicit GEMM) also pays the instructions computing each element, added
+to the step with one buffer, overlapped with the mma (one step ahead) in a ring.
 Operand bytes come from DRAM once per wave for each distinct tile row of A and tile column
 of B the wave touches (the launch order decides how many: row-major waves touch few rows and
 many columns, grouped waves a square-ish patch), from L2 for the rest.
@@ -46,10 +47,15 @@ WGMMA_ATTENTION_EFFICIENCY = 0.62
 # about ATTENTION_BARRIER_CYCLES of the block's time. Recalibrate once both forms are timed.
 ATTENTION_CP_ASYNC_ISSUE_CYCLES = 8
 ATTENTION_BARRIER_CYCLES = 40
-# ASSUMPTION, not measured: instructions one thread issues per element of a gathered operand's
-# tile (an implicit GEMM's index arithmetic, padding test, scalar load and shared store); an SM
-# issues 4 warp instructions per clock. Recalibrate once a convolution row is timed.
-GATHER_INSTRUCTIONS_PER_ELEMENT = 24
+# Instructions one thread issues per element of a gathered operand's tile (an implicit GEMM's
+# index arithmetic, padding test, scalar load and shared store), counted (not timed) in the
+# SASS of the ResNet 3x3 f16 row `WORK=warps:2x4 TILE=mma:64x64x32 STAGE=smem` (sm_90a, NVRTC
+# 13.0, 2026-11-30): its K loop has 325 instructions with the per-element statements and 140
+# in window form (emmy.tile_ir.window), for 8 elements a thread and about 25 instructions of
+# mma, ldmatrix, barriers and the weights' copy. ASSUMPTION, not measured: an SM issues 4 warp
+# instructions per clock to them. Recalibrate once a convolution row is timed.
+GATHER_INSTRUCTIONS_PER_ELEMENT = 37
+WINDOW_INSTRUCTIONS_PER_ELEMENT = 14
 SMEM_BYTES_PER_CLOCK = 128       # one SM's shared-memory bandwidth (32 banks x 4 bytes)
 STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
 EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
@@ -117,12 +123,16 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     bytes_step_all = step_bytes * resident
     copy_s = max(bytes_step_all * dram_fraction / dram_bw, bytes_step_all / l2_bw)
     overhead_s = STEP_OVERHEAD_CYCLES / clock
-    gathered = (c.bm if p.a.gathered else 0) + (c.bn if p.b.gathered else 0)
-    gather_s = concurrent * gathered * c.bk * GATHER_INSTRUCTIONS_PER_ELEMENT / (32 * 4) / clock
+    gathered = sum(outer * (WINDOW_INSTRUCTIONS_PER_ELEMENT if op.windowed
+                            else GATHER_INSTRUCTIONS_PER_ELEMENT)
+                   for op, outer in ((p.a, c.bm), (p.b, c.bn)) if op.gathered)
+    gather_s = concurrent * gathered * c.bk / (32 * 4) / clock
     if c.stages <= 1:
         step_s = compute_s + copy_s + gather_s + DRAM_LATENCY_S / 2 + overhead_s
     else:
-        step_s = max(compute_s, copy_s, DRAM_LATENCY_S / (c.stages - 1)) + overhead_s
+        # a gathered tile is in flight (in registers) for one step, whatever the depth
+        ahead = 1 if gathered else c.stages - 1
+        step_s = max(compute_s, copy_s, gather_s, DRAM_LATENCY_S / ahead) + overhead_s
     waves = -(-units // resident)
     epilogue_s = c.bm * c.bn / threads * EPILOGUE_CYCLES_PER_ELEMENT / clock
     out_bytes = p.batch * p.m * p.n * (4 if c.split_mode else item)
