@@ -375,13 +375,9 @@ def _shape_problems(p: GemmProblem, c: GemmConfig) -> list[str]:
         out.append(f"{c.stages} stages > {MAX_STAGES}")
     if c.stages > 1 and p.a.ctype in STORAGE:
         for t in (plan.a, plan.b):
-            if t.op.gathered:
-                if t.iters > MAX_HELD_ELEMENTS:
-                    out.append(f"a {c.stages}-stage ring holds the next tile of gathered "
-                               f"operand {t.label} in registers: {t.iters} per thread > "
-                               f"{MAX_HELD_ELEMENTS}")
-                continue
-            out += [f"cp.async copies 16-byte chunks: {why}" for why in t.chunk_problems()]
+            if not t.op.gathered:
+                out += [f"cp.async copies 16-byte chunks: {why}" for why in t.chunk_problems()]
+        out += held_problems(p, c)
     if c.split > 1 and c.split_mode not in SPLIT_MODES:
         out.append(f"split {c.split} needs split_mode atomic or combine, got `{c.split_mode}`")
     if c.split_mode and c.split_mode not in SPLIT_MODES:
@@ -392,6 +388,18 @@ def _shape_problems(p: GemmProblem, c: GemmConfig) -> list[str]:
     if plan.grid > MAX_GRID:
         out.append(f"grid of {plan.grid} blocks > {MAX_GRID}")
     return out
+
+
+def held_problems(p: GemmProblem, c: GemmConfig) -> list[str]:
+    """Why a cp.async ring cannot hold a gathered operand's next tile in registers (a few per
+    thread); empty when it can or there is no ring."""
+    if c.stages <= 1:
+        return []
+    plan = _Plan(p, c)
+    return [f"async:{c.stages} holds the next {t.outer_tile}x{c.bk} tile of gathered operand "
+            f"{t.label} in registers: {t.iters} elements per thread > {MAX_HELD_ELEMENTS}; use "
+            f"a smaller tile, more warps or STAGE=smem"
+            for t in (plan.a, plan.b) if t.op.gathered and t.iters > MAX_HELD_ELEMENTS]
 
 
 def target_problems(inst: str, threads: int, stages: int, target_name: str):
@@ -520,14 +528,14 @@ class _Emitter:
         loop-invariant)."""
         n, plan, bk = t.name, self.plan, t.bk
         entries = plan.table_entries
+        k_off, k_parts = w.k("g_k")
         fields, shift, packed = [], 0, []
-        for (lo, hi), k_i in zip(w.k_bounds, w.k("g_k")[1]):
+        for (lo, hi), k_i in zip(w.k_bounds, k_parts):
             bits = max(1, (hi - lo).bit_length())
             fields.append((shift, (1 << bits) - 1, lo))
             packed.append(f"(unsigned)({k_i} - ({lo})) << {shift}" if shift
                           else f"(unsigned)({k_i} - ({lo}))")
             shift += bits
-        k_off, _ = w.k("g_k")
         out = [f"// {t.label}: {t.rows} {t.row_dim}-rows x {t.cols} {t.col_dim} per stage, "
                f"gathered through a window: {t.iters} elements per thread, each "
                f"all(lo <= o_i + k_i < hi) ? {w.buffer}[base(o) + offset(k)] : 0",
@@ -653,8 +661,7 @@ class _Emitter:
         the tile's mma, which then run while the loads are in flight."""
         a, b = self.plan.a, self.plan.b
         kind = "cp.async" if asynchronous else "synchronous"
-        held = [t for t in (a, b) if t.op.gathered
-                and (asynchronous or t.iters <= MAX_HELD_ELEMENTS)]
+        held = [t for t in (a, b) if self._held(t)]
         out = [f"// {kind} copy of K tile `kt` of A and B into shared stage `stage`"
                f"{' (' + ', '.join(t.label for t in held) + ' by gm_fetch / gm_put)' if held else ''}",
                "auto gm_load = [&](int kt, int stage) {",
@@ -682,12 +689,14 @@ class _Emitter:
                 "};"]
         return out
 
+    def _held(self, t: _Tile) -> bool:
+        """Operand t's tiles pass through registers (gm_fetch / gm_put): a gathered one,
+        always in a cp.async ring, with one buffer when a thread's share is small enough."""
+        return t.op.gathered and (self.c.stages > 1 or t.iters <= MAX_HELD_ELEMENTS)
+
     @property
     def held(self) -> bool:
-        """A gathered operand's tiles pass through registers (gm_fetch / gm_put): always
-        in a cp.async ring, with one buffer when a thread's share is small enough."""
-        return any(t.op.gathered and (self.c.stages > 1 or t.iters <= MAX_HELD_ELEMENTS)
-                   for t in (self.plan.a, self.plan.b))
+        return self._held(self.plan.a) or self._held(self.plan.b)
 
     def main_loop(self, compute: list[str]) -> list[str]:
         """The K loop around `compute` (which reads the stage at gm_as / gm_bs): one buffer

@@ -347,16 +347,10 @@ def held_registers(c: GemmCtx) -> str | None:
     """An async ring holds a gathered operand's next tile in registers: a few per thread."""
     if c.stage.kind != "async":
         return None
-    from emmy.cuda.gemm import MAX_HELD_ELEMENTS
+    from emmy.cuda.gemm import held_problems
 
-    threads = 32 * c.work[0] * c.work[1]
-    for name, op, outer in (("A", c.problem.a, c.tile.bm), ("B", c.problem.b, c.tile.bn)):
-        held = -(-outer * c.tile.bk // threads)
-        if op.gathered and held > MAX_HELD_ELEMENTS:
-            return (f"async:{c.stage.stages} holds the next {outer}x{c.tile.bk} tile of gathered "
-                    f"operand {name} in registers: {held} elements per thread > "
-                    f"{MAX_HELD_ELEMENTS}; use a smaller tile, more warps or STAGE=smem")
-    return None
+    reasons = held_problems(c.problem, config_of(c))
+    return reasons[0] if reasons else None
 
 
 def shared_budget(c: GemmCtx) -> str | None:

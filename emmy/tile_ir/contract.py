@@ -153,7 +153,7 @@ def find_contraction(k: TileKernel, merge: bool = True) -> Contraction | None:
     if not only_a or not only_b:
         return None
     axes = {a.var: a for a in k.grid}
-    ops = [_operand(k, side, off, only, affine, fold.axis, axes, bounds, merge)
+    ops = [_operand(k, side, off, only, affine, fold.axis, axes, bounds, merge, shapes)
            for side, (off, _, affine), only in zip(sides, offs, (only_a, only_b))]
     if None in ops:
         return None
@@ -205,7 +205,7 @@ def split_groups(k: TileKernel) -> TileKernel | None:
 
 
 def _operand(k, side, off: Lin, only: list[str], affine: bool, kaxis: Axis, axes, bounds,
-             merge: bool) -> Operand | None:
+             merge: bool, shapes) -> Operand | None:
     items, ld, value = side
     dtype = _type(k, ld.buffer)
     if affine:
@@ -219,7 +219,6 @@ def _operand(k, side, off: Lin, only: list[str], affine: bool, kaxis: Axis, axes
         return Operand(ld.buffer, dtype, merged, outer, parts=parts)
     parts = tuple(axes[v] for v in only)
     outer = "_".join(only)
-    shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
     return Operand(ld.buffer, dtype, off, outer, gather=items, value=value,
                    parts=parts if len(parts) > 1 else (),
                    k_major=_spread(off, kaxis, parts[-1], bounds) <= 0,
