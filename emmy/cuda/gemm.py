@@ -21,10 +21,13 @@ How one block computes its bm x bn output tile (every size is a compile-time con
   units, so the 4 rows x 8 bytes a half warp reads hit 32 different banks).
 - stages 1: every thread copies its share of the tile synchronously (16-byte vectors when the
   operand's rows are 16-byte aligned, else element by element), with predicates that zero-fill
-  outside the matrix, so any shape works. A gathered operand (an implicit GEMM's) is copied
-  element by element through the compiler's function for one element (gm_a_at / gm_b_at).
+  outside the matrix, so any shape works. A gathered operand (an implicit GEMM's) is read
+  element by element through the compiler's function for one element (gm_a_at / gm_b_at;
+  in window form from a per-block table of its k side), all of a thread's loads into
+  registers first, then stored (gm_fetch / gm_put).
   stages 2..4: a ring of cp.async copies (zfill at the ragged edges), `stages - 1` tiles in
-  flight while one is computed, one barrier per K tile.
+  flight while one is computed, one barrier per K tile; a gathered operand's next tile is
+  fetched into registers before a tile's mma and stored after them.
 - mma: each warp owns a (bm/wm) x (bn/wn) warp tile of m16n8k16 atoms with f32 accumulators in
   registers; fragments come from ldmatrix (x4 for A, x4 pairs / x2 for B; .trans where the
   shared tile is outer-major for A or n-contiguous for B). With cp.async the fragments are read
