@@ -134,7 +134,12 @@ def cmd_compile(args) -> int:
     if args.ir in ("ptx", "sass"):
         return _print_ptx(compile_to(workload, "cuda", options)["cuda"], sass=args.ir == "sass")
     last = STAGE_NAMES[-1] if args.ir == "all" else args.ir
-    results = compile_to(workload, last, options)
+    row_stage = "tile"  # the first stage a row changes
+    ahead = STAGE_NAMES.index(last) < STAGE_NAMES.index(row_stage)
+    results = compile_to(workload, row_stage if options.rows and ahead else last, options)
+    if options.rows and ahead:  # the row was checked (an illegal one is refused above)
+        print(f"note: a row applies from the {row_stage} stage on; the {last} IR is the same "
+              f"without it (--ir {row_stage} or later shows its effect)", file=sys.stderr)
     stages = STAGE_NAMES[: STAGE_NAMES.index(last) + 1] if args.ir == "all" else (last,)
     for i, stage in enumerate(stages):
         if args.ir == "all":

@@ -64,6 +64,17 @@ def test_non_canonical_row_spells_the_canonical_one(capsys):
     assert "canonical spelling is `WORK=block:256 TILE=v4x1 REDUCE=shuffle STAGE=direct PLACE=fuse`" in err
 
 
+def test_row_is_checked_even_for_a_stage_before_it_applies(capsys):
+    # `--ir loop` (the default) shows the program before any row; an illegal row is still refused
+    rc, out, err = run(capsys, "compile", RMS_FILE, "--row", "WORK=nonsense")
+    assert rc == 2 and out == ""
+    assert "WORK=nonsense: not a WORK value" in err
+    rc, out, err = run(capsys, "compile", RMS_FILE, "--row",
+                       "WORK=warp:4 TILE=v4x1 REDUCE=shuffle STAGE=direct PLACE=fuse")
+    assert rc == 0 and out.startswith("program rmsnorm(")
+    assert "a row applies from the tile stage on; the loop IR is the same without it" in err
+
+
 def test_unknown_kernel(capsys):
     rc, _, err = run(capsys, "run", RMS_FILE, "--kernel", "k9", "--row", "WORK=block:256")
     assert rc == 2 and "no kernel `k9`; the kernels are k0_rmsnorm" in err
