@@ -81,14 +81,15 @@ def run_on_gpu(source: str, kernel: str, grid, block, smem: int, args) -> None:
 
 def torch_launcher(source: str, kernel: str, grid: int, threads: int, smem: int, tensors):
     """A function that launches `kernel` of `source` on the current torch stream with the
-    tensors' pointers as its arguments (torch's context is made current first); its
-    `resources` attribute is the ptxas report."""
+    tensors' pointers (and Python ints, as int32) as its arguments (torch's context is made
+    current first); its `resources` attribute is the ptxas report."""
     import torch
     from cuda.bindings import driver as cu
 
     torch.cuda.synchronize()
     function, module, compiled = load(source, kernel, smem)
-    storage = [np.array([t.data_ptr()], np.uint64) for t in tensors]
+    storage = [np.array([t], np.int32) if isinstance(t, int) else
+               np.array([t.data_ptr()], np.uint64) for t in tensors]
     params = np.array([s.ctypes.data for s in storage], np.uint64)
 
     def launch():

@@ -123,6 +123,17 @@ def test_ldmatrix_forms_match_the_layout():
     np.testing.assert_array_equal(out, expected_ldmatrix(m))
 
 
+ONE = {"f16": 0x3C00, "bf16": 0x3F80}    # 1.0 in each 16-bit format
+
+
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+def test_peak_probe_counts_its_products(kind):
+    """The issue-rate probe's result is exact, so the GPU test can check what it timed."""
+    out = np.zeros(32, np.float32)
+    emulate("mma_peak", [out, np.uint32(ONE[kind]), 3, int(kind == "bf16")])
+    np.testing.assert_array_equal(out, 16 * 3)
+
+
 # --- on a GPU: the same kernels through NVRTC and the driver ---------------------------------
 
 def run_on_gpu(kernel: str, grid, block, args):
@@ -151,3 +162,34 @@ def test_gpu_ldmatrix_agrees_with_the_layout():
     out = np.zeros((32, 14), np.uint32)
     run_on_gpu("ldmatrix_probe", (1, 1, 1), (32, 1, 1), [out, m])
     np.testing.assert_array_equal(out, expected_ldmatrix(m))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+def test_gpu_mma_sync_issue_rate(kind):
+    """The most mma.sync m16n8k16 can do on this GPU: register operands, no memory traffic, 8
+    independent chains per warp, 4 blocks of 8 warps per multiprocessor. Prints its TFLOP/s
+    against torch.matmul (cuBLAS) at 4096^3 in the same format: the ceiling of every mma.sync
+    row, whatever its staging."""
+    import torch
+
+    from tests.cuda.gpu import seconds, torch_launcher
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    blocks, threads, iters, chains = 4 * sms, 256, 16384, 8
+    out = torch.zeros(blocks * threads, device="cuda", dtype=torch.float32)
+    launch = torch_launcher(SOURCE, "mma_peak", blocks, threads, 0,
+                            [out, ONE[kind], iters, int(kind == "bf16")])
+    launch()
+    torch.cuda.synchronize()
+    assert torch.all(out == 16 * iters), "the probe's accumulators are off"
+    flops = blocks * threads // 32 * iters * chains * 2 * 16 * 8 * 16
+    ours = seconds(launch, reps=10)
+    dtype = torch.float16 if kind == "f16" else torch.bfloat16
+    x = torch.randn(4096, 4096, device="cuda", dtype=dtype)
+    w = torch.randn(4096, 4096, device="cuda", dtype=dtype)
+    theirs = seconds(lambda: torch.matmul(x, w))
+    rate, cublas = flops / ours / 1e12, 2 * 4096**3 / theirs / 1e12
+    print(f"\nmma.sync {kind} issue rate: {rate:.0f} TFLOP/s ({ours * 1e3:.3f} ms, "
+          f"{launch.resources['mma_peak']}); torch.matmul 4096^3 {cublas:.0f} TFLOP/s: "
+          f"the mma.sync ceiling is {rate / cublas:.2f}x cuBLAS")

@@ -63,3 +63,31 @@ extern "C" __global__ void mma_f16(float* c, const unsigned short* a, const unsi
 extern "C" __global__ void mma_bf16(float* c, const unsigned short* a, const unsigned short* b) {
     mma_tile<true>(c, a, b);
 }
+
+// Issue-rate probe: each warp runs `iters` rounds of PEAK_CHAINS independent mma.sync m16n8k16
+// chains on register operands, with no memory traffic but the final store. Every 16-bit element
+// of A and B is `one` (1.0: 0x3c00 in f16, 0x3f80 in bf16), so each accumulator ends at exactly
+// 16 * iters, which each thread writes (the mean of its accumulators).
+#define PEAK_CHAINS 8
+template <bool BF16>
+__device__ void mma_peak_body(float* out, unsigned one, int iters) {
+    const unsigned pair = one | one << 16;
+    unsigned a[4] = {pair, pair, pair, pair}, b[2] = {pair, pair};
+    float c[PEAK_CHAINS][4] = {};
+    for (int it = 0; it < iters; ++it) {
+#pragma unroll
+        for (int j = 0; j < PEAK_CHAINS; ++j) {
+            if (BF16) mma_m16n8k16_bf16f32(c[j], a, b, c[j]);
+            else mma_m16n8k16_f16f32(c[j], a, b, c[j]);
+        }
+    }
+    float s = 0.f;
+    for (int j = 0; j < PEAK_CHAINS; ++j)
+        for (int i = 0; i < 4; ++i) s += c[j][i];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s / (4 * PEAK_CHAINS);
+}
+
+extern "C" __global__ void mma_peak(float* out, unsigned one, int iters, int bf16) {
+    if (bf16) mma_peak_body<true>(out, one, iters);
+    else mma_peak_body<false>(out, one, iters);
+}
