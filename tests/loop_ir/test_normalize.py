@@ -4,9 +4,10 @@ import numpy as np
 import torch
 
 from emmy.loop_ir.dataflow import walk
-from emmy.loop_ir.ir import Accum, CastTo, Compute, Init, Load, Loop, LoopKind
+from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Loop, LoopKind
 from emmy.loop_ir.normalize import (dedupe_loads, eliminate_common_subexpressions,
-                                    eliminate_dead_code, hoist_invariants, normalize,
+                                    eliminate_dead_code, fold_constants, hoist_invariants,
+                                    normalize,
                                     order_commutative_operands, order_statements, rename_ssa)
 from emmy.loop_ir.printer import format_body
 from emmy.loop_ir.verify import verify
@@ -203,3 +204,58 @@ def test_a_parallel_loop_that_runs_once_is_inlined():
     loops = [s for s in walk(k.body) if isinstance(s, Loop)]
     assert loops and all(s.extent > 1 for s in loops), [(s.var, s.extent) for s in loops]
     assert drop_unit_loops(k) == k
+
+
+def test_literal_ops_fold_and_their_readers_read_the_literal():
+    """or(False, True) cast to f32 then added: the add reads 1.0, the or and cast go."""
+    B = DType.BOOL
+    k = kernel([X], [OUT], loop(
+        "i", 4, op("t", EwOp.OR, Scalar(False, B), Scalar(True, B), dtype=B),
+        CastTo("c", "t", DType.F32), op("h", MUL, Scalar(3.0, DType.F32), Scalar(0.5, DType.F32)),
+        load("a", "x", v("i")), op("s", ADD, "a", "c"), op("w", MUL, "s", "h"),
+        store("out", "w", v("i"))))
+    out = eliminate_dead_code(fold_constants(k))
+    computes = [s for s in walk(out.body) if isinstance(s, Compute)]
+    assert [(s.op, s.args[1:]) for s in computes] == [
+        (ADD, (Scalar(1.0, DType.F32),)), (MUL, (Scalar(1.5, DType.F32),))]
+    assert count(out, CastTo) == 0
+    same_results(out, k, FEEDS)
+
+
+def test_literals_fold_as_the_interpreter_computes_them():
+    """An op computes in its compute type; a cast of a literal rounds it."""
+    F16 = DType.F16
+    k = kernel([X], [OUT], loop(
+        "i", 4, op("t", ADD, Scalar(1.0, F16), Scalar(1e-4, F16), dtype=F16),
+        CastTo("h", "t", F16), CastTo("c", "t", DType.F32), load("a", "x", v("i")),
+        op("s", ADD, "a", "c"), op("r", ADD, "s", "h"), store("out", "r", v("i"))))
+    out = fold_constants(k)
+    by_name = {s.dst: s for s in walk(out.body) if isinstance(s, Compute)}
+    assert by_name["s"].args[1] == Scalar(float(np.float32(1.0001)), DType.F32)
+    assert by_name["r"].args[1] == Scalar(1.0, F16)       # 1.0001 rounds to 1 in f16
+    same_results(out, k, FEEDS)
+
+
+def test_a_mask_cast_back_to_bool_is_its_comparison():
+    """torch's tril of a constant mask: cast(where(j <= i, 1, 0), bool) is j <= i."""
+    B, I64 = DType.BOOL, DType.I64
+    k = kernel([X], [buf("out", 4, 4)], loop("i", 4, loop(
+        "j", 4, IndexValue("vi", v("i"), I64), IndexValue("vj", v("j"), I64),
+        op("le", EwOp.LE, "vj", "vi", dtype=B),
+        op("sel", EwOp.WHERE, "le", Scalar(1, I64), Scalar(0, I64), dtype=I64),
+        CastTo("m", "sel", B), load("a", "x", v("j")),
+        op("w", EwOp.WHERE, "m", "a", Scalar(float("-inf"), DType.F32)),
+        store("out", "w", v("i"), v("j")))))
+    out = eliminate_dead_code(fold_constants(k))
+    masked = [s for s in walk(out.body) if isinstance(s, Compute) and s.dst == "w"][0]
+    assert masked.args[0] == "le" and count(out, CastTo) == 0
+    same_results(out, k, FEEDS)
+
+
+def test_a_select_by_a_literal_is_its_arm():
+    k = kernel([X], [OUT], loop(
+        "i", 4, load("a", "x", v("i")), op("e", EXP, "a"),
+        op("w", EwOp.WHERE, Scalar(True, DType.BOOL), "e", "a"), store("out", "w", v("i"))))
+    out = fold_constants(k)
+    assert [s.value for s in walk(out.body) if hasattr(s, "value")] == ["e"]
+    same_results(out, k, FEEDS)
