@@ -24,7 +24,8 @@ The kernel
   domain: exp2f of S * scale * log2(e) - m, one FFMA and one ex2), rescales its O accumulator
   by exp2(m_old - m_new), and adds P V with mma.sync: the f32 S accumulators of two adjacent
   n8 tiles, rounded to 16 bits, are exactly one m16n8k16 A fragment, and V (stored
-  [key][dim]) is read with ldmatrix.trans. At the end O / l is stored (0 where l == 0).
+  [key][dim]) is read with ldmatrix.trans. At the end O / l is stored: NaN where l == 0 (all
+  of a row's scores -inf), as the program computes it (exp(-inf - -inf)).
 - stages == 1 loads a key block's K and V and waits for them before computing on them;
   stages == 2 loads key block kb + 1 into the other buffer while block kb is computed.
 - Causal: a block stops after the last key block its last (in-range) query row can see, and a
@@ -83,6 +84,8 @@ class AttentionProblem:
     v: AttnOperand
     scale: float                             # multiplies q . k before the softmax
     causal: bool                             # key j visible to query i iff j <= i
+    rounded: str | None = None               # q . k rounded to this 16-bit type first, as a
+                                             # program computing it in f16/bf16 does
 
     @property
     def flops(self) -> int:
@@ -103,6 +106,19 @@ class AttentionConfig:
     @property
     def threads(self) -> int:
         return 32 * self.warps
+
+
+def round_scores(p: AttentionProblem, element: str, loops: list[str]) -> list[str]:
+    """Where the program rounds q . k to its 16-bit type: `element` rounded so inside the
+    `loops` (for-headers, outermost first), before the scale and the mask."""
+    if p.rounded is None:
+        return []
+    to, back = {"__half": ("__float2half_rn", "__half2float"),
+                "__nv_bfloat16": ("__float2bfloat16_rn", "__bfloat162float")}[p.rounded]
+    lines = []
+    for depth, header in enumerate(loops):
+        lines += ["  " * depth + "#pragma unroll", "  " * depth + header]
+    return lines + ["  " * len(loops) + f"{element} = {back}({to}({element}));"]
 
 
 def smem_bytes(problem: AttentionProblem, config: AttentionConfig) -> int:
@@ -136,6 +152,9 @@ def operand_refusals(p: AttentionProblem) -> list[str]:
                        f"its rows are not 16-byte aligned for cp.async")
     if not math.isfinite(p.scale):
         why.append(f"scale {p.scale} is not finite")
+    if p.rounded is not None and p.rounded not in DTYPES:
+        why.append(f"scores rounded to {p.rounded}: the template rounds to __half or "
+                   f"__nv_bfloat16")
     if len({p.q.ctype, p.k.ctype, p.v.ctype}) > 1:
         why.append(f"q, k and v have different types ({p.q.ctype}, {p.k.ctype}, {p.v.ctype})")
     return why
@@ -388,12 +407,16 @@ class _Emitter:
         ]
 
     def mask(self) -> list[str]:
-        """With a scale <= 0, S multiplied by scale * log2(e) here (softmax's FA_C is then 1).
+        """S rounded to 16 bits where the program rounds it; with a scale <= 0, S multiplied by
+        scale * log2(e) here (softmax's FA_C is then 1).
         Then, from key block fa_kmask on, -inf for keys past sk (when sk is ragged) and, when
         causal, for keys after the query; the test is warp-uniform, so blocks before run no
         mask code. Element i of n8 tile j is row
         g + 8*(i/2), key 8j + 2t + i%2 of the warp's m tile mt."""
-        lines = [] if self.p.scale > 0 else [
+        lines = round_scores(self.p, "fa_s[mt][j][i]", [
+            "for (int mt = 0; mt < FA_MT; ++mt)", "for (int j = 0; j < FA_NT; ++j)",
+            "for (int i = 0; i < 4; ++i)"])
+        lines += [] if self.p.scale > 0 else [
             "#pragma unroll",
             "for (int mt = 0; mt < FA_MT; ++mt)",
             "  #pragma unroll",
@@ -491,8 +514,9 @@ class _Emitter:
         ]
 
     def epilogue(self, store: Store) -> list[str]:
-        """Each row's l summed over its quad, then out = O / l (0 where l == 0) through `store`
-        for the rows inside sq. Element i of O tile dn is row g + 8*(i/2), column 8dn + 2t + i%2."""
+        """Each row's l summed over its quad, then out = O / l (NaN where l == 0, as the
+        program gives) through `store` for the rows inside sq. Element i of O tile dn is row
+        g + 8*(i/2), column 8dn + 2t + i%2."""
         stmts = store("fa_bz", "fa_h", "fa_row", "fa_col", "fa_val")
         return [
             "#pragma unroll",
@@ -503,7 +527,7 @@ class _Emitter:
             "    float fa_sum = fa_l[mt][r];",
             "    fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 1);",
             "    fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 2);",
-            "    fa_inv[r] = fa_sum > 0.f ? 1.f / fa_sum : 0.f;",
+            "    fa_inv[r] = 1.f / fa_sum;",
             "  }",
             "  #pragma unroll",
             "  for (int dn = 0; dn < FA_DT; ++dn)",

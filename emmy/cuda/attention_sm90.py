@@ -101,7 +101,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emmy.cuda.attention import (DTYPES, LOG2E, AttentionConfig, AttentionProblem, Store, _float,
-                                 _indent, _qblocks, operand_refusals)
+                                 _indent, _qblocks, operand_refusals, round_scores)
 from emmy.cuda.gemm_spec import Body
 from emmy.cuda.gemm_sm90 import TmaBody
 from emmy.cuda.program import TensorMapSpec
@@ -709,10 +709,12 @@ class _Emitter:
         ]
 
     def mask(self, s: str = "fw_s", kb: str = "kb") -> list[str]:
-        """A scale <= 0 multiplies S here (FW_C is then 1). From block fw_kmask on, -inf for
+        """S rounded to 16 bits where the program rounds it; a scale <= 0 multiplies S here
+        (FW_C is then 1). From block fw_kmask on, -inf for
         keys past sk and (causal) keys after the row; s[4i + 2h + c] is row fw_rq0 + 8h, key
         kb * bkv + 8i + 2 fw_t + c."""
-        lines = [] if self.p.scale > 0 else [
+        lines = round_scores(self.p, f"{s}[i]", ["for (int i = 0; i < FW_BKV / 2; ++i)"])
+        lines += [] if self.p.scale > 0 else [
             "#pragma unroll",
             f"for (int i = 0; i < FW_BKV / 2; ++i) {s}[i] *= {_float(self.p.scale * LOG2E)};",
         ]
@@ -915,7 +917,8 @@ class _Emitter:
         ]
 
     def epilogue(self, store: Store) -> list[str]:
-        """Each row's l summed over its quad; out = O / l (0 where l == 0) for rows < sq;
+        """Each row's l summed over its quad; out = O / l (NaN where l == 0, as the program
+        gives) for rows < sq;
         o[4j + 2h + c] is row fw_rq0 + 8h, column 8j + 2 fw_t + c."""
         stmts = store("fw_bz", "fw_h", "fw_row", "fw_col", "fw_val")
         return [
@@ -925,7 +928,7 @@ class _Emitter:
             "  float fw_sum = fw_l[h];",
             "  fw_sum += __shfl_xor_sync(0xffffffffu, fw_sum, 1);",
             "  fw_sum += __shfl_xor_sync(0xffffffffu, fw_sum, 2);",
-            "  fw_inv[h] = fw_sum > 0.f ? 1.f / fw_sum : 0.f;",
+            "  fw_inv[h] = 1.f / fw_sum;",
             "}",
             "#pragma unroll",
             "for (int j = 0; j < FW_D / 8; ++j)",

@@ -65,7 +65,8 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
     params += tuple(K.Param(tm.name, "EmmyTensorMap", False) for tm in maps)
     summary = (f"attention {problem.batch}x{problem.heads} heads, {problem.sq} queries x "
                f"{problem.sk} keys, head dim {problem.d}, scale {problem.scale:g}"
-               f"{', causal' if problem.causal else ''}", *how)
+               f"{', causal' if problem.causal else ''}"
+               f"{f', q.k rounded to {problem.rounded}' if problem.rounded else ''}", *how)
     f = K.KFunction(name=k.name, params=params, grid=body.grid, threads=body.threads,
                     shared_bytes=body.smem_bytes, body=(K.Template(summary, tuple(body.lines)),),
                     row=str(row), tensor_maps=tuple(replace(tm, name=unique[tm.name])

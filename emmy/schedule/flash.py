@@ -147,7 +147,8 @@ def problem_of(att):
                             d=att.dim, q=AttnOperand(att.q.buffer, att.q.dtype.c_name, strides(att.q)),
                             k=AttnOperand(att.k.buffer, att.k.dtype.c_name, strides(att.k)),
                             v=AttnOperand(att.v.buffer, att.v.dtype.c_name, strides(att.v)),
-                            scale=att.scale, causal=att.causal)
+                            scale=att.scale, causal=att.causal,
+                            rounded=att.rounded.c_name if att.rounded else None)
 
 
 def make_ctx(kernel, target: Target) -> FlashCtx:

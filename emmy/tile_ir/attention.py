@@ -10,7 +10,16 @@ expression tree (through nested folds) and matches the three trees above, with t
 q, k, scale and mask in each; a kernel is attention only when all of it matches, so the
 flash-attention template (one pass over the keys with an online, rescaling softmax: the max
 and the sum folds merged into the output fold) computes exactly what the kernel computes.
-The mask, when there is one, is causal (key j visible to query i iff j <= i).
+The mask, when there is one, is causal (key j visible to query i iff j <= i), written as
+torch's `is_causal`, as a select of -inf under any comparison of the indices that means the
+same (`tril` masks, `masked_fill` of `triu(.., 1)`), either way round.
+
+Attention written out by hand (`softmax(q @ k.transpose(-2, -1) / sqrt(d)) @ v` in f16/bf16)
+rounds the scores to the input type (the product's result) and the probabilities too (the
+softmax's result, before the second product). The recognizer accepts both: the template rounds
+each score to the 16-bit type as the program does (`Attention.rounded`), and rounds P to that
+type anyway for its P V product; it rounds exp(S - m) before dividing by the row sum rather
+than the quotient, an ulp of P apart.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ class Attention:
     d_var: str                   # the output fold's axis var (in `store`)
     value_var: str               # the stored value's name
     cast: CastTo | None          # the cast of the accumulator before the store
+    rounded: DType | None = None  # S rounded to this 16-bit type before the scale (q @ k in f16)
 
 
 def find_attention(k: TileKernel) -> Attention | None:
@@ -86,6 +96,9 @@ def find_attention(k: TileKernel) -> Attention | None:
     if t3[0] != EwOp.MUL.value:
         return None
     load_v, prob = (t3[1], t3[2]) if _is_load(t3[1]) else (t3[2], t3[1])
+    p_round = None
+    if prob[0] == "cast" and prob[1][0] == "cast" and prob[1][2] in _HALF:
+        p_round, prob = prob[1][2], prob[1][1]         # P rounded to 16 bits (softmax(..).half())
     if not (_is_load(load_v) and prob[0] == EwOp.DIV.value and prob[2] == ("acc", l)):
         return None
     p = prob[1]
@@ -94,7 +107,7 @@ def find_attention(k: TileKernel) -> Attention | None:
     s3 = _score(p[1][1], inner[0].axis.var, i_axis.var, shapes)
     if s2 is None or s3 is None or not (s1 == s2 == s3):
         return None
-    (q_off, q_buf, k_off, k_buf), scale, causal = s1
+    (q_off, q_buf, k_off, k_buf), scale, causal, rounded = s1
     d_var = f_out.axis.var
     _, v_buf, v_idx = _load_of(load_v)
     v_off = _rename(offset(v_idx, shapes[v_buf]), {inner[0].axis.var: "s", d_var: "d"})
@@ -109,6 +122,8 @@ def find_attention(k: TileKernel) -> Attention | None:
     types = {b.name: b.type.dtype for b in (*k.inputs, *k.outputs)}
     if not (types[q_buf] is types[k_buf] is types[v_buf]):
         return None
+    if p_round not in (None, types[q_buf]) or rounded not in (None, types[q_buf]):
+        return None      # the template rounds S and P to the operands' type only
     batch = tuple(a for a in k.grid if a is not i_axis)
     vars_ok = {a.var for a in batch} | {"s", "d"}
     for off in (q_off, k_off, v_off):
@@ -121,7 +136,7 @@ def find_attention(k: TileKernel) -> Attention | None:
     return Attention(batch=batch, query=i_axis, keys=f_max.axis.extent, dim=dim,
                      q=Operand(q_buf, types[q_buf], q_off), k=Operand(k_buf, types[k_buf], k_off),
                      v=Operand(v_buf, types[v_buf], v_off), scale=scale, causal=causal,
-                     store=store, d_var=d_var, value_var=value, cast=cast)
+                     store=store, d_var=d_var, value_var=value, cast=cast, rounded=rounded)
 
 
 def flash_ok(a: Attention) -> bool:
@@ -183,7 +198,7 @@ def _tree(name, fold: Fold, outer: dict):
             case Load():
                 return ("load", s.buffer, s.index)
             case CastTo():
-                return ("cast", walk(s.arg))
+                return ("cast", walk(s.arg), s.dtype)
             case IndexValue():
                 return ("index", s.expr)
             case Compute():
@@ -201,19 +216,37 @@ def _load_of(t):
 
 
 def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
-    """((q offset, q buffer, k offset, k buffer), scale, causal) of S(i, j), offsets renamed so
-    that the sequence axis is "s" and the head dim "d"; None when `t` is not a score."""
+    """((q offset, q buffer, k offset, k buffer), scale, causal, rounded) of S(i, j), offsets
+    renamed so that the sequence axis is "s" and the head dim "d"; None when `t` is not a
+    score. S is, from the outside in: [a cast to f32], [the causal mask: a select of -inf],
+    [a cast to f32], [times or divided by a constant], [a cast to f16/bf16: `rounded`], then
+    sum_d q[i, d] * k[j, d]; the casts to f32 come with the 16-bit cast and only with it."""
+    widened = False
+    if t[0] == "cast" and t[2] is DType.F32:
+        t, widened = t[1], True
     causal = False
     if t[0] == "where":
         cond, s, other = t[1], t[2], t[3]
-        if other != ("const", float("-inf")) or not _causal(cond, j, i):
+        ninf = ("const", float("-inf"))
+        if other == ninf and _visible(cond, j, i) is True:
+            t = s
+        elif s == ninf and _visible(cond, j, i) is False:
+            t = other
+        else:
             return None
-        t, causal = s, True
+        causal = True
+    if t[0] == "cast" and t[2] is DType.F32 and not widened:
+        t, widened = t[1], True
     scale = 1.0
     if t[0] == EwOp.MUL.value and ("const" in (t[1][0], t[2][0])):
         c, t = (t[1], t[2]) if t[1][0] == "const" else (t[2], t[1])
         scale = c[1]
-    if t[0] != "sum":
+    elif t[0] == EwOp.DIV.value and t[2][0] == "const" and t[2][1] != 0:
+        t, scale = t[1], 1.0 / t[2][1]
+    rounded = None
+    if t[0] == "cast" and t[2] in _HALF:
+        t, rounded = t[1], t[2]
+    if widened != (rounded is not None) or t[0] != "sum":
         return None
     d, prod = t[1], t[2]
     if prod[0] != EwOp.MUL.value:
@@ -234,12 +267,59 @@ def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
     ko = _rename(k[0], {d: "d", j: "s"})
     if any(not isinstance(x, Sym) for x, _ in (*qo.terms, *ko.terms)):
         return None
-    return (qo, q[1], ko, k[1]), scale, causal
+    return (qo, q[1], ko, k[1]), scale, causal, rounded
 
 
-def _causal(cond, j: str, i: str) -> bool:
-    return (cond[0] == EwOp.LE.value and cond[1] == ("index", var(j))
-            and cond[2] == ("index", var(i)))
+_COMPARE = {EwOp.LE.value: (1, 0), EwOp.LT.value: (1, 1),      # x <= y: x - y <= 0
+            EwOp.GE.value: (-1, 0), EwOp.GT.value: (-1, 1)}    # x < y: x - y + 1 <= 0
+
+
+def _visible(cond, j: str, i: str) -> bool | None:
+    """True where `cond` holds exactly when key j <= query i (the causal mask), False where it
+    holds exactly when j > i, else None. The condition is a comparison of affine integer
+    expressions of the two indices (or its negation), normalized to a_i i + a_j j + c <= 0."""
+    negate = False
+    while cond[0] == EwOp.NOT.value:
+        cond, negate = cond[1], not negate
+    if cond[0] not in _COMPARE:
+        return None
+    sign, strict = _COMPARE[cond[0]]
+    x, y = _affine(cond[1], i, j), _affine(cond[2], i, j)
+    if x is None or y is None:
+        return None
+    a_i, a_j, c = (sign * (x[n] - y[n]) for n in range(3))
+    c += strict
+    if negate:             # not (e <= 0)  <=>  e >= 1  <=>  -e + 1 <= 0
+        a_i, a_j, c = -a_i, -a_j, -c + 1
+    if a_i != -a_j or a_j == 0:
+        return None
+    if a_j > 0:            # a (j - i) + c <= 0  <=>  j - i <= floor(-c / a): j <= i iff that is 0
+        return True if -a_j < c <= 0 else None
+    return False if 0 < c <= -a_j else None    # -a (j - i) + c <= 0  <=>  j - i >= ceil(c / a)
+
+
+def _affine(t, i: str, j: str) -> tuple[int, int, int] | None:
+    """(a_i, a_j, c) with `t` = a_i i + a_j j + c over the integers, or None."""
+    match t:
+        case ("index", e):
+            if any(not isinstance(x, Sym) or x.name not in (i, j) for x, _ in e.terms):
+                return None
+            coef = {x.name: k for x, k in e.terms}
+            return coef.get(i, 0), coef.get(j, 0), e.const
+        case ("const", v):
+            return (0, 0, int(v)) if float(v).is_integer() else None
+        case ("cast", x, _):
+            return _affine(x, i, j)
+        case (EwOp.NEG.value, x):
+            a = _affine(x, i, j)
+            return None if a is None else tuple(-n for n in a)
+        case (EwOp.ADD.value | EwOp.SUB.value, x, y):
+            a, b = _affine(x, i, j), _affine(y, i, j)
+            if a is None or b is None:
+                return None
+            sign = 1 if t[0] == EwOp.ADD.value else -1
+            return tuple(p + sign * q for p, q in zip(a, b))
+    return None
 
 
 def _rename(e: Lin, names: dict[str, str]) -> Lin:

@@ -43,8 +43,9 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
                              f"by element")
     if k.attention is not None:
         a = k.attention
-        lines.append(f"{INDENT}attention: softmax({a.q.buffer}·{a.k.buffer} over {a.dim} × "
-                     f"{a.scale:g}{', causal' if a.causal else ''}) · {a.v.buffer}, "
+        rounded = f" rounded to {a.rounded.value}" if a.rounded else ""
+        lines.append(f"{INDENT}attention: softmax({a.q.buffer}·{a.k.buffer} over {a.dim}{rounded}"
+                     f" × {a.scale:g}{', causal' if a.causal else ''}) · {a.v.buffer}, "
                      f"{a.query.extent} queries × {a.keys} keys per head: one flash kernel, "
                      f"the max and sum folds merged into the output fold (online softmax)")
     _items(k.body, 2, types, lines)

@@ -33,14 +33,51 @@ def test_fp32_attention_stores_its_scores():
 
 def test_a_hand_written_softmax_attention():
     """softmax(q kᵀ s) v written by hand: in f32 the scores are stored as for sdpa. In f16,
-    eager rounds the scores and the probabilities to f16 between the ops; a flash kernel would
-    drop those roundings, so that program keeps its own semantics (not attention)."""
+    eager rounds the scores and the probabilities to f16 between the ops: the flash kernel
+    rounds each score as the program does (`rounded`) and rounds P for its P V product, and
+    agrees with torch, also where scores overflow f16 (whole rows NaN, as in eager)."""
+    from emmy.check import check_cuda_program
+    from emmy.dtypes import DType
+
     expr = ("(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v)"
             "(torch.randn(2, 32, 16){h}, torch.randn(2, 32, 16){h}, torch.randn(2, 32, 16){h})")
     ks = kernels(load_expr(expr.format(h="")))
     assert [k.kind for k in ks] == [KernelKind.CONTRACT, KernelKind.ROW]
-    (k,) = kernels(load_expr(expr.format(h=".half()")))
-    assert k.kind is KernelKind.ROW and find_attention(k) is None
+    for scale in ("", ".mul(100)"):    # x100: some scores overflow f16, 49 rows NaN in eager
+        w = load_expr(expr.format(h=f"{scale}.half()"))
+        (k,) = kernels(w)
+        assert k.kind is KernelKind.ATTENTION and k.attention.rounded is DType.F16
+        assert (k.attention.scale, k.attention.causal) == (0.25, False)
+        results = compile_to(w, "cuda")
+        report, _ = check_cuda_program(w, results["torch"], results["cuda"])
+        assert report is not None and report.ok, report
+
+
+@pytest.mark.parametrize("mask", [
+    "torch.ones(32, 32, dtype=torch.bool).tril()",              # keep where j <= i
+    "~torch.ones(32, 32, dtype=torch.bool).triu(1)",            # keep where not j > i
+])
+def test_hand_written_causal_masks_are_causal_attention(mask):
+    """A mask built from tril/triu of a constant folds to a comparison of the indices, which
+    the recognizer reads as the causal mask, whichever way the comparison is written."""
+    w = load_expr(f"(lambda q, k, v: torch.softmax((q @ k.transpose(-1, -2) * 0.25)"
+                  f".masked_fill(~({mask}), float('-inf')), -1) @ v)"
+                  "(torch.randn(2, 32, 16).half(), torch.randn(2, 32, 16).half(), "
+                  "torch.randn(2, 32, 16).half())")
+    (k,) = kernels(w)
+    assert k.kind is KernelKind.ATTENTION and k.attention.causal
+
+
+def test_a_mask_that_is_not_causal_keeps_the_generic_space():
+    """j < i (the diagonal hidden) and j <= i + 1 are masks, not the causal one."""
+    for mask in ("torch.ones(32, 32, dtype=torch.bool).tril(-1)",
+                 "torch.ones(32, 32, dtype=torch.bool).tril(1)"):
+        w = load_expr(f"(lambda q, k, v: torch.softmax((q @ k.transpose(-1, -2) * 0.25)"
+                      f".masked_fill(~({mask}), float('-inf')), -1) @ v)"
+                      "(torch.randn(2, 32, 16).half(), torch.randn(2, 32, 16).half(), "
+                      "torch.randn(2, 32, 16).half())")
+        (k,) = kernels(w)
+        assert k.kind is not KernelKind.ATTENTION
 
 
 def test_scaled_values_are_not_a_plain_load_of_v():
