@@ -70,6 +70,11 @@ class AttnOperand:
     buffer: str                              # the kernel parameter's name
     ctype: str                               # "__half" | "__nv_bfloat16"
     strides: tuple[int, int, int, int]       # element strides of (batch, head, seq, dim)
+    group: int = 1                           # read at head h // group: grouped-query k and v
+
+    def head(self, h: str) -> str:
+        """The C expression of this operand's head index for query head `h`."""
+        return h if self.group == 1 else f"({h} / {self.group})"
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,9 @@ def operand_refusals(p: AttentionProblem) -> list[str]:
     if p.rounded is not None and p.rounded not in DTYPES:
         why.append(f"scores rounded to {p.rounded}: the template rounds to __half or "
                    f"__nv_bfloat16")
+    for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
+        if op.group < 1 or (name == "q" and op.group != 1):
+            why.append(f"{name} is read at head h // {op.group}: only k and v may be grouped")
     if len({p.q.ctype, p.k.ctype, p.v.ctype}) > 1:
         why.append(f"q, k and v have different types ({p.q.ctype}, {p.k.ctype}, {p.v.ctype})")
     return why
@@ -260,7 +268,8 @@ class _Emitter:
         for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
             s = op.strides
             out.append(f"const {t}* const fa_{name}g = {op.buffer} + fa_bz * {s[0]}LL"
-                       f" + fa_h * {s[1]}LL + fa_cr * {s[2]}LL + fa_ce;   // {name} at (0, fa_ce)"
+                       f" + {op.head('fa_h')} * {s[1]}LL + fa_cr * {s[2]}LL + fa_ce;"
+                       f"   // {name} at (0, fa_ce)"
                        f" of this thread's rows")
         kv = c.bkv * (p.d + PAD)
         out += [

@@ -171,7 +171,7 @@ def tma_refusals(p: AttentionProblem) -> list[str]:
     why: list[str] = []
     for name, op, seq in (("q", p.q, p.sq), ("k", p.k, p.sk), ("v", p.v, p.sk)):
         for axis, extent, stride in (("batch", p.batch, op.strides[0]),
-                                     ("head", p.heads, op.strides[1]),
+                                     ("head", -(-p.heads // op.group), op.strides[1]),
                                      ("sequence", seq, op.strides[2])):
             if extent > 1 and stride <= 0:
                 why.append(f"{name}'s {axis} stride is {stride} over {extent} indices: a TMA "
@@ -266,7 +266,7 @@ def tensor_maps(p: AttentionProblem, c: AttentionConfig) -> tuple[TensorMapSpec,
     maps = []
     for tmap, op, seq, rows in zip(TMAPS, (p.q, p.k, p.v), (p.sq, p.sk, p.sk),
                                    (c.bq, c.bkv, c.bkv)):
-        dims = (p.d, seq, p.heads, p.batch)
+        dims = (p.d, seq, -(-p.heads // op.group), p.batch)     # k, v: their own heads
         strides: list[int] = []
         below = 2 * p.d                          # bytes spanned by the head dimension
         for extent, stride in zip(dims[1:], (op.strides[2], op.strides[1], op.strides[0])):
@@ -340,8 +340,10 @@ class _Emitter:
     def tma_boxes(self, tmap: str, at: str, row0: str, rows: int, bar: str) -> list[str]:
         """The TMA copies of one tile (`rows` rows from `row0`) into fw_smem + `at`: one box of
         64 head-dim elements per 64 columns, block j at j * rows * 128 bytes."""
+        op = {"fw_tmap_q": self.p.q, "fw_tmap_k": self.p.k, "fw_tmap_v": self.p.v}[tmap]
         return [f"tma_load_4d(fw_smem + {at}{f' + {j * rows * 128}u' if j else ''}, {tmap}, "
-                f"{64 * j}, {row0}, fw_h, int(fw_bz), {bar});" for j in range(self.p.d // 64)]
+                f"{64 * j}, {row0}, {op.head('fw_h')}, int(fw_bz), {bar});"
+                for j in range(self.p.d // 64)]
 
     def tma_producer(self) -> list[str]:
         """One thread: Q once, then K and V of each key block into slot kb & 1 once the
@@ -621,7 +623,7 @@ class _Emitter:
         for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
             s = op.strides
             out.append(f"const {self.t}* const fw_{name}g = {op.buffer} + fw_bz * {s[0]}LL"
-                       f" + fw_h * {s[1]}LL + fw_cr * {s[2]}LL + fw_ce * 8;")
+                       f" + {op.head('fw_h')} * {s[1]}LL + fw_cr * {s[2]}LL + fw_ce * 8;")
         if self.rows_per_pass % 8 == 0:
             out.append("const unsigned fw_sw = (unsigned(fw_ce % 8 ^ fw_cr % 8)) << 4;   "
                        "// the chunk's swizzled place in its row")

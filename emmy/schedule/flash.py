@@ -141,12 +141,13 @@ def problem_of(att):
         batch, head = ([0] * (2 - len(b)) + b)[-2:]
         return batch, head, coef.get("s", 0), coef.get("d", 0)
 
+    def operand(op) -> AttnOperand:
+        return AttnOperand(op.buffer, op.dtype.c_name, strides(op), op.group)
+
     ext = [ax.extent for ax in att.batch]
     batch, heads = ([1] * (2 - len(ext)) + ext)[-2:]
     return AttentionProblem(batch=batch, heads=heads, sq=att.query.extent, sk=att.keys,
-                            d=att.dim, q=AttnOperand(att.q.buffer, att.q.dtype.c_name, strides(att.q)),
-                            k=AttnOperand(att.k.buffer, att.k.dtype.c_name, strides(att.k)),
-                            v=AttnOperand(att.v.buffer, att.v.dtype.c_name, strides(att.v)),
+                            d=att.dim, q=operand(att.q), k=operand(att.k), v=operand(att.v),
                             scale=att.scale, causal=att.causal,
                             rounded=att.rounded.c_name if att.rounded else None)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from emmy.dtypes import DType
 from emmy.loop_ir.ir import CastTo, Compute, IndexValue, Load, Store
 from emmy.schedule.facts import offset
-from emmy.symbolic import Lin, Sym, var
+from emmy.symbolic import FloorDiv, Lin, Sym, var
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, TileKernel
 
@@ -41,6 +41,7 @@ class Operand:
     buffer: str
     dtype: DType
     offset: Lin          # element offset with the key/query axis named "s" and the dim "d"
+    group: int = 1       # the offset's head index is h // group (grouped-query k and v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,17 +127,32 @@ def find_attention(k: TileKernel) -> Attention | None:
         return None      # the template rounds S and P to the operands' type only
     batch = tuple(a for a in k.grid if a is not i_axis)
     vars_ok = {a.var for a in batch} | {"s", "d"}
-    for off in (q_off, k_off, v_off):
-        if not {a.name for a, _ in off.terms} <= vars_ok | {i_axis.var}:
+    operands = []
+    for buf, off in ((q_buf, _rename(q_off, {i_axis.var: "s"})), (k_buf, k_off), (v_buf, v_off)):
+        off, group = _grouped(off, batch[-1].var if batch else None)
+        if off is None or not {a.name for a, _ in off.terms} <= vars_ok:
             return None
-    q_off = _rename(q_off, {i_axis.var: "s"})
+        operands.append(Operand(buf, types[buf], off, group))
     dim = _extent_of(f_out)
-    if _extent_of(_nested(f_max)) != dim:
+    if _extent_of(_nested(f_max)) != dim or operands[0].group != 1:
         return None
     return Attention(batch=batch, query=i_axis, keys=f_max.axis.extent, dim=dim,
-                     q=Operand(q_buf, types[q_buf], q_off), k=Operand(k_buf, types[k_buf], k_off),
-                     v=Operand(v_buf, types[v_buf], v_off), scale=scale, causal=causal,
+                     q=operands[0], k=operands[1], v=operands[2], scale=scale, causal=causal,
                      store=store, d_var=d_var, value_var=value, cast=cast, rounded=rounded)
+
+
+def _grouped(off: Lin, head: str | None) -> tuple[Lin | None, int]:
+    """(offset, group): an operand read at head h // g (grouped-query attention's k and v,
+    `enable_gqa`) as the offset at head h and g; plain symbols only, else (None, 1)."""
+    group, names, out = 1, set(), Lin((), off.const)
+    for atom, coef in off.terms:
+        if isinstance(atom, FloorDiv) and head is not None and atom.num == var(head):
+            group, atom = atom.den, Sym(head)
+        elif not isinstance(atom, Sym) or atom.name in names:
+            return None, 1               # another atom, or h and h // g both
+        names.add(atom.name)
+        out = out + var(atom.name) * coef
+    return out, group
 
 
 def flash_ok(a: Attention) -> bool:
@@ -255,8 +271,7 @@ def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
     if a is None or b is None:
         return None
     oa, ob = offset(a[2], shapes[a[1]]), offset(b[2], shapes[b[1]])
-    va = {x.name for x, _ in oa.terms}
-    vb = {x.name for x, _ in ob.terms}
+    va, vb = oa.free_vars(), ob.free_vars()
     if i in va and j in vb and j not in va and i not in vb:
         q, k = (oa, a[1]), (ob, b[1])
     elif i in vb and j in va and j not in vb and i not in va:
@@ -265,8 +280,9 @@ def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
         return None
     qo = _rename(q[0], {d: "d"})
     ko = _rename(k[0], {d: "d", j: "s"})
-    if any(not isinstance(x, Sym) for x, _ in (*qo.terms, *ko.terms)):
-        return None
+    if any(not isinstance(x, Sym) and x.free_vars() & {"d", "s", i}
+           for x, _ in (*qo.terms, *ko.terms)):
+        return None      # (a head index h // g is an atom of its own: see _grouped)
     return (qo, q[1], ko, k[1]), scale, causal, rounded
 
 
@@ -323,6 +339,14 @@ def _affine(t, i: str, j: str) -> tuple[int, int, int] | None:
 
 
 def _rename(e: Lin, names: dict[str, str]) -> Lin:
+    """`e` with the index variables `names` renamed; other atoms (a head index h // g) are
+    kept as they are when no renamed variable is in them."""
     from emmy.symbolic import substitute
 
-    return substitute(e, {a: var(b) for a, b in names.items()}, {})
+    if any(not isinstance(a, Sym) and a.free_vars() & set(names) for a, _ in e.terms):
+        return substitute(e, {a: var(b) for a, b in names.items()}, {})
+    out = Lin((), e.const)
+    for atom, coef in e.terms:
+        out = out + (var(names.get(atom.name, atom.name)) * coef if isinstance(atom, Sym)
+                     else Lin(((atom, coef),), 0))
+    return out

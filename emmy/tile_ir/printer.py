@@ -44,8 +44,10 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
     if k.attention is not None:
         a = k.attention
         rounded = f" rounded to {a.rounded.value}" if a.rounded else ""
+        grouped = "".join(f", {o.buffer} at head h // {o.group}" for o in (a.k, a.v)
+                          if o.group > 1)
         lines.append(f"{INDENT}attention: softmax({a.q.buffer}·{a.k.buffer} over {a.dim}{rounded}"
-                     f" × {a.scale:g}{', causal' if a.causal else ''}) · {a.v.buffer}, "
+                     f" × {a.scale:g}{', causal' if a.causal else ''}{grouped}) · {a.v.buffer}, "
                      f"{a.query.extent} queries × {a.keys} keys per head: one flash kernel, "
                      f"the max and sum folds merged into the output fold (online softmax)")
     _items(k.body, 2, types, lines)

@@ -135,3 +135,22 @@ def test_gpu_hand_written_attention_passes_the_harness(row):
     stages = compile_to(w, "cuda", Options(rows={"": row}))
     result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
     assert result.verdict == "ok" and len(result.cases) == 6, result
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", [
+    "WORK=warps:4 TILE=flash:128x32 STAGE=async:2",
+    "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2:overlap",
+])
+def test_gpu_grouped_query_attention_passes_the_harness(row):
+    """8 query heads over 2 key/value heads (k and v read at head h // 4; their TMA maps have
+    2 heads), causal, through the GPU harness's 6 cases."""
+    from emmy.bench.harness import check_program
+
+    w = load_expr("(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, "
+                  "enable_gqa=True))(torch.randn(2, 8, 200, 64).half(), "
+                  "torch.randn(2, 2, 200, 64).half(), torch.randn(2, 2, 200, 64).half())")
+    stages = compile_to(w, "cuda", Options(rows={"": row}))
+    assert stages["tile"].program.kernels[0].attention.k.group == 4
+    result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
+    assert result.verdict == "ok" and len(result.cases) == 6, result

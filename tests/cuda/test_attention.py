@@ -251,6 +251,25 @@ def test_operand_types_are_checked():
                for r in constraints(f32, AttentionConfig(64, 64, 4, 2), "sm_90a"))
 
 
+def test_only_k_and_v_may_be_grouped():
+    p = problem(d=64)
+    grouped_q = AttentionProblem(**{**p.__dict__, "q": AttnOperand("q", "__half", p.q.strides,
+                                                                    group=2)})
+    assert constraints(grouped_q, AttentionConfig(64, 64, 4, 2), "sm_90a") == [
+        "q is read at head h // 2: only k and v may be grouped"]
+    grouped_kv = AttentionProblem(**{**p.__dict__, "k": AttnOperand("k", "__half", p.k.strides,
+                                                                     group=2)})
+    assert constraints(grouped_kv, AttentionConfig(64, 64, 4, 2), "sm_90a") == []
+
+
+def test_scores_rounded_to_a_16_bit_type_only():
+    p = problem(d=64)
+    for rounded, ok in (("__half", True), ("__nv_bfloat16", True), ("float", False)):
+        why = constraints(AttentionProblem(**{**p.__dict__, "rounded": rounded}),
+                          AttentionConfig(64, 64, 4, 2), "sm_90a")
+        assert (why == []) is ok, why
+
+
 def test_attention_body_refuses_an_unbuildable_config():
     with pytest.raises(ValueError, match="bq 96 is not a multiple"):
         attention_body(problem(), AttentionConfig(96, 64, 4, 2), lambda *a: [])

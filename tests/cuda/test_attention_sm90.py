@@ -627,6 +627,25 @@ def test_tma_a_dimension_of_one_index_takes_a_valid_stride():
     assert tensor_maps(p, tma_config(64, 64))[0].strides == (128, 100 * 128, 2 * 100 * 128)
 
 
+def test_grouped_k_and_v_have_their_own_heads_in_tensor_maps_and_copies():
+    """Grouped-query attention: 6 query heads over 2 key/value heads (group 3); k and v's
+    maps span 2 heads, and every copy of them (TMA or cp.async) addresses head h / 3."""
+    from dataclasses import replace
+
+    from emmy.cuda.attention import AttnOperand
+
+    p = problem("f16", 2, 6, 100, 100, 64)
+    kv = (2 * 100 * 64, 100 * 64, 64, 1)
+    p = replace(p, k=AttnOperand("k", "__half", kv, group=3),
+                v=AttnOperand("v", "__half", kv, group=3))
+    assert constraints_sm90(p, tma_config(64, 64), "sm_90a") == []
+    q, k, v = tensor_maps(p, tma_config(64, 64))
+    assert q.dims == (64, 100, 6, 2) and k.dims == v.dims == (64, 100, 2, 2)
+    source, _ = tma_source(p, tma_config(64, 64))
+    assert "fw_tmap_k, 0, kb * FW_BKV, (fw_h / 3)" in source
+    assert "fw_tmap_q, 0, fw_q0, fw_h," in source
+
+
 def test_tma_producer_and_consumers_order_their_barriers():
     """The order the module docstring derives (the emulator runs TMA copies at issue and
     cannot see a slot refilled early): the producer waits on a slot's empty barrier before it

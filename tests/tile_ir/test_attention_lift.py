@@ -121,3 +121,37 @@ def test_a_softmax_over_a_transposed_convolution_is_not_attention():
     assert all(k.kind is not KernelKind.ATTENTION for k in stages["tile"].program.kernels)
     report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
     assert report is not None and report.ok, failed
+
+
+GQA = {   # 4 query heads over 2 key/value heads, three ways to write it
+    "enable_gqa": "F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)",
+    "repeat_interleave": "F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), "
+                         "v.repeat_interleave(2, 1), is_causal=True)",
+    "expand_reshape": "F.scaled_dot_product_attention(q, k[:, :, None].expand(2, 2, 2, 24, 64)"
+                      ".reshape(2, 4, 24, 64), v[:, :, None].expand(2, 2, 2, 24, 64)"
+                      ".reshape(2, 4, 24, 64), is_causal=True)",
+}
+
+
+@pytest.mark.parametrize("form", sorted(GQA))
+def test_grouped_query_attention_is_one_flash_kernel(form):
+    """Query head h reads key/value head h // 2 however the program says so; the flash
+    templates address k and v at that head (mma.sync, and wgmma fed by cp.async or TMA)."""
+    from emmy.check import check_cuda_program
+    from emmy.pipeline import Options
+
+    w = load_expr(f"(lambda q, k, v: {GQA[form]})(torch.randn(2, 4, 24, 64).half(), "
+                  "torch.randn(2, 2, 24, 64).half(), torch.randn(2, 2, 24, 64).half())")
+    (k,) = kernels(w)
+    assert k.kind is KernelKind.ATTENTION
+    a = k.attention
+    assert (a.q.group, a.k.group, a.v.group, a.causal) == (1, 2, 2, True)
+    rows = ["WORK=warps:4 TILE=flash:64x32 STAGE=async:2"]
+    if form == "enable_gqa":
+        rows += ["WORK=warps:4 TILE=wgmma:64x64 STAGE=async:2",
+                 "WORK=warps:4 TILE=wgmma:64x64 STAGE=tma:2"]
+    for row in rows:
+        results = compile_to(w, "cuda", Options(rows={"": row}))
+        assert results["cuda"].units[0].row == row
+        report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+        assert report is not None and report.ok, (row, report or failed.log[-2000:])

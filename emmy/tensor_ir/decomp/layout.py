@@ -392,6 +392,23 @@ def lower_repeat(b, x, repeats):
     return b.index_map(y, shape, [mod(var(axis_var(i)), n, bounds) for i, n in enumerate(src)])
 
 
+@op("repeat_interleave.self_int")
+def lower_repeat_interleave(b, x, repeats, dim=None, *, output_size=None):
+    """Each element `repeats` times in a row along `dim` (the flattened tensor when None):
+    out[.., i, ..] = x[.., i // repeats, ..]. A tensor of repeats is another op (refused)."""
+    if not isinstance(repeats, int) or repeats < 1:
+        raise Refused(f"repeats={repeats!r}: a positive int is an index map")
+    if dim is None:
+        x, dim = reshape(b, x, (math.prod(b.shape(x)),)), 0
+    dim = norm_dim(dim, b.rank(x))
+    shape = list(b.shape(x))
+    shape[dim] *= repeats
+    bounds = {axis_var(i): n for i, n in enumerate(shape)}
+    index = axes(len(shape))
+    index[dim] = floordiv(index[dim], repeats, bounds)
+    return b.index_map(x, shape, index)
+
+
 @op("cat")
 def lower_cat(b, tensors, dim=0):
     return cat(b, tensors, dim)
