@@ -78,6 +78,18 @@ class AttnOperand:
 
 
 @dataclass(frozen=True)
+class AttnBias:
+    """A bias added to the scaled scores ("add"), or a mask keeping them where it is true
+    ("keep") or false ("hide"), read at base + const + the strides of (batch, head, query,
+    key) (0: broadcast)."""
+    kind: str
+    buffer: str
+    ctype: str
+    strides: tuple[int, int, int, int]
+    const: int = 0
+
+
+@dataclass(frozen=True)
 class AttentionProblem:
     batch: int
     heads: int
@@ -91,6 +103,13 @@ class AttentionProblem:
     causal: bool                             # key j visible to query i iff j <= i
     rounded: str | None = None               # q . k rounded to this 16-bit type first, as a
                                              # program computing it in f16/bf16 does
+    bias: AttnBias | None = None             # attn_mask: added to, or masking, scale * q . k
+
+    @property
+    def scaled_first(self) -> bool:
+        """Whether S is multiplied by scale * log2(e) before the softmax (a scale <= 0, or a
+        bias to add to the scaled scores) rather than inside its exponent."""
+        return self.scale <= 0 or self.bias is not None
 
     @property
     def flops(self) -> int:
@@ -124,6 +143,30 @@ def round_scores(p: AttentionProblem, element: str, loops: list[str]) -> list[st
     for depth, header in enumerate(loops):
         lines += ["  " * depth + "#pragma unroll", "  " * depth + header]
     return lines + ["  " * len(loops) + f"{element} = {back}({to}({element}));"]
+
+
+def bias_scores(p: AttentionProblem, prefix: str, element: str, loops: list[str], row: str,
+                key: str) -> list[str]:
+    """Where the program adds a bias or masks by a tensor (attn_mask): `element` (query `row`,
+    key `key`, inside `loops`; S already scaled, in the log2 domain) gets log2(e) * bias, or
+    -inf where the mask hides it. Rows past sq and keys past sk read nothing (the keys are
+    masked and the rows not stored anyway). `prefix`_bz and `prefix`_h: the batch and head."""
+    b = p.bias
+    if b is None:
+        return []
+    s0, s1, s2, s3 = b.strides
+    read = f"{prefix}_bp[(long long)({row}) * {s2}LL + ({key}) * {s3}LL]"
+    apply = {"add": f"{element} += {_float(LOG2E)} * em_cvt<float>({read});",
+             "keep": f"if (!{read}) {element} = -EMMY_INF_F32;",
+             "hide": f"if ({read}) {element} = -EMMY_INF_F32;"}[b.kind]
+    lines = [f"const {b.ctype}* const {prefix}_bp = {b.buffer} + {b.const}LL + {prefix}_bz * "
+             f"{s0}LL + {prefix}_h * {s1}LL;   // the {'bias' if b.kind == 'add' else 'mask'} "
+             f"of this (batch, head)"]
+    for depth, header in enumerate(loops):
+        lines += ["  " * depth + "#pragma unroll", "  " * depth + header]
+    inner = "  " * len(loops)
+    return ["{", *_indent(lines + [f"{inner}if ({row} < {p.sq} && {key} < {p.sk}) {apply}"],
+                          1), "}"]
 
 
 def smem_bytes(problem: AttentionProblem, config: AttentionConfig) -> int:
@@ -246,7 +289,7 @@ class _Emitter:
             f"constexpr int FA_KBLOCKS = {-(-p.sk // c.bkv)};",
             f"constexpr bool FA_CAUSAL = {'true' if p.causal else 'false'};",
             "// the softmax exponent's factor: scale * log2(e), or 1 where S is scaled first",
-            f"constexpr float FA_C = {_float(p.scale * LOG2E) if p.scale > 0 else '1.f'};",
+            f"constexpr float FA_C = {'1.f' if p.scaled_first else _float(p.scale * LOG2E)};",
             "const int fa_lane = tid % 32, fa_warp = tid / 32;",
             "const int fa_g = fa_lane / 4, fa_t = fa_lane % 4;   // mma fragment row, column pair",
             f"const int fa_q0 = ({qb} - 1 - int(bid % {qb})) * FA_BQ;",
@@ -416,16 +459,17 @@ class _Emitter:
         ]
 
     def mask(self) -> list[str]:
-        """S rounded to 16 bits where the program rounds it; with a scale <= 0, S multiplied by
-        scale * log2(e) here (softmax's FA_C is then 1).
+        """S rounded to 16 bits where the program rounds it; with a scale <= 0 or a bias, S
+        multiplied by scale * log2(e) here (softmax's FA_C is then 1), and the bias added or
+        the mask tensor applied.
         Then, from key block fa_kmask on, -inf for keys past sk (when sk is ragged) and, when
         causal, for keys after the query; the test is warp-uniform, so blocks before run no
         mask code. Element i of n8 tile j is row
         g + 8*(i/2), key 8j + 2t + i%2 of the warp's m tile mt."""
-        lines = round_scores(self.p, "fa_s[mt][j][i]", [
-            "for (int mt = 0; mt < FA_MT; ++mt)", "for (int j = 0; j < FA_NT; ++j)",
-            "for (int i = 0; i < 4; ++i)"])
-        lines += [] if self.p.scale > 0 else [
+        loops = ["for (int mt = 0; mt < FA_MT; ++mt)", "for (int j = 0; j < FA_NT; ++j)",
+                 "for (int i = 0; i < 4; ++i)"]
+        lines = round_scores(self.p, "fa_s[mt][j][i]", loops)
+        lines += [] if not self.p.scaled_first else [
             "#pragma unroll",
             "for (int mt = 0; mt < FA_MT; ++mt)",
             "  #pragma unroll",
@@ -433,6 +477,9 @@ class _Emitter:
             "    #pragma unroll",
             f"    for (int i = 0; i < 4; ++i) fa_s[mt][j][i] *= {_float(self.p.scale * LOG2E)};",
         ]
+        lines += bias_scores(self.p, "fa", "fa_s[mt][j][i]", loops,
+                             "fa_wq0 + fa_g + mt * 16 + i / 2 * 8",
+                             "kb * FA_BKV + fa_t * 2 + j * 8 + i % 2")
         hidden = []
         if self.p.sk % self.c.bkv:
             hidden.append("fa_kl + j * 8 + i % 2 >= FA_SK")

@@ -101,7 +101,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emmy.cuda.attention import (DTYPES, LOG2E, AttentionConfig, AttentionProblem, Store, _float,
-                                 _indent, _qblocks, operand_refusals, round_scores)
+                                 _indent, _qblocks, bias_scores, operand_refusals,
+                                 round_scores)
 from emmy.cuda.gemm_spec import Body
 from emmy.cuda.gemm_sm90 import TmaBody
 from emmy.cuda.program import TensorMapSpec
@@ -498,7 +499,7 @@ class _Emitter:
             f"constexpr int FW_KBLOCKS = {-(-p.sk // c.bkv)};",
             f"constexpr bool FW_CAUSAL = {'true' if p.causal else 'false'};",
             "// the softmax exponent's factor: scale * log2(e), or 1 where S is scaled first",
-            f"constexpr float FW_C = {_float(p.scale * LOG2E) if p.scale > 0 else '1.f'};",
+            f"constexpr float FW_C = {'1.f' if p.scaled_first else _float(p.scale * LOG2E)};",
         ]
 
     def block_ids(self, qb: int) -> list[str]:
@@ -711,15 +712,20 @@ class _Emitter:
         ]
 
     def mask(self, s: str = "fw_s", kb: str = "kb") -> list[str]:
-        """S rounded to 16 bits where the program rounds it; a scale <= 0 multiplies S here
-        (FW_C is then 1). From block fw_kmask on, -inf for
+        """S rounded to 16 bits where the program rounds it; a scale <= 0 or a bias: S
+        multiplied here (FW_C is then 1) and the bias added or the mask tensor applied. From
+        block fw_kmask on, -inf for
         keys past sk and (causal) keys after the row; s[4i + 2h + c] is row fw_rq0 + 8h, key
         kb * bkv + 8i + 2 fw_t + c."""
         lines = round_scores(self.p, f"{s}[i]", ["for (int i = 0; i < FW_BKV / 2; ++i)"])
-        lines += [] if self.p.scale > 0 else [
+        lines += [] if not self.p.scaled_first else [
             "#pragma unroll",
             f"for (int i = 0; i < FW_BKV / 2; ++i) {s}[i] *= {_float(self.p.scale * LOG2E)};",
         ]
+        lines += bias_scores(self.p, "fw", f"{s}[4 * i + e]",
+                             ["for (int i = 0; i < FW_BKV / 8; ++i)",
+                              "for (int e = 0; e < 4; ++e)"],
+                             "fw_rq0 + e / 2 * 8", f"{kb} * FW_BKV + 8 * i + 2 * fw_t + e % 2")
         hidden = []
         if self.p.sk % self.c.bkv:
             hidden.append("fw_kl + 8 * i + e % 2 >= FW_SK")

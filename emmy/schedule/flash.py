@@ -133,23 +133,29 @@ def config_of(c: FlashCtx):
 
 def problem_of(att):
     """The template's view of an Attention (emmy.tile_ir.attention)."""
-    from emmy.cuda.attention import AttentionProblem, AttnOperand
+    from emmy.cuda.attention import AttentionProblem, AttnBias, AttnOperand
 
-    def strides(op) -> tuple[int, int, int, int]:
-        coef = {a.name: c for a, c in op.offset.terms}
+    def strides(offset, inner: tuple[str, str]) -> tuple[int, int, int, int]:
+        """Element strides of (batch, head, *inner) in `offset` (0 where it does not vary)."""
+        coef = {a.name: c for a, c in offset.terms}
         b = [coef.get(ax.var, 0) for ax in att.batch]
         batch, head = ([0] * (2 - len(b)) + b)[-2:]
-        return batch, head, coef.get("s", 0), coef.get("d", 0)
+        return batch, head, coef.get(inner[0], 0), coef.get(inner[1], 0)
 
     def operand(op) -> AttnOperand:
-        return AttnOperand(op.buffer, op.dtype.c_name, strides(op), op.group)
+        return AttnOperand(op.buffer, op.dtype.c_name, strides(op.offset, ("s", "d")), op.group)
+
+    def bias(b) -> AttnBias | None:
+        return None if b is None else AttnBias(b.kind, b.buffer, b.dtype.c_name,
+                                               strides(b.offset, ("qi", "kj")), b.offset.const)
 
     ext = [ax.extent for ax in att.batch]
     batch, heads = ([1] * (2 - len(ext)) + ext)[-2:]
     return AttentionProblem(batch=batch, heads=heads, sq=att.query.extent, sk=att.keys,
                             d=att.dim, q=operand(att.q), k=operand(att.k), v=operand(att.v),
                             scale=att.scale, causal=att.causal,
-                            rounded=att.rounded.c_name if att.rounded else None)
+                            rounded=att.rounded.c_name if att.rounded else None,
+                            bias=bias(att.bias))
 
 
 def make_ctx(kernel, target: Target) -> FlashCtx:

@@ -60,6 +60,18 @@ class Attention:
     value_var: str               # the stored value's name
     cast: CastTo | None          # the cast of the accumulator before the store
     rounded: DType | None = None  # S rounded to this 16-bit type before the scale (q @ k in f16)
+    bias: "Bias | None" = None    # a mask or bias read from a tensor, after the scale
+
+
+@dataclass(frozen=True, slots=True)
+class Bias:
+    """S(i, j) + bias[..] ("add"), or S kept where mask[..] is true ("keep") or false ("hide"),
+    -inf elsewhere: attn_mask, or a mask tensor under masked_fill."""
+
+    kind: str
+    buffer: str
+    dtype: DType
+    offset: Lin          # over the batch axes, "qi" (the query) and "kj" (the key)
 
 
 def find_attention(k: TileKernel) -> Attention | None:
@@ -108,7 +120,7 @@ def find_attention(k: TileKernel) -> Attention | None:
     s3 = _score(p[1][1], inner[0].axis.var, i_axis.var, shapes)
     if s2 is None or s3 is None or not (s1 == s2 == s3):
         return None
-    (q_off, q_buf, k_off, k_buf), scale, causal, rounded = s1
+    (q_off, q_buf, k_off, k_buf), scale, causal, rounded, mask = s1
     d_var = f_out.axis.var
     _, v_buf, v_idx = _load_of(load_v)
     v_off = _rename(offset(v_idx, shapes[v_buf]), {inner[0].axis.var: "s", d_var: "d"})
@@ -136,9 +148,18 @@ def find_attention(k: TileKernel) -> Attention | None:
     dim = _extent_of(f_out)
     if _extent_of(_nested(f_max)) != dim or operands[0].group != 1:
         return None
+    bias = None
+    if mask is not None:
+        kind, buf, off = mask
+        if not {a.name for a, _ in off.terms} <= {a.var for a in batch} | {"qi", "kj"}:
+            return None
+        if (types[buf] is DType.BOOL) != (kind != "add"):
+            return None                  # a bool added, or a select by a number
+        bias = Bias(kind, buf, types[buf], off)
     return Attention(batch=batch, query=i_axis, keys=f_max.axis.extent, dim=dim,
                      q=operands[0], k=operands[1], v=operands[2], scale=scale, causal=causal,
-                     store=store, d_var=d_var, value_var=value, cast=cast, rounded=rounded)
+                     store=store, d_var=d_var, value_var=value, cast=cast, rounded=rounded,
+                     bias=bias)
 
 
 def _grouped(off: Lin, head: str | None) -> tuple[Lin | None, int]:
@@ -232,27 +253,38 @@ def _load_of(t):
 
 
 def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
-    """((q offset, q buffer, k offset, k buffer), scale, causal, rounded) of S(i, j), offsets
-    renamed so that the sequence axis is "s" and the head dim "d"; None when `t` is not a
-    score. S is, from the outside in: [a cast to f32], [the causal mask: a select of -inf],
-    [a cast to f32], [times or divided by a constant], [a cast to f16/bf16: `rounded`], then
-    sum_d q[i, d] * k[j, d]; the casts to f32 come with the 16-bit cast and only with it."""
-    widened = False
-    if t[0] == "cast" and t[2] is DType.F32:
-        t, widened = t[1], True
-    causal = False
-    if t[0] == "where":
-        cond, s, other = t[1], t[2], t[3]
-        ninf = ("const", float("-inf"))
-        if other == ninf and _visible(cond, j, i) is True:
-            t = s
-        elif s == ninf and _visible(cond, j, i) is False:
-            t = other
+    """((q offset, q buffer, k offset, k buffer), scale, causal, rounded, bias) of S(i, j),
+    offsets renamed so that the sequence axis is "s" and the head dim "d"; None when `t` is
+    not a score. S is, from the outside in: in any order, [a cast to f32], [the causal mask: a
+    select of -inf], [a mask read from a tensor: a select of -inf by a loaded bool, or a
+    loaded bias added; `bias` = (kind, buffer, offset over the batch axes, "qi" and "kj")];
+    then [times or divided by a constant], [a cast to f16/bf16: `rounded`], then
+    sum_d q[i, d] * k[j, d]; a cast to f32 comes with the 16-bit cast and only with it."""
+    widened = causal = False
+    bias = None
+    ninf = ("const", float("-inf"))
+    while True:
+        if t[0] == "cast" and t[2] is DType.F32 and not widened:
+            t, widened = t[1], True
+        elif t[0] == "where" and ninf in (t[2], t[3]):
+            keep = t[3] == ninf                  # where(c, S, -inf) keeps S where c holds
+            cond, t = t[1], (t[2] if keep else t[3])
+            if not causal and _visible(cond, j, i) is keep:
+                causal = True
+            elif bias is None and (m := _mask_load(_unnegated(cond), j, i, shapes)) is not None:
+                keep ^= _negations(cond) % 2 == 1
+                bias = ("keep" if keep else "hide", *m)
+            else:
+                return None
+        elif t[0] == EwOp.ADD.value and bias is None and (
+                _load_of(t[1]) is not None or _load_of(t[2]) is not None):
+            side = 1 if _load_of(t[1]) is not None else 2      # the bias; the other, S
+            m = _mask_load(t[side], j, i, shapes)
+            if m is None:
+                return None
+            bias, t = ("add", *m), t[3 - side]
         else:
-            return None
-        causal = True
-    if t[0] == "cast" and t[2] is DType.F32 and not widened:
-        t, widened = t[1], True
+            break
     scale = 1.0
     if t[0] == EwOp.MUL.value and ("const" in (t[1][0], t[2][0])):
         c, t = (t[1], t[2]) if t[1][0] == "const" else (t[2], t[1])
@@ -283,7 +315,27 @@ def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
     if any(not isinstance(x, Sym) and x.free_vars() & {"d", "s", i}
            for x, _ in (*qo.terms, *ko.terms)):
         return None      # (a head index h // g is an atom of its own: see _grouped)
-    return (qo, q[1], ko, k[1]), scale, causal, rounded
+    return (qo, q[1], ko, k[1]), scale, causal, rounded, bias
+
+
+def _negations(cond) -> int:
+    return 1 + _negations(cond[1]) if cond[0] == EwOp.NOT.value else 0
+
+
+def _unnegated(cond):
+    return _unnegated(cond[1]) if cond[0] == EwOp.NOT.value else cond
+
+
+def _mask_load(t, j: str, i: str, shapes) -> tuple[str, Lin] | None:
+    """(buffer, offset with the query index named "qi" and the key index "kj") where `t` is
+    a load (or a cast of one) of a mask or bias; None otherwise."""
+    lo = _load_of(t)
+    if lo is None:
+        return None
+    off = offset(lo[2], shapes[lo[1]])
+    if any(not isinstance(a, Sym) for a, _ in off.terms):
+        return None
+    return lo[1], _rename(off, {i: "qi", j: "kj"})
 
 
 _COMPARE = {EwOp.LE.value: (1, 0), EwOp.LT.value: (1, 1),      # x <= y: x - y <= 0

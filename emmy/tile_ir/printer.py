@@ -46,6 +46,11 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
         rounded = f" rounded to {a.rounded.value}" if a.rounded else ""
         grouped = "".join(f", {o.buffer} at head h // {o.group}" for o in (a.k, a.v)
                           if o.group > 1)
+        if a.bias is not None:
+            b = a.bias
+            grouped += {"add": f", + {b.buffer}[{b.offset}]",
+                        "keep": f", -inf where not {b.buffer}[{b.offset}]",
+                        "hide": f", -inf where {b.buffer}[{b.offset}]"}[b.kind]
         lines.append(f"{INDENT}attention: softmax({a.q.buffer}·{a.k.buffer} over {a.dim}{rounded}"
                      f" × {a.scale:g}{', causal' if a.causal else ''}{grouped}) · {a.v.buffer}, "
                      f"{a.query.extent} queries × {a.keys} keys per head: one flash kernel, "

@@ -155,3 +155,43 @@ def test_grouped_query_attention_is_one_flash_kernel(form):
         assert results["cuda"].units[0].row == row
         report, failed = check_cuda_program(w, results["torch"], results["cuda"])
         assert report is not None and report.ok, (row, report or failed.log[-2000:])
+
+
+MASKS = {   # (attn_mask expression, the bias's kind, its strides over (batch, head, query, key))
+    "added": ("F.scaled_dot_product_attention(q, k, v, attn_mask=b)", "add", (0, 0, 24, 1)),
+    "padding": ("F.scaled_dot_product_attention(q, k, v, attn_mask=pad)", "add", (24, 0, 0, 1)),
+    "bool": ("F.scaled_dot_product_attention(q, k, v, attn_mask=keep)", "keep",
+             (24 * 24, 0, 24, 1)),
+    "masked_fill": ("torch.softmax((q @ k.transpose(-2, -1) / 8).masked_fill(~keep, "
+                    "float('-inf')), -1) @ v", "keep", (24 * 24, 0, 24, 1)),
+    "causal_and_added": ("F.scaled_dot_product_attention(q, k, v, attn_mask=b + torch.zeros("
+                         "24, 24, dtype=torch.half).masked_fill(~torch.ones(24, 24, dtype="
+                         "torch.bool).tril(), float('-inf')))", None, None),
+}
+
+
+@pytest.mark.parametrize("form", sorted(MASKS))
+def test_attention_masks_read_from_tensors(form):
+    """attn_mask (added, or bool), masked_fill by a mask tensor: one flash kernel that reads
+    the mask element of each score (broadcast axes stride 0), on mma.sync and wgmma rows."""
+    from emmy.check import check_cuda_program
+    from emmy.pipeline import Options
+
+    text, kind, strides = MASKS[form]
+    w = load_expr(f"(lambda q, k, v, b, pad, keep: {text})(torch.randn(2, 2, 24, 64).half(), "
+                  "torch.randn(2, 2, 24, 64).half(), torch.randn(2, 2, 24, 64).half(), "
+                  "torch.randn(24, 24).half(), torch.zeros(2, 1, 1, 24).half().masked_fill("
+                  "torch.rand(2, 1, 1, 24) < 0.3, float('-inf')), torch.rand(2, 1, 24, 24) < 0.7)")
+    (k,) = kernels(w)
+    if kind is None:       # a computed mask (b plus the causal -inf) is not a tensor read
+        assert k.kind is not KernelKind.ATTENTION
+        return
+    assert k.kind is KernelKind.ATTENTION and k.attention.bias.kind == kind
+    from emmy.schedule.flash import problem_of
+
+    assert problem_of(k.attention).bias.strides == strides
+    for row in ("WORK=warps:4 TILE=flash:64x32 STAGE=async:2",
+                "WORK=warps:4 TILE=wgmma:64x64 STAGE=tma:2"):
+        results = compile_to(w, "cuda", Options(rows={"": row}))
+        report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+        assert report is not None and report.ok, (row, report or failed.log[-2000:])

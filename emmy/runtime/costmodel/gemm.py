@@ -164,20 +164,23 @@ def estimate_combine_launch(kernel: str, function: str, p: GemmProblem, c: GemmC
                           threads=threads, breakdown=(("dram", seconds),), method=METHOD)
 
 
+BIAS_ELEMENT_BYTES = {"bool": 1, "__half": 2, "__nv_bfloat16": 2, "float": 4}
+
+
 def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threads: int,
                               smem: int, resources: Resources | None,
                               target: Target) -> LaunchEstimate:
-    """Flash attention: Q K^T and P V on mma.sync (4 B H Sq Sk D FLOPs, about half of them
-    under a causal mask), the softmax's exponentials on the special-function units, every warp
-    reading each K and V tile from shared memory (so fewer query rows per warp cost more), spills
-    re-read every key step; K and V read once per query block (from L2 after the first), q, k,
-    v and the output from DRAM. The wgmma template (c.inst == "wgmma", sm_90a) runs the products
-    at the wgmma rate, and each consumer warpgroup (64 rows) has its wgmmas read the K and V
-    tiles and its Q rows from shared memory once per key step; its overlapped schedule
-    (c.overlap) hides the exponentials behind the products (an assumption, see below). Its
-    cp.async rows also pay the consumers' copy issue and barriers per key step; the
-    warp-specialized rows (c.tma: a TMA producer warpgroup) do not (an assumption, see
-    ATTENTION_CP_ASYNC_ISSUE_CYCLES)."""
+    """Flash attention: Q K^T and P V on mma.sync (4 B H Sq Sk D FLOPs, about half of them under
+    a causal mask), the softmax's exponentials on the special-function units, every warp reading
+    each K and V tile from shared memory (so fewer query rows per warp cost more), spills
+    re-read every key step; K and V read once per query block (from L2 after the first), q, k, v
+    and the output from DRAM, an attn_mask's element per score from L2. The wgmma template
+    (c.inst == "wgmma", sm_90a) runs the products at the wgmma rate, and each consumer warpgroup
+    (64 rows) has its wgmmas read the K and V tiles and its Q rows from shared memory once per
+    key step; its overlapped schedule (c.overlap) hides the exponentials behind the products (an
+    assumption, see below). Its cp.async rows also pay the consumers' copy issue and barriers
+    per key step; the warp-specialized rows (c.tma: a TMA producer warpgroup) do not (an
+    assumption, see ATTENTION_CP_ASYNC_ISSUE_CYCLES)."""
     occ = occupancy(threads, smem, resources, target)
     if occ.blocks_per_sm == 0:
         return _does_not_fit(kernel, function, grid, threads, resources)
@@ -225,6 +228,10 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
         compute_s = (flops / rate + exps / sfu_rate + smem_s + spills + copy_s) / wave_eff
     io = 4 * heads * p.sq * p.d * 2
     reread = 2 * heads * q_blocks * steps * visible * c.bkv * p.d * 2
+    if getattr(p, "bias", None) is not None:
+        # attn_mask: every score reads its bias or mask element (element by element in the
+        # fragment layout, through L1/L2: a broadcast mask is re-read, not re-fetched)
+        reread += exps * BIAS_ELEMENT_BYTES.get(p.bias.ctype, 2)
     memory_s = io / (target.dram_bytes_per_s * DRAM_EFFICIENCY) + \
         reread / (target.dram_bytes_per_s * L2_OVER_DRAM)
     latency_s = 0.0 if c.stages > 1 else waves * steps * visible * DRAM_LATENCY_S / 2
