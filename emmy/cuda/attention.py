@@ -1,8 +1,12 @@
 """Fused attention forward (FlashAttention-2 style) for mma.sync m16n8k16 on sm_80 and later.
 
-out[bz, h, i, :] = sum_j softmax_j(q[bz, h, i, :] . k[bz, h, j, :] * scale + mask[i, j]) v[bz, h, j, :]
+out[bz, h, i, :] = sum_j softmax_j(q[bz, h, i, :] . k[bz, h/g, j, :] * scale + mask[i, j]) v[bz, h/g, j, :]
 
-with mask[i, j] = -inf where j > i when `causal` (torch's is_causal: top-left aligned), else 0.
+with mask[i, j] = -inf where j > i when `causal` (torch's is_causal: top-left aligned), else 0;
+g the key/value heads' group (grouped-query attention: AttnOperand.group, else 1). Options
+of the problem: q . k rounded to 16 bits first (`rounded`, where the program rounds it), and
+an attn_mask tensor (`bias`: added to the scaled scores, or -inf where a bool mask hides a
+score), read per score element (round_scores, bias_scores; both templates use them).
 
 Conventions are those of emmy.cuda.gemm_spec: the body is the inside of a kernel whose
 signature the emitter prints, with `tid`, `bid`, the operands' buffers by name and, since the

@@ -1,8 +1,8 @@
 """Fused attention forward on Hopper's warpgroup mma (sm_90a), FlashAttention-3 style core.
 
-out[bz, h, i, :] = sum_j softmax_j(q[bz, h, i, :] . k[bz, h, j, :] * scale + mask[i, j]) v[bz, h, j, :]
+out[bz, h, i, :] = sum_j softmax_j(q[bz, h, i, :] . k[bz, h/g, j, :] * scale + mask[i, j]) v[bz, h/g, j, :]
 
-(mask as emmy.cuda.attention: -inf where j > i when causal, top-left aligned). Same interface
+(mask, g, rounded scores and attn_mask bias as emmy.cuda.attention). Same interface
 as emmy.cuda.attention: the body is the inside of a kernel with `tid`, `bid`, the operands'
 buffers and `emmy_smem` in scope; each output element goes through `store(bz, h, row, col,
 value)`. Emitted sources must include HEADER (emmy_sm90.cuh) after emmy_kernel.cuh.
