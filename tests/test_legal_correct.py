@@ -31,8 +31,9 @@ FAST = ["rmsnorm", "softmax", "layernorm", "log_softmax", "scan", "norms",
         # templates: ragged f16 tensor-core products, a batched bf16 linear with a fused
         # epilogue, flash attention at a ragged length, a chain cut into two products
         "matmul_half", "linear_half", "bmm", "attention_half", "chained_matmul", "matmul_tf32", "mlp_half",
-        # attention written out by hand (f16 scores, a tril mask) as one flash kernel
-        "attention_manual"]
+        # attention written out by hand (f16 scores, a tril mask) as one flash kernel, and
+        # minGPT's block: a projection, flash attention inside it, a projection
+        "attention_manual", "attention_block"]
 
 
 @pytest.mark.parametrize("name", FAST)

@@ -75,6 +75,8 @@ class AttnOperand:
     ctype: str                               # "__half" | "__nv_bfloat16"
     strides: tuple[int, int, int, int]       # element strides of (batch, head, seq, dim)
     group: int = 1                           # read at head h // group: grouped-query k and v
+    const: int = 0                           # elements before (0, 0, 0, 0): k and v of a packed
+                                             # q|k|v projection start inside the buffer
 
     def head(self, h: str) -> str:
         """The C expression of this operand's head index for query head `h`."""
@@ -199,9 +201,9 @@ def operand_refusals(p: AttentionProblem) -> list[str]:
         if op.strides[3] != 1:
             why.append(f"{name}'s head dimension is not contiguous (stride {op.strides[3]}): "
                        f"cp.async copies 16-byte runs of it")
-        elif any(s % 8 for s in op.strides[:3]):
-            why.append(f"{name}'s strides {op.strides} are not all multiples of 8 elements: "
-                       f"its rows are not 16-byte aligned for cp.async")
+        elif any(s % 8 for s in (*op.strides[:3], op.const)):
+            why.append(f"{name}'s strides {op.strides} (and start {op.const}) are not all "
+                       f"multiples of 8 elements: its rows are not 16-byte aligned for cp.async")
     if not math.isfinite(p.scale):
         why.append(f"scale {p.scale} is not finite")
     if p.rounded is not None and p.rounded not in DTYPES:
@@ -314,7 +316,8 @@ class _Emitter:
             out.append(f"const bool fa_copies = tid < {self.rows_per_pass * chunks};")
         for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
             s = op.strides
-            out.append(f"const {t}* const fa_{name}g = {op.buffer} + fa_bz * {s[0]}LL"
+            out.append(f"const {t}* const fa_{name}g = {op.buffer} + {op.const}LL"
+                       f" + fa_bz * {s[0]}LL"
                        f" + {op.head('fa_h')} * {s[1]}LL + fa_cr * {s[2]}LL + fa_ce;"
                        f"   // {name} at (0, fa_ce)"
                        f" of this thread's rows")

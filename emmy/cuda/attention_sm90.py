@@ -275,7 +275,7 @@ def tensor_maps(p: AttentionProblem, c: AttentionConfig) -> tuple[TensorMapSpec,
             strides.append(step)
             below = step * extent
         maps.append(TensorMapSpec(tmap, op.buffer, op.ctype, dims, tuple(strides),
-                                  (64, rows, 1, 1), swizzle=1))
+                                  (64, rows, 1, 1), swizzle=1, offset=op.const))
     return tuple(maps)
 
 
@@ -623,7 +623,8 @@ class _Emitter:
                f"const int fw_cr = tid / {self.chunks}, fw_ce = tid % {self.chunks};"]
         for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
             s = op.strides
-            out.append(f"const {self.t}* const fw_{name}g = {op.buffer} + fw_bz * {s[0]}LL"
+            out.append(f"const {self.t}* const fw_{name}g = {op.buffer} + {op.const}LL + "
+                       f"fw_bz * {s[0]}LL"
                        f" + {op.head('fw_h')} * {s[1]}LL + fw_cr * {s[2]}LL + fw_ce * 8;")
         if self.rows_per_pass % 8 == 0:
             out.append("const unsigned fw_sw = (unsigned(fw_ce % 8 ^ fw_cr % 8)) << 4;   "

@@ -24,6 +24,7 @@ class TensorMapSpec:
     strides: tuple[int, ...]    # bytes, dimensions 1..
     box: tuple[int, ...]        # elements per dimension that one copy moves
     swizzle: int = 1            # 0 none, 1 128-byte, 2 64-byte, 3 32-byte
+    offset: int = 0             # elements from the buffer's start to the tensor's first one
 
     @property
     def elem_bytes(self) -> int:
@@ -32,7 +33,7 @@ class TensorMapSpec:
     def emulator_arg(self, array: int) -> TensorMapArg:
         """The emulator's argument for this map, `array` being the buffer's argument index."""
         return TensorMapArg(array, self.elem_bytes, self.dims, self.strides, self.box,
-                            self.swizzle)
+                            self.swizzle, self.offset * self.elem_bytes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ possible or not wanted:
 - a product (a linear layer's, a convolution's) that a reduction such as a norm's statistics
   reads (`reduced_products`): inlined, each product element would be computed again for
   every output needing the statistic (attention's softmax over scores stays fused);
+- q, k and v of an f16/bf16 attention where the program computes them, and its output where a
+  product reads it (`attention_operands`): the flash kernel reads and writes tensors;
 - a tensor the caller forces (`forced`, with the reason): lowering does so when inlining would
   copy a reduction so often that a kernel grows past its budget.
 
@@ -173,6 +175,59 @@ def reduced_products(p: Program) -> dict[str, str]:
                        f"reduction's kernel would compute it element by element, again for "
                        f"each output that needs the reduction")
     return out
+
+
+def attention_operands(p: Program) -> dict[str, str]:
+    """What an f16/bf16 attention (the product, softmax and product that `reduced_products`
+    keeps fused) must read from memory, each with the reason to store it: q, k and v where the
+    program computes them (a linear layer's q|k|v projection, its bias, a scaling), found
+    through the casts and index maps between them and the products (head splits, transposes,
+    repeated heads); inlined, every score would compute its rows of q and k again, and no
+    flash kernel would take it. And its output where a product reads it (an output
+    projection): fused, that product would recompute the attention for each of its outputs."""
+    defs = {d.name: d for d in p.defs}
+    users = _users(p)
+    outputs = set(p.outputs)
+    out: dict[str, str] = {}
+    for d in p.defs:
+        if d.name in outputs or _factors(d, defs) is None or not _half_operands(d, defs):
+            continue
+        pointwise = _closure(d.name, users, defs, through_reductions=False)
+        if not any(isinstance(defs[u], Reduce) and defs[u].op is ReduceOp.MAX
+                   for n in pointwise for u in users[n]):
+            continue
+        reach = _closure(d.name, users, defs, through_reductions=True)
+        second = [n for n in reach if (f := _factors(defs[n], defs)) is not None
+                  and sum(a in reach for a in f) == 1]
+        if not second:
+            continue
+        values = [a for n in second for a in _factors(defs[n], defs) if a not in reach]
+        for a in (*_factors(d, defs), *values):
+            src = _computed_source(a, defs)
+            if src is not None and src not in outputs:
+                out.setdefault(src, f"attention (`{d.name}`, a softmax, `{second[0]}`) reads "
+                                    f"it as q, k or v: stored, one flash kernel computes the "
+                                    f"attention; inlined, every score would compute it again")
+        for n in second:
+            end = _epilogue_end(n, users, defs)
+            after = _closure(end, users, defs, through_reductions=False)
+            if end not in outputs and any(_factors(defs[u], defs) is not None
+                                          for m in after for u in users[m]):
+                out.setdefault(end, "a product reads attention's output: stored, the "
+                                    "attention is one flash kernel and the product another")
+    return out
+
+
+def _computed_source(name: str, defs) -> str | None:
+    """The tensor `name` reads through widening casts and index maps that are not windows
+    (what a kernel loads as it is: re-indexed, widened), unless that is a program input: then
+    None. A narrowing cast is the tensor (q rounded to f16 is what the program reads)."""
+    d = defs[name]
+    while ((isinstance(d, Cast) and d.type.dtype.is_float and defs[d.arg].type.dtype.is_float
+            and d.type.dtype.itemsize >= defs[d.arg].type.dtype.itemsize)
+           or (isinstance(d, IndexMap) and not _window(d, defs))):
+        d = defs[d.arg]
+    return None if isinstance(d, Input) else d.name
 
 
 def _epilogue_end(name: str, users, defs) -> str:

@@ -12,7 +12,8 @@ at, which can compound), one more tensor is stored and the program is planned ag
 from __future__ import annotations
 
 from emmy import symbolic
-from emmy.loop_ir.fuse import KernelPlan, plan_fusion, reduced_products, windowed_reads
+from emmy.loop_ir.fuse import (KernelPlan, attention_operands, plan_fusion, reduced_products,
+                               windowed_reads)
 from emmy.loop_ir.inline import Dag, Inliner, KernelTooLarge
 from emmy.loop_ir.ir import Buffer, Kernel, Load, LoopProgram
 from emmy.loop_ir.names import kernel_name
@@ -44,7 +45,7 @@ def lower(p: Program, *, normalized: bool = True) -> LoopProgram:
 def _build_within_budget(p: Program):
     """Plan and build every kernel; while one passes MAX_NODES, store one more tensor."""
     defs = {d.name: d for d in p.defs}
-    forced: dict[str, str] = windowed_reads(p) | reduced_products(p)
+    forced: dict[str, str] = windowed_reads(p) | reduced_products(p) | attention_operands(p)
     budget: int | None = MAX_NODES
     while True:
         plan = plan_fusion(p, forced)

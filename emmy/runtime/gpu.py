@@ -149,7 +149,8 @@ class GpuProgram:
         for unit in self._units:
             for launch in unit.launches:
                 for tm in launch.tensor_maps:
-                    image = encode_tensor_map(tm, self.buffers[tm.buffer].data_ptr())
+                    image = encode_tensor_map(tm, self.buffers[tm.buffer].data_ptr()
+                                              + tm.offset * tm.elem_bytes)
                     self.buffers[tm.name] = torch.frombuffer(bytearray(image), dtype=torch.uint8
                                                              ).to(self.device)
         bound = []

@@ -143,7 +143,8 @@ def problem_of(att):
         return batch, head, coef.get(inner[0], 0), coef.get(inner[1], 0)
 
     def operand(op) -> AttnOperand:
-        return AttnOperand(op.buffer, op.dtype.c_name, strides(op.offset, ("s", "d")), op.group)
+        return AttnOperand(op.buffer, op.dtype.c_name, strides(op.offset, ("s", "d")), op.group,
+                           op.offset.const)
 
     def bias(b) -> AttnBias | None:
         return None if b is None else AttnBias(b.kind, b.buffer, b.dtype.c_name,

@@ -66,7 +66,8 @@ class Attention:
 @dataclass(frozen=True, slots=True)
 class Bias:
     """S(i, j) + bias[..] ("add"), or S kept where mask[..] is true ("keep") or false ("hide"),
-    -inf elsewhere: attn_mask, or a mask tensor under masked_fill."""
+    -inf elsewhere (true: nonzero, for a mask of numbers): attn_mask, or a mask tensor under
+    masked_fill."""
 
     kind: str
     buffer: str
@@ -153,8 +154,8 @@ def find_attention(k: TileKernel) -> Attention | None:
         kind, buf, off = mask
         if not {a.name for a, _ in off.terms} <= {a.var for a in batch} | {"qi", "kj"}:
             return None
-        if (types[buf] is DType.BOOL) != (kind != "add"):
-            return None                  # a bool added, or a select by a number
+        if kind == "add" and types[buf] is DType.BOOL:
+            return None                  # a bool added (a select reads any type's truth)
         bias = Bias(kind, buf, types[buf], off)
     return Attention(batch=batch, query=i_axis, keys=f_max.axis.extent, dim=dim,
                      q=operands[0], k=operands[1], v=operands[2], scale=scale, causal=causal,
@@ -178,13 +179,11 @@ def _grouped(off: Lin, head: str | None) -> tuple[Lin | None, int]:
 
 def flash_ok(a: Attention) -> bool:
     """Whether the flash template takes it: f16/bf16 operands (f32 stays on CUDA cores), at
-    most two batch axes (batch, heads), operands that start at their buffers' first element
-    (not slices of a packed q|k|v), and a layout its smallest configuration builds on any
-    target with mma.sync (else the kernel keeps the generic row space)."""
+    most two batch axes (batch, heads), and a layout its smallest configuration builds on any
+    target with mma.sync (16-byte aligned rows, also where k and v start inside a packed
+    q|k|v buffer; else the kernel keeps the generic row space)."""
     if a.q.dtype not in _HALF or len(a.batch) > 2:
         return False
-    if any(op.offset.const for op in (a.q, a.k, a.v)):
-        return False     # the template addresses each operand from its buffer's start
     from emmy.cuda.attention import AttentionConfig, constraints
     from emmy.schedule.flash import problem_of
 
@@ -271,8 +270,8 @@ def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
             cond, t = t[1], (t[2] if keep else t[3])
             if not causal and _visible(cond, j, i) is keep:
                 causal = True
-            elif bias is None and (m := _mask_load(_unnegated(cond), j, i, shapes)) is not None:
-                keep ^= _negations(cond) % 2 == 1
+            elif bias is None and (m := _mask_load(_truth(cond)[0], j, i, shapes)) is not None:
+                keep ^= _truth(cond)[1]
                 bias = ("keep" if keep else "hide", *m)
             else:
                 return None
@@ -318,12 +317,20 @@ def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
     return (qo, q[1], ko, k[1]), scale, causal, rounded, bias
 
 
-def _negations(cond) -> int:
-    return 1 + _negations(cond[1]) if cond[0] == EwOp.NOT.value else 0
-
-
-def _unnegated(cond):
-    return _unnegated(cond[1]) if cond[0] == EwOp.NOT.value else cond
+def _truth(cond) -> tuple[tuple, bool]:
+    """(x, negated): `cond` is x's truth (x != 0), or its negation, through not, a cast to
+    bool, and comparisons with 0 (a float mask buffer compared with 0, as minGPT writes it)."""
+    zero = ("const", 0.0)
+    match cond:
+        case (EwOp.NOT.value, x):
+            x, neg = _truth(x)
+            return x, not neg
+        case ("cast", x, DType.BOOL):
+            return _truth(x)
+        case (EwOp.EQ.value | EwOp.NE.value as op, x, y) if zero in (x, y):
+            x, neg = _truth(y if x == zero else x)
+            return x, neg ^ (op == EwOp.EQ.value)
+    return cond, False
 
 
 def _mask_load(t, j: str, i: str, shapes) -> tuple[str, Lin] | None:

@@ -236,8 +236,8 @@ def test_operands_must_suit_cp_async():
     odd = AttnOperand("v", "__half", (70 * 68, 70 * 68, 68, 1))   # 136-byte rows
     why = constraints(AttentionProblem(**{**p.__dict__, "v": odd}),
                       AttentionConfig(64, 64, 4, 2), "sm_90a")
-    assert why == [f"v's strides {odd.strides} are not all multiples of 8 elements: its rows "
-                   f"are not 16-byte aligned for cp.async"]
+    assert why == [f"v's strides {odd.strides} (and start 0) are not all multiples of 8 "
+                   f"elements: its rows are not 16-byte aligned for cp.async"]
 
 
 def test_operand_types_are_checked():

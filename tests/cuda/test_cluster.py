@@ -256,6 +256,23 @@ def test_blocks_of_a_cluster_exchange_rows(grid, cluster):
         np.testing.assert_array_equal(got[block], rows[members])
 
 
+def test_a_tensor_map_may_start_inside_its_array():
+    """A map's tensor starts `offset_bytes` into its array (k of a packed q|k|v projection):
+    block b's row b is the array's row b + 1; an address not 16-byte aligned is refused, as
+    cuTensorMapEncodeTiled refuses it."""
+    from dataclasses import replace
+
+    rows = rng.standard_normal((4, SLOT)).astype(np.float32)
+    info = np.zeros((3, 4), np.uint32)
+    got = np.full((3, 1, SLOT), np.nan, np.float32)
+    shifted = replace(rows_map(3), offset_bytes=4 * SLOT)
+    run("exchange", 3, 32, 1056, [info, got, rows, shifted, 1], 1)
+    np.testing.assert_array_equal(got[:, 0], rows[1:])
+    r = build_and_run(SOURCE, "exchange", 3, 32, 1056,
+                      [info, got, rows, replace(rows_map(3), offset_bytes=4), 1], cluster=1)
+    assert not r.ok and "16-byte aligned" in r.log
+
+
 # --- (b) a producer / consumer ring across the cluster ------------------------------------------
 
 ROUNDS = 9   # two stages: each stage's barriers go through several phases

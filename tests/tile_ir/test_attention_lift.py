@@ -5,7 +5,6 @@ import pytest
 
 from emmy.frontend.workload import load_expr, load_file
 from emmy.pipeline import compile_to
-from emmy.tile_ir.attention import find_attention
 from emmy.tile_ir.ir import KernelKind
 
 
@@ -80,33 +79,38 @@ def test_a_mask_that_is_not_causal_keeps_the_generic_space():
         assert k.kind is not KernelKind.ATTENTION
 
 
-def test_scaled_values_are_not_a_plain_load_of_v():
-    """softmax(q kᵀ) (2 v): the output fold multiplies by an expression, not a load of v; the
-    kernel keeps the generic space (and is still correct there)."""
+def test_computed_values_are_stored_for_the_flash_kernel():
+    """softmax(q kᵀ) (2 v): v * 2 is computed, so it is stored (a kernel of its own) and the
+    attention reads it as its v: one flash kernel after it, correct."""
     from emmy.check import check_cuda_program
 
     w = load_expr("(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ (v * 2))"
-                  "(torch.randn(16, 16).half(), torch.randn(16, 16).half(), torch.randn(16, 16).half())")
-    (k,) = kernels(w)
-    assert k.kind is not KernelKind.ATTENTION
+                  "(torch.randn(16, 16).half(), torch.randn(16, 16).half(), "
+                  "torch.randn(16, 16).half())")
+    scaled, attention = kernels(w)
+    assert scaled.kind is KernelKind.MAP and attention.kind is KernelKind.ATTENTION
+    assert attention.attention.v.buffer == scaled.outputs[0].name
     results = compile_to(w, "cuda")
     report, _ = check_cuda_program(w, results["torch"], results["cuda"])
     assert report is not None and report.ok
 
 
-def test_q_k_v_sliced_from_one_packed_tensor_keep_the_generic_space():
-    """k and v start 64 and 128 elements into the packed buffer: the flash template addresses
-    operands from their buffer's start, so the kernel stays generic (and correct)."""
+def test_q_k_v_sliced_from_one_packed_tensor_are_read_in_place():
+    """k and v start 64 and 128 elements into the packed buffer: the flash templates start
+    them there (cp.async, and TMA maps whose tensor starts inside the buffer)."""
     from emmy.check import check_cuda_program
+    from emmy.pipeline import Options
 
     w = load_expr("(lambda x: F.scaled_dot_product_attention(x[..., :64], x[..., 64:128], "
                   "x[..., 128:]))(torch.randn(1, 2, 16, 192).half())")
     (k,) = kernels(w)
-    assert find_attention(k) is not None and k.kind is KernelKind.ROW
-    results = compile_to(w, "cuda")
-    report, _ = check_cuda_program(w, results["torch"], results["cuda"])
-    assert report is not None and report.ok
-
+    assert k.kind is KernelKind.ATTENTION
+    assert [o.offset.const for o in (k.attention.q, k.attention.k, k.attention.v)] == [0, 64, 128]
+    for row in ("WORK=warps:4 TILE=flash:64x32 STAGE=async:2",
+                "WORK=warps:4 TILE=wgmma:64x64 STAGE=tma:2"):
+        results = compile_to(w, "cuda", Options(rows={"": row}))
+        report, _ = check_cuda_program(w, results["torch"], results["cuda"])
+        assert report is not None and report.ok, row
 
 
 def test_a_softmax_over_a_transposed_convolution_is_not_attention():
@@ -195,3 +199,23 @@ def test_attention_masks_read_from_tensors(form):
         results = compile_to(w, "cuda", Options(rows={"": row}))
         report, failed = check_cuda_program(w, results["torch"], results["cuda"])
         assert report is not None and report.ok, (row, report or failed.log[-2000:])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_transformer_attention_block_is_product_flash_product(dtype):
+    """minGPT's attention block: the q|k|v projection is stored (each score would compute it
+    again), the flash kernel reads q, k and v inside that packed buffer (k and v start C and 2C
+    elements in) and the mask from the registered buffer, and the output projection reads the
+    stored attention. Checked against torch."""
+    from emmy.check import check_cuda_program
+
+    w = load_file("examples/attention_block.py", (("dtype", dtype),))
+    ks = kernels(w)
+    assert [k.kind for k in ks] == [KernelKind.CONTRACT, KernelKind.ATTENTION,
+                                    KernelKind.CONTRACT]
+    a = ks[1].attention
+    assert (a.q.offset.const, a.k.offset.const, a.v.offset.const) == (0, 128, 256)
+    assert a.bias.kind == "keep" and a.bias.buffer == "bias"
+    results = compile_to(w, "cuda")
+    report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None and report.ok, report or failed.log[-2000:]

@@ -8,9 +8,9 @@
 // thread-block cluster; the older "EMMYARG1" has no cluster: 1,1,1), dynamic_smem u64, count u32,
 // then per argument a kind u32 and its value: 0 array (u64 byte count, bytes), 1 integer (i64),
 // 2 float (f64), 3 tensor map (u32 array argument index, rank, element bytes, swizzle, then
-// u64 dims[4], u64 byte strides[4], u32 box[4]; the kernel gets a pointer to an
-// emmy_emu::TensorMap over that array). OUT_FILE gets every array argument back, in order, as
-// (u64 count, bytes).
+// u64 dims[4], u64 byte strides[4], u32 box[4], u64 byte offset of the tensor in the array;
+// the kernel gets a pointer to an emmy_emu::TensorMap over that array). OUT_FILE gets every
+// array argument back, in order, as (u64 count, bytes).
 // Arrays live in their own pages, 256-byte aligned (as cudaMalloc) and ending as close to an
 // inaccessible page as that alignment allows, so most out-of-bounds accesses fault.
 #pragma once
@@ -35,6 +35,7 @@ struct HarnessArg {
     double real = 0;
     TensorMap map{};            // tensor maps: base is set once every array is read
     uint32_t map_array = 0;     // the array argument it describes
+    uint64_t map_offset = 0;    // bytes from that array's start to the tensor's first element
 };
 
 inline unsigned char* guarded_alloc(uint64_t bytes) {
@@ -113,6 +114,7 @@ template <class... P> inline int harness_main(int argc, char** argv, void (*kern
             for (auto& d : a.map.dims) d = read_value<uint64_t>(in);
             for (auto& d : a.map.strides) d = read_value<uint64_t>(in);
             for (auto& d : a.map.box) d = read_value<uint32_t>(in);
+            a.map_offset = read_value<uint64_t>(in);
         } else {
             a.real = read_value<double>(in);
         }
@@ -122,7 +124,10 @@ template <class... P> inline int harness_main(int argc, char** argv, void (*kern
         if (a.kind != 3) continue;
         if (a.map_array >= args.size() || args[a.map_array].kind != 0)
             fail("a tensor map names argument %u, which is not an array", a.map_array);
-        a.map.base = args[a.map_array].data;
+        if (a.map_offset % 16 || a.map_offset > args[a.map_array].bytes)
+            fail("a tensor map starts %llu bytes into its array: a global address must be "
+                 "16-byte aligned and inside the array", (unsigned long long)a.map_offset);
+        a.map.base = static_cast<unsigned char*>(args[a.map_array].data) + a.map_offset;
         a.data = guarded_alloc(sizeof(TensorMap));  // 256-byte aligned, as a tensor map must be
         std::memcpy(a.data, &a.map, sizeof(TensorMap));
     }

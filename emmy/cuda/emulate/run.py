@@ -49,15 +49,16 @@ class TensorMapArg:
     strides: tuple[int, ...]
     box: tuple[int, ...]
     swizzle: int = 1            # 0 none, 1 128-byte, 2 64-byte, 3 32-byte
+    offset_bytes: int = 0       # from the array's start to the tensor's first element
 
     def encode(self) -> bytes:
         rank = len(self.dims)
         if not 1 <= rank <= 4 or len(self.box) != rank or len(self.strides) != rank - 1:
             raise ValueError(f"a tensor map of rank 1..4 with matching box and strides: {self}")
         pad = (0,) * (4 - rank)
-        return struct.pack("<IIIII4Q4Q4I", 3, self.array, rank, self.elem_bytes, self.swizzle,
+        return struct.pack("<IIIII4Q4Q4IQ", 3, self.array, rank, self.elem_bytes, self.swizzle,
                            *self.dims, *pad, self.elem_bytes, *self.strides, *pad,
-                           *self.box, *pad)
+                           *self.box, *pad, self.offset_bytes)
 
 
 Arg = np.ndarray | int | float | bool | np.generic | TensorMapArg
