@@ -5,6 +5,10 @@ NaN before each run (an element the kernel never writes fails), checks that the 
 bit for bit unchanged (a kernel that writes its inputs fails), and compares with the eager model
 run in float64 where it can be (else in its own dtype), with a tolerance from the output dtype:
 elementwise (`atol + rtol*|ref| + stol*rms(ref)`) and normwise (`||out - ref|| / ||ref||`).
+An output outside that tolerance of the float64 result passes when it is inside it of the
+model run in its own dtype (`OutputError.native`): a program that rounds to f16 between
+ill-conditioned steps (attention written out by hand: scores rounded, then exponentiated) is
+that far from float64 itself, and computing what it says is correct.
 No row counts as `ok` unless every case passed.
 """
 
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from emmy.check import flatten_tensors
@@ -36,6 +40,7 @@ class Case:
     expected: tuple                   # reference outputs, flattened
     reference_dtype: str              # "f64", or the model's own dtype when f64 failed
     overflow: tuple = ()              # per output: the model's own result where it has inf/NaN
+    native: tuple = ()                # the model's outputs in its own dtype (f64 reference)
     tf32: bool = False                # the workload allows tf32 products: f32 outputs as f16's
 
 
@@ -55,6 +60,8 @@ class OutputError:
     total: int
     ok: bool
     worst: str = ""                   # where the worst element is, and its values
+    native: bool = False              # passed against the model in its own dtype (see
+                                      # check_case), not the float64 reference
 
 
 @dataclass(frozen=True)
@@ -116,8 +123,8 @@ def make_cases(workload, graph, *, seeds: Sequence[int] = (0, 1),
             args = tuple(_draw_like(x, d, gen, dev) if isinstance(x, torch.Tensor) else x
                          for x in template)
             inputs, params = _bind(graph, args, d, gen, dev, randomize_params)
-            expected, overflow = reference.outputs(args, params)
-            cases.append(Case(seed, d, args, inputs, expected, reference.dtype, overflow,
+            expected, overflow, native = reference.outputs(args, params)
+            cases.append(Case(seed, d, args, inputs, expected, reference.dtype, overflow, native,
                               tf32=graph.tf32))
     return cases
 
@@ -194,8 +201,9 @@ class _Reference:
         self.f64 = copy.deepcopy(self.native).double()
         self.dtype: str | None = None
 
-    def outputs(self, args, params) -> tuple[tuple, tuple]:
-        """(reference outputs, the model's own outputs where they hold inf or NaN, else None)."""
+    def outputs(self, args, params) -> tuple[tuple, tuple, tuple]:
+        """(reference outputs, the model's own outputs where they hold inf or NaN, else None,
+        the model's own outputs where the reference is float64, else ())."""
         import torch
 
         with torch.no_grad():
@@ -208,10 +216,11 @@ class _Reference:
                         raise
                 else:
                     own = self._run(self.native, args, params, None)
-                    return out, tuple(None if bool(torch.isfinite(o).all()) else o for o in own)
+                    return (out, tuple(None if bool(torch.isfinite(o).all()) else o for o in own),
+                            own)
             out = self._run(self.native, args, params, None)
             self.dtype = self.dtype or _native_dtype(self.native, args)
-            return out, (None,) * len(out)
+            return out, (None,) * len(out), ()
 
     @staticmethod
     def _run(model, args, params, dtype) -> tuple:
@@ -445,6 +454,14 @@ def check_case(run, prog: CudaProgram, case: Case) -> CaseResult:
     own = case.overflow or (None,) * len(case.expected)
     errors = tuple(compare_output(b.name, b.type.dtype, g, e, o, tf32=case.tf32)
                    for b, g, e, o in zip(prog.outputs, done.outputs, case.expected, own))
+    if case.native:
+        # A program that rounds to f16/bf16 between ill-conditioned steps (attention written
+        # out by hand: its scores rounded, then exponentiated) can sit far from the float64
+        # result exactly as the model does in its own dtype. Matching that model within the
+        # same tolerance is correct too: it is what the program computes.
+        errors = tuple(e if e.ok else _or_native(
+            compare_output(b.name, b.type.dtype, g, n, tf32=case.tf32), e)
+            for b, g, n, e in zip(prog.outputs, done.outputs, case.native, errors))
     reasons = [f"the kernel wrote into its input `{n}`" for n in done.changed_inputs]
     for e in errors:
         if e.unwritten:
@@ -459,6 +476,10 @@ def check_case(run, prog: CudaProgram, case: Case) -> CaseResult:
     where = f"seed {case.seed}, {case.distribution} inputs"
     return CaseResult(case.seed, case.distribution, verdict, errors,
                       tuple(f"{where}: {r}" for r in reasons))
+
+
+def _or_native(native: OutputError, f64: OutputError) -> OutputError:
+    return replace(native, native=True) if native.ok else f64
 
 
 def _summarize(results: list[CaseResult], device: str, reference_dtype: str) -> HarnessCheck:

@@ -154,3 +154,21 @@ def test_gpu_grouped_query_attention_passes_the_harness(row):
     assert stages["tile"].program.kernels[0].attention.k.group == 4
     result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
     assert result.verdict == "ok" and len(result.cases) == 6, result
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", [
+    "WORK=warps:4 TILE=flash:128x32 STAGE=async:2",
+    "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
+])
+def test_gpu_attention_block_passes_the_harness(row):
+    """minGPT's block (projection, flash attention reading q, k, v inside the packed projection,
+    TMA maps starting at an offset, the mask buffer, projection) through the GPU harness."""
+    from emmy.bench.harness import check_program
+    from emmy.frontend.workload import load_file
+
+    w = load_file("examples/attention_block.py", (("seq_len", 200),))
+    stages = compile_to(w, "cuda", Options(rows={"k1_cast": row}))
+    assert [u.row for u in stages["cuda"].units][1] == row
+    result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
+    assert result.verdict == "ok" and len(result.cases) == 6, result

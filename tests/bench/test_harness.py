@@ -156,3 +156,24 @@ def test_inf_within_rounding_of_the_overflow_threshold_is_not_a_failure():
     assert not compare_output("out", DType.F16, got, far).ok
     wrong_sign = torch.tensor([-65521.8, 1.0, -65530.0], dtype=torch.float64)
     assert not compare_output("out", DType.F16, got, wrong_sign).ok
+
+
+def test_a_program_as_far_from_float64_as_its_model_passes_against_the_model():
+    """Attention written out by hand in f16 with drawn (N(0,1)) projection weights: the scores
+    are in the hundreds, f16 rounds them by tenths, and the exponentials amplify that, so the
+    eager model in f16 is itself far from float64. The flash kernel rounds as the program
+    says and matches the f16 model: it passes, marked as passing against the model. The same
+    kernel without the scores' rounding matches neither, and fails."""
+    w = load_file(EXAMPLES / "attention_block.py", (("seq_len", 200),))
+    stages = compile_to(w, "cuda")
+    check = check_program(w, stages["torch"], stages["cuda"], device="cpu", seeds=(0,))
+    assert check.verdict == "ok", check.reasons
+    assert check.cases[0].errors[0].native            # float64 alone would have refused it
+    prog = stages["cuda"]
+    unit = prog.units[1]
+    wrong = dataclasses.replace(prog, units=(prog.units[0], dataclasses.replace(
+        unit, source=unit.source.replace("= __half2float(__float2half_rn(", "= (float)((", 1)),
+        prog.units[2]))
+    assert wrong.units[1].source != unit.source
+    bad = check_program(w, stages["torch"], wrong, device="cpu", seeds=(0,))
+    assert bad.verdict == "incorrect" and not bad.cases[0].errors[0].native
