@@ -212,8 +212,9 @@ def render_notes(report: SuiteReport) -> list[str]:
                      "median")
     notes.append(f"correctness: every row counted ok passed {len(report.seeds)} seed(s) × "
                  f"{len(report.distributions)} input distribution(s) ({dists}) against the "
-                 "eager model in float64, with NaN-poisoned outputs and inputs checked "
-                 "unchanged" + (", and passed again after timing" if report.device else ""))
+                 "eager model in float64 (or, where that model rounds to f16/bf16 as far from "
+                 "float64, against it in its own dtype), with NaN-poisoned outputs and inputs "
+                 "checked unchanged" + (", and passed again after timing" if report.device else ""))
     for w in report.workloads:
         notes += [f"{w.spec.label}: {b.name}: {b.note}" for b in w.baselines if b.note]
         notes += [f"{w.spec.label}: {n}" for n in w.notes]
