@@ -450,8 +450,13 @@ def test_operands_must_suit_cp_async():
     odd = AttnOperand("v", "__half", (70 * 68, 70 * 68, 68, 1))   # 136-byte rows
     why = constraints_sm90(AttentionProblem(**{**p.__dict__, "v": odd}), wgmma_config(64, 64),
                            "sm_90a")
-    assert why == [f"v's strides {odd.strides} are not all multiples of 8 elements: its rows "
-                   f"are not 16-byte aligned for cp.async"]
+    assert why == [f"v's strides {odd.strides} (and start 0) are not all multiples of 8 "
+                   f"elements: its rows are not 16-byte aligned for cp.async"]
+    shifted = AttnOperand("k", "__half", p.k.strides, const=4)    # starts 8 bytes in
+    why = constraints_sm90(AttentionProblem(**{**p.__dict__, "k": shifted}),
+                           wgmma_config(64, 64), "sm_90a")
+    assert why == [f"k's strides {p.k.strides} (and start 4) are not all multiples of 8 "
+                   f"elements: its rows are not 16-byte aligned for cp.async"]
 
 
 def test_each_template_refuses_the_others_config():
