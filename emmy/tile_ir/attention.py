@@ -12,7 +12,10 @@ flash-attention template (one pass over the keys with an online, rescaling softm
 and the sum folds merged into the output fold) computes exactly what the kernel computes.
 The mask, when there is one, is causal (key j visible to query i iff j <= i), written as
 torch's `is_causal`, as a select of -inf under any comparison of the indices that means the
-same (`tril` masks, `masked_fill` of `triu(.., 1)`), either way round.
+same (`tril` masks, `masked_fill` of `triu(.., 1)`), either way round. A mask or bias read
+from a tensor (`attn_mask`, added or bool, or `masked_fill` by a mask tensor) is `bias`, read
+per score. k and v may be read at head h // g (grouped-query attention: `Operand.group`), and
+an operand may start inside its buffer (q, k and v sliced from one packed projection).
 
 Attention written out by hand (`softmax(q @ k.transpose(-2, -1) / sqrt(d)) @ v` in f16/bf16)
 rounds the scores to the input type (the product's result) and the probabilities too (the
