@@ -162,9 +162,10 @@ def bias_scores(p: AttentionProblem, prefix: str, element: str, loops: list[str]
         return []
     s0, s1, s2, s3 = b.strides
     read = f"{prefix}_bp[(long long)({row}) * {s2}LL + ({key}) * {s3}LL]"
+    true = read if b.ctype == "bool" else f"(em_cvt<float>({read}) != 0.f)"   # a mask's truth
     apply = {"add": f"{element} += {_float(LOG2E)} * em_cvt<float>({read});",
-             "keep": f"if (!{read}) {element} = -EMMY_INF_F32;",
-             "hide": f"if ({read}) {element} = -EMMY_INF_F32;"}[b.kind]
+             "keep": f"if (!{true}) {element} = -EMMY_INF_F32;",
+             "hide": f"if ({true}) {element} = -EMMY_INF_F32;"}[b.kind]
     lines = [f"const {b.ctype}* const {prefix}_bp = {b.buffer} + {b.const}LL + {prefix}_bz * "
              f"{s0}LL + {prefix}_h * {s1}LL;   // the {'bias' if b.kind == 'add' else 'mask'} "
              f"of this (batch, head)"]
