@@ -182,8 +182,9 @@ def attention_operands(p: Program) -> dict[str, str]:
     keeps fused) must read from memory, each with the reason to store it: q, k and v where the
     program computes them (a linear layer's q|k|v projection, its bias, a scaling), found
     through the casts and index maps between them and the products (head splits, transposes,
-    repeated heads); inlined, every score would compute its rows of q and k again, and no
-    flash kernel would take it. And its output where a product reads it (an output
+    repeated heads), and a mask or bias it computes from its inputs (`(1 - mask) * -1e4`);
+    inlined, every score would compute its rows of q and k again, and no flash kernel would
+    take it. And its output where a product reads it (an output
     projection): fused, that product would recompute the attention for each of its outputs."""
     defs = {d.name: d for d in p.defs}
     users = _users(p)
@@ -202,7 +203,11 @@ def attention_operands(p: Program) -> dict[str, str]:
         if not second:
             continue
         values = [a for n in second for a in _factors(defs[n], defs) if a not in reach]
-        for a in (*_factors(d, defs), *values):
+        # what the scores meet on their way to the softmax and to P V (a bias or mask tensor,
+        # V) where it reads the program's data: a mask of the indices alone (causal) stays
+        masks = [a for n in pointwise if isinstance(defs[n], Elementwise)
+                 for a in operands(defs[n]) if a not in reach and _reads_data(a, defs)]
+        for a in (*_factors(d, defs), *values, *(_truth_of(m, defs) for m in masks)):
             src = _computed_source(a, defs)
             if src is not None and src not in outputs:
                 out.setdefault(src, f"attention (`{d.name}`, a softmax, `{second[0]}`) reads "
@@ -216,6 +221,28 @@ def attention_operands(p: Program) -> dict[str, str]:
                 out.setdefault(end, "a product reads attention's output: stored, the "
                                     "attention is one flash kernel and the product another")
     return out
+
+
+def _truth_of(name: str, defs) -> str:
+    """What a mask tests, through what the attention recognizer reads itself: not, a
+    comparison with 0 (`bias == 0`, `~keep`), casts and index maps (a broadcast)."""
+    d = defs[name]
+    while True:
+        if isinstance(d, (Cast, IndexMap)) and not (isinstance(d, IndexMap) and _window(d, defs)):
+            d = defs[d.arg]
+        elif isinstance(d, Elementwise) and (
+                d.op is EwOp.NOT or (d.op in (EwOp.EQ, EwOp.NE) and len(d.args) == 2
+                                     and any(not isinstance(a, str) and a.value == 0
+                                             for a in d.args))):
+            d = defs[next(a for a in d.args if isinstance(a, str))]
+        else:
+            return d.name
+
+
+def _reads_data(name: str, defs) -> bool:
+    """Whether `name` depends on a program input (not only on indices and literals)."""
+    return isinstance(defs[name], Input) or any(isinstance(defs[a], Input)
+                                                 for a in _ancestors(name, defs))
 
 
 def _computed_source(name: str, defs) -> str | None:

@@ -108,7 +108,7 @@ def test_q_k_v_sliced_from_one_packed_tensor_are_read_in_place():
     assert [o.offset.const for o in (k.attention.q, k.attention.k, k.attention.v)] == [0, 64, 128]
     for row in ("WORK=warps:4 TILE=flash:64x32 STAGE=async:2",
                 "WORK=warps:4 TILE=wgmma:64x64 STAGE=tma:2"):
-        results = compile_to(w, "cuda", Options(rows={"": row}))
+        results = compile_to(w, "cuda", Options(rows={k.name: row}))
         report, _ = check_cuda_program(w, results["torch"], results["cuda"])
         assert report is not None and report.ok, row
 
@@ -168,16 +168,20 @@ MASKS = {   # (attn_mask expression, the bias's kind, its strides over (batch, h
              (24 * 24, 0, 24, 1)),
     "masked_fill": ("torch.softmax((q @ k.transpose(-2, -1) / 8).masked_fill(~keep, "
                     "float('-inf')), -1) @ v", "keep", (24 * 24, 0, 24, 1)),
+    # computed from the input b: stored first (a kernel of its own), then read as an added bias
     "causal_and_added": ("F.scaled_dot_product_attention(q, k, v, attn_mask=b + torch.zeros("
                          "24, 24, dtype=torch.half).masked_fill(~torch.ones(24, 24, dtype="
-                         "torch.bool).tril(), float('-inf')))", None, None),
+                         "torch.bool).tril(), float('-inf')))", "add", (0, 0, 24, 1)),
+    "computed_padding": ("F.scaled_dot_product_attention(q, k, v, attn_mask=(1.0 - keep[:, :, "
+                         ":1].half()) * -10000.0)", "add", (24, 0, 0, 1)),
 }
 
 
 @pytest.mark.parametrize("form", sorted(MASKS))
 def test_attention_masks_read_from_tensors(form):
     """attn_mask (added, or bool), masked_fill by a mask tensor: one flash kernel that reads
-    the mask element of each score (broadcast axes stride 0), on mma.sync and wgmma rows."""
+    the mask element of each score (broadcast axes stride 0), on mma.sync and wgmma rows; a
+    mask the program computes from its inputs is stored first (a kernel of its own)."""
     from emmy.check import check_cuda_program
     from emmy.pipeline import Options
 
@@ -186,17 +190,15 @@ def test_attention_masks_read_from_tensors(form):
                   "torch.randn(2, 2, 24, 64).half(), torch.randn(2, 2, 24, 64).half(), "
                   "torch.randn(24, 24).half(), torch.zeros(2, 1, 1, 24).half().masked_fill("
                   "torch.rand(2, 1, 1, 24) < 0.3, float('-inf')), torch.rand(2, 1, 24, 24) < 0.7)")
-    (k,) = kernels(w)
-    if kind is None:       # a computed mask (b plus the causal -inf) is not a tensor read
-        assert k.kind is not KernelKind.ATTENTION
-        return
+    *computed, k = kernels(w)
+    assert len(computed) == form.startswith(("causal_and", "computed"))
     assert k.kind is KernelKind.ATTENTION and k.attention.bias.kind == kind
     from emmy.schedule.flash import problem_of
 
     assert problem_of(k.attention).bias.strides == strides
     for row in ("WORK=warps:4 TILE=flash:64x32 STAGE=async:2",
                 "WORK=warps:4 TILE=wgmma:64x64 STAGE=tma:2"):
-        results = compile_to(w, "cuda", Options(rows={"": row}))
+        results = compile_to(w, "cuda", Options(rows={k.name: row}))
         report, failed = check_cuda_program(w, results["torch"], results["cuda"])
         assert report is not None and report.ok, (row, report or failed.log[-2000:])
 
