@@ -118,6 +118,18 @@ def test_an_illegal_address_is_a_crash_reported_by_the_worker():
         assert out.value[0] == "crash", out.value
 
 
+def _passes_the_gpu_harness(w, kernel: str, row: str):
+    """`w` with `row` for `kernel` ("" for the only one) through the GPU harness: 2 seeds x 3
+    input distributions, all ok; the compiled stages."""
+    from emmy.bench.harness import check_program
+
+    stages = compile_to(w, "cuda", Options(rows={kernel: row}))
+    assert row in [u.row for u in stages["cuda"].units]
+    result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
+    assert result.verdict == "ok" and len(result.cases) == 6, result
+    return stages
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("row", [
     "WORK=warps:4 TILE=flash:128x32 STAGE=async:2",
@@ -125,16 +137,12 @@ def test_an_illegal_address_is_a_crash_reported_by_the_worker():
     "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
 ])
 def test_gpu_hand_written_attention_passes_the_harness(row):
-    """Attention written out by hand (scores rounded to f16 as eager rounds them, a tril mask)
-    on the GPU: 2 seeds x 3 input distributions, the x100 one overflowing scores to inf
-    (rows NaN in eager too)."""
-    from emmy.bench.harness import check_program
+    """Attention written out by hand (scores rounded to f16 as eager rounds them, a tril mask);
+    the x100 inputs overflow scores to inf (rows NaN in eager too)."""
     from emmy.frontend.workload import load_file
 
-    w = load_file("examples/attention_manual.py", (("seq_len", 200),))
-    stages = compile_to(w, "cuda", Options(rows={"": row}))
-    result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
-    assert result.verdict == "ok" and len(result.cases) == 6, result
+    _passes_the_gpu_harness(load_file("examples/attention_manual.py", (("seq_len", 200),)),
+                            "", row)
 
 
 @pytest.mark.gpu
@@ -144,16 +152,12 @@ def test_gpu_hand_written_attention_passes_the_harness(row):
 ])
 def test_gpu_grouped_query_attention_passes_the_harness(row):
     """8 query heads over 2 key/value heads (k and v read at head h // 4; their TMA maps have
-    2 heads), causal, through the GPU harness's 6 cases."""
-    from emmy.bench.harness import check_program
-
+    2 heads), causal."""
     w = load_expr("(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, "
                   "enable_gqa=True))(torch.randn(2, 8, 200, 64).half(), "
                   "torch.randn(2, 2, 200, 64).half(), torch.randn(2, 2, 200, 64).half())")
-    stages = compile_to(w, "cuda", Options(rows={"": row}))
+    stages = _passes_the_gpu_harness(w, "", row)
     assert stages["tile"].program.kernels[0].attention.k.group == 4
-    result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
-    assert result.verdict == "ok" and len(result.cases) == 6, result
 
 
 @pytest.mark.gpu
@@ -162,13 +166,9 @@ def test_gpu_grouped_query_attention_passes_the_harness(row):
     "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
 ])
 def test_gpu_attention_block_passes_the_harness(row):
-    """minGPT's block (projection, flash attention reading q, k, v inside the packed projection,
-    TMA maps starting at an offset, the mask buffer, projection) through the GPU harness."""
-    from emmy.bench.harness import check_program
+    """minGPT's block: projection, flash attention reading q, k, v inside the packed projection
+    (TMA maps starting at an offset) and the mask buffer, projection."""
     from emmy.frontend.workload import load_file
 
-    w = load_file("examples/attention_block.py", (("seq_len", 200),))
-    stages = compile_to(w, "cuda", Options(rows={"k1_cast": row}))
-    assert [u.row for u in stages["cuda"].units][1] == row
-    result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
-    assert result.verdict == "ok" and len(result.cases) == 6, result
+    _passes_the_gpu_harness(load_file("examples/attention_block.py", (("seq_len", 200),)),
+                            "k1_cast", row)
