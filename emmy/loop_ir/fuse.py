@@ -184,8 +184,8 @@ def attention_operands(p: Program) -> dict[str, str]:
     through the casts and index maps between them and the products (head splits, transposes,
     repeated heads), and a mask or bias it computes from its inputs (`(1 - mask) * -1e4`);
     inlined, every score would compute its rows of q and k again, and no flash kernel would
-    take it. And its output where a product reads it (an output
-    projection): fused, that product would recompute the attention for each of its outputs."""
+    take it. And its output where a product reads it (an output projection): fused, that
+    product would recompute the attention for each of its outputs."""
     defs = {d.name: d for d in p.defs}
     users = _users(p)
     outputs = set(p.outputs)
@@ -225,10 +225,12 @@ def attention_operands(p: Program) -> dict[str, str]:
 
 def _truth_of(name: str, defs) -> str:
     """What a mask tests, through what the attention recognizer reads itself: not, a
-    comparison with 0 (`bias == 0`, `~keep`), casts and index maps (a broadcast)."""
+    comparison with 0 (`bias == 0`, `~keep`), a cast to bool or a widening one, index maps
+    (a broadcast)."""
     d = defs[name]
     while True:
-        if isinstance(d, (Cast, IndexMap)) and not (isinstance(d, IndexMap) and _window(d, defs)):
+        if ((isinstance(d, Cast) and (d.type.dtype is DType.BOOL or _widening(d, defs)))
+                or (isinstance(d, IndexMap) and not _window(d, defs))):
             d = defs[d.arg]
         elif isinstance(d, Elementwise) and (
                 d.op is EwOp.NOT or (d.op in (EwOp.EQ, EwOp.NE) and len(d.args) == 2
@@ -250,11 +252,17 @@ def _computed_source(name: str, defs) -> str | None:
     (what a kernel loads as it is: re-indexed, widened), unless that is a program input: then
     None. A narrowing cast is the tensor (q rounded to f16 is what the program reads)."""
     d = defs[name]
-    while ((isinstance(d, Cast) and d.type.dtype.is_float and defs[d.arg].type.dtype.is_float
-            and d.type.dtype.itemsize >= defs[d.arg].type.dtype.itemsize)
+    while ((isinstance(d, Cast) and _widening(d, defs))
            or (isinstance(d, IndexMap) and not _window(d, defs))):
         d = defs[d.arg]
     return None if isinstance(d, Input) else d.name
+
+
+def _widening(d: Cast, defs) -> bool:
+    """A cast from one float type to one at least as wide (it loses nothing)."""
+    src = defs[d.arg].type.dtype
+    return (d.type.dtype.is_float and src.is_float
+            and d.type.dtype.itemsize >= src.itemsize)
 
 
 def _epilogue_end(name: str, users, defs) -> str:
