@@ -165,8 +165,7 @@ def reduced_products(p: Program) -> dict[str, str]:
                    if isinstance(defs[u], Reduce) and _factors(defs[u], defs) is None]
         if not readers:
             continue
-        if (any(r.op is ReduceOp.MAX for r in readers) and _feeds_product(d.name, users, defs)
-                and _half_operands(d, defs)):
+        if _attention_products(d, users, defs):
             continue
         r = min(readers, key=lambda x: order[x.name])    # the first in program order
         out[_epilogue_end(d.name, users, defs)] = (
@@ -191,17 +190,11 @@ def attention_operands(p: Program) -> dict[str, str]:
     outputs = set(p.outputs)
     out: dict[str, str] = {}
     for d in p.defs:
-        if d.name in outputs or _factors(d, defs) is None or not _half_operands(d, defs):
-            continue
-        pointwise = _closure(d.name, users, defs, through_reductions=False)
-        if not any(isinstance(defs[u], Reduce) and defs[u].op is ReduceOp.MAX
-                   for n in pointwise for u in users[n]):
-            continue
-        reach = _closure(d.name, users, defs, through_reductions=True)
-        second = [n for n in reach if (f := _factors(defs[n], defs)) is not None
-                  and sum(a in reach for a in f) == 1]
+        second = [] if d.name in outputs else _attention_products(d, users, defs)
         if not second:
             continue
+        pointwise = _closure(d.name, users, defs, through_reductions=False)
+        reach = _closure(d.name, users, defs, through_reductions=True)
         values = [a for n in second for a in _factors(defs[n], defs) if a not in reach]
         # what the scores meet on their way to the softmax and to P V (a bias or mask tensor,
         # V) where it reads the program's data: a mask of the indices alone (causal) stays
@@ -331,15 +324,19 @@ def _closure(name: str, users, defs, through_reductions: bool) -> set[str]:
     return seen
 
 
-def _feeds_product(name: str, users, defs) -> bool:
-    """Whether a product multiplies something `name` reaches (through reductions too) by
-    something it does not reach: attention's probabilities times V."""
-    reach = _closure(name, users, defs, through_reductions=True)
-    for n in reach:
-        factors = _factors(defs[n], defs)
-        if factors is not None and sum(a in reach for a in factors) == 1:
-            return True
-    return False
+def _attention_products(d: Def, users, defs) -> list[str]:
+    """Where `d` is the scores' product of an f16/bf16 attention (a product of f16/bf16
+    tensors that a softmax reads, through a max reduction, and that feeds another product with
+    an operand of its own), those products (its probabilities times V); else []."""
+    if _factors(d, defs) is None or not _half_operands(d, defs):
+        return []
+    pointwise = _closure(d.name, users, defs, through_reductions=False)
+    if not any(isinstance(defs[u], Reduce) and defs[u].op is ReduceOp.MAX
+               for n in pointwise for u in users[n]):
+        return []
+    reach = _closure(d.name, users, defs, through_reductions=True)
+    return [n for n in reach if (f := _factors(defs[n], defs)) is not None
+            and sum(a in reach for a in f) == 1]
 
 
 def _window(d: IndexMap, defs) -> bool:
