@@ -145,10 +145,15 @@ def round_scores(p: AttentionProblem, element: str, loops: list[str]) -> list[st
         return []
     to, back = {"__half": ("__float2half_rn", "__half2float"),
                 "__nv_bfloat16": ("__float2bfloat16_rn", "__bfloat162float")}[p.rounded]
+    return _unrolled(loops, f"{element} = {back}({to}({element}));")
+
+
+def _unrolled(loops: list[str], statement: str) -> list[str]:
+    """`statement` inside the for-headers `loops` (outermost first), each unrolled."""
     lines = []
     for depth, header in enumerate(loops):
         lines += ["  " * depth + "#pragma unroll", "  " * depth + header]
-    return lines + ["  " * len(loops) + f"{element} = {back}({to}({element}));"]
+    return lines + ["  " * len(loops) + statement]
 
 
 def bias_scores(p: AttentionProblem, prefix: str, element: str, loops: list[str], row: str,
@@ -169,11 +174,8 @@ def bias_scores(p: AttentionProblem, prefix: str, element: str, loops: list[str]
     lines = [f"const {b.ctype}* const {prefix}_bp = {b.buffer} + {b.const}LL + {prefix}_bz * "
              f"{s0}LL + {prefix}_h * {s1}LL;   // the {'bias' if b.kind == 'add' else 'mask'} "
              f"of this (batch, head)"]
-    for depth, header in enumerate(loops):
-        lines += ["  " * depth + "#pragma unroll", "  " * depth + header]
-    inner = "  " * len(loops)
-    return ["{", *_indent(lines + [f"{inner}if ({row} < {p.sq} && {key} < {p.sk}) {apply}"],
-                          1), "}"]
+    lines += _unrolled(loops, f"if ({row} < {p.sq} && {key} < {p.sk}) {apply}")
+    return ["{", *_indent(lines, 1), "}"]
 
 
 def smem_bytes(problem: AttentionProblem, config: AttentionConfig) -> int:
