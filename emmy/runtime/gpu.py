@@ -149,8 +149,7 @@ class GpuProgram:
         for unit in self._units:
             for launch in unit.launches:
                 for tm in launch.tensor_maps:
-                    image = encode_tensor_map(tm, self.buffers[tm.buffer].data_ptr()
-                                              + tm.offset * tm.elem_bytes)
+                    image = encode_tensor_map(tm, self.buffers[tm.buffer].data_ptr())
                     self.buffers[tm.name] = torch.frombuffer(bytearray(image), dtype=torch.uint8
                                                              ).to(self.device)
         bound = []
@@ -258,8 +257,9 @@ def run_program_gpu(prog: CudaProgram, inputs: Mapping[str, Any]) -> tuple:
 
 
 def encode_tensor_map(spec: TensorMapSpec, address: int) -> bytes:
-    """The 128-byte CUtensorMap of `spec` over device memory at `address` (zeros outside the
-    tensor; L2 promotion of 256 bytes)."""
+    """The 128-byte CUtensorMap of `spec` over its buffer, which starts at device address
+    `address` (the tensor starts `spec.offset` elements in; zeros outside it; L2 promotion of
+    256 bytes)."""
     import numpy as np
     from cuda.bindings import driver as cu
 
@@ -271,7 +271,8 @@ def encode_tensor_map(spec: TensorMapSpec, address: int) -> bytes:
                 2: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
                 3: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B}
     err, tensor_map = cu.cuTensorMapEncodeTiled(
-        types[spec.ctype], len(spec.dims), address, [cu.cuuint64_t(d) for d in spec.dims],
+        types[spec.ctype], len(spec.dims), address + spec.offset * spec.elem_bytes,
+        [cu.cuuint64_t(d) for d in spec.dims],
         [cu.cuuint64_t(s) for s in spec.strides], [cu.cuuint32_t(b) for b in spec.box],
         [cu.cuuint32_t(1)] * len(spec.dims), cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         swizzles[spec.swizzle], cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

@@ -21,6 +21,7 @@ from emmy.cuda.gemm_spec import GemmConfig, GemmProblem
 from emmy.cuda.nvrtc import Resources
 from emmy.runtime.costmodel.constants import (DRAM_EFFICIENCY, DRAM_LATENCY_S, L2_OVER_DRAM,
                                               METHOD)
+from emmy.runtime.buffers import dtype_of_c
 from emmy.runtime.costmodel.timing import LaunchEstimate
 from emmy.runtime.occupancy import occupancy
 from emmy.schedule.targets import Target
@@ -164,9 +165,6 @@ def estimate_combine_launch(kernel: str, function: str, p: GemmProblem, c: GemmC
                           threads=threads, breakdown=(("dram", seconds),), method=METHOD)
 
 
-BIAS_ELEMENT_BYTES = {"bool": 1, "__half": 2, "__nv_bfloat16": 2, "float": 4}
-
-
 def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threads: int,
                               smem: int, resources: Resources | None,
                               target: Target) -> LaunchEstimate:
@@ -231,7 +229,7 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     if getattr(p, "bias", None) is not None:
         # attn_mask: every score reads its bias or mask element (element by element in the
         # fragment layout, through L1/L2: a broadcast mask is re-read, not re-fetched)
-        reread += exps * BIAS_ELEMENT_BYTES.get(p.bias.ctype, 2)
+        reread += exps * dtype_of_c(p.bias.ctype).itemsize
     memory_s = io / (target.dram_bytes_per_s * DRAM_EFFICIENCY) + \
         reread / (target.dram_bytes_per_s * L2_OVER_DRAM)
     latency_s = 0.0 if c.stages > 1 else waves * steps * visible * DRAM_LATENCY_S / 2
