@@ -21,11 +21,12 @@ demo: setup
 stages: setup
 	$(VENV)/bin/emmy compile examples/rmsnorm.py --ir all
 
+# The default suite in one worker per core (pytest-xdist); GPU runs (-m gpu) stay in one process.
 test: setup
-	$(PY) -m pytest -q; rc=$$?; [ $$rc -ne 5 ] || echo 'pytest collected no tests'; exit $$rc
+	$(PY) -m pytest -q -n auto; rc=$$?; [ $$rc -ne 5 ] || echo 'pytest collected no tests'; exit $$rc
 
 test-all: setup
-	$(PY) -m pytest -q -m "slow or not slow"
+	$(PY) -m pytest -q -n auto -m "slow or not slow"
 
 bench: setup
 	$(PY) bench/frontend_time.py
