@@ -269,10 +269,16 @@ class _Emitter:
     """Prints the body's C. Compile-time sizes become constexpr ints; every loop over register
     arrays has a constant trip count and is unrolled, so the arrays live in registers."""
 
+    vec = 8                  # elements of one 16-byte copy
+    pad = PAD                # elements added to each shared-memory row
+    warp_rows = "FA_MT * 16"  # a warp's query rows (a C expression)
+
     def __init__(self, p: AttentionProblem, c: AttentionConfig):
         self.p, self.c = p, c
         self.t = p.q.ctype
-        self.mma, self.pack = DTYPES[self.t]
+        self.pitch = p.d + self.pad      # a shared tile row, in elements
+        if self.t in DTYPES:
+            self.mma, self.pack = DTYPES[self.t]
 
     def lines(self, store: Store) -> list[str]:
         return [*self.prologue(), *self.key_loop(), *self.epilogue(store)]
@@ -290,30 +296,30 @@ class _Emitter:
             f"// attention: {p.batch}x{p.heads} heads, sq {p.sq}, sk {p.sk}, d {p.d}, "
             f"{'causal' if p.causal else 'no mask'}; bq {c.bq}, bkv {c.bkv}, {c.warps} warps, "
             f"{c.stages} stage(s)",
-            f"constexpr int FA_SQ = {p.sq}, FA_D = {p.d}, FA_P = {p.d + PAD};   // P: smem row pitch",
+            f"constexpr int FA_SQ = {p.sq}, FA_D = {p.d}, FA_P = {self.pitch};   // P: smem row "
+            f"pitch",
             *([f"constexpr int FA_SK = {p.sk};"] if p.sk % c.bkv else []),
             f"constexpr int FA_BQ = {c.bq}, FA_BKV = {c.bkv};",
-            f"constexpr int FA_MT = {c.bq // c.warps // 16};   // 16-row mma tiles per warp",
-            f"constexpr int FA_NT = {c.bkv // 8}, FA_DT = {p.d // 8};   // n8 tiles of S and O",
+            *self.layout_constants(),
             f"constexpr int FA_KBLOCKS = {-(-p.sk // c.bkv)};",
             f"constexpr bool FA_CAUSAL = {'true' if p.causal else 'false'};",
             "// the softmax exponent's factor: scale * log2(e), or 1 where S is scaled first",
             f"constexpr float FA_C = {'1.f' if p.scaled_first else _float(p.scale * LOG2E)};",
             "const int fa_lane = tid % 32, fa_warp = tid / 32;",
-            "const int fa_g = fa_lane / 4, fa_t = fa_lane % 4;   // mma fragment row, column pair",
+            *self.lane_roles(),
             f"const int fa_q0 = ({qb} - 1 - int(bid % {qb})) * FA_BQ;",
             f"const long long fa_bh = bid / {qb};",
             f"const long long fa_bz = fa_bh / {p.heads};",
             f"const int fa_h = int(fa_bh % {p.heads});",
             "// this warp's query rows, in the block and in the sequence",
-            "const int fa_w0 = fa_warp * FA_MT * 16, fa_wq0 = fa_q0 + fa_w0;",
+            f"const int fa_w0 = fa_warp * {self.warp_rows}, fa_wq0 = fa_q0 + fa_w0;",
             f"const int fa_nkb = {causal_blocks};   // key blocks this block visits",
             *self.first_masked(),
         ]
-        chunks = p.d // 8
+        chunks = p.d // self.vec
         out += [f"// tile copies: this thread's 16-byte column chunk fa_ce of tile rows fa_cr + "
                 f"i * {self.rows_per_pass}",
-                f"const int fa_cr = tid / {chunks}, fa_ce = tid % {chunks} * 8;",
+                f"const int fa_cr = tid / {chunks}, fa_ce = tid % {chunks} * {self.vec};",
                 "const int fa_so = fa_cr * FA_P + fa_ce;   // its offset in a shared tile"]
         if c.threads % chunks:
             out.append(f"const bool fa_copies = tid < {self.rows_per_pass * chunks};")
@@ -324,17 +330,36 @@ class _Emitter:
                        f" + {op.head('fa_h')} * {s[1]}LL + fa_cr * {s[2]}LL + fa_ce;"
                        f"   // {name} at (0, fa_ce)"
                        f" of this thread's rows")
-        kv = c.bkv * (p.d + PAD)
+        kv = c.bkv * self.pitch
         out += [
             f"{t}* const fa_qs = reinterpret_cast<{t}*>(emmy_smem);",
             f"{t}* const fa_ks = fa_qs + FA_BQ * FA_P;   // [stages][bkv][P]",
             f"{t}* const fa_vs = fa_ks + {c.stages * kv};",
+            *self.more_tiles(f"fa_vs + {c.stages * kv}"),
             *self.load("fa_qs", "q", "fa_q0", "FA_SQ" if p.sq % c.bq else None, c.bq),
         ]
         if c.stages == 2:
             out += self.load_kv("0", "0")
-        out += [
-            "cp_async_commit();",
+        return out + ["cp_async_commit();", *self.state()]
+
+    def layout_constants(self) -> list[str]:
+        """The constants of how the warps' lanes share the block's rows, keys and columns."""
+        c = self.c
+        return [f"constexpr int FA_MT = {c.bq // c.warps // 16};   // 16-row mma tiles per warp",
+                f"constexpr int FA_NT = {c.bkv // 8}, FA_DT = {self.p.d // 8};   // n8 tiles of S "
+                f"and O"]
+
+    def lane_roles(self) -> list[str]:
+        return ["const int fa_g = fa_lane / 4, fa_t = fa_lane % 4;   // mma fragment row, "
+                "column pair"]
+
+    def more_tiles(self, start: str) -> list[str]:
+        """Shared tiles after Q, K and V (from the C pointer `start`): none here."""
+        return []
+
+    def state(self) -> list[str]:
+        """The per-row state: running max m, running sum l, output accumulator O."""
+        return [
             "float fa_m[FA_MT][2], fa_l[FA_MT][2];   // rows g and g + 8 of each tile (log2 domain)",
             "float fa_o[FA_MT][FA_DT][4];",
             "#pragma unroll",
@@ -346,7 +371,6 @@ class _Emitter:
             "fa_o[mt][dn][2] = fa_o[mt][dn][3] = 0.f;",
             "}",
         ]
-        return out
 
     def first_masked(self) -> list[str]:
         """fa_kmask: the first key block where this warp needs a mask: the last one when sk is
@@ -373,11 +397,11 @@ class _Emitter:
         passes = -(-rows // rpi)
         stride = op.strides[2]
         tests = []
-        if self.c.threads % (self.p.d // 8):
+        if self.c.threads % (self.p.d // self.vec):
             tests.append("fa_copies")
         if rows % rpi:
             tests.append(f"fa_cr + fa_i * {rpi} < {rows}")
-        dst_at = f"{dst} + fa_so + fa_i * {rpi * (self.p.d + PAD)}"
+        dst_at = f"{dst} + fa_so + fa_i * {rpi * self.pitch}"
         if limit is not None:
             copy = [f"const bool fa_in = {row0} + fa_cr + fa_i * {rpi} < {limit};",
                     f"cp_async_16_zfill({dst_at}, fa_{name}g + (fa_in ? {row0} + fa_i * {rpi} : "
@@ -392,11 +416,11 @@ class _Emitter:
     @property
     def rows_per_pass(self) -> int:
         """Tile rows one pass of all threads copies (16 bytes a thread)."""
-        return self.c.threads // (self.p.d // 8)
+        return self.c.threads // (self.p.d // self.vec)
 
     def load_kv(self, block: str, stage: str) -> list[str]:
         """Key block `block`'s K and V tiles into buffer `stage`."""
-        kv = self.c.bkv * (self.p.d + PAD)
+        kv = self.c.bkv * self.pitch
         row0 = f"({block}) * FA_BKV"
         limit = "FA_SK" if self.p.sk % self.c.bkv else None
         return [*self.load(f"fa_ks + ({stage}) * {kv}", "k", row0, limit, self.c.bkv),
@@ -408,7 +432,7 @@ class _Emitter:
         mask, online softmax and O += P V on it. Causal: a warp skips a block wholly above
         its rows."""
         c = self.c
-        kv = c.bkv * (self.p.d + PAD)
+        kv = c.bkv * self.pitch
         out = ["for (int kb = 0; kb < fa_nkb; ++kb) {"]
         if c.stages == 2:
             out += ["  // prefetch key block kb + 1 into the other buffer; wait for block kb",
@@ -430,7 +454,8 @@ class _Emitter:
         work = [*self.scores(), *self.mask(), *self.softmax(), *self.pv()]
         if self.p.causal:
             work = ["// skip a key block wholly above this warp's rows (warp-uniform)",
-                    "if (kb * FA_BKV <= fa_wq0 + FA_MT * 16 - 1) {", *_indent(work, 1), "}"]
+                    f"if (kb * FA_BKV <= fa_wq0 + {self.warp_rows} - 1) {{", *_indent(work, 1),
+                    "}"]
         out += [*_indent(work, 1),
                 "  __syncthreads();   // every warp is done with this buffer before it is refilled",
                 "}"]

@@ -40,7 +40,8 @@ def kernel_source(problem: AttentionProblem, config: AttentionConfig, name: str 
                        + [f"{out_ctype}* __restrict__ out"])
     lines = [f"// launch: grid {body.grid}, block {body.threads}, "
              f"dynamic shared memory {body.smem_bytes} B",
-             f'extern "C" __global__ void __launch_bounds__({body.threads}) {name}({params}) {{',
+             f'extern "C" __global__ void __launch_bounds__({body.threads}'
+             f'{f", {body.min_blocks}" if body.min_blocks else ""}) {name}({params}) {{',
              "  const int tid = threadIdx.x;",
              "  const long long bid = blockIdx.x;",
              "  extern __shared__ __align__(16) unsigned char emmy_smem[];",
