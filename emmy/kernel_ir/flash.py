@@ -1,6 +1,7 @@
 """Lower an attention kernel (Tile IR kind `attention`) with its row to Kernel IR: one
 flash-attention launch from the template (emmy.cuda.attention on mma.sync, or
-emmy.cuda.attention_sm90 on wgmma when the row's TILE is wgmma:...); the compiler's part is the
+emmy.cuda.attention_sm90 on wgmma when the row's TILE is wgmma:..., or emmy.cuda.attention_simt
+on CUDA cores for f32 operands, TILE=simt:...); the compiler's part is the
 store of each output element (the cast to the output type, the output's layout)."""
 
 from __future__ import annotations
@@ -50,6 +51,16 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
         if getattr(config, "overlap", False):
             how += ("  overlapped: S of key block j and P V of block j - 1 are issued "
                     "together; the softmax of block j runs while P V does",)
+    elif config.inst == "simt":
+        from emmy.cuda.attention_simt import attention_simt_body
+
+        body = attention_simt_body(problem, config, store)
+        how = (f"  flash (CUDA cores): {config.bq} queries per block, {config.bkv} keys per "
+               f"step, {config.warps} warps; online softmax (running max and sum, rescaled "
+               f"output)",
+               "  Q K^T and P V as f32 FMAs (4 row groups x 8 key lanes a warp; P through "
+               "shared memory); K/V " + ("double-buffered by cp.async" if config.stages > 1
+                                        else "copied synchronously"))
     else:
         body = attention_body(problem, config, store)
         how = (f"  flash: {config.bq} queries per block, {config.bkv} keys per step, "

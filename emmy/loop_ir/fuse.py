@@ -14,7 +14,7 @@ possible or not wanted:
 - a product (a linear layer's, a convolution's) that a reduction such as a norm's statistics
   reads (`reduced_products`): inlined, each product element would be computed again for
   every output needing the statistic (attention's softmax over scores stays fused);
-- q, k and v of an f16/bf16 attention where the program computes them, and its output where a
+- q, k and v of an attention where the program computes them, and its output where a
   product reads it (`attention_operands`): the flash kernel reads and writes tensors;
 - a tensor the caller forces (`forced`, with the reason): lowering does so when inlining would
   copy a reduction so often that a kernel grows past its budget.
@@ -147,11 +147,12 @@ def reduced_products(p: Program) -> dict[str, str]:
     group norm computes a whole group's products for every output element, twice (mean and
     variance). Even a reduction that reads each element once (a pool, a sum) would compute the
     product element by element, where stored it is its own kernel that a matrix-product
-    template tiles. A product of f16/bf16 tensors that a softmax reads (a max reduction) and
-    that, through it, feeds another product with an operand of its own stays fused: that is
-    attention, which the flash template computes in one pass (online softmax). In f32 there
-    is no flash template, so the scores are stored (a contraction) and the softmax and the
-    product with V read them: fused, each output element would compute its row's scores again."""
+    template tiles. A product of f16/bf16 or f32 tensors that a softmax reads (a max
+    reduction) and that, through it, feeds another product with an operand of its own stays
+    fused: that is attention, which a flash template computes in one pass (online softmax).
+    Where no flash template would take it (an f32 head dimension that is not a multiple of 4,
+    f64), the scores are stored (a contraction) and the softmax and the product with V read
+    them: fused, each output element would compute its row's scores again."""
     defs = {d.name: d for d in p.defs}
     users = _users(p)
     outputs = set(p.outputs)
@@ -177,7 +178,7 @@ def reduced_products(p: Program) -> dict[str, str]:
 
 
 def attention_operands(p: Program) -> dict[str, str]:
-    """What an f16/bf16 attention (the product, softmax and product that `reduced_products`
+    """What an attention (the product, softmax and product that `reduced_products`
     keeps fused) must read from memory, each with the reason to store it: q, k and v where the
     program computes them (a linear layer's q|k|v projection, its bias, a scaling), found
     through the casts and index maps between them and the products (head splits, transposes,
@@ -297,14 +298,25 @@ def _factors(d: Def, defs) -> tuple[str, ...] | None:
     return None
 
 
-def _half_operands(d: Reduce, defs) -> bool:
-    """Whether a product multiplies f16/bf16 tensors (widened to f32 or not)."""
+def _flash_operands(d: Reduce, defs) -> bool:
+    """Whether a product multiplies tensors a flash template takes: f16/bf16 (widened to f32 or
+    not), or f32 over a head dimension the f32 template takes (a multiple of 4 up to 256:
+    emmy.cuda.attention_simt; fused, a product no template takes would compute each row's
+    scores again for every output element)."""
     def half(name: str) -> bool:     # through index maps and widening casts
         x = defs[name]
         while x.type.dtype not in (DType.F16, DType.BF16) and isinstance(x, (Cast, IndexMap)):
             x = defs[x.arg]
         return x.type.dtype in (DType.F16, DType.BF16)
-    return all(half(a) for a in _factors(d, defs))
+    factors = _factors(d, defs)
+    if all(half(a) for a in factors):
+        return True
+    from emmy.cuda.attention_simt import MAX_D
+
+    arg = defs[d.arg]
+    dims = [arg.type.shape[a] for a in d.axes]
+    return (all(defs[a].type.dtype is DType.F32 for a in factors) and len(dims) == 1
+            and isinstance(dims[0], int) and dims[0] % 4 == 0 and 4 <= dims[0] <= MAX_D)
 
 
 def _closure(name: str, users, defs, through_reductions: bool) -> set[str]:
@@ -325,10 +337,10 @@ def _closure(name: str, users, defs, through_reductions: bool) -> set[str]:
 
 
 def _attention_products(d: Def, users, defs) -> list[str]:
-    """Where `d` is the scores' product of an f16/bf16 attention (a product of f16/bf16
+    """Where `d` is the scores' product of an attention (a product of f16/bf16 or f32
     tensors that a softmax reads, through a max reduction, and that feeds another product with
     an operand of its own), those products (its probabilities times V); else []."""
-    if _factors(d, defs) is None or not _half_operands(d, defs):
+    if _factors(d, defs) is None or not _flash_operands(d, defs):
         return []
     pointwise = _closure(d.name, users, defs, through_reductions=False)
     if not any(isinstance(defs[u], Reduce) and defs[u].op is ReduceOp.MAX

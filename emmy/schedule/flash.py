@@ -1,4 +1,4 @@
-"""The decision points of an attention kernel (f16/bf16 q, k, v; emmy.tile_ir.attention),
+"""The decision points of an attention kernel (f16/bf16 or f32 q, k, v; emmy.tile_ir.attention),
 built as one flash-attention kernel: a block of queries walks the keys once, with the softmax
 as an online fold that rescales its running sum and output.
 
@@ -9,6 +9,9 @@ as an online fold that rescales its running sum and output.
                                  BQ = 64 per consumer warpgroup (64 or 128, so WORK = BQ/16
                                  warps), BKV = 64 | 128 keys per step; S = Q K^T with both
                                  operands in shared memory, O += P V with P in registers
+            simt:BQxBKV          f32 q, k, v (the only tiles for them): FMA on CUDA cores
+                                 (emmy.cuda.attention_simt); a warp's 4 row groups own BQ/(4W)
+                                 query rows each, its 8 key lanes split each key block
     STAGE   smem | async:2       K/V tiles copied synchronously, or double-buffered by cp.async
             async:2:overlap      wgmma tiles only: the double buffer with FlashAttention-3's
                                  intra-warpgroup pipelining: a warpgroup issues S_j = Q K^T and
@@ -41,13 +44,15 @@ KIB = 1024
 GRAMMAR: dict[str, tuple[str, ...]] = {
     "WORK": ("warps:4", "warps:8"),
     "TILE": (*(f"flash:{q}x{kv}" for q in (64, 128) for kv in (32, 64, 128)),
-             *(f"wgmma:{q}x{kv}" for q in (64, 128) for kv in (64, 128))),
+             *(f"wgmma:{q}x{kv}" for q in (64, 128) for kv in (64, 128)),
+             *(f"simt:{q}x{kv}" for q in (32, 64, 128) for kv in (32, 64))),
     "STAGE": ("smem", "async:2", "async:2:overlap", "tma:2", "tma:2:overlap"),
 }
 GRAMMAR_TEXT = {
     "WORK": "warps:4 | warps:8  (warps per block)",
-    "TILE": "flash:BQxBKV | wgmma:BQxBKV  (BQ = 64 | 128 queries per block; BKV = 32 | 64 | "
-            "128 keys per step for flash (mma.sync), 64 | 128 for wgmma (sm_90a, BQ/16 warps))",
+    "TILE": "flash:BQxBKV | wgmma:BQxBKV | simt:BQxBKV  (BQ = 64 | 128 queries per block; "
+            "BKV = 32 | 64 | 128 keys per step for flash (mma.sync), 64 | 128 for wgmma (sm_90a, "
+            "BQ/16 warps); simt (f32 operands, CUDA cores): BQ = 32 | 64 | 128, BKV = 32 | 64)",
     "STAGE": "smem | async:2 | async:2:overlap | tma:2 | tma:2:overlap  (K/V copies: "
              "synchronous, or a cp.async double buffer; overlap, wgmma only: S_j issued with "
              "P_{j-1} V_{j-1}, the softmax of block j runs while P V does; tma, wgmma only: a "
@@ -57,7 +62,9 @@ GRAMMAR_TEXT = {
 # 32 (d = 128) or 64-128 (d = 64) keys per step, double-buffered, was fastest. The wgmma rows
 # (sm_90a) have not run on a GPU yet, so the default stays on mma.sync; the cost model and the
 # searches can pick them.
-PREFERRED = {"WORK": ("warps:4", "warps:8"), "TILE": ("flash:128x32", "flash:128x64", "flash:64x64"),
+# f32 (simt tiles): 64 queries on 4 warps (4 rows a thread), 32 keys a step; not yet timed.
+PREFERRED = {"WORK": ("warps:4", "warps:8"),
+             "TILE": ("flash:128x32", "flash:128x64", "flash:64x64", "simt:64x32", "simt:32x32"),
              "STAGE": ("async:2", "smem")}
 KEYS = ("WORK", "TILE", "STAGE")
 
@@ -73,7 +80,7 @@ class FlashStage:
 class FlashTile:
     bq: int
     bkv: int
-    inst: str = "mma"        # flash:... -> "mma" (mma.sync); wgmma:... -> "wgmma"
+    inst: str = "mma"        # flash:... -> "mma" (mma.sync); wgmma:... -> "wgmma"; simt:...
 
 
 def read_work(value: str) -> int:
@@ -81,9 +88,9 @@ def read_work(value: str) -> int:
 
 
 def read_tile(value: str) -> FlashTile:
-    m = re.fullmatch(r"(flash|wgmma):(\d+)x(\d+)", value)
+    m = re.fullmatch(r"(flash|wgmma|simt):(\d+)x(\d+)", value)
     assert m, value
-    return FlashTile(int(m[2]), int(m[3]), "mma" if m[1] == "flash" else "wgmma")
+    return FlashTile(int(m[2]), int(m[3]), "mma" if m[1] == "flash" else m[1])
 
 
 def read_stage(value: str) -> FlashStage:
@@ -128,7 +135,7 @@ def config_of(c: FlashCtx):
         return WgmmaAttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps,
                                     stages=c.stages, overlap=c.overlap, tma=c.tma)
     return AttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps, stages=c.stages,
-                           inst=c.tile.inst)
+                           inst=c.tile.inst)      # "mma" or "simt" (emmy.cuda.attention_simt)
 
 
 def problem_of(att):
@@ -169,6 +176,25 @@ def threads_per_block(c: FlashCtx) -> str | None:
     threads = 32 * c.warps + (128 if c.tma else 0)     # tma: the producer warpgroup too
     if threads > c.target.max_threads_per_block:
         return f"{threads} threads > {c.target.max_threads_per_block} per block"
+    return None
+
+
+def tile_text(t: FlashTile) -> str:
+    """How a row writes the tile, and what it runs on."""
+    name, runs = {"mma": ("flash", "mma.sync"), "wgmma": ("wgmma", "wgmma"),
+                  "simt": ("simt", "CUDA cores")}[t.inst]
+    return f"{name}:{t.bq}x{t.bkv} ({runs})"
+
+
+def operand_type(c: FlashCtx) -> str | None:
+    f32 = c.problem.q.ctype == "float"
+    name = tile_text(c.tile).split(" ")[0]
+    if f32 and c.tile.inst != "simt":
+        return (f"{name} multiplies f16/bf16 on tensor cores; q, k and v are f32: use "
+                f"simt:BQxBKV (CUDA cores)")
+    if not f32 and c.tile.inst == "simt":
+        return (f"{name} is the f32 template (CUDA cores); q, k and v are "
+                f"{c.problem.q.ctype}: use flash:BQxBKV (mma.sync) or wgmma:BQxBKV")
     return None
 
 
@@ -215,6 +241,14 @@ def wgmma_registers(c: FlashCtx) -> str | None:
 def rows_per_warp(c: FlashCtx) -> str | None:
     if c.tile.inst == "wgmma":
         return None          # wgmma_warpgroups: a warpgroup owns 64 rows
+    if c.tile.inst == "simt":
+        from emmy.cuda.attention_simt import MAX_ROWS
+
+        rows = c.tile.bq / (4 * c.warps)
+        if rows != int(rows) or not 1 <= rows <= MAX_ROWS:
+            return (f"{c.warps} warps share {c.tile.bq} query rows: a warp's 4 row groups own "
+                    f"1 to {MAX_ROWS} rows each, so BQ is 4 x warps x (1..{MAX_ROWS})")
+        return None
     if c.tile.bq % (16 * c.warps):
         return (f"{c.warps} warps share {c.tile.bq} query rows: each warp needs a multiple of "
                 f"16 rows (the mma m16 atom)")
@@ -232,8 +266,8 @@ def tma_wgmma(c: FlashCtx) -> str | None:
         return None
     if c.tile.inst != "wgmma":
         return (f"STAGE=tma:... adds a TMA producer warpgroup to the wgmma template; "
-                f"flash:{c.tile.bq}x{c.tile.bkv} (mma.sync) copies with cp.async: use "
-                f"STAGE=async:2, or a wgmma:BQxBKV tile on sm_90a")
+                f"{tile_text(c.tile)} copies with cp.async: use STAGE=async:2, or a "
+                f"wgmma:BQxBKV tile on sm_90a")
     if not c.target.has_tma:
         return f"TMA copies need sm_90 or later; {c.target.name} has none"
     return None
@@ -269,8 +303,8 @@ def tma_registers(c: FlashCtx) -> str | None:
 def overlap_wgmma(c: FlashCtx) -> str | None:
     if c.overlap and c.tile.inst != "wgmma":
         return (f"STAGE=async:2:overlap pipelines wgmma groups (P V of the block before in "
-                f"flight during the softmax); flash:{c.tile.bq}x{c.tile.bkv} runs on mma.sync, "
-                f"which has none: use STAGE=async:2, or a wgmma:BQxBKV tile on sm_90a")
+                f"flight during the softmax); {tile_text(c.tile)} has none: use "
+                f"STAGE=async:2, or a wgmma:BQxBKV tile on sm_90a")
     return None
 
 
@@ -290,6 +324,8 @@ def wgmma_shared(c: FlashCtx) -> str | None:
 def template_builds(c: FlashCtx) -> str | None:
     if c.tile.inst == "wgmma":
         from emmy.cuda.attention_sm90 import constraints_sm90 as constraints
+    elif c.tile.inst == "simt":
+        from emmy.cuda.attention_simt import constraints_simt as constraints
     else:
         from emmy.cuda.attention import constraints
 
@@ -299,6 +335,7 @@ def template_builds(c: FlashCtx) -> str | None:
 
 RULES = (
     Rule("work.threads_per_block", "WORK", threads_per_block),
+    Rule("tile.operand_type", "TILE", operand_type),
     Rule("tile.wgmma_target", "TILE", wgmma_target),
     Rule("tile.wgmma_warpgroups", "TILE", wgmma_warpgroups),
     Rule("tile.wgmma_head_dim", "TILE", wgmma_head_dim),

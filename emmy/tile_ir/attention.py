@@ -181,15 +181,20 @@ def _grouped(off: Lin, head: str | None) -> tuple[Lin | None, int]:
 
 
 def flash_ok(a: Attention) -> bool:
-    """Whether the flash template takes it: f16/bf16 operands (f32 stays on CUDA cores), at
-    most two batch axes (batch, heads), and a layout its smallest configuration builds on any
-    target with mma.sync (16-byte aligned rows, also where k and v start inside a packed
-    q|k|v buffer; else the kernel keeps the generic row space)."""
-    if a.q.dtype not in _HALF or len(a.batch) > 2:
+    """Whether a flash template takes it: f16/bf16 operands (tensor cores) or f32 (CUDA cores:
+    emmy.cuda.attention_simt), at most two batch axes (batch, heads), and a layout the
+    template's smallest configuration builds on any target with cp.async (16-byte aligned rows,
+    also where k and v start inside a packed q|k|v buffer; else the kernel keeps the generic
+    row space)."""
+    if a.q.dtype not in (*_HALF, DType.F32) or len(a.batch) > 2:
         return False
     from emmy.cuda.attention import AttentionConfig, constraints
+    from emmy.cuda.attention_simt import constraints_simt
     from emmy.schedule.flash import problem_of
 
+    if a.q.dtype is DType.F32:
+        return not constraints_simt(problem_of(a), AttentionConfig(
+            bq=32, bkv=32, warps=4, stages=1, inst="simt"), "sm_80")
     return not constraints(problem_of(a), AttentionConfig(bq=64, bkv=32, warps=4, stages=1),
                            "sm_80")
 

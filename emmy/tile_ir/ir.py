@@ -39,7 +39,7 @@ class KernelKind(Enum):
     ROW = "row"          # body folds along an axis: reductions, then maybe an output pass
     SCAN = "scan"        # body scans along an axis
     CONTRACT = "contract"  # a sum of products of two loads: a matrix product (tile_ir.contract)
-    ATTENTION = "attention"  # f16/bf16 scaled dot-product attention (tile_ir.attention)
+    ATTENTION = "attention"  # scaled dot-product attention, f16/bf16/f32 (tile_ir.attention)
     CHAIN = "chain"        # two chained contractions, fused (tile_ir.chain.FusedChain)
 
     def __str__(self) -> str:

@@ -172,3 +172,16 @@ def test_gpu_attention_block_passes_the_harness(row):
 
     _passes_the_gpu_harness(load_file("examples/attention_block.py", (("seq_len", 200),)),
                             "k1_cast", row)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", [
+    "WORK=warps:4 TILE=simt:64x32 STAGE=async:2",
+    "WORK=warps:4 TILE=simt:128x32 STAGE=smem",
+])
+def test_gpu_f32_attention_passes_the_harness(row):
+    """f32 attention on CUDA cores (emmy.cuda.attention_simt), causal, ragged sequence."""
+    from emmy.frontend.workload import load_file
+
+    _passes_the_gpu_harness(load_file("examples/attention.py", (("seq_len", 200),
+                                                                ("head_dim", 64))), "", row)

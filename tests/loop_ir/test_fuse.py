@@ -155,14 +155,16 @@ def test_a_norm_over_a_product_stores_the_product():
 
 
 def test_a_softmax_over_a_product_that_feeds_a_product_stays_fused():
-    """Half-precision attention written out (softmax(q @ k^T) @ v): the flash template's
-    pattern, one kernel. In f32, or when the softmax feeds no second product (a classifier's
-    probabilities), the product is stored like a norm's."""
+    """Attention written out (softmax(q @ k^T) @ v): the flash templates' pattern, one kernel,
+    in f16/bf16 and in f32 over a head dimension the f32 template takes (a multiple of 4). Over
+    another (6), or when the softmax feeds no second product (a classifier's probabilities),
+    the product is stored like a norm's."""
     q, k, v = torch.randn(6, 4), torch.randn(5, 4), torch.randn(5, 3)
-    lp = check_torch(lambda q, k, v: torch.softmax(q @ k.t(), -1) @ v, q.half(), k.half(),
-                     v.half())
+    attention = lambda q, k, v: torch.softmax(q @ k.t(), -1) @ v     # noqa: E731
+    lp = check_torch(attention, q.half(), k.half(), v.half())
     assert len(lp.kernels) == 1 and not lp.intermediates
-    assert len(check_torch(lambda q, k, v: torch.softmax(q @ k.t(), -1) @ v, q, k, v).kernels) == 2
+    assert len(check_torch(attention, q, k, v).kernels) == 1
+    assert len(check_torch(attention, torch.randn(6, 6), torch.randn(5, 6), v).kernels) == 2
     w = torch.randn(4, 7).half()
     assert len(check_torch(lambda x, w: torch.softmax(x @ w, -1), q.half(), w).kernels) == 2
 

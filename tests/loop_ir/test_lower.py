@@ -65,16 +65,17 @@ def test_chained_matmuls_fuse_by_default_and_say_what_is_recomputed():
     assert any("recomputed up to 5x" in n and "PLACE=cut" in n for n in lp.notes)
 
 
-def test_half_attention_is_one_kernel_and_f32_attention_stores_its_scores():
-    """f16/bf16 attention stays one kernel (the flash template's); f32 has no such template,
-    and fused, each output element would compute its row's scores again."""
+def test_attention_is_one_kernel_where_a_flash_template_takes_it():
+    """f16/bf16 and f32 attention stays one kernel (a flash template's); over an f32 head
+    dimension no template takes (not a multiple of 4), fused, each output element would compute
+    its row's scores again: they are stored."""
     q, k, v = (torch.randn(1, 2, 8, 16).half() for _ in range(3))
     for causal in (False, True):
-        lp = check_torch(lambda q, k, v: F.scaled_dot_product_attention(q, k, v,
-                                                                         is_causal=causal),
-                         q, k, v)
-        assert len(lp.kernels) == 1 and lp.intermediates == ()
-    q, k, v = (x.float() for x in (q, k, v))
+        for x in ((q, k, v), tuple(t.float() for t in (q, k, v))):
+            lp = check_torch(lambda q, k, v: F.scaled_dot_product_attention(
+                q, k, v, is_causal=causal), *x)
+            assert len(lp.kernels) == 1 and lp.intermediates == ()
+    q, k, v = (torch.randn(1, 2, 8, 6) for _ in range(3))
     lp = check_torch(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
     assert len(lp.kernels) == 2 and lp.intermediates[0].type.shape == (1, 2, 8, 8)
 

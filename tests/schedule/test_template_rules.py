@@ -36,6 +36,8 @@ def kernel(source: str, sets: tuple = ()):
 
 
 ATT = ("examples/attention_half.py", ())
+ATT_F32 = ("examples/attention.py", ())
+ATT_F32_256 = ("examples/attention.py", (("head_dim", 256),))
 CHAIN = ("examples/chained_matmul.py", ())
 CHAIN_F16 = ("(lambda a, b, c: (a @ b) @ c)(torch.randn(32, 64).half(), "
              "torch.randn(64, 48).half(), torch.randn(48, 16).half())",)
@@ -115,6 +117,12 @@ CASES = {
     "tile.template_builds": [
         (CHAIN, SM90, "WORK=warps:1x1 TILE=simt:32x32x8x32 PLACE=fuse",
          ("48 accumulators",))],
+    "tile.operand_type": [
+        (ATT_F32, SM90, "WORK=warps:4 TILE=flash:64x32 STAGE=async:2",
+         ("flash:64x32 multiplies f16/bf16", "q, k and v are f32", "simt:BQxBKV")),
+        (ATT_F32, SM90, "WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2", ("wgmma:128x64",)),
+        (ATT, SM90, "WORK=warps:4 TILE=simt:64x32 STAGE=async:2",
+         ("simt:64x32 is the f32 template", "__half", "flash:BQxBKV"))],
     "tile.wgmma_target": [
         (ATT, SM80, "WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2", ("sm_90a instruction", "sm_80"))],
     "tile.wgmma_warpgroups": [
@@ -138,7 +146,9 @@ CASES = {
     "stage.tma_wgmma": [
         (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 STAGE=tma:2",
          ("TMA producer warpgroup", "cp.async", "STAGE=async:2")),
-        (ATT, NO_TMA, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2", ("TMA copies need sm_90",))],
+        (ATT, NO_TMA, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2", ("TMA copies need sm_90",)),
+        (ATT_F32, SM90, "WORK=warps:4 TILE=simt:64x32 STAGE=tma:2",
+         ("simt:64x32 (CUDA cores) copies with cp.async",))],
     "stage.tma_tensor_maps": [
         (ATT_SHARED_K, SM90, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
          ("k's head stride is 0", "tensor map", "STAGE=async:2"))],
@@ -151,7 +161,9 @@ CASES = {
         (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 STAGE=async:2:overlap",
          ("pipelines wgmma groups", "mma.sync", "STAGE=async:2"))],
     "stage.template_builds": [
-        (ATT128, SM80, "WORK=warps:4 TILE=flash:128x128 STAGE=async:2", ("shared memory",))],
+        (ATT128, SM80, "WORK=warps:4 TILE=flash:128x128 STAGE=async:2", ("shared memory",)),
+        (ATT_F32_256, SM90, "WORK=warps:4 TILE=simt:128x32 STAGE=smem",
+         ("320 f32 values",))],
 }
 PARAMS = [pytest.param(rule, *case, id=f"{rule}-{i}")
           for rule, cases in CASES.items() for i, case in enumerate(cases)]

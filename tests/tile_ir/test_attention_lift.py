@@ -22,17 +22,27 @@ def test_sdpa_in_half_precision_is_one_flash_kernel(sets, causal):
     assert (a.q.buffer, a.k.buffer, a.v.buffer) == ("q", "k", "v")
 
 
-def test_fp32_attention_stores_its_scores():
-    """No flash template takes f32 operands: fused, every output element would compute its
-    row's scores again (once per head-dim element), so the scores are a product kernel of their
-    own and the softmax and the product with v read them."""
-    ks = kernels(load_file("examples/attention.py", ()))
+def test_fp32_attention_is_one_flash_kernel_on_cuda_cores():
+    """f32 q, k and v: the f32 flash template (CUDA cores) takes it, so it is one attention
+    kernel whose rows are simt tiles. Over a head dimension that template does not take (not a
+    multiple of 4), fused, every output element would compute its row's scores again (once per
+    head-dim element), so the scores are a product kernel of their own and the softmax and the
+    product with v read them."""
+    from emmy.schedule.space import Space
+    from emmy.schedule.targets import get_target
+
+    (k,) = kernels(load_file("examples/attention.py", ()))
+    assert k.kind is KernelKind.ATTENTION and k.attention.q.dtype.name == "F32"
+    space = Space(k, get_target("sm_90a"))
+    assert str(space.default()) == "WORK=warps:4 TILE=simt:64x32 STAGE=async:2"
+    assert {str(r["TILE"]).split(":")[0] for r in space.rows()} == {"simt"}
+    ks = kernels(load_file("examples/attention.py", (("head_dim", 30),)))
     assert [k.kind for k in ks] == [KernelKind.CONTRACT, KernelKind.ROW]
 
 
 def test_a_hand_written_softmax_attention():
-    """softmax(q kᵀ s) v written by hand: in f32 the scores are stored as for sdpa. In f16,
-    eager rounds the scores and the probabilities to f16 between the ops: the flash kernel
+    """softmax(q kᵀ s) v written by hand: in f32, one flash kernel on CUDA cores, as sdpa. In
+    f16, eager rounds the scores and the probabilities to f16 between the ops: the flash kernel
     rounds each score as the program does (`rounded`) and rounds P for its P V product, and
     agrees with torch, also where scores overflow f16 (whole rows NaN, as in eager)."""
     from emmy.check import check_cuda_program
@@ -40,8 +50,12 @@ def test_a_hand_written_softmax_attention():
 
     expr = ("(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v)"
             "(torch.randn(2, 32, 16){h}, torch.randn(2, 32, 16){h}, torch.randn(2, 32, 16){h})")
-    ks = kernels(load_expr(expr.format(h="")))
-    assert [k.kind for k in ks] == [KernelKind.CONTRACT, KernelKind.ROW]
+    w = load_expr(expr.format(h=""))
+    (k,) = kernels(w)
+    assert k.kind is KernelKind.ATTENTION and k.attention.rounded is None
+    results = compile_to(w, "cuda")
+    report, _ = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None and report.ok, report
     for scale in ("", ".mul(100)"):    # x100: some scores overflow f16, 49 rows NaN in eager
         w = load_expr(expr.format(h=f"{scale}.half()"))
         (k,) = kernels(w)

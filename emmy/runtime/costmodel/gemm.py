@@ -40,6 +40,11 @@ ATTENTION_EFFICIENCY = {"sm_90a": 0.51, "sm_80": 0.7}
 # the wgmma attention template (sm_90a): an assumption (the wgmma product's measured 0.62),
 # see estimate_attention_launch
 WGMMA_ATTENTION_EFFICIENCY = 0.62
+# ASSUMPTION, not measured: the f32 attention template on CUDA cores (emmy.cuda.attention_simt)
+# runs its FMAs at the rate the SIMT matrix-product template measured on an H200 (0.59 of the
+# FP32 peak), with its shared-memory reads and exponentials counted apart. Recalibrate once it
+# has been timed.
+SIMT_ATTENTION_EFFICIENCY = 0.59
 # ASSUMPTION, not measured: what the wgmma attention rows that copy with cp.async (every
 # consumer thread copies) spend per key step on it, that warp-specialized rows (STAGE=tma:...,
 # one producer thread issuing TMA copies) do not: each warp-wide 16-byte cp.async instruction
@@ -178,7 +183,9 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     key step; its overlapped schedule (c.overlap) hides the exponentials behind the products (an
     assumption, see below). Its cp.async rows also pay the consumers' copy issue and barriers
     per key step; the warp-specialized rows (c.tma: a TMA producer warpgroup) do not (an
-    assumption, see ATTENTION_CP_ASYNC_ISSUE_CYCLES)."""
+    assumption, see ATTENTION_CP_ASYNC_ISSUE_CYCLES). The f32 template (c.inst == "simt") runs
+    its products as FMAs (SIMT_ATTENTION_EFFICIENCY, an assumption) and counts the wavefronts of
+    its warps' shared-memory reads of Q, K, P and V and its writes of P."""
     occ = occupancy(threads, smem, resources, target)
     if occ.blocks_per_sm == 0:
         return _does_not_fit(kernel, function, grid, threads, resources)
@@ -189,7 +196,10 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     flops = 4 * heads * (q_blocks * c.bq) * (steps * c.bkv) * p.d * visible
     peak = target.bf16_tensor_flops if p.q.ctype == "__nv_bfloat16" else target.fp16_tensor_flops
     wgmma = getattr(c, "inst", "mma") == "wgmma"
-    if wgmma:
+    simt = getattr(c, "inst", "mma") == "simt"
+    if simt:
+        rate = target.fp32_flops * SIMT_ATTENTION_EFFICIENCY      # an assumption (above)
+    elif wgmma:
         # ASSUMPTION, not measured: the wgmma attention template (emmy.cuda.attention_sm90) has
         # not run on a GPU yet; its products are taken at the rate the wgmma matrix-product
         # template measured on an H200 (0.62 of the peak), with exponentials and shared-memory
@@ -200,7 +210,17 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     exps = heads * q_blocks * c.bq * steps * c.bkv * visible
     sfu_rate = 16 * target.sm_count * target.clock_hz                     # exp2 per second
     waves, wave_eff = _waves(grid, occ, target)
-    if wgmma:      # K and V, and the warpgroup's 64 Q rows, per warpgroup and key step
+    if simt:
+        # a warp's shared-memory cycles a key step: 16-byte reads return 128 bytes a cycle, so 4
+        # cycles each for K and V (8 addresses a row group), 2 for Q and P (one address a row
+        # group: pairs of lanes read alike, which halves it), 1 for each 4-byte write of P
+        from emmy.cuda.attention_simt import KEY_LANES
+
+        tm, tn, nc = c.bq // (4 * c.warps), c.bkv // KEY_LANES, -(-p.d // 32)
+        wavefronts = (p.d // 4 * (2 * tm + 4 * tn) + c.bkv // 4 * 2 * tm + 4 * c.bkv * nc
+                      + tm * tn)
+        smem_read = grid * c.warps * steps * visible * wavefronts * SMEM_BYTES_PER_CLOCK
+    elif wgmma:    # K and V, and the warpgroup's 64 Q rows, per warpgroup and key step
         smem_read = grid * (c.warps // 4) * steps * visible * (2 * c.bkv + 64) * p.d * 2
     else:
         smem_read = grid * c.warps * steps * visible * 2 * c.bkv * p.d * 2  # K and V, per warp
@@ -224,8 +244,9 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
         compute_s = (max(flops / rate, exps / sfu_rate) + smem_s + spills + copy_s) / wave_eff
     else:
         compute_s = (flops / rate + exps / sfu_rate + smem_s + spills + copy_s) / wave_eff
-    io = 4 * heads * p.sq * p.d * 2
-    reread = 2 * heads * q_blocks * steps * visible * c.bkv * p.d * 2
+    item = 4 if simt else 2
+    io = 4 * heads * p.sq * p.d * item
+    reread = 2 * heads * q_blocks * steps * visible * c.bkv * p.d * item
     if getattr(p, "bias", None) is not None:
         # attn_mask: every score reads its bias or mask element (element by element in the
         # fragment layout, through L1/L2: a broadcast mask is re-read, not re-fetched)
