@@ -116,8 +116,9 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
                                     (("batch_size", 4), ("heads", 32), ("seq_len", 4096),
                                      ("head_dim", 128), ("is_causal", causal)), d,
                                     f"4x32x4096x128{' causal' if causal else ''}")
-                       for causal, d in ((True, "f16"), (False, "f16"), (True, "bf16"),
-                                         (True, "f32"))),    # f32: on CUDA cores
+                       for causal, d in ((True, "f16"), (False, "f16"),
+                                         (True, "f32"),      # f32: on CUDA cores
+                                         (True, "bf16"))),
     # implicit GEMMs against cuDNN: a ResNet-50 stage-1 3x3 convolution (batch 32, 64 -> 64
     # channels, 56x56) in f16 (mma.sync) and f32 (SIMT), and a strided one
     "conv": (*(WorkloadSpec("conv3x3+relu", "conv2d", _RESNET, d, "32x64x56x56 k3")
