@@ -191,22 +191,25 @@ def accumulator_registers(problem: AttentionProblem, config: AttentionConfig) ->
     return rows * (problem.d + config.bkv) // 32
 
 
-def operand_refusals(p: AttentionProblem) -> list[str]:
-    """What both attention templates refuse in a problem: an empty one, operands that are not
-    f16/bf16 of one type with a contiguous head dimension and 16-byte aligned rows (cp.async
-    copies them), a scale that is not finite."""
+def operand_refusals(p: AttentionProblem, ctypes: tuple[str, ...] = tuple(DTYPES)) -> list[str]:
+    """What every attention template refuses in a problem: an empty one, operands that are not
+    of one of `ctypes` (the template's: f16/bf16 for the tensor-core ones), all alike, with a
+    contiguous head dimension and 16-byte aligned rows (cp.async copies them), a scale that is
+    not finite."""
     why: list[str] = []
     if min(p.batch, p.heads, p.sq, p.sk) < 1:
         why.append(f"empty problem: batch {p.batch}, heads {p.heads}, sq {p.sq}, sk {p.sk}")
     for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
-        if op.ctype not in DTYPES:
-            why.append(f"{name} is {op.ctype}: the template takes __half or __nv_bfloat16")
+        if op.ctype not in ctypes:
+            why.append(f"{name} is {op.ctype}: the template takes {' or '.join(ctypes)}")
+        vec = 16 // ELEMENT_BYTES.get(op.ctype, 2)       # elements of a 16-byte copy
         if op.strides[3] != 1:
             why.append(f"{name}'s head dimension is not contiguous (stride {op.strides[3]}): "
                        f"cp.async copies 16-byte runs of it")
-        elif any(s % 8 for s in (*op.strides[:3], op.const)):
+        elif any(s % vec for s in (*op.strides[:3], op.const)):
             why.append(f"{name}'s strides {op.strides} (and start {op.const}) are not all "
-                       f"multiples of 8 elements: its rows are not 16-byte aligned for cp.async")
+                       f"multiples of {vec} elements: its rows are not 16-byte aligned for "
+                       f"cp.async")
     if not math.isfinite(p.scale):
         why.append(f"scale {p.scale} is not finite")
     if p.rounded is not None and p.rounded not in DTYPES:
@@ -242,14 +245,20 @@ def constraints(problem: AttentionProblem, config: AttentionConfig,
         why.append(f"stages {c.stages}: the template has 1 (synchronous) or 2 (double buffer)")
     if why:
         return why
-    limit = get_target(target_name).shared_per_block_optin
-    if (need := smem_bytes(p, c)) > limit:
-        why.append(f"shared memory {need} B ({need / 1024:.1f} KiB) is over {target_name}'s "
-                   f"{limit // 1024} KiB per block")
+    why += shared_refusals(smem_bytes(p, c), target_name)
     if (regs := accumulator_registers(p, c)) > MAX_ACCUMULATORS:
         why.append(f"each thread would hold {regs} f32 accumulators (O and S tiles), over the "
                    f"{MAX_ACCUMULATORS} that leave room in 255 registers for the rest")
     return why
+
+
+def shared_refusals(need: int, target_name: str) -> list[str]:
+    """Why `need` bytes of shared memory do not fit a block of the target (empty: they do)."""
+    limit = get_target(target_name).shared_per_block_optin
+    if need <= limit:
+        return []
+    return [f"shared memory {need} B ({need / 1024:.1f} KiB) is over {target_name}'s "
+            f"{limit // 1024} KiB per block"]
 
 
 def attention_body(problem: AttentionProblem, config: AttentionConfig, store: Store) -> Body:

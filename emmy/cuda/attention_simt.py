@@ -25,12 +25,10 @@ to 128 registers, 4 blocks of 128 threads an SM, and spilled 8-32 bytes to get t
 
 from __future__ import annotations
 
-import math
-
 from emmy.cuda.attention import (LOG2E, AttentionConfig, AttentionProblem, Store, _Emitter,
-                                 _float, _indent, _qblocks, bias_scores, round_scores)
+                                 _float, _indent, _qblocks, bias_scores, operand_refusals,
+                                 round_scores, shared_refusals)
 from emmy.cuda.gemm_spec import Body
-from emmy.schedule.targets import get_target
 
 PAD = 4                  # floats added to each shared tile row (16 bytes)
 MAX_D = 256
@@ -66,24 +64,7 @@ def constraints_simt(problem: AttentionProblem, config: AttentionConfig,
     if c.inst != "simt":
         why.append(f"this template runs on CUDA cores (inst 'simt'); inst {c.inst!r} is a "
                    f"tensor-core template's")
-    if min(p.batch, p.heads, p.sq, p.sk) < 1:
-        why.append(f"empty problem: batch {p.batch}, heads {p.heads}, sq {p.sq}, sk {p.sk}")
-    for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
-        if op.ctype != "float":
-            why.append(f"{name} is {op.ctype}: this template takes float (f16 and bf16 run on "
-                       f"the tensor-core templates)")
-        if op.strides[3] != 1:
-            why.append(f"{name}'s head dimension is not contiguous (stride {op.strides[3]}): "
-                       f"cp.async copies 16-byte runs of it")
-        elif any(s % 4 for s in (*op.strides[:3], op.const)):
-            why.append(f"{name}'s strides {op.strides} (and start {op.const}) are not all "
-                       f"multiples of 4 elements: its rows are not 16-byte aligned for cp.async")
-        if op.group < 1 or (name == "q" and op.group != 1):
-            why.append(f"{name} is read at head h // {op.group}: only k and v may be grouped")
-    if not math.isfinite(p.scale):
-        why.append(f"scale {p.scale} is not finite")
-    if p.rounded is not None:
-        why.append(f"scores rounded to {p.rounded}: f32 attention rounds nothing")
+    why += operand_refusals(p, ("float",))
     if p.d % 4 or not 4 <= p.d <= MAX_D:
         why.append(f"head dimension {p.d} is not a multiple of 4 in 4..{MAX_D} (float4 rows)")
     if c.warps < 1 or c.warps > 32:
@@ -100,10 +81,7 @@ def constraints_simt(problem: AttentionProblem, config: AttentionConfig,
     if 32 * c.warps < p.d // 4:
         why.append(f"{32 * c.warps} threads copy a tile row of {p.d // 4} 16-byte chunks: use "
                    f"at least {p.d // 128} warps")
-    limit = get_target(target_name).shared_per_block_optin
-    if (need := smem_bytes(p, c)) > limit:
-        why.append(f"shared memory {need} B ({need / 1024:.1f} KiB) is over {target_name}'s "
-                   f"{limit // 1024} KiB per block")
+    why += shared_refusals(smem_bytes(p, c), target_name)
     if (regs := state_registers(p, c)) > MAX_REGISTERS:
         why.append(f"each thread would hold {regs} f32 values (O, S and P for its rows), over "
                    f"the {MAX_REGISTERS} that leave room in 255 registers for the rest")

@@ -60,6 +60,23 @@ def emulate(source: str, body: Body, x, p: AttentionProblem, extra=()) -> np.nda
     return out
 
 
+def launch_on_gpu(tmp_path, source: str, body: Body, tensors) -> None:
+    """Kernel `attn` of the program `source`, compiled for this GPU, launched on `tensors` (its
+    parameters, in order); returns once it has finished."""
+    import cupy as cp
+    import torch
+
+    major = torch.cuda.get_device_capability()[0]
+    compiled = compile_cuda(source, get_target("sm_90a" if major == 9 else "sm_80"))
+    assert compiled.ok, compiled.log
+    (tmp_path / "attn.cubin").write_bytes(compiled.cubin)
+    kernel = cp.RawModule(path=str(tmp_path / "attn.cubin")).get_function("attn")
+    kernel.max_dynamic_shared_size_bytes = body.smem_bytes
+    kernel((body.grid,), (body.threads,), tuple(cp.uint64(t.data_ptr()) for t in tensors),
+           shared_mem=body.smem_bytes)
+    torch.cuda.synchronize()
+
+
 def program(*kernels: str, headers: tuple[str, ...] = ()) -> str:
     return "\n".join(['#include "emmy_kernel.cuh"', *(f'#include "{h}"' for h in headers), "",
                       *kernels])
@@ -285,26 +302,17 @@ def test_attention_body_refuses_an_unbuildable_config():
     ("bf16", 64, True, "bhsd", (128, 64, 4, 2)),
 ])
 def test_gpu_kernel_matches_torch(tmp_path, kind, d, causal, layout, cfg):
-    import cupy as cp
     import torch
     import torch.nn.functional as F
 
     batch, heads, seq = 2, 3, 1000
     p = problem(kind, batch, heads, seq, seq, d, causal, layout)
     source, body = kernel_source(p, AttentionConfig(*cfg))
-    major = torch.cuda.get_device_capability()[0]
-    compiled = compile_cuda(program(source), get_target("sm_90a" if major == 9 else "sm_80"))
-    assert compiled.ok, compiled.log
-    (tmp_path / "attn.cubin").write_bytes(compiled.cubin)
-    kernel = cp.RawModule(path=str(tmp_path / "attn.cubin")).get_function("attn")
-    kernel.max_dynamic_shared_size_bytes = body.smem_bytes
     dtype = torch.float16 if kind == "f16" else torch.bfloat16
     shape = (batch, heads, seq, d) if layout == "bhsd" else (batch, seq, heads, d)
     q, k, v = (torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3))
     out = torch.full((batch, heads, seq, d), math.nan, device="cuda", dtype=torch.float32)
-    kernel((body.grid,), (body.threads,), tuple(cp.uint64(t.data_ptr()) for t in (q, k, v, out)),
-           shared_mem=body.smem_bytes)
-    torch.cuda.synchronize()
+    launch_on_gpu(tmp_path, program(source), body, (q, k, v, out))
     if layout == "bshd":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,

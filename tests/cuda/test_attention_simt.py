@@ -15,7 +15,8 @@ from emmy.cuda.attention import AttentionConfig, AttentionProblem, AttnBias, Att
 from emmy.cuda.attention_simt import attention_simt_body, constraints_simt, smem_bytes
 from emmy.cuda.nvrtc import compile_cuda
 from emmy.schedule.targets import get_target
-from tests.cuda.test_attention import emulate, kernel_source, program, reference, relative_error
+from tests.cuda.test_attention import (emulate, kernel_source, launch_on_gpu, program, reference,
+                                       relative_error)
 
 rng = np.random.default_rng(7)
 
@@ -181,7 +182,8 @@ def test_operands_must_be_f32_rows_aligned_for_cp_async():
     p = problem(d=64)
     half = AttentionProblem(**{**p.__dict__, "q": AttnOperand("q", "__half", p.q.strides)})
     assert constraints_simt(half, AttentionConfig(64, 32, 4, 2, inst="simt"), "sm_90a") == [
-        "q is __half: this template takes float (f16 and bf16 run on the tensor-core templates)"]
+        "q is __half: the template takes float",
+        "q, k and v have different types (__half, float, float)"]
     odd = AttnOperand("v", "float", (70 * 66, 70 * 66, 66, 1))
     why = constraints_simt(AttentionProblem(**{**p.__dict__, "v": odd}),
                            AttentionConfig(64, 32, 4, 2, inst="simt"), "sm_90a")
@@ -206,25 +208,16 @@ def test_shared_memory_is_checked_against_the_target():
     (64, False, "bhsd", (128, 32, 4, 2)),
 ])
 def test_gpu_kernel_matches_torch(tmp_path, d, causal, layout, cfg):
-    import cupy as cp
     import torch
     import torch.nn.functional as F
 
     batch, heads, seq = 2, 3, 1000
     p = problem(batch, heads, seq, seq, d, causal, layout)
     source, body = kernel_source(p, AttentionConfig(*cfg, inst="simt"), build=attention_simt_body)
-    major = torch.cuda.get_device_capability()[0]
-    compiled = compile_cuda(program(source), get_target("sm_90a" if major == 9 else "sm_80"))
-    assert compiled.ok, compiled.log
-    (tmp_path / "attn.cubin").write_bytes(compiled.cubin)
-    kernel = cp.RawModule(path=str(tmp_path / "attn.cubin")).get_function("attn")
-    kernel.max_dynamic_shared_size_bytes = body.smem_bytes
     shape = (batch, heads, seq, d) if layout == "bhsd" else (batch, seq, heads, d)
     q, k, v = (torch.randn(shape, device="cuda") for _ in range(3))
     out = torch.full((batch, heads, seq, d), math.nan, device="cuda")
-    kernel((body.grid,), (body.threads,), tuple(cp.uint64(t.data_ptr()) for t in (q, k, v, out)),
-           shared_mem=body.smem_bytes)
-    torch.cuda.synchronize()
+    launch_on_gpu(tmp_path, program(source), body, (q, k, v, out))
     if layout == "bshd":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal,
