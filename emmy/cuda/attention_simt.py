@@ -35,9 +35,10 @@ MAX_D = 256
 KEY_LANES = 8            # lanes sharing a row group's keys (and its output columns)
 MAX_ROWS = 8             # query rows a thread owns
 # Per-thread f32 state allowed (O, S and the P values of 4 keys): d 128 with 4 rows a thread
-# and 32 keys a step holds 96. Every legal configuration of d 32..256 (the rows of the schedule
-# space) compiles for sm_80 and sm_90a without spills (test_attention_simt, marked slow); at
-# 176 and 192 some spilled (NVRTC 13.0, 2026-11-30).
+# and 32 keys a step holds 96, with 8 rows 192. Every legal configuration of d 32..256 (the rows
+# of the schedule space) compiles for sm_80 and sm_90a without spills (test_attention_simt,
+# marked slow). Above 160 ptxas is at its 255 registers and some spill 4-176 bytes (NVRTC 13.0,
+# 2026-11-30), d 128 with 8 rows a thread included (on sm_80, not on sm_90a).
 MAX_REGISTERS = 160
 
 

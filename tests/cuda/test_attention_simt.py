@@ -144,7 +144,7 @@ def test_every_legal_config_of_the_row_space_compiles_without_spills(target):
     import itertools
 
     kernels, names = [], []
-    for d in (32, 64, 96, 128, 192, 256):
+    for d in (32, 64, 96, 112, 128, 192, 256):
         p = problem(batch=4, heads=32, sq=4001, sk=4001, d=d, causal=True)
         for bq, bkv, warps, stages in itertools.product((32, 64, 128), (32, 64), (4, 8), (1, 2)):
             config = AttentionConfig(bq, bkv, warps, stages, inst="simt")
