@@ -177,6 +177,17 @@ def reduced_products(p: Program) -> dict[str, str]:
     return out
 
 
+def attention_scores(p: Program) -> dict[str, str]:
+    """The scores products of the attentions `reduced_products` keeps fused, each with what to
+    store where no flash template takes it: the end of its epilogue (its cast to the program's
+    type, as `reduced_products` stores a product)."""
+    defs = {d.name: d for d in p.defs}
+    users = _users(p)
+    outputs = set(p.outputs)
+    return {d.name: _epilogue_end(d.name, users, defs) for d in p.defs
+            if d.name not in outputs and _attention_products(d, users, defs)}
+
+
 def attention_operands(p: Program) -> dict[str, str]:
     """What an attention (the product, softmax and product that `reduced_products`
     keeps fused) must read from memory, each with the reason to store it: q, k and v where the

@@ -6,14 +6,18 @@
     normalize     normalize.py  the canonical form (CSE, operand order, hoisting, names)
 
 When a kernel would grow past MAX_NODES (inlining copies a reduction per index it is read
-at, which can compound), one more tensor is stored and the program is planned again.
+at, which can compound), one more tensor is stored and the program is planned again. So is an
+attention's scores product kept fused (`attention_scores`) whose kernel no flash template takes
+(Tile IR's recognizer decides: a key operand not read along a contiguous head dimension, say,
+as in softmax(x @ W) @ E with W stored (in, out)): fused, every output element would compute
+its row's scores again.
 """
 
 from __future__ import annotations
 
 from emmy import symbolic
-from emmy.loop_ir.fuse import (KernelPlan, attention_operands, plan_fusion, reduced_products,
-                               windowed_reads)
+from emmy.loop_ir.fuse import (KernelPlan, attention_operands, attention_scores, plan_fusion,
+                               reduced_products, windowed_reads)
 from emmy.loop_ir.inline import Dag, Inliner, KernelTooLarge
 from emmy.loop_ir.ir import Buffer, Kernel, Load, LoopProgram
 from emmy.loop_ir.names import kernel_name
@@ -43,19 +47,33 @@ def lower(p: Program, *, normalized: bool = True) -> LoopProgram:
 
 
 def _build_within_budget(p: Program):
-    """Plan and build every kernel; while one passes MAX_NODES, store one more tensor."""
+    """Plan and build every kernel; while one passes MAX_NODES, store one more tensor; while an
+    attention's scores are fused into a kernel no flash template takes, store them."""
     defs = {d.name: d for d in p.defs}
     forced: dict[str, str] = windowed_reads(p) | reduced_products(p) | attention_operands(p)
+    scores = attention_scores(p)
     budget: int | None = MAX_NODES
     while True:
         plan = plan_fusion(p, forced)
         names = {d.name: d.name for d in p.inputs} | plan.buffers
         single = len(plan.kernels) == 1
         try:
-            return plan, [build_kernel(p, kp, set(plan.stored),
-                                       kernel_name(i, defs[kp.roots[0]], p.name, single),
-                                       names, budget)
-                          for i, kp in enumerate(plan.kernels)]
+            built, unflashed = [], set()
+            for i, kp in enumerate(plan.kernels):
+                inlined: set[str] = set()
+                built.append(build_kernel(p, kp, set(plan.stored),
+                                          kernel_name(i, defs[kp.roots[0]], p.name, single),
+                                          names, budget, inlined))
+                fused = {scores[n] for n in scores.keys() & inlined} - set(plan.stored)
+                if fused and not _flash(built[-1][0]):
+                    unflashed |= fused
+            if not unflashed:
+                return plan, built
+            for name in sorted(unflashed):
+                forced[name] = ("attention's scores, which no flash template takes here (Tile "
+                                "IR's recognizer refused the fused kernel): stored, they are a "
+                                "matrix-product kernel; inlined, every output element would "
+                                "compute its row's scores again")
         except KernelTooLarge as e:
             cut = choose_cut(p, e.uses, set(plan.stored))
             if cut is None:
@@ -65,10 +83,20 @@ def _build_within_budget(p: Program):
                            f"in one kernel, which would pass {MAX_NODES} statements")
 
 
+def _flash(k: Kernel) -> bool:
+    """Whether Tile IR lifts the kernel to a flash-attention kernel."""
+    from emmy.tile_ir.ir import KernelKind
+    from emmy.tile_ir.lift import lift_kernel
+
+    return lift_kernel(normalize(k)).kind is KernelKind.ATTENTION
+
+
 def build_kernel(p: Program, kp: KernelPlan, stored: set[str], name: str,
-                 buffers: dict[str, str], budget: int | None = None) -> tuple[Kernel, list[str]]:
+                 buffers: dict[str, str], budget: int | None = None,
+                 inlined: set[str] | None = None) -> tuple[Kernel, list[str]]:
     """The (unnormalized) kernel computing `kp.roots`, and notes on what it recomputes;
-    `buffers` names the buffer of each input and stored tensor."""
+    `buffers` names the buffer of each input and stored tensor; `inlined`, when given, gets
+    the definitions the kernel computes."""
     defs = {d.name: d for d in p.defs}
     shape = defs[kp.roots[0]].type.shape
     out_vars = tuple(f"o{i}" for i in range(len(shape)))
@@ -77,6 +105,8 @@ def build_kernel(p: Program, kp: KernelPlan, stored: set[str], name: str,
     inliner = Inliner(p, {n: buffers[n] for n in loaded}, kp.scan, out_vars, dag, budget)
     identity = tuple(symbolic.var(v) for v in out_vars)
     roots = [inliner.value(r, identity) for r in kp.roots]
+    if inlined is not None:
+        inlined |= set(inliner.uses)
     scan_var = out_vars[defs[kp.scan].axis] if kp.scan else None
     order = order_loops(dag, roots, out_vars, scan_var)
     placer = Placer(dag, order, scan_var, defs[kp.scan].reverse if kp.scan else False)

@@ -1,5 +1,6 @@
 """The fusion decisions: what is stored, why, and which outputs share a kernel."""
 
+import pytest
 import torch
 
 from emmy.dtypes import DType
@@ -156,17 +157,34 @@ def test_a_norm_over_a_product_stores_the_product():
 
 def test_a_softmax_over_a_product_that_feeds_a_product_stays_fused():
     """Attention written out (softmax(q @ k^T) @ v): the flash templates' pattern, one kernel,
-    in f16/bf16 and in f32 over a head dimension the f32 template takes (a multiple of 4). Over
-    another (6), or when the softmax feeds no second product (a classifier's probabilities),
-    the product is stored like a norm's."""
-    q, k, v = torch.randn(6, 4), torch.randn(5, 4), torch.randn(5, 3)
+    over a head dimension the template takes: in f16/bf16 a multiple of 16 (mma.sync), in f32 a
+    multiple of 4. Over another (f16 at 4, f32 at 6), or when the softmax feeds no second
+    product (a classifier's probabilities), the product is stored like a norm's."""
+    q, k, v = torch.randn(6, 16), torch.randn(5, 16), torch.randn(5, 16)
     attention = lambda q, k, v: torch.softmax(q @ k.t(), -1) @ v     # noqa: E731
     lp = check_torch(attention, q.half(), k.half(), v.half())
     assert len(lp.kernels) == 1 and not lp.intermediates
     assert len(check_torch(attention, q, k, v).kernels) == 1
-    assert len(check_torch(attention, torch.randn(6, 6), torch.randn(5, 6), v).kernels) == 2
-    w = torch.randn(4, 7).half()
+    q4, k4, v4 = q[:, :4].contiguous(), k[:, :4].contiguous(), v[:, :4].contiguous()
+    assert len(check_torch(attention, q4, k4, v4).kernels) == 1
+    assert len(check_torch(attention, q4.half(), k4.half(), v4.half()).kernels) == 2
+    q6, k6, v6 = q[:, :6].contiguous(), k[:, :6].contiguous(), v[:, :6].contiguous()
+    assert len(check_torch(attention, q6, k6, v6).kernels) == 2
+    w = torch.randn(16, 7).half()
     assert len(check_torch(lambda x, w: torch.softmax(x @ w, -1), q.half(), w).kernels) == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_softmax_product_no_flash_template_takes_stores_its_scores(dtype):
+    """softmax(x @ W) @ E with W stored (in, out): the pattern of attention, but its key operand
+    is not read along a contiguous head dimension, so no flash template takes the fused kernel
+    (Tile IR's recognizer says so) and the scores are stored: fused, every output element would
+    compute its row's scores again."""
+    x, w, e = torch.randn(16, 8), torch.randn(8, 12), torch.randn(12, 4)
+    lp = check_torch(lambda x, w, e: torch.softmax(x @ w, -1) @ e,
+                     x.to(dtype), w.to(dtype), e.to(dtype))
+    assert len(lp.kernels) == 2 and len(lp.intermediates) == 1
+    assert any("no flash template takes" in note for note in lp.notes), lp.notes
 
 
 def test_broadcast_reads_of_a_reduction_stay_fused():
@@ -174,7 +192,7 @@ def test_broadcast_reads_of_a_reduction_stay_fused():
     along axes its index does not name, which the templates tile: no window, one kernel."""
     a, b, c = torch.randn(8, 16), torch.randn(16, 12), torch.randn(12, 10)
     assert len(check_torch(lambda x, y, z: (x @ y) @ z, a, b, c).kernels) == 1
-    q = torch.randn(1, 2, 8, 4).half()
+    q = torch.randn(1, 2, 8, 16).half()
     lp = check_torch(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
                      q, q.clone(), q.clone())
     assert len(lp.kernels) == 1 and not lp.intermediates
