@@ -34,6 +34,7 @@ row always builds.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -138,15 +139,29 @@ def config_of(c: FlashCtx):
                            inst=c.tile.inst)      # "mma" or "simt" (emmy.cuda.attention_simt)
 
 
+def merged_batch_stride(att, offset) -> int | None:
+    """The element stride of the batch axes before the head axis taken as one axis (row-major,
+    as the template's grid and the output's store count them) in `offset`: the innermost one's,
+    where each outer one steps over all of the next (or none of it, a broadcast); None where
+    they are not one axis in memory. 0 without such axes."""
+    coef = {a.name: c for a, c in offset.terms}
+    lead = att.batch[:-1]
+    for outer, inner in zip(lead, lead[1:]):
+        if coef.get(outer.var, 0) != coef.get(inner.var, 0) * inner.extent:
+            return None
+    return coef.get(lead[-1].var, 0) if lead else 0
+
+
 def problem_of(att):
-    """The template's view of an Attention (emmy.tile_ir.attention)."""
+    """The template's view of an Attention (emmy.tile_ir.attention): its batch axes before the
+    head axis are one batch axis (flash_ok has checked they can be)."""
     from emmy.cuda.attention import AttentionProblem, AttnBias, AttnOperand
 
     def strides(offset, inner: tuple[str, str]) -> tuple[int, int, int, int]:
         """Element strides of (batch, head, *inner) in `offset` (0 where it does not vary)."""
         coef = {a.name: c for a, c in offset.terms}
-        b = [coef.get(ax.var, 0) for ax in att.batch]
-        batch, head = ([0] * (2 - len(b)) + b)[-2:]
+        head = coef.get(att.batch[-1].var, 0) if att.batch else 0
+        batch = merged_batch_stride(att, offset) or 0
         return batch, head, coef.get(inner[0], 0), coef.get(inner[1], 0)
 
     def operand(op) -> AttnOperand:
@@ -158,7 +173,7 @@ def problem_of(att):
                                                strides(b.offset, ("qi", "kj")), b.offset.const)
 
     ext = [ax.extent for ax in att.batch]
-    batch, heads = ([1] * (2 - len(ext)) + ext)[-2:]
+    batch, heads = math.prod(ext[:-1]), (ext[-1] if ext else 1)
     return AttentionProblem(batch=batch, heads=heads, sq=att.query.extent, sk=att.keys,
                             d=att.dim, q=operand(att.q), k=operand(att.k), v=operand(att.v),
                             scale=att.scale, causal=att.causal,

@@ -182,15 +182,20 @@ def _grouped(off: Lin, head: str | None) -> tuple[Lin | None, int]:
 
 def flash_ok(a: Attention) -> bool:
     """Whether a flash template takes it: f16/bf16 operands (tensor cores) or f32 (CUDA cores:
-    emmy.cuda.attention_simt), at most two batch axes (batch, heads), and a layout the
+    emmy.cuda.attention_simt), batch axes before the head axis that are one axis in memory in
+    every operand (emmy.schedule.flash.merged_batch_stride), and a layout the
     template's smallest configuration builds on any target with cp.async (16-byte aligned rows,
     also where k and v start inside a packed q|k|v buffer; else the kernel keeps the generic
     row space)."""
-    if a.q.dtype not in (*_HALF, DType.F32) or len(a.batch) > 2:
+    if a.q.dtype not in (*_HALF, DType.F32):
         return False
     from emmy.cuda.attention import AttentionConfig, constraints
     from emmy.cuda.attention_simt import constraints_simt
-    from emmy.schedule.flash import problem_of
+    from emmy.schedule.flash import merged_batch_stride, problem_of
+
+    if any(merged_batch_stride(a, x.offset) is None
+           for x in (a.q, a.k, a.v, *((a.bias,) if a.bias else ()))):
+        return False
 
     if a.q.dtype is DType.F32:
         return not constraints_simt(problem_of(a), AttentionConfig(

@@ -236,3 +236,34 @@ def test_a_transformer_attention_block_is_product_flash_product(dtype):
     results = compile_to(w, "cuda")
     report, failed = check_cuda_program(w, results["torch"], results["cuda"])
     assert report is not None and report.ok, report or failed.log[-2000:]
+
+
+@pytest.mark.parametrize("h", [".half()", ""])
+def test_batch_axes_before_the_heads_are_one_batch_axis(h):
+    """q, k, v of shape (2, 3, 4 heads, 32, 16): the two leading axes are one batch axis of 6
+    in memory, so a flash kernel takes it (f16 on mma.sync, f32 on CUDA cores) and agrees with
+    torch. With those axes swapped in memory (a transposed view) they are not one axis: no
+    flash template takes it, so the scores are stored and a row kernel reads them."""
+    from emmy.check import check_cuda_program
+
+    sdpa = "torch.nn.functional.scaled_dot_product_attention"
+    x = f"torch.randn({{}}, 4, 32, 16){h}"
+    cases = {
+        "one": (f"(lambda q, k, v: {sdpa}(q, k, v, is_causal=True))"
+                f"({x.format('2, 3')}, {x.format('2, 3')}, {x.format('2, 3')})",
+                [KernelKind.ATTENTION]),
+        "swapped": (f"(lambda q, k, v: {sdpa}(q.transpose(0, 1), k.transpose(0, 1), "
+                    f"v.transpose(0, 1)))({x.format('3, 2')}, {x.format('3, 2')}, "
+                    f"{x.format('3, 2')})", [KernelKind.CONTRACT, KernelKind.ROW]),
+    }
+    for expr, kinds in cases.values():
+        w = load_expr(expr)
+        assert [k.kind for k in kernels(w)] == kinds
+        results = compile_to(w, "cuda")
+        report, _ = check_cuda_program(w, results["torch"], results["cuda"])
+        assert report is not None and report.ok, report
+    (k,) = kernels(load_expr(cases["one"][0]))
+    from emmy.schedule.flash import problem_of
+
+    p = problem_of(k.attention)
+    assert (p.batch, p.heads, p.q.strides[:2]) == (6, 4, (4 * 32 * 16, 32 * 16))
