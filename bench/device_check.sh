@@ -6,7 +6,8 @@
 #   export PYTHONPATH=$PWD:/tmp/site && bash bench/device_check.sh
 # The defaults fit one 15-minute lease with its start-up (about 11 minutes of steps): the GPU
 # tests, two wgmma+TMA rows (one with clusters) through `emmy run --bench`, then the matmul and
-# attention suites (the core suite was measured on 2026-11-30; the conv suite is new: with time
+# attention suites (attention: f16 causal and full, f32 causal on CUDA cores, then bf16, as far
+# as its budget goes; the core suite was measured on 2026-11-30; the conv suite is new: with time
 # left, or TESTS=0 RUN_BENCH=0, add it as SUITES="... conv:90"). Knobs (environment):
 # SUITES="matmul:120 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs
 # `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of
