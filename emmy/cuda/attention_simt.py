@@ -19,9 +19,9 @@ The kernel
   quarter-warp), 16 TM NC FMAs.
 - At the end out = O / l (NaN where l == 0, as the program computes it).
 
-Registers: TM (4 NC + TN + 4) floats of state a thread (MAX_REGISTERS bounds them). The kernel
-is declared __launch_bounds__(threads, 1): with the thread count alone, ptxas held some of them
-to 128 registers, 4 blocks of 128 threads an SM, and spilled 8-32 bytes to get there."""
+Registers: TM (4 NC + TN + 4) floats of state a thread (MAX_REGISTERS, MAX_REGISTERS_SM90). The
+kernel is declared __launch_bounds__(threads, 1): with the thread count alone, ptxas held some of
+them to 128 registers, 4 blocks of 128 threads an SM, and spilled 8-32 bytes to get there."""
 
 from __future__ import annotations
 
@@ -38,8 +38,12 @@ MAX_ROWS = 8             # query rows a thread owns
 # and 32 keys a step holds 96, with 8 rows 192. Every legal configuration of d 32..256 (the rows
 # of the schedule space) compiles for sm_80 and sm_90a without spills (test_attention_simt,
 # marked slow). Above 160 ptxas is at its 255 registers and some spill 4-176 bytes (NVRTC 13.0,
-# 2026-11-30), d 128 with 8 rows a thread included (on sm_80, not on sm_90a).
+# 2026-11-30): at 64 keys a step, where d is not a multiple of 32, and d 128 with 8 rows a
+# thread on sm_80; that one compiles without spills on sm_90a, where the limit is
+# MAX_REGISTERS_SM90 at 32 keys a step and d a multiple of 32 (8 rows a thread halve the
+# shared-memory reads per FMA, which the cost model says bound the kernel).
 MAX_REGISTERS = 160
+MAX_REGISTERS_SM90 = 192
 
 
 def _layout(p: AttentionProblem, c: AttentionConfig) -> tuple[int, int, int]:
@@ -83,9 +87,13 @@ def constraints_simt(problem: AttentionProblem, config: AttentionConfig,
         why.append(f"{32 * c.warps} threads copy a tile row of {p.d // 4} 16-byte chunks: use "
                    f"at least {p.d // 128} warps")
     why += shared_refusals(smem_bytes(p, c), target_name)
-    if (regs := state_registers(p, c)) > MAX_REGISTERS:
+    wide = target_name == "sm_90a" and c.bkv <= 32 and p.d % 32 == 0
+    limit = MAX_REGISTERS_SM90 if wide else MAX_REGISTERS
+    if (regs := state_registers(p, c)) > limit:
         why.append(f"each thread would hold {regs} f32 values (O, S and P for its rows), over "
-                   f"the {MAX_REGISTERS} that leave room in 255 registers for the rest")
+                   f"the {limit} that leave room in 255 registers for the rest"
+                   + ("" if wide else f" (on sm_90a {MAX_REGISTERS_SM90} at up to 32 keys a "
+                                      f"step, d a multiple of 32)"))
     return why
 
 
@@ -146,10 +154,12 @@ class _SimtEmitter(_Emitter):
             "  float4 fa_a[FA_TM], fa_b[FA_TN];",
             "  #pragma unroll",
             "  for (int m = 0; m < FA_TM; ++m)",
-            f"    fa_a[m] = *reinterpret_cast<const float4*>(fa_qs + ({self.ROW}) * FA_P + kk * 4);",
+            f"    fa_a[m] = *reinterpret_cast<const float4*>(fa_qs + ({self.ROW}) * FA_P"
+            " + kk * 4);",
             "  #pragma unroll",
             "  for (int n = 0; n < FA_TN; ++n)",
-            "    fa_b[n] = *reinterpret_cast<const float4*>(fa_kt + (fa_c + n * 8) * FA_P + kk * 4);",
+            "    fa_b[n] = *reinterpret_cast<const float4*>(fa_kt + (fa_c + n * 8) * FA_P"
+            " + kk * 4);",
             "  #pragma unroll",
             "  for (int m = 0; m < FA_TM; ++m)",
             "    #pragma unroll",

@@ -223,3 +223,16 @@ def test_gpu_kernel_matches_torch(tmp_path, d, causal, layout, cfg):
     want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal,
                                           scale=p.scale)
     assert ((out.double() - want).norm() / want.norm()).item() < 1e-5
+
+
+def test_eight_rows_a_thread_at_d_128_only_on_sm90a():
+    """192 values of state (8 rows of d 128, 32 keys a step) compile without spills for sm_90a
+    and spill on sm_80 (the slow sweep), so only sm_90a takes them, and only at 32 keys."""
+    p = problem(d=128)
+    config = AttentionConfig(128, 32, 4, 2, inst="simt")
+    assert constraints_simt(p, config, "sm_90a") == []
+    assert constraints_simt(p, config, "sm_80") == [
+        "each thread would hold 192 f32 values (O, S and P for its rows), over the 160 that "
+        "leave room in 255 registers for the rest (on sm_90a 192 at up to 32 keys a step, d a "
+        "multiple of 32)"]
+    assert constraints_simt(problem(d=112), config, "sm_90a") != []
