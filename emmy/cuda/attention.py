@@ -178,6 +178,26 @@ def bias_scores(p: AttentionProblem, prefix: str, element: str, loops: list[str]
     return ["{", *_indent(lines, 1), "}"]
 
 
+def mask_keys(p: AttentionProblem, bkv: int, prefix: str, kb: str, element: str,
+              loops: list[str], setup: list[str], key: str, row: str) -> list[str]:
+    """From key block `prefix`_kmask on (`kb`: the block), -inf for `element` (inside `loops`)
+    where its key is past sk (when sk is ragged) and, when causal, after its query. `setup`
+    defines `prefix`_kl (the lane's first key in the block) and `prefix`_kq (that key minus the
+    lane's first row); `key` and `row` are the element's offsets from them, so each test is one
+    comparison with a constant once the loops are unrolled. The test of `kb` is warp-uniform,
+    so blocks before run no mask code."""
+    hidden = []
+    if p.sk % bkv:
+        hidden.append(f"{prefix}_kl + {key} >= {prefix.upper()}_SK")
+    if p.causal:
+        hidden.append(f"{prefix}_kq + {key} > {row}")
+    if not hidden:
+        return []
+    test = f"if ({' || '.join(hidden)}) {element} = -EMMY_INF_F32;"
+    return [f"if ({kb} >= {prefix}_kmask) {{", *_indent([*setup, *_unrolled(loops, test)], 1),
+            "}"]
+
+
 def smem_bytes(problem: AttentionProblem, config: AttentionConfig) -> int:
     """Dynamic shared memory of one block: the Q tile and `stages` K and V tiles, padded rows."""
     rows = config.bq + 2 * config.stages * config.bkv
@@ -524,27 +544,11 @@ class _Emitter:
         lines += bias_scores(self.p, "fa", "fa_s[mt][j][i]", loops,
                              "fa_wq0 + fa_g + mt * 16 + i / 2 * 8",
                              "kb * FA_BKV + fa_t * 2 + j * 8 + i % 2")
-        hidden = []
-        if self.p.sk % self.c.bkv:
-            hidden.append("fa_kl + j * 8 + i % 2 >= FA_SK")
-        if self.p.causal:
-            hidden.append("fa_kq + j * 8 + i % 2 > mt * 16 + i / 2 * 8")
-        if not hidden:
-            return lines
-        return lines + [
-            "if (kb >= fa_kmask) {",
-            "  // this lane's first key in the block, and that key minus the lane's first row:",
-            "  // each element's test is one comparison with a constant",
-            "  const int fa_kl = kb * FA_BKV + fa_t * 2, fa_kq = fa_kl - fa_wq0 - fa_g;",
-            "  #pragma unroll",
-            "  for (int mt = 0; mt < FA_MT; ++mt)",
-            "    #pragma unroll",
-            "    for (int j = 0; j < FA_NT; ++j)",
-            "      #pragma unroll",
-            "      for (int i = 0; i < 4; ++i)",
-            f"        if ({' || '.join(hidden)}) fa_s[mt][j][i] = -EMMY_INF_F32;",
-            "}",
-        ]
+        return lines + mask_keys(self.p, self.c.bkv, "fa", "kb", "fa_s[mt][j][i]", loops, [
+            "// this lane's first key in the block, and that key minus the lane's first row:",
+            "// each element's test is one comparison with a constant",
+            "const int fa_kl = kb * FA_BKV + fa_t * 2, fa_kq = fa_kl - fa_wq0 - fa_g;"],
+            "j * 8 + i % 2", "mt * 16 + i / 2 * 8")
 
     def softmax(self) -> list[str]:
         """Online softmax per row, P packed to 16 bits on the way: the row's new max over its

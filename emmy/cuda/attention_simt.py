@@ -26,8 +26,8 @@ them to 128 registers, 4 blocks of 128 threads an SM, and spilled 8-32 bytes to 
 from __future__ import annotations
 
 from emmy.cuda.attention import (LOG2E, AttentionConfig, AttentionProblem, Store, _Emitter,
-                                 _float, _indent, _qblocks, bias_scores, operand_refusals,
-                                 round_scores, shared_refusals)
+                                 _float, _indent, _qblocks, bias_scores, mask_keys,
+                                 operand_refusals, round_scores, shared_refusals)
 from emmy.cuda.gemm_spec import Body
 
 PAD = 4                  # floats added to each shared tile row (16 bytes)
@@ -183,24 +183,10 @@ class _SimtEmitter(_Emitter):
                       "  " + loops[1] + f" fa_s[m][n] *= {_float(self.p.scale * LOG2E)};"]
         lines += bias_scores(self.p, "fa", "fa_s[m][n]", loops, self.SEQ_ROW,
                              "kb * FA_BKV + fa_c + n * 8")
-        hidden = []
-        if self.p.sk % self.c.bkv:
-            hidden.append("fa_kl + n * 8 >= FA_SK")
-        if self.p.causal:
-            hidden.append("fa_kq + n * 8 > m")
-        if not hidden:
-            return lines
-        return lines + [
-            "if (kb >= fa_kmask) {",
-            "  // this lane's first key in the block, and that key minus the lane's first row",
-            "  const int fa_kl = kb * FA_BKV + fa_c, fa_kq = fa_kl - (fa_wq0 + fa_r * FA_TM);",
-            "  #pragma unroll",
-            "  for (int m = 0; m < FA_TM; ++m)",
-            "    #pragma unroll",
-            "    for (int n = 0; n < FA_TN; ++n)",
-            f"      if ({' || '.join(hidden)}) fa_s[m][n] = -EMMY_INF_F32;",
-            "}",
-        ]
+        return lines + mask_keys(self.p, self.c.bkv, "fa", "kb", "fa_s[m][n]", loops, [
+            "// this lane's first key in the block, and that key minus the lane's first row",
+            "const int fa_kl = kb * FA_BKV + fa_c, fa_kq = fa_kl - (fa_wq0 + fa_r * FA_TM);"],
+            "n * 8", "m")
 
     def softmax(self) -> list[str]:
         """Per row: the new max over the row group's 8 key lanes, alpha = exp2(m_old - m_new)

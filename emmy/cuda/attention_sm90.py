@@ -101,7 +101,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emmy.cuda.attention import (DTYPES, LOG2E, AttentionConfig, AttentionProblem, Store, _float,
-                                 _indent, _qblocks, bias_scores, operand_refusals,
+                                 _indent, _qblocks, bias_scores, mask_keys, operand_refusals,
                                  round_scores)
 from emmy.cuda.gemm_spec import Body
 from emmy.cuda.gemm_sm90 import TmaBody
@@ -723,27 +723,13 @@ class _Emitter:
             "#pragma unroll",
             f"for (int i = 0; i < FW_BKV / 2; ++i) {s}[i] *= {_float(self.p.scale * LOG2E)};",
         ]
-        lines += bias_scores(self.p, "fw", f"{s}[4 * i + e]",
-                             ["for (int i = 0; i < FW_BKV / 8; ++i)",
-                              "for (int e = 0; e < 4; ++e)"],
+        loops = ["for (int i = 0; i < FW_BKV / 8; ++i)", "for (int e = 0; e < 4; ++e)"]
+        lines += bias_scores(self.p, "fw", f"{s}[4 * i + e]", loops,
                              "fw_rq0 + e / 2 * 8", f"{kb} * FW_BKV + 8 * i + 2 * fw_t + e % 2")
-        hidden = []
-        if self.p.sk % self.c.bkv:
-            hidden.append("fw_kl + 8 * i + e % 2 >= FW_SK")
-        if self.p.causal:
-            hidden.append("fw_kq + 8 * i + e % 2 > e / 2 * 8")
-        if not hidden:
-            return lines
-        return lines + [
-            f"if ({kb} >= fw_kmask) {{",
-            f"  const int fw_kl = {kb} * FW_BKV + 2 * fw_t, fw_kq = fw_kl - fw_rq0;",
-            "  #pragma unroll",
-            "  for (int i = 0; i < FW_BKV / 8; ++i)",
-            "    #pragma unroll",
-            "    for (int e = 0; e < 4; ++e)",
-            f"      if ({' || '.join(hidden)}) {s}[4 * i + e] = -EMMY_INF_F32;",
-            "}",
-        ]
+        return lines + mask_keys(
+            self.p, self.c.bkv, "fw", kb, f"{s}[4 * i + e]", loops,
+            [f"const int fw_kl = {kb} * FW_BKV + 2 * fw_t, fw_kq = fw_kl - fw_rq0;"],
+            "8 * i + e % 2", "e / 2 * 8")
 
     def softmax(self) -> list[str]:
         """The online softmax of rows fw_rq0 + 8h; P into fw_p[kk][r], the register A
