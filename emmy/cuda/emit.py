@@ -13,7 +13,8 @@ from emmy.tensor_ir.ir import ReduceOp
 _INFIX = {"add": "+", "sub": "-", "multiply": "*", "divide": "/", "lt": "<", "le": "<=",
           "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 _FUNCS = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "floor",
-          "ceil", "sigmoid", "reciprocal", "abs", "sign", "maximum", "minimum", "pow"}
+          "ceil", "sigmoid", "reciprocal", "abs", "sign", "maximum", "minimum", "pow",
+          "fast_exp", "fast_log", "fast_sigmoid", "fast_tanh"}   # emmy/kernel_ir/fastmath.py
 _OPS = {ReduceOp.SUM: "EmSum", ReduceOp.PROD: "EmProd", ReduceOp.MAX: "EmMax",
         ReduceOp.MIN: "EmMin"}
 _ARG = {ReduceOp.ARGMAX: "true", ReduceOp.ARGMIN: "false"}
@@ -98,9 +99,14 @@ def _stmt(s: K.KStmt, depth: int) -> list[str]:
         case K.SharedArray(name=n, ctype=c, start=start):
             return [f"{c}* {n} = reinterpret_cast<{c}*>(emmy_smem + {start});"]
         case K.SharedLoad(names=names, ctype=c, array=a, index=i):
-            return [f"const {c} {n} = em_cvt<{c}>({a}[{_ix(i + j)}]);" for j, n in enumerate(names)]
+            # a staged row's V elements: one vector access (16-byte aligned arrays, V | index)
+            if len(names) == 1:
+                return [f"const {c} {names[0]} = em_cvt<{c}>({a}[{_ix(i)}]);"]
+            return [f"{c} {', '.join(names)};", f"em_vload({a} + ({_ix(i)}), {', '.join(names)});"]
         case K.SharedStore(array=a, elem=t, index=i, values=vals):
-            return [f"{a}[{_ix(i + j)}] = em_cvt<{t}>({v});" for j, v in enumerate(vals)]
+            if len(vals) == 1:
+                return [f"{a}[{_ix(i)}] = em_cvt<{t}>({vals[0]});"]
+            return [f"em_vstore({a} + ({_ix(i)}), {', '.join(vals)});"]
         case K.CpAsync(array=a, index=i, buffer=b, offset=off, count=n):
             return [f"em_cp_async<sizeof({b}[0]) * {n}>({a} + ({_ix(i)}), {b} + ({_ix(off)}));"]
         case K.CpAsyncWaitAll():

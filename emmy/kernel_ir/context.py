@@ -35,6 +35,7 @@ class Fn:
     shared: list[K.SharedArray] = field(default_factory=list)
     shared_top: int = 0
     counter: int = 0
+    reciprocals: set[str] = field(default_factory=set)   # divisors whose reciprocal is computed
 
     def fresh(self, stem: str) -> str:
         self.counter += 1

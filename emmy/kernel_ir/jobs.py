@@ -7,6 +7,7 @@ from __future__ import annotations
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, buffer_dtype, ctype, decode
 from emmy.kernel_ir.elements import group, init_acc, scalar, stmts
+from emmy.kernel_ir.fastmath import reciprocal_divisions
 from emmy.loop_ir.ir import Accum, Load
 from emmy.schedule.facts import facts, offset
 from emmy.symbolic import floordiv, lin, mod, substitute, var
@@ -98,13 +99,14 @@ def _async_fill(fn: Fn) -> list[K.KStmt]:
 
 
 def _lane_fold(fn: Fn, f: Fold) -> list[K.KStmt]:
+    out: list[K.KStmt] = []
+    f = _reciprocals(fn, f, out)
     if f.kind is FoldKind.SCAN and fn.d.work.lanes > 1:
-        return _warp_scan(fn, f)
+        return out + _warp_scan(fn, f)
     L, V, N = fn.d.work.lanes, fn.d.tile.vec, fn.d.tile.n
     if f.kind is FoldKind.SCAN:
         V = N = 1
     E = f.axis.extent
-    out: list[K.KStmt] = []
     chains = {init.acc: [f"{init.acc}_c{n}" for n in range(N)] for init in f.accs}
     for init in f.accs:
         for c in chains[init.acc]:
@@ -139,6 +141,17 @@ def _lane_fold(fn: Fn, f: Fold) -> list[K.KStmt]:
     return out
 
 
+
+
+def _reciprocals(fn: Fn, f: Fold, out: list[K.KStmt]) -> Fold:
+    """The fold with its divisions by values computed before it made multiplications
+    (fastmath.reciprocal_divisions); each reciprocal is computed once, appended to `out`."""
+    f, made = reciprocal_divisions(f, fn.types)
+    for divisor, compute in made.items():
+        if divisor not in fn.reciprocals:
+            fn.reciprocals.add(divisor)
+            out += scalar(fn, compute, "", {}, lane0_stores=False)
+    return f
 
 
 def _warp_scan(fn: Fn, f: Fold) -> list[K.KStmt]:

@@ -15,6 +15,7 @@ from importlib import import_module
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import Fn, decode
 from emmy.kernel_ir.elements import group
+from emmy.kernel_ir.fastmath import approximate, sixteen_bit
 from emmy.kernel_ir.jobs import lower_jobs
 from emmy.symbolic import lin, var
 from emmy.tile_ir.apply import Applied, Part
@@ -53,6 +54,8 @@ def lower_part(part: Part) -> K.KFunction:
         body, grid = _lower_map(fn)
     else:
         body, grid = lower_jobs(fn)
+    if sixteen_bit(k):
+        body = approximate(body)
     prologue = tuple(fn.shared)
     return K.KFunction(name=k.name, params=params, grid=grid, threads=d.work.threads,
                        shared_bytes=fn.shared_top, body=prologue + body, row=str(part.row))

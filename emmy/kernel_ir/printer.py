@@ -60,9 +60,9 @@ def _line(s: K.KStmt) -> str:
         case K.SharedArray(name=n, ctype=c, count=count, start=start):
             return f"shared {n}: {c}[{count}] at byte {start}"
         case K.SharedLoad(names=names, array=a, index=i):
-            return f"{', '.join(names)} = load.shared {a}[{render(i)}]"
+            return f"{', '.join(names)} = load.shared.v{len(names)} {a}[{render(i)}]"
         case K.SharedStore(array=a, index=i, values=vals):
-            return f"store.shared {a}[{render(i)}] = {', '.join(vals)}"
+            return f"store.shared.v{len(vals)} {a}[{render(i)}] = {', '.join(vals)}"
         case K.CpAsync(array=a, index=i, buffer=b, offset=off, count=n):
             return f"cp.async {a}[{render(i)}] <- {b}[{render(off)}] × {n}"
         case K.CpAsyncWaitAll():

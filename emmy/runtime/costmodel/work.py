@@ -11,6 +11,7 @@ from typing import Mapping
 
 from emmy.dtypes import DType
 from emmy.kernel_ir import ir as K
+from emmy.kernel_ir.fastmath import reciprocal_divisions, sixteen_bit
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
 from emmy.runtime.costmodel.constants import (BARRIER_CYCLES, CP_ASYNC_IN_FLIGHT,
                                               FOLD_OP_CYCLES, HALF_CONVERT_INSTRUCTIONS,
@@ -32,6 +33,11 @@ _SPECIAL: dict[EwOp, tuple[int, int]] = {
     EwOp.LOG: (6, 1), EwOp.LOG1P: (10, 1), EwOp.SQRT: (3, 1), EwOp.RSQRT: (1, 1),
     EwOp.SIN: (12, 1), EwOp.COS: (12, 1), EwOp.TANH: (8, 1), EwOp.SIGMOID: (8, 2),
     EwOp.ERF: (14, 0), EwOp.POW: (20, 2),
+}
+# ... and in kernels whose floating-point data is all 16-bit, which take the approximations
+# (emmy/kernel_ir/fastmath.py): ex2 / lg2 / tanh.approx and an approximate reciprocal.
+_FAST: dict[EwOp, tuple[int, int]] = {
+    EwOp.EXP: (1, 1), EwOp.LOG: (1, 1), EwOp.TANH: (0, 1), EwOp.SIGMOID: (2, 2),
 }
 _FOLD_INSTRUCTIONS = {ReduceOp.ARGMAX: 3, ReduceOp.ARGMIN: 3}   # compare, select value, index
 
@@ -98,6 +104,7 @@ class _Tally:
     chain: float = 0.0
     trips: float = 1.0
     values: Mapping[str, DType] = field(default_factory=dict)   # SSA value types of the body
+    fast: bool = False              # the kernel takes the approximate functions
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +181,7 @@ def _direct_loads(stmts) -> set[str]:
 def launch_work(part: Part, fn: K.KFunction) -> Work:
     """Count the work of one launch: `part` is its Tile IR kernel, `fn` the code it became."""
     k, d = part.kernel, part.decisions
-    t = _Tally(values=value_types(k.body))
+    t = _Tally(values=value_types(k.body), fast=sixteen_bit(k))
     grid = {a.var: a.extent for a in k.grid}
     last = k.grid[-1].var if k.grid else None
     base = _Scope(grid, frozenset(grid), k.jobs)
@@ -193,8 +200,8 @@ def launch_work(part: Part, fn: K.KFunction) -> Work:
     job = replace(base, threads=k.jobs * L, redundancy=L, lane_var=last if L == 1 else None)
     scalars = tuple(i for i in k.body if not isinstance(i, Fold))
     t.groups.append(_Group("job", _items(k, scalars, job, types_of(k), t)))
-    for f, global_buffers in zip(folds, direct):
-        _lane_fold(k, f, d, base, global_buffers, t)
+    for f, global_buffers in zip(folds, direct):     # counted as lowered: x / s as x * (1/s)
+        _lane_fold(k, reciprocal_divisions(f, t.values)[0], d, base, global_buffers, t)
     t.chain += sum(_combine_cycles(c) for c in code.combines) + code.barriers * BARRIER_CYCLES
     return _work(t, k.jobs, d.work.jobs_per_block)
 
@@ -267,7 +274,8 @@ def _items(k: TileKernel, items, scope: _Scope, types, t: _Tally) -> tuple[_Load
                 t.stores.append(_store(item, scope, types, k.atomic))
                 t.instructions += scope.executions * _access_instructions(item, scope, types)
             case Compute():
-                _arith(t, n, *_SPECIAL.get(item.op, (1, 0)), f64=item.dtype is DType.F64)
+                costs = _FAST if t.fast and item.op in _FAST else _SPECIAL
+                _arith(t, n, *costs.get(item.op, (1, 0)), f64=item.dtype is DType.F64)
             case CastTo() | IndexValue():
                 _arith(t, n, 1, 0, f64=False)
             case Accum():
