@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, ctype, elem
+from emmy.kernel_ir.fastmath import approximate, sixteen_bit
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
 from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import Lin, Sym, bounds_of, floordiv, lin, mod, render, substitute, var
@@ -269,7 +270,7 @@ def element_lines(k, items, acc: str, axes, batch, at, parts=None) -> list[str]:
     from emmy.cuda.emit import _block as emit_block   # the emitter imports this module's IR
 
     fn, env = _epilogue_fn(k, items, axes, batch, parts)
-    body = stmts(fn, items, "", env, lane0_stores=False, accs={acc: "e_acc"})
+    body = _approximated(k, stmts(fn, items, "", env, lane0_stores=False, accs={acc: "e_acc"}))
     bz, row, col, value = at
     return [f"const long long e_bz = {bz};", f"const int e_row = {row};",
             f"const int e_col = {col};", f"const float e_acc = {value};", *emit_block(body, 0)]
@@ -294,12 +295,18 @@ def element_pair_lines(k, items, acc: str, axes, batch, at, parts=None) -> list[
             if off.const % 2 or any(c % 2 for a, c in off.terms if a != Sym("e_col")):
                 return None
     body = [replace(s, explicit=True) if isinstance(s, K.GlobalStore) else s
-            for s in group(fn, tuple(items), col, var("e_col"), 2, accs={acc: "e_acc"},
-                           env=env, acc_lanes=True)]
+            for s in _approximated(k, group(fn, tuple(items), col, var("e_col"), 2,
+                                            accs={acc: "e_acc"}, env=env, acc_lanes=True))]
     bz, row, column, v0, v1 = at
     return [f"const long long e_bz = {bz};", f"const int e_row = {row};",
             f"const int e_col = {column};", f"const float e_acc_0 = {v0};",
             f"const float e_acc_1 = {v1};", *emit_block(body, 0)]
+
+
+def _approximated(k, body: list[K.KStmt]) -> tuple[K.KStmt, ...]:
+    """An epilogue's statements, with the fast exp / log / sigmoid / tanh where the kernel's
+    floating-point data is all 16-bit (emmy.kernel_ir.fastmath)."""
+    return approximate(tuple(body)) if sixteen_bit(k) else tuple(body)
 
 
 def element_epilogue(k, items, acc: str, axes, batch, parts=None):

@@ -106,24 +106,13 @@ EMMY_FN float em_pow(float a, float b) { return powf(a, b); }
 EMMY_FN double em_pow(double a, double b) { return pow(a, b); }
 
 // Fast approximations, for kernels whose floating-point data is all 16-bit
-// (emmy/kernel_ir/fastmath.py says why that is safe): ex2.approx.ftz / lg2.approx.ftz
-// (subnormals flushed to zero), tanh.approx.f32 and an approximate reciprocal. The emulator computes the same
-// formulas with the C library (its tanh is the accurate one: tanh.approx's 2^-11 relative
-// error is not modelled).
+// (emmy/kernel_ir/fastmath.py says why that is safe): ex2.approx.ftz (subnormal results flushed
+// to zero) and an approximate reciprocal. The emulator computes the same formulas with the C
+// library.
 #if defined(__CUDACC__)
 EMMY_FN float em_fast_exp(float x) {     // __expf without its subnormal fix-ups
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.44269504f));
-  return y;
-}
-EMMY_FN float em_fast_log(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y * 0.693147182f;
-}
-EMMY_FN float em_fast_tanh(float x) {
-  float y;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 EMMY_FN float em_fast_rcp(float x) { return __fdividef(1.0f, x); }
@@ -132,10 +121,6 @@ EMMY_FN float em_fast_exp(float x) {
   const float r = exp2f(x * 1.44269504f);       // the rounded product is ex2.approx's input
   return r < 1.17549435e-38f ? 0.0f : r;        // .ftz: a subnormal result is zero
 }
-EMMY_FN float em_fast_log(float x) {
-  return (x > 0.0f && x < 1.17549435e-38f ? -EMMY_INF_F32 : log2f(x)) * 0.693147182f;
-}
-EMMY_FN float em_fast_tanh(float x) { return tanhf(x); }
 EMMY_FN float em_fast_rcp(float x) { return em_abs(x) > 8.50705917e37f ? 0.0f : 1.0f / x; }
 #endif
 EMMY_FN float em_fast_sigmoid(float x) { return em_fast_rcp(1.0f + em_fast_exp(-x)); }

@@ -35,10 +35,8 @@ _SPECIAL: dict[EwOp, tuple[int, int]] = {
     EwOp.ERF: (14, 0), EwOp.POW: (20, 2),
 }
 # ... and in kernels whose floating-point data is all 16-bit, which take the approximations
-# (emmy/kernel_ir/fastmath.py): ex2 / lg2 / tanh.approx and an approximate reciprocal.
-_FAST: dict[EwOp, tuple[int, int]] = {
-    EwOp.EXP: (1, 1), EwOp.LOG: (1, 1), EwOp.TANH: (0, 1), EwOp.SIGMOID: (2, 2),
-}
+# (emmy/kernel_ir/fastmath.py): ex2.approx, and an approximate reciprocal for sigmoid.
+_FAST: dict[EwOp, tuple[int, int]] = {EwOp.EXP: (1, 1), EwOp.SIGMOID: (2, 2)}
 _FOLD_INSTRUCTIONS = {ReduceOp.ARGMAX: 3, ReduceOp.ARGMIN: 3}   # compare, select value, index
 
 
