@@ -7,6 +7,7 @@ HTML page with an inline SVG chart and a table of the best rows.
 from __future__ import annotations
 
 import html
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,11 +46,9 @@ def curves(traces: list[Trace]) -> list[Curve]:
 def write(traces: list[Trace], out: Path) -> Path:
     cs = curves(traces)
     if out.suffix == ".png":
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("matplotlib") is None:
             raise BadInput("a PNG needs matplotlib, which is not installed; write .html or .svg "
-                           "instead (-o report.html)") from None
+                           "instead (-o report.html)")
         _png(cs, out)
     elif out.suffix == ".svg":
         out.write_text(svg(cs))

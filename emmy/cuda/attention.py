@@ -25,7 +25,7 @@ The kernel
   Per key block it computes S = Q K^T with mma.sync (Q and K fragments by ldmatrix, Q re-read
   from shared memory at each step; K stored [key][dim] is the "col" B operand as it lies),
   masks S, updates each row's running max m and running sum l (online softmax in the log2
-  domain: exp2f of S * scale * log2(e) - m, one FFMA and one ex2), rescales its O accumulator
+  domain: 2^(S * scale * log2(e) - m), one FFMA and one ex2.approx), rescales its O accumulator
   by exp2(m_old - m_new), and adds P V with mma.sync: the f32 S accumulators of two adjacent
   n8 tiles, rounded to 16 bits, are exactly one m16n8k16 A fragment, and V (stored
   [key][dim]) is read with ldmatrix.trans. At the end O / l is stored: NaN where l == 0 (all
@@ -574,15 +574,15 @@ class _Emitter:
             "    fa_mx = fmaxf(fa_mx, __shfl_xor_sync(0xffffffffu, fa_mx, 2));",
             "    const float fa_new = fmaxf(fa_m[mt][r], fa_mx * FA_C);",
             "    const float fa_base = fa_new == -EMMY_INF_F32 ? 0.f : fa_new;",
-            "    const float fa_alpha = exp2f(fa_m[mt][r] - fa_base);",
+            "    const float fa_alpha = ex2_approx(fa_m[mt][r] - fa_base);",
             "    fa_m[mt][r] = fa_new;",
             "    float fa_sum = 0.f;",
             "    #pragma unroll",
             "    for (int kk = 0; kk < FA_NT / 2; ++kk) {",
-            "      const float fa_p0 = exp2f(fmaf(fa_s[mt][2 * kk][2 * r], FA_C, -fa_base));",
-            "      const float fa_p1 = exp2f(fmaf(fa_s[mt][2 * kk][2 * r + 1], FA_C, -fa_base));",
-            "      const float fa_p2 = exp2f(fmaf(fa_s[mt][2 * kk + 1][2 * r], FA_C, -fa_base));",
-            "      const float fa_p3 = exp2f(fmaf(fa_s[mt][2 * kk + 1][2 * r + 1], FA_C, "
+            "      const float fa_p0 = ex2_approx(fmaf(fa_s[mt][2 * kk][2 * r], FA_C, -fa_base));",
+            "      const float fa_p1 = ex2_approx(fmaf(fa_s[mt][2 * kk][2 * r + 1], FA_C, -fa_base));",
+            "      const float fa_p2 = ex2_approx(fmaf(fa_s[mt][2 * kk + 1][2 * r], FA_C, -fa_base));",
+            "      const float fa_p3 = ex2_approx(fmaf(fa_s[mt][2 * kk + 1][2 * r + 1], FA_C, "
             "-fa_base));",
             "      fa_sum += (fa_p0 + fa_p1) + (fa_p2 + fa_p3);",
             f"      fa_p[mt][kk][r] = {pk}(fa_p0, fa_p1);",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -182,9 +183,7 @@ def test_report_formats(tmp_path, capsys):
     assert rc == 0 and "<path" in (tmp_path / "r.svg").read_text() and "modeled" in text
     rc, _, err = run(capsys, "report", out.trace, "-o", tmp_path / "r.gif")
     assert rc == 2 and ".html, .svg or .png" in err
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("matplotlib") is None:
         rc, _, err = run(capsys, "report", out.trace, "-o", tmp_path / "r.png")
         assert rc == 2 and "matplotlib" in err
 

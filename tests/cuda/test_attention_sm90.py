@@ -246,7 +246,7 @@ def test_overlapped_step_orders_its_waits_barriers_and_refills(causal):
                        r"|FW_VOFF \+ \(([^)]*)\)"
                        r"|wgmma_m64k16_rs<[^(]*\(fw_o, fw_p\[kk\], fw_vdesc \+ uint64_t\(\(([^*]*)\*"
                        r"|wgmma_m64k16<[^;]*fw_kdesc \+ uint64_t\(\(([^*]*)\*"
-                       r"|wgmma_wait<\d>|exp2f|fw_o\[4 \* j \+ 2 \* h\] \*=")
+                       r"|wgmma_wait<\d>|ex2_approx|fw_o\[4 \* j \+ 2 \* h\] \*=")
     seq = []
     for m in token.finditer(step):
         k, v, pv, sc = m.groups()
@@ -254,7 +254,7 @@ def test_overlapped_step_orders_its_waits_barriers_and_refills(causal):
                    else f"S {sc.strip()}" if sc else m[0])
     seq = [t for i, t in enumerate(seq) if i == 0 or t != seq[i - 1]]   # one per kind in a row
     assert seq == ["cp_async_wait<0>", "__syncthreads", "copy K (kb + 1", "copy V kb & 1",
-                   "S unsigned(kb & 1)", "P V unsigned((kb - 1) & 1)", "wgmma_wait<1>", "exp2f",
+                   "S unsigned(kb & 1)", "P V unsigned((kb - 1) & 1)", "wgmma_wait<1>", "ex2_approx",
                    "wgmma_wait<0>", "fw_o[4 * j + 2 * h] *="], seq
     assert "if (fw_next)" not in body and "fw_cur" not in body
 
@@ -688,7 +688,7 @@ def test_tma_overlapped_step_releases_each_slot_after_its_last_reader():
     order = ["mbar_wait(&fw_bar[1 + fw_st]", "wgmma_m64k16<FW_BKV",     # K kb, S kb
              "mbar_wait(&fw_bar[3 + fw_pst]", "wgmma_m64k16_rs<FW_D",    # V kb - 1, P V kb - 1
              "wgmma_wait<1>();", "mbar_arrive(&fw_bar[5 + fw_st]);",     # S kb done: K slot free
-             "exp2f(",                                                   # the softmax of kb
+             "ex2_approx(",                                                   # the softmax of kb
              "wgmma_wait<0>();", "mbar_arrive(&fw_bar[7 + fw_pst]);",    # P V done: V slot free
              "fw_p[i / 2][h + 2 * (i % 2)] ="]                           # P kb for the next step
     at = 0

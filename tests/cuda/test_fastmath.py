@@ -179,6 +179,28 @@ def test_legal_16_bit_rows_of_the_core_examples_are_correct(name, dtype):
     _sampled(name, dtype, 20)
 
 
+@pytest.mark.parametrize("example, row", [
+    ("attention_half", "WORK=warps:4 TILE=flash:128x32 STAGE=async:2"),
+    ("attention_half", "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2:overlap"),
+    ("attention", "WORK=warps:4 TILE=simt:64x32 STAGE=async:2"),
+])
+def test_flash_attention_exponentials_are_one_ex2_each(example, row):
+    """The online softmax's 2^x: ex2.approx.ftz alone (ex2_approx), without the range check
+    and predicated multiplications exp2f wraps it in for subnormal results."""
+    from pathlib import Path
+
+    from emmy.cuda.sass import cuobjdump, disassemble
+    from emmy.frontend.workload import load_file
+
+    if cuobjdump() is None:
+        pytest.skip("cuobjdump is not installed (pip install nvidia-cuda-cuobjdump)")
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{example}.py"
+    w = load_file(path, (("seq_len", 256), ("head_dim", 64)))
+    (unit,) = compile_to(w, "cuda", Options(rows={"": row}, db=None))["cuda"].units
+    sass = disassemble(compile_cuda(unit.source, get_target("sm_90a")).cubin)
+    assert "MUFU.EX2" in sass and "-126" not in sass
+
+
 # --- the fast functions themselves -------------------------------------------------------------
 
 KERNEL = r"""

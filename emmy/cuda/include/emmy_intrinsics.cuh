@@ -12,6 +12,7 @@
 //   packing     pack_f16x2, pack_bf16x2
 //   stores      st_global_words<W> (one 4-, 8- or 16-byte st.global)
 //   warps       warp_sum, warp_max, warp_min (butterfly; every lane gets the result)
+//   ex2         ex2_approx (ex2.approx.ftz.f32)
 //   constants   EMMY_INF_F32
 #pragma once
 
@@ -245,6 +246,23 @@ template <class T> EMMY_FN T warp_max(T v, int width = 32) {
 template <class T> EMMY_FN T warp_min(T v, int width = 32) {
     for (int o = width / 2; o > 0; o /= 2) v = min(v, __shfl_xor_sync(0xffffffffu, v, o, width));
     return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ex2_approx(x): 2^x by ex2.approx.ftz.f32 (one MUFU.EX2; 2 ulp, as exp2f), subnormal inputs
+// and results flushed to zero. exp2f adds a range check and two predicated multiplications
+// around the same instruction to return subnormal results; softmax's probabilities that small
+// (below 2^-126, against a row sum of at least 1) change nothing. CPU: exp2f, result flushed.
+// ---------------------------------------------------------------------------------------------
+EMMY_FN float ex2_approx(float x) {
+#if defined(__CUDACC__)
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+#else
+    const float r = exp2f(x);
+    return r < 1.17549435e-38f ? 0.0f : r;
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------

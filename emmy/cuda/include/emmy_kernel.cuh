@@ -109,18 +109,10 @@ EMMY_FN double em_pow(double a, double b) { return pow(a, b); }
 // (emmy/kernel_ir/fastmath.py says why that is safe): ex2.approx.ftz (subnormal results flushed
 // to zero) and an approximate reciprocal. The emulator computes the same formulas with the C
 // library.
+EMMY_FN float em_fast_exp(float x) { return ex2_approx(x * 1.44269504f); }   // __expf, ftz
 #if defined(__CUDACC__)
-EMMY_FN float em_fast_exp(float x) {     // __expf without its subnormal fix-ups
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.44269504f));
-  return y;
-}
 EMMY_FN float em_fast_rcp(float x) { return __fdividef(1.0f, x); }
 #else
-EMMY_FN float em_fast_exp(float x) {
-  const float r = exp2f(x * 1.44269504f);       // the rounded product is ex2.approx's input
-  return r < 1.17549435e-38f ? 0.0f : r;        // .ftz: a subnormal result is zero
-}
 EMMY_FN float em_fast_rcp(float x) { return em_abs(x) > 8.50705917e37f ? 0.0f : 1.0f / x; }
 #endif
 EMMY_FN float em_fast_sigmoid(float x) { return em_fast_rcp(1.0f + em_fast_exp(-x)); }
