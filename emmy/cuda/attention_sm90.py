@@ -92,7 +92,10 @@ producer warpgroup)
   ahead into a later phase).
 - Registers: two consumer warpgroups (384 threads) are declared __launch_bounds__(384, 1),
   168 registers each at entry; setmaxnreg gives the producer 40 and the consumers 232
-  (TMA_REGISTERS). ptxas still allocates the consumers within 168 (MAX_TMA_ACCUMULATORS).
+  (TMA_REGISTERS), and ptxas allocates the consumers' code within 232 (d 256 with bkv 64
+  reaches R224 without spills). That takes mbar_wait's timeout out of line
+  (emmy_sm90.cuh): with its __trap() inline, ptxas held the consumers to the entry 168 and
+  the overlapped d 128 / bkv 128 kernel spilled 248 bytes with every wgmma serialized (C7512).
   One consumer warpgroup (256 threads) has 255 at entry and no setmaxnreg.
 """
 
@@ -123,12 +126,6 @@ MAX_ACCUMULATORS = 160
 # back to 40, the consumers take 232 (128 x 40 + 256 x 232 = 64,512 <= 65,536). One consumer
 # warpgroup (256 threads) starts at 255 already: no setmaxnreg (as emmy.cuda.gemm_sm90).
 TMA_REGISTERS = {384: (40, 232)}
-# ptxas (this NVRTC) allocates the consumers' code within the entry cap of 168 all the same
-# (setmaxnreg does not raise its budget: the d 256 / bkv 64 kernel's highest register is R165,
-# and it spills 328 bytes with or without the setmaxnreg pair), so with two consumer warpgroups
-# O + S accumulators are held to 128: d 128 with bkv 128 compiles without spills; 160 (d 256
-# with bkv 64) spills.
-MAX_TMA_ACCUMULATORS = 128
 TMA_BARRIERS = 9                # Q full; K full, V full, K empty, V empty per stage (2 stages)
 TMA_MAX_STRIDE_BYTES = 1 << 40  # cuTensorMapEncodeTiled: global strides below 2^40 bytes
 TMA_MAX_DIM = 1 << 32           # ... and dimensions up to 2^32 elements
@@ -227,12 +224,6 @@ def constraints_sm90(problem: AttentionProblem, config: AttentionConfig,
     if (need := smem_bytes(p, c)) > SMEM_LIMIT:
         why.append(f"shared memory {need} B ({need / 1024:.1f} KiB) for Q and {c.stages} K/V "
                    f"stage(s) is over sm_90a's {SMEM_LIMIT // 1024} KiB per block")
-    if specialized(c) and block_threads(c) in TMA_REGISTERS and \
-            (regs := accumulator_registers(p, c)) > MAX_TMA_ACCUMULATORS:
-        why.append(f"with the producer warpgroup, {block_threads(c)} threads start at "
-                   f"{65536 // block_threads(c) // 8 * 8} registers each: {regs} f32 "
-                   f"accumulators per thread (O and S) are over the {MAX_TMA_ACCUMULATORS} that "
-                   f"compile without spills there")
     if (regs := accumulator_registers(p, c)) > MAX_ACCUMULATORS:
         why.append(f"each thread would hold {regs} f32 accumulators (O: d/2, S: bkv/2), over "
                    f"the {MAX_ACCUMULATORS} that leave room in 255 registers for P and the rest")

@@ -26,7 +26,7 @@ as an online fold that rescales its running sum and output.
                                  P_{j-1} V_{j-1} together and runs the softmax of block j while
                                  P V does (FlashAttention-3's order: one S buffer, nothing in
                                  flight across steps). Two consumer warpgroups: setmaxnreg 40 / 232,
-                                 __launch_bounds__(384, 1) (stage.tma_registers)
+                                 __launch_bounds__(384, 1)
 
 The last rule asks the template (emmy.cuda.attention or .attention_sm90) itself, so a listed
 row always builds.
@@ -297,24 +297,6 @@ def tma_tensor_maps(c: FlashCtx) -> str | None:
     return (why[0] + "; use STAGE=async:2 (cp.async copies)") if why else None
 
 
-def tma_registers(c: FlashCtx) -> str | None:
-    from emmy.cuda.attention_sm90 import (MAX_TMA_ACCUMULATORS, TMA_REGISTERS,
-                                          accumulator_registers)
-
-    if not (c.tma and c.tile.inst == "wgmma"):
-        return None
-    threads = 32 * c.warps + 128
-    regs = accumulator_registers(c.problem, config_of(c))
-    if threads in TMA_REGISTERS and regs > MAX_TMA_ACCUMULATORS:
-        return (f"with the producer warpgroup a block has {threads} threads, so each starts "
-                f"at {65536 // threads // 8 * 8} registers (ptxas allocates the consumers "
-                f"within that): {regs} f32 accumulators per thread (O: d/2 = "
-                f"{c.problem.d // 2}, S: bkv/2) are over the "
-                f"{MAX_TMA_ACCUMULATORS} that compile without spills; use fewer keys per "
-                f"step, wgmma:64xBKV, or STAGE=async:2")
-    return None
-
-
 def overlap_wgmma(c: FlashCtx) -> str | None:
     if c.overlap and c.tile.inst != "wgmma":
         return (f"STAGE=async:2:overlap pipelines wgmma groups (P V of the block before in "
@@ -359,7 +341,6 @@ RULES = (
     Rule("stage.async", "STAGE", async_copies),
     Rule("stage.tma_wgmma", "STAGE", tma_wgmma),
     Rule("stage.tma_tensor_maps", "STAGE", tma_tensor_maps),
-    Rule("stage.tma_registers", "STAGE", tma_registers),
     Rule("stage.overlap_wgmma", "STAGE", overlap_wgmma),
     Rule("stage.wgmma_shared", "STAGE", wgmma_shared),
     Rule("stage.template_builds", "STAGE", template_builds),

@@ -152,11 +152,6 @@ CASES = {
     "stage.tma_tensor_maps": [
         (ATT_SHARED_K, SM90, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
          ("k's head stride is 0", "tensor map", "STAGE=async:2"))],
-    "stage.tma_registers": [
-        (ATT256, SM90, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
-         ("384 threads", "168 registers", "160 f32 accumulators", "over the 128")),
-        (ATT256, SM90, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2:overlap",
-         ("160 f32 accumulators", "over the 128"))],
     "stage.overlap_wgmma": [
         (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 STAGE=async:2:overlap",
          ("pipelines wgmma groups", "mma.sync", "STAGE=async:2"))],

@@ -325,23 +325,26 @@ EMMY_FN uint64_t emmy_globaltimer_ns() {
     asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
     return t;
 }
+// The slow path of a long wait, out of line: the wait's start (0: not yet taken), trapping past
+// the timeout. Inline, its __trap() made ptxas allocate a warp-specialized kernel's consumers
+// within the entry register count despite setmaxnreg (spills, and C7512: every wgmma
+// serialized for want of registers); a call on the slow path leaves the fast path alone.
+__device__ __noinline__ uint64_t emmy_mbar_slow_wait(uint64_t start) {
+    const uint64_t now = emmy_globaltimer_ns();
+    if (start == 0) return now;
+    if (now - start > EMMY_MBAR_TIMEOUT_NS) __trap();
+    return start;
+}
 EMMY_FN void mbar_wait(uint64_t* bar, unsigned parity) {
     const unsigned addr = sm90_smem_addr(bar);
     uint64_t start = 0;
-    for (unsigned tries = 0;; ++tries) {
+    for (unsigned tries = 1;; ++tries) {
         unsigned done;
         asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                      "selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done) : "r"(addr), "r"(parity) : "memory");
         if (done) return;
-        if (tries % 4096 == 4095) {          // the slow path: a long wait
-            const uint64_t now = emmy_globaltimer_ns();
-            if (start == 0) {
-                start = now;
-            } else if (now - start > EMMY_MBAR_TIMEOUT_NS) {
-                __trap();
-            }
-        }
+        if (tries % 4096 == 0) start = emmy_mbar_slow_wait(start);   // a long wait
     }
 }
 EMMY_FN void tma_map_acquire(const EmmyTensorMap* map) {
