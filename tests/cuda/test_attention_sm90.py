@@ -711,6 +711,37 @@ def test_tma_overlapped_kernels_keep_their_wgmmas_pipelined():
         assert not re.search(r"C751[0-9]", r.log), f"{name}: {r.log}"
 
 
+def _wgmma_rows_compile_clean(d: int):
+    """Every legal wgmma row of 4x32x4096xd causal f16 attention on sm_90a: no spills and no
+    ptxas performance warning (C75xx: wgmmas serialized, setmaxnreg ignored)."""
+    from emmy.frontend.workload import load_file
+    from emmy.pipeline import Options, compile_to
+    from emmy.schedule.space import Space
+
+    w = load_file("examples/attention_half.py", (("batch_size", 4), ("heads", 32),
+                                                  ("seq_len", 4096), ("head_dim", d)))
+    (k,) = compile_to(w, "tile", Options(db=None))["tile"].program.kernels
+    rows = [r for r in Space(k, get_target("sm_90a")).all_rows
+            if r.get("TILE", "").startswith("wgmma")]
+    assert len(rows) >= 10
+    for row in rows:
+        (unit,) = compile_to(w, "cuda", Options(rows={"": str(row)}, db=None))["cuda"].units
+        r = compile_cuda(unit.source, get_target("sm_90a"))
+        assert r.ok, r.log
+        assert not re.search(r"C75\d\d", r.log), f"{row}: {r.log}"
+        assert all(x.spill_store_bytes == 0 for x in r.resources.values()), f"{row}: {r.resources}"
+
+
+def test_every_wgmma_row_at_head_dim_128_compiles_clean():
+    _wgmma_rows_compile_clean(128)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d", [64, 256])
+def test_every_wgmma_row_compiles_clean(d):
+    _wgmma_rows_compile_clean(d)
+
+
 # --- NVRTC: the warp-specialized main configurations --------------------------------------------
 
 TMA_MAIN = [  # d, causal, (bq, bkv, overlap)
