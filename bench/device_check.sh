@@ -4,8 +4,9 @@
 # PYTHONPATH, e.g.
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \
 #   export PYTHONPATH=$PWD:/tmp/site && bash bench/device_check.sh
-# The defaults fit one 15-minute lease with its start-up (about 11 minutes of steps): the GPU
-# tests, two wgmma+TMA rows (one with clusters) through `emmy run --bench`, then the matmul and
+# The defaults fit one 15-minute lease with its start-up (about 12 minutes of steps): the GPU
+# tests, two wgmma+TMA matmul rows (one with clusters) and FlashAttention-3's attention row
+# through `emmy run --bench`, then the matmul and
 # attention suites (attention: f16 causal and full, f32 causal on CUDA cores, then bf16, as far
 # as its budget goes; the core suite was measured on 2026-11-30; the conv suite is new: with time
 # left, or TESTS=0 RUN_BENCH=0, add it as SUITES="... conv:90"; the row kernels' cheaper
@@ -13,7 +14,7 @@
 # Knobs (environment):
 # SUITES="matmul:120 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs
 # `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of
-# workload-name prefixes); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=210 (seconds),
+# workload-name prefixes); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=180 (seconds),
 # RUN_BENCH=1 (0 skips the `emmy run --bench` steps; RMSNORM=1 adds rmsnorm's),
 # SUITE_SLACK=30 (seconds a suite may run past its budget before it is stopped).
 set -o pipefail
@@ -49,7 +50,7 @@ if [ "${TESTS:-1}" = 1 ]; then
                 tests/cuda/test_tf32.py tests/cuda/test_sm90.py tests/cuda/test_attention_sm90.py \
                 $(grep -rl "mark.gpu" tests --include="test_*.py" | sort); do echo "$f"; done \
             | awk '!seen[$0]++')
-    TAIL=40 step gpu_tests "${TESTS_LIMIT:-210}" bash -c 'for f in "$@"; do
+    TAIL=40 step gpu_tests "${TESTS_LIMIT:-180}" bash -c 'for f in "$@"; do
         echo "-- $f"; python3 -m pytest -m gpu "$f" -q -s -p no:cacheprovider -rfE; done' _ $files
 fi
 if [ "${RUN_BENCH:-1}" = 1 ]; then
@@ -66,6 +67,11 @@ if [ "${RUN_BENCH:-1}" = 1 ]; then
     step cluster_bench 60 python3 -m emmy run examples/matmul_half.py --set M=4096 --set K=4096 \
         --set N=4096 --bench --json "$out/cluster_bench.json" \
         --row "WORK=warps:2x4 TILE=wgmma:128x256x64 REDUCE=serial STAGE=tma:4:cluster:2x1 RASTER=group:8"
+    # FlashAttention-3's order on wgmma + TMA (the attention target's likeliest row, which the
+    # suite's sample may miss), checked and timed against torch's SDPA
+    step fa3_bench 90 python3 -m emmy run examples/attention_half.py --set batch_size=4 \
+        --set heads=32 --set seq_len=4096 --set head_dim=128 --bench --json "$out/fa3_bench.json" \
+        --row "WORK=warps:8 TILE=wgmma:128x128 STAGE=tma:2:overlap"
 fi
 for item in ${SUITES:-matmul:120 attention:120}; do
     IFS=: read -r suite budget only <<< "$item"
