@@ -230,6 +230,11 @@ def _bench(workload, results, args) -> int:
         regs = ", ".join(f"{fn}: {r['registers']} regs, {r['dynamic_shared_bytes']} B smem, "
                          f"grid {r['grid']}" for fn, r in k["resources"].items())
         print(f"  {k['name']}: {timing}  [{regs}]  {k['row']}")
+        for fn, r in k["resources"].items():   # what ptxas says costs time
+            if r.get("spill_bytes"):
+                print(f"    {fn}: {r['spill_bytes']} B of register spills (stores + loads)")
+            for note in r.get("ptxas_warnings", ()):
+                print(f"    {fn}: ptxas {note}")
     if "timing" in report:
         t = report["timing"]
         print(f"  total: {t['median_us']:.2f} us {t['method']}"

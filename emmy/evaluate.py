@@ -35,7 +35,8 @@ class Evaluation:
     verdict: str                    # illegal | compile_error | incorrect | crash | timeout | ok
     reasons: tuple[str, ...]
     kernel_hash: str
-    resources: dict | None = None   # registers, shared_bytes, spill bytes (from ptxas)
+    resources: dict | None = None   # registers, shared_bytes, spill bytes, performance warnings
+                                    # (from ptxas)
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     timing: dict | None = None      # method, median_us, p10_us, p90_us, n
@@ -158,7 +159,8 @@ class Evaluator:
             r = result.resources_of(launch.function)
             per_fn[launch.function] = {"registers": r.registers, "shared_bytes": r.shared_bytes,
                                        "dynamic_shared_bytes": launch.shared_bytes,
-                                       "spill_bytes": r.spill_store_bytes + r.spill_load_bytes}
+                                       "spill_bytes": r.spill_store_bytes + r.spill_load_bytes,
+                                       "ptxas_warnings": list(result.warnings_of(launch.function))}
         return per_fn, None
 
     def _check(self, prog):

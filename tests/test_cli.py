@@ -99,6 +99,21 @@ def test_run_bench_without_a_gpu_reports_a_modeled_time_and_the_launch(tmp_path,
     assert report["device"] == "cpu" and kernel["timing"]["method"] == "modeled"
 
 
+def test_run_bench_names_spills_and_ptxas_warnings(tmp_path, capsys):
+    """A row whose kernel spills (mma.sync flash 128x64 at d 128: O, S and P outgrow 255
+    registers) says so under its kernel, and the --json report carries ptxas's notes."""
+    import json
+
+    out = tmp_path / "bench.json"
+    assert main(["run", "examples/attention_half.py", "--set", "head_dim=128", "--bench",
+                 "--json", str(out),
+                 "--row", "WORK=warps:4 TILE=flash:128x64 STAGE=async:2"]) == 0
+    text = capsys.readouterr().out
+    (r,) = json.loads(out.read_text())["kernels"][0]["resources"].values()
+    assert r["spill_bytes"] > 0 and r["ptxas_warnings"] == []
+    assert f"k0_attention_half: {r['spill_bytes']} B of register spills" in text
+
+
 def test_a_slow_emulated_check_says_why_and_what_to_do(capsys, monkeypatch):
     import emmy.check
 

@@ -66,6 +66,10 @@ class CompileResult:
         """The log's error lines, e.g. `emmy_kernel.cu(7): error: identifier "x" is undefined`."""
         return [line for line in self.log.splitlines() if "error" in line]
 
+    def warnings_of(self, kernel: str) -> tuple[str, ...]:
+        """ptxas's performance warnings for `kernel` (see performance_warnings)."""
+        return performance_warnings(self.log).get(kernel, ())
+
 
 def compile_cuda(source: str, target: Target, *, ptx: bool = False,
                  options: tuple[str, ...] = (), use_cache: bool = True) -> CompileResult:
@@ -165,6 +169,25 @@ _PROPERTIES = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
+
+
+_LOSS = re.compile(r"\((C\d{4})\) Potential Performance Loss: (.*?)(?: in the function '([^']+)'"
+                   r"| for the function '([^']+)')?\.?$")
+
+
+def performance_warnings(log: str) -> dict[str, tuple[str, ...]]:
+    """ptxas's "Potential Performance Loss" notes per entry function, as "C7512: wgmma.mma_async
+    instructions are serialized due to insufficient register resources": every wgmma of the
+    kernel waits for the one before (C751x), setmaxnreg ignored (C7508), ... A note that names
+    no function is every entry's."""
+    entries = set(_ENTRY.findall(log))
+    found: dict[str, list[str]] = {}
+    for line in log.splitlines():
+        if m := _LOSS.search(line.strip()):
+            note = f"{m.group(1)}: {m.group(2)}"
+            for name in [m.group(3) or m.group(4)] if (m.group(3) or m.group(4)) else entries:
+                found.setdefault(name, []).append(note)
+    return {name: tuple(notes) for name, notes in found.items()}
 
 
 def parse_ptxas_log(log: str) -> dict[str, Resources]:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from emmy.cuda.nvrtc import Resources, compile_cuda, include_options, parse_ptxas_log
+from emmy.cuda.nvrtc import (Resources, compile_cuda, include_options, parse_ptxas_log,
+                              performance_warnings)
 from emmy.errors import UserError
 from emmy.schedule.targets import get_target
 
@@ -87,6 +88,51 @@ ptxas info    : Used 8 registers, 360 bytes cmem[0]
         "_Z2k2Pf": Resources(registers=8, shared_bytes=0, spill_store_bytes=0,
                              spill_load_bytes=0, stack_bytes=0),
     }
+
+
+def test_performance_warnings_per_kernel():
+    log = ("ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are "
+           "serialized due to insufficient register resources for the function 'k1'\n"
+           "ptxas info    : Compiling entry function 'k1' for 'sm_90a'\n"
+           "ptxas info    : Compiling entry function 'k2' for 'sm_90a'\n"
+           "ptxas info    : (C7508) Potential Performance Loss: 'setmaxnreg' ignored; unable to "
+           "determine register count at entry.\n")
+    assert performance_warnings(log) == {
+        "k1": ("C7512: wgmma.mma_async instructions are serialized due to insufficient register "
+               "resources", "C7508: 'setmaxnreg' ignored; unable to determine register count at "
+                            "entry"),
+        "k2": ("C7508: 'setmaxnreg' ignored; unable to determine register count at entry",)}
+
+
+def test_a_serialized_wgmma_is_reported_for_its_kernel():
+    """A register-A wgmma whose A registers are computed inside its pipeline stage (after the
+    wgmma.fence): ptxas serializes the kernel's wgmmas (C7513), and the result says so."""
+    source = """#include "emmy_sm90.cuh"
+extern "C" __global__ void __launch_bounds__(128) k(const float* x, float* y, int n) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint64_t d = wgmma_desc(sm90_smem_addr(smem), 16u, 1024u, WGMMA_SWIZZLE_128B);
+  float acc[64] = {}, a[4];
+  for (int i = 0; i < 4; ++i) a[i] = x[threadIdx.x * 4 + i];
+  for (int it = 0; it < n; ++it) {
+    wgmma_fence();
+    unsigned p[4] = {__float_as_uint(a[0]), __float_as_uint(a[1]), __float_as_uint(a[2]),
+                     __float_as_uint(a[3])};
+    wgmma_fence_a(p);
+    wgmma_m64k16_rs<128, false, 1>(acc, p, d + it, 1);
+    wgmma_commit();
+    for (int i = 0; i < 4; ++i) a[i] = a[i] * a[(i + 1) % 4] + 1.f;
+    wgmma_wait<0>();
+    wgmma_fence_acc(acc);
+  }
+  float s = 0.f;
+  for (int i = 0; i < 64; ++i) s += acc[i];
+  y[threadIdx.x] = s + a[0];
+}
+"""
+    result = compile_cuda(source, get_target("sm_90a"))
+    assert result.ok, result.log
+    assert any(w.startswith("C751") and "serialized" in w for w in result.warnings_of("k")), \
+        result.log
 
 
 def test_missing_cuda_headers_are_a_user_error(monkeypatch):
