@@ -1,0 +1,23 @@
+"""bench/ptxas_sweep.py: the rows whose code spills or draws a ptxas performance note."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from emmy.frontend.workload import load_file
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from ptxas_sweep import flagged_rows  # noqa: E402
+
+
+def test_spilling_rows_are_flagged_and_clean_ones_are_not():
+    w = load_file(ROOT / "examples" / "attention_half.py", (("head_dim", 128),))
+    found, counts = flagged_rows(w, where="TILE=flash:128x64")
+    assert counts["k0_attention_half"] >= 2
+    rows = {row: spill for _, row, spill, _ in found}
+    assert rows["WORK=warps:4 TILE=flash:128x64 STAGE=async:2"] > 0   # O, S and P: over 255
+    found, counts = flagged_rows(w, where="TILE=wgmma:128x128", limit=4)
+    assert counts["k0_attention_half"] == 4 and found == []
