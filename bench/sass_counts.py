@@ -52,15 +52,13 @@ def per_element(spec, row: str, target: str = "sm_90a") -> dict:
     vec, n = map(int, re.search(r"TILE=v(\d+)x(\d+)", row).groups())
     source = re.sub(r"(\n\s*)for \(", r"\1#pragma unroll 1\n  for (", unit.source)
     sass = disassemble(compile_cuda(source, get_target(target)).cubin)
-    code = [(int(m[1], 16), m[2].strip()) for m in map(_ADDRESS.search, sass.splitlines()) if m]
-    loops = [(int(m[1], 16), at) for at, text in code
+    code = [(int(m[1], 16), m[2], line) for line in sass.splitlines()
+            if (m := _ADDRESS.search(line))]
+    loops = [(int(m[1], 16), at) for at, text, _ in code
              if (m := re.search(r"BRA (0x[0-9a-f]+)", text)) and int(m[1], 16) < at]
     inner = [lp for lp in loops if not any(o != lp and lp[0] <= o[1] <= lp[1] for o in loops)]
-    if inner:
-        body = [text for at, text in code if any(lo <= at <= hi for lo, hi in inner)]
-        ops = instructions("\n".join(f"/*{0:04x}*/ {t} ;" for t in body))
-    else:
-        ops = instructions(sass)
+    body = [line for at, _, line in code if any(lo <= at <= hi for lo, hi in inner)]
+    ops = instructions("\n".join(body) if inner else sass)
     return {"instructions": len(ops) / (vec * n),
             "mufu": sum(o.startswith("MUFU") for o in ops) / (vec * n), "loops": len(inner)}
 

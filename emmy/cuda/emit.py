@@ -88,9 +88,7 @@ def _stmt(s: K.KStmt, depth: int) -> list[str]:
         case K.If(cond=c, body=body):
             return [f"if ({c}) {{", *_inner(body, depth), "}"]
         case K.GlobalLoad(names=names, ctype=c, buffer=b, offset=off):
-            if len(names) == 1:
-                return [f"const {c} {names[0]} = em_cvt<{c}>({b}[{_ix(off)}]);"]
-            return [f"{c} {', '.join(names)};", f"em_vload({b} + ({_ix(off)}), {', '.join(names)});"]
+            return _load(c, names, b, off)
         case K.GlobalStore(buffer=b, elem=t, offset=off, values=vals, explicit=explicit):
             if len(vals) == 1:
                 return [f"{b}[{_ix(off)}] = em_cvt<{t}>({vals[0]});"]
@@ -100,9 +98,7 @@ def _stmt(s: K.KStmt, depth: int) -> list[str]:
             return [f"{c}* {n} = reinterpret_cast<{c}*>(emmy_smem + {start});"]
         case K.SharedLoad(names=names, ctype=c, array=a, index=i):
             # a staged row's V elements: one vector access (16-byte aligned arrays, V | index)
-            if len(names) == 1:
-                return [f"const {c} {names[0]} = em_cvt<{c}>({a}[{_ix(i)}]);"]
-            return [f"{c} {', '.join(names)};", f"em_vload({a} + ({_ix(i)}), {', '.join(names)});"]
+            return _load(c, names, a, i)
         case K.SharedStore(array=a, elem=t, index=i, values=vals):
             if len(vals) == 1:
                 return [f"{a}[{_ix(i)}] = em_cvt<{t}>({vals[0]});"]
@@ -124,6 +120,13 @@ def _stmt(s: K.KStmt, depth: int) -> list[str]:
         case K.Template(lines=lines):
             return list(lines)
     raise AssertionError(f"no CUDA for {s!r}")
+
+
+def _load(c: str, names: tuple[str, ...], base: str, index: Lin) -> list[str]:
+    """names[j] = base[index + j] converted to `c`: one vector access when there are several."""
+    if len(names) == 1:
+        return [f"const {c} {names[0]} = em_cvt<{c}>({base}[{_ix(index)}]);"]
+    return [f"{c} {', '.join(names)};", f"em_vload({base} + ({_ix(index)}), {', '.join(names)});"]
 
 
 def _inner(body, depth: int) -> list[str]:

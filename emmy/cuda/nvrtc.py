@@ -184,9 +184,9 @@ def performance_warnings(log: str) -> dict[str, tuple[str, ...]]:
     found: dict[str, list[str]] = {}
     for line in log.splitlines():
         if m := _LOSS.search(line.strip()):
-            note = f"{m.group(1)}: {m.group(2)}"
-            for name in [m.group(3) or m.group(4)] if (m.group(3) or m.group(4)) else entries:
-                found.setdefault(name, []).append(note)
+            named = m.group(3) or m.group(4)
+            for name in [named] if named else entries:
+                found.setdefault(name, []).append(f"{m.group(1)}: {m.group(2)}")
     return {name: tuple(notes) for name, notes in found.items()}
 
 
