@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from emmy.cuda.nvrtc import compile_cuda  # noqa: E402
+from emmy.errors import UserError  # noqa: E402
 from emmy.frontend.workload import load_file, parse_sets  # noqa: E402
 from emmy.pipeline import Options, compile_to  # noqa: E402
 from emmy.schedule.space import Space  # noqa: E402
@@ -62,8 +63,13 @@ def main() -> int:
     ap.add_argument("--target", default="sm_90a")
     ap.add_argument("--limit", type=int, default=None, metavar="N")
     args = ap.parse_args()
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit {args.limit}: give at least 1 row per kernel")
     workload = load_file(args.file, parse_sets(args.sets))
     found, counts = flagged_rows(workload, args.target, args.where, args.limit)
+    if not counts:
+        raise UserError(f"no legal row of {args.file} contains {args.where!r}"
+                        if args.where else f"{args.file} has no kernel with legal rows")
     for kernel, row, spill, notes in found:
         what = [f"{spill} B spilled"] if spill else []
         print(f"{kernel}: {row}  {'; '.join(what + list(notes))}")
@@ -74,4 +80,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        sys.exit(main())
+    except UserError as e:           # a wrong file, --set, --target or --where: no traceback
+        print(f"ptxas_sweep: error: {e}", file=sys.stderr)
+        sys.exit(2)

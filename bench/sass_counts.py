@@ -68,6 +68,11 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write the counts here too")
     ap.add_argument("--only", default="", help="workloads whose name starts with this")
     args = ap.parse_args()
+    names = sorted({spec.name for spec in SUITES["core"]})
+    if not any(name.startswith(args.only) for name in names):
+        print(f"sass_counts: error: --only {args.only!r} matches none of {', '.join(names)}",
+              file=sys.stderr)
+        return 2
     out = {}
     for spec in SUITES["core"]:
         if not spec.name.startswith(args.only):

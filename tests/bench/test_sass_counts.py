@@ -29,3 +29,12 @@ def test_bf16_softmax_issues_two_exps_and_few_instructions_an_element():
     assert counts["loops"] == 4         # cp.async fill, max, sum, output
     assert counts["mufu"] == 2          # one ex2 in the sum pass, one in the output pass
     assert counts["instructions"] < 28  # 50.5 with the library exp and a division an element
+
+
+def test_an_unknown_workload_is_a_message_and_exit_code_2():
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "sass_counts.py"), "--only",
+                           "nosuch"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "matches none of" in proc.stderr
+    assert "Traceback" not in proc.stderr
