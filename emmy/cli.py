@@ -25,7 +25,9 @@ class _Parser(argparse.ArgumentParser):
 def _add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="?", help="workload file (class Model, get_inputs, get_init_inputs)")
     p.add_argument("-c", dest="expr", metavar="EXPR",
-                   help='a module call, e.g. "nn.RMSNorm(2048)(torch.randn(32, 2048))"')
+                   help='an expression over torch, nn and F whose torch.randn(...) (and other tensor '
+                        'factory) calls are the inputs, e.g. "nn.RMSNorm(2048)(torch.randn(32, '
+                        '2048))" or "F.softmax(torch.randn(8, 1000), dim=-1)"')
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
                    help="override a module-level constant of the file (repeatable)")
 

@@ -1,8 +1,9 @@
-"""Load a workload: a KernelBench-style Python file, or a `-c` module-call expression."""
+"""Load a workload: a KernelBench-style Python file, or a `-c` expression."""
 
 from __future__ import annotations
 
 import ast
+import builtins
 import hashlib
 import traceback
 from dataclasses import dataclass, field
@@ -82,70 +83,239 @@ def load_file(path: str | Path, sets: tuple[tuple[str, Any], ...] = ()) -> Workl
                     sets=sets, make_inputs=lambda: tuple(make_inputs()), tf32=tf32)
 
 
+# torch's tensor factories: in a -c expression, each call of one (with any dtype conversions
+# chained on it) is an input of the workload, made again for every fresh set of inputs
+_FACTORIES = frozenset({"randn", "rand", "randint", "randperm", "normal", "ones", "zeros",
+                        "full", "empty", "arange", "linspace", "eye", "tensor", "as_tensor"})
+_CASTS = frozenset({"to", "half", "float", "double", "bfloat16", "int", "long", "short", "bool",
+                    "contiguous"})
+_OPERATORS = {ast.MatMult: "matmul", ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul",
+              ast.Div: "div", ast.Pow: "pow"}
+_BUILTINS = frozenset(dir(builtins))
+_EXPR_FILE = "<expr>"   # the name the forward's code carries (and Workload.origin)
+
+
 def load_expr(expr: str) -> Workload:
-    """`nn.RMSNorm(2048)(torch.randn(32, 2048))`: a module called on its example inputs."""
+    """A -c expression: `nn.RMSNorm(2048)(torch.randn(32, 2048))`, `F.softmax(torch.randn(8,
+    100), dim=-1)`, `torch.randn(64, 32) @ torch.randn(32, 16)`. Each tensor factory call
+    (torch.randn, torch.randint, ... with dtype conversions chained on it) is an input; each
+    module built in the expression (`nn.RMSNorm(2048)`) is built once, a submodule of the
+    workload's model; the rest is its forward."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
 
+    text = expr.strip()
     try:
-        tree = ast.parse(expr.strip(), mode="eval")
+        tree = ast.parse(text, mode="eval")
     except SyntaxError as e:
         raise UserError(f"-c: syntax error in expression: {e.msg}") from None
-    call = tree.body
-    if not isinstance(call, ast.Call) or call.keywords:
-        raise UserError("-c expects a module call such as `nn.RMSNorm(2048)(torch.randn(32, 2048))`")
     scope = {"torch": torch, "nn": nn, "F": F}
-    module_text = ast.unparse(call.func)
-    arg_texts = [ast.unparse(a) for a in call.args]
-    module = _eval_user(module_text, scope)
-    if isinstance(module, type):
-        raise UserError(f"-c: `{expr.strip()}` builds a module but does not call it; write a "
-                        "module call such as `nn.RMSNorm(2048)(torch.randn(32, 2048))`")
+    _check_names(tree, scope)
+    name = _expr_name(tree.body)
+    split = _SplitExpr(scope)
+    body = split.visit(tree.body)   # (in place)
+    if isinstance(body, ast.Attribute) and body.attr in split.module_texts:
+        raise UserError(f"-c: `{text}` builds a module but does not call it; write a module "
+                        "call such as `nn.RMSNorm(2048)(torch.randn(32, 2048))`")
+    if not split.input_texts:
+        raise UserError("-c: the expression has no tensor input; make each one with a torch "
+                        "factory, e.g. `nn.ReLU()(torch.randn(4, 4))` or "
+                        "`F.softmax(torch.randn(8, 100), dim=-1)`")
+    if isinstance(body, ast.Name):
+        raise UserError(f"-c: `{text}` only makes an input; apply something to it, e.g. "
+                        f"`torch.exp({text})`")
     torch.manual_seed(0)
-    args = tuple(_eval_user(t, scope) for t in arg_texts)
-    tensor_at = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
-    if not tensor_at:
-        raise UserError("-c: the call takes no tensor; e.g. `nn.ReLU()(torch.randn(4, 4))`")
-    if not isinstance(module, nn.Module):
-        module = _wrap_function(module, module_text, args, tensor_at)
-    elif len(tensor_at) != len(args):
-        raise UserError("-c: a module's arguments must be tensors, e.g. torch.randn(32, 2048)")
-    module.eval()
-    inputs = tuple(args[i] for i in tensor_at)
+    modules = [_eval_user(t, scope) for t in split.module_texts.values()]
+    inputs = tuple(_eval_user(t, scope) for t in split.input_texts)
+    for t, value in zip(split.input_texts, inputs):
+        if not isinstance(value, torch.Tensor):
+            raise UserError(f"-c: `{t}` is not a tensor ({type(value).__name__})")
+    if len(inputs) == 1:   # one input is `x`, as in a module's forward
+        body = _Rename({"x0": "x"}).visit(body)
+    if _calls_one_module(body, split, len(inputs)):   # `nn.RMSNorm(2048)(torch.randn(...))`
+        (model,) = modules   # is that module, its parameters named as its own
+    else:
+        model = _expr_module(body, dict(zip(split.module_texts, modules)), len(inputs), scope)
+    model.eval()
+    _call_expr(model, inputs, text)
 
     def fresh_inputs():
-        again = tuple(_eval_user(t, scope) for t in arg_texts)
-        return tuple(again[i] for i in tensor_at)
+        return tuple(_eval_user(t, scope) for t in split.input_texts)
 
-    name = _expr_name(call.func)
-    return Workload(name=name, model=module, inputs=inputs, source=expr, origin="<expr>",
-                    make_inputs=fresh_inputs)
+    return Workload(name=name, model=model, inputs=inputs, source=expr,
+                    origin=_EXPR_FILE, make_inputs=fresh_inputs)
 
 
-def _wrap_function(fn, text, args, tensor_at):
-    """A module calling `fn` with the tensors as inputs and the other arguments fixed."""
+class _SplitExpr(ast.NodeTransformer):
+    """Replaces the inputs of a -c expression by names x0, x1, ... and the modules it builds
+    by attributes of the model named after their class (self.linear, self.linear_1, ...),
+    recording the text of each."""
+
+    def __init__(self, scope: dict):
+        self.scope = scope
+        self.input_texts: list[str] = []
+        self.module_texts: dict[str, str] = {}
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.Lambda:
+        return node   # a function's body is the forward's own: `(lambda x: x * torch.ones(4))`
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        if _is_input(node):
+            return self._input(node)
+        if _builds_module(node, self.scope):
+            name = _module_name(node, self.module_texts)
+            self.module_texts[name] = ast.unparse(node)
+            return ast.Attribute(ast.Name("self", ast.Load()), name, ast.Load())
+        # an argument computed from factories alone is one input, as a whole: the mask of
+        # `f(q, k, v, torch.rand(2, 24, 24) < 0.7)`
+        node.func = self.visit(node.func)
+        node.args = [self._argument(a) for a in node.args]
+        for kw in node.keywords:
+            kw.value = self._argument(kw.value)
+        return node
+
+    def _argument(self, node: ast.expr) -> ast.expr:
+        return self._input(node) if self._is_data(node) else self.visit(node)
+
+    def _input(self, node: ast.expr) -> ast.Name:
+        self.input_texts.append(ast.unparse(node))
+        return ast.Name(f"x{len(self.input_texts) - 1}", ast.Load())   # renamed below
+
+    def _is_data(self, node: ast.expr) -> bool:
+        """Built from tensor factories and constants alone (no module, no function)."""
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp,
+                             ast.GeneratorExp)):
+            return False   # the tensors in it may be inputs, one by one
+        nodes = list(ast.walk(node))
+        return (any(_is_input(n) for n in nodes)
+                and not any(isinstance(n, (ast.Lambda, ast.Starred)) for n in nodes)
+                and not any(_builds_module(n, self.scope) for n in nodes)
+                and all(n.id in self.scope or n.id in _BUILTINS for n in nodes
+                        if isinstance(n, ast.Name)))
+
+
+def _module_name(node: ast.Call, taken) -> str:
+    """`nn.Linear(64, 32).half()` -> "linear" (then "linear_1", ...)."""
+    base = _expr_name(node)
+    name, n = base, 0
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+def _check_names(tree: ast.Expression, scope: dict) -> None:
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+             and not isinstance(n.ctx, ast.Load)}   # comprehension variables
+    bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.Lambda) for a in n.args.args}
+    unknown = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                      and n.id not in scope and n.id not in bound and n.id not in _BUILTINS})
+    if unknown:
+        raise UserError(f"-c: `{unknown[0]}` is not defined; the expression sees torch, nn and "
+                        "F, and makes its inputs with torch factories such as torch.randn(4, 4)")
+
+
+def _expr_module(body: ast.expr, modules: dict, n_inputs: int, scope: dict):
+    """An nn.Module whose forward returns `body`, with `modules` as its submodules."""
+    import linecache
+
     import torch.nn as nn
 
-    if not callable(fn):
-        raise UserError(f"-c: `{text}` is neither a module nor a function")
+    params = "x" if n_inputs == 1 else ", ".join(f"x{i}" for i in range(n_inputs))
+    source = f"def forward(self, {params}):\n    return {ast.unparse(body)}\n"
+    # the forward's own line in torch's stack traces: errors point at it
+    linecache.cache[_EXPR_FILE] = (len(source), None, source.splitlines(True), _EXPR_FILE)
+    namespace = dict(scope)
+    exec(compile(source, _EXPR_FILE, "exec"), namespace)  # noqa: S102 - the user's expression
 
-    class Fn(nn.Module):
-        def forward(self, *tensors):
-            full = list(args)
-            for i, t in zip(tensor_at, tensors):
-                full[i] = t
-            return fn(*full)
+    class Expr(nn.Module):
+        forward = namespace["forward"]
 
-    return Fn()
+    model = Expr()
+    for attr, module in modules.items():
+        if not isinstance(module, nn.Module):
+            raise UserError(f"-c: `{attr}` is not a module ({type(module).__name__})")
+        model.add_module(attr, module)
+    return model
 
 
-def _expr_name(func: ast.expr) -> str:
-    node = func.func if isinstance(func, ast.Call) else func
-    if isinstance(node, ast.Attribute):
-        return node.attr.lower()
-    if isinstance(node, ast.Name):
-        return node.id.lower()
+def _calls_one_module(body: ast.expr, split: "_SplitExpr", n_inputs: int) -> bool:
+    """Whether the expression is one module called on its inputs, in order."""
+    if not (isinstance(body, ast.Call) and isinstance(body.func, ast.Attribute)
+            and len(split.module_texts) == 1 and body.func.attr in split.module_texts
+            and not body.keywords and len(body.args) == n_inputs):
+        return False
+    names = ["x"] if n_inputs == 1 else [f"x{i}" for i in range(n_inputs)]
+    return [getattr(a, "id", None) for a in body.args] == names
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, names: dict[str, str]):
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.Name(self.names.get(node.id, node.id), node.ctx)
+
+
+def _is_input(node: ast.expr) -> bool:
+    """`torch.randn(...)`, `torch.randint(...).half()`, `torch.ones(...).to(torch.bfloat16)`."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return False
+    owner, attr = node.func.value, node.func.attr
+    if isinstance(owner, ast.Name) and owner.id == "torch":
+        return attr in _FACTORIES
+    return attr in _CASTS and _is_input(owner)
+
+
+def _builds_module(node: ast.expr, scope: dict) -> bool:
+    """`nn.Linear(64, 32)`, `torch.nn.GELU()`, `nn.Linear(64, 32).half()`: a call of an
+    nn.Module class named by a dotted name, with any dtype conversions chained on it."""
+    import torch.nn as nn
+
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in _CASTS and isinstance(func.value,
+                                                                             ast.Call):
+        return _builds_module(func.value, scope)
+    root = func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name) or root.id not in scope:
+        return False
+    try:
+        value = eval(ast.unparse(func), scope)  # noqa: S307 - a dotted name under torch/nn/F
+    except Exception:
+        return False
+    return isinstance(value, type) and issubclass(value, nn.Module)
+
+
+def _call_expr(model, inputs, text: str) -> None:
+    """Run the expression once, so that its mistakes are the user's messages, not torch
+    export's."""
+    try:
+        model(*inputs)
+    except Exception as e:
+        raise UserError(f"-c: evaluating `{text}` failed: {type(e).__name__}: {e}") from None
+
+
+def _expr_name(node: ast.expr) -> str:
+    """The workload's name: the outermost call's (`rmsnorm`, `softmax`) or operator's."""
+    if isinstance(node, ast.BinOp):
+        return _OPERATORS.get(type(node.op), "expr")
+    if not isinstance(node, ast.Call):
+        return "expr"
+    func = node.func
+    if isinstance(func, ast.Call):   # a module built and called: `nn.RMSNorm(2048)(x)`
+        return _expr_name(func)
+    if isinstance(func, ast.Attribute) and func.attr in _CASTS and isinstance(func.value,
+                                                                             ast.Call):
+        return _expr_name(func.value)   # `nn.Linear(64, 32).half()`
+    if isinstance(func, ast.Attribute):
+        return func.attr.lower()
+    if isinstance(func, ast.Name):
+        return func.id.lower()
     return "expr"
 
 

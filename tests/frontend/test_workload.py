@@ -3,6 +3,9 @@
 import textwrap
 
 import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 from emmy.errors import UserError
 from emmy.frontend.workload import load_expr, load_file, parse_sets
@@ -89,6 +92,75 @@ def test_expression_workload():
 def test_expression_of_a_function():
     w = load_expr("torch.exp(torch.randn(4, 4))")
     assert w.model(*w.inputs).shape == (4, 4)
+
+
+def test_expression_with_keyword_arguments():
+    w = load_expr("F.softmax(torch.randn(3, 5, 7), dim=1)")
+    assert w.name == "softmax"
+    (x,) = w.inputs
+    torch.testing.assert_close(w.model(x), torch.softmax(x, dim=1))
+
+
+def test_expression_with_operators_and_two_inputs():
+    w = load_expr("torch.randn(64, 32) @ torch.randn(16, 32).T + 1")
+    a, b = w.inputs
+    assert w.name == "add" and tuple(b.shape) == (16, 32)
+    torch.testing.assert_close(w.model(a, b), a @ b.T + 1)
+
+
+def test_expression_modules_are_submodules_built_once():
+    w = load_expr("F.gelu(nn.Linear(8, 16)(torch.randn(4, 8))) + nn.Linear(8, 16)(torch.randn(4, 8))")
+    names = sorted(n for n, _ in w.model.named_parameters())
+    assert names == ["linear.bias", "linear.weight", "linear_1.bias", "linear_1.weight"]
+    a, b = w.inputs
+    lin, lin1 = w.model.linear, w.model.linear_1
+    torch.testing.assert_close(w.model(a, b), F.gelu(lin(a)) + lin1(b))
+    again = load_expr("F.gelu(nn.Linear(8, 16)(torch.randn(4, 8))) + nn.Linear(8, 16)(torch.randn(4, 8))")
+    assert torch.equal(again.model.linear.weight, lin.weight)   # seeded: the same weights
+
+
+def test_expression_dtype_conversions_stay_with_inputs_and_modules():
+    w = load_expr("nn.Linear(64, 32).half()(torch.randn(8, 64).half())")
+    assert w.name == "linear" and w.inputs[0].dtype == torch.float16
+    assert isinstance(w.model, nn.Linear) and w.model.weight.dtype == torch.float16
+    w = load_expr("torch.exp(torch.randn(4, 4).to(torch.bfloat16))")
+    assert w.inputs[0].dtype == torch.bfloat16
+
+
+def test_expression_inputs_are_fresh_on_demand():
+    w = load_expr("torch.relu(torch.randn(16))")
+    (fresh,) = w.make_inputs()
+    assert fresh.shape == (16,) and not torch.equal(fresh, w.inputs[0])
+
+
+def test_expression_arguments_built_from_factories_alone_are_one_input():
+    w = load_expr("torch.where(torch.rand(4, 4) < 0.5, torch.randn(4, 4), 0.0)")
+    mask, x = w.inputs
+    assert mask.dtype == torch.bool and x.dtype == torch.float32
+    torch.testing.assert_close(w.model(mask, x), torch.where(mask, x, 0.0))
+    # a function's body stays the forward's: its factories are not inputs
+    w = load_expr("(lambda x: x * torch.ones(4))(torch.randn(2, 4))")
+    assert len(w.inputs) == 1
+
+
+def test_expression_without_input():
+    with pytest.raises(UserError, match="no tensor input"):
+        load_expr("nn.ReLU()(torch.Size([2]))")
+
+
+def test_expression_with_an_unknown_name():
+    with pytest.raises(UserError, match="`x` is not defined"):
+        load_expr("nn.ReLU()(x)")
+
+
+def test_expression_that_only_makes_an_input():
+    with pytest.raises(UserError, match="only makes an input"):
+        load_expr("torch.randn(3)")
+
+
+def test_expression_whose_call_fails_names_the_error():
+    with pytest.raises(UserError, match="shapes cannot be multiplied"):
+        load_expr("torch.randn(4, 3) @ torch.randn(4, 3)")
 
 
 def test_expression_must_be_a_call():

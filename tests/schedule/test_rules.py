@@ -100,7 +100,7 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
     ],
     "tile.vector_aligned": [
         (SLICE, "sm_90a", "WORK=thread:32 TILE=v2x1",
-         ("`tensors_0`", "multiples of 1 element(s), not of 2", "v2")),
+         ("`x`", "multiples of 1 element(s), not of 2", "v2")),
     ],
     "tile.scan_vector": [
         (CUMSUM, "sm_90a", "WORK=warp:4 TILE=v2x1 REDUCE=shuffle", ("one element per lane (v1)",)),

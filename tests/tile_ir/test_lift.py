@@ -187,7 +187,7 @@ def test_printer_shows_the_row():
 
 @pytest.mark.parametrize("expr, lines", [
     (SUM_2D, ["  grid (one job)  (1 job)", "    reduce a0_a1 in 0..8192 into acc0 = init(add) : f32",
-              "      in0 = load tensors_0[(a0_a1 / 128), (a0_a1 % 128)]"]),
+              "      in0 = load x[(a0_a1 / 128), (a0_a1 % 128)]"]),
     (REV_CUMSUM, ["    scan a1 in 0..8 reversed into acc0 = init(add) : f32"]),
     (CHAIN, ["  grid a0 in 0..4 × a1 in 0..8 × a2 in 0..16  (512 jobs)"]),
 ])
