@@ -167,16 +167,14 @@ class _SplitExpr(ast.NodeTransformer):
             name = _module_name(node, self.module_texts)
             self.module_texts[name] = ast.unparse(node)
             return ast.Attribute(ast.Name("self", ast.Load()), name, ast.Load())
-        # an argument computed from factories alone is one input, as a whole: the mask of
-        # `f(q, k, v, torch.rand(2, 24, 24) < 0.7)`
-        node.func = self.visit(node.func)
-        node.args = [self._argument(a) for a in node.args]
+        if not isinstance(node.func, ast.Lambda):
+            return self.generic_visit(node)
+        # a function's arguments computed from factories alone are inputs as a whole: the
+        # mask of `(lambda q, k, v, m: ...)(..., torch.rand(2, 24, 24) < 0.7)`
+        node.args = [self._input(a) if self._is_data(a) else self.visit(a) for a in node.args]
         for kw in node.keywords:
-            kw.value = self._argument(kw.value)
+            kw.value = self._input(kw.value) if self._is_data(kw.value) else self.visit(kw.value)
         return node
-
-    def _argument(self, node: ast.expr) -> ast.expr:
-        return self._input(node) if self._is_data(node) else self.visit(node)
 
     def _input(self, node: ast.expr) -> ast.Name:
         self.input_texts.append(ast.unparse(node))

@@ -133,8 +133,14 @@ def test_expression_inputs_are_fresh_on_demand():
     assert fresh.shape == (16,) and not torch.equal(fresh, w.inputs[0])
 
 
-def test_expression_arguments_built_from_factories_alone_are_one_input():
-    w = load_expr("torch.where(torch.rand(4, 4) < 0.5, torch.randn(4, 4), 0.0)")
+def test_expression_operations_on_inputs_are_the_programs():
+    w = load_expr("torch.relu(torch.randn(8, 4) @ torch.randn(4, 3))")
+    assert [tuple(x.shape) for x in w.inputs] == [(8, 4), (4, 3)]
+
+
+def test_expression_a_functions_arguments_built_from_factories_alone_are_one_input():
+    w = load_expr("(lambda m, x: torch.where(m, x, 0.0))(torch.rand(4, 4) < 0.5, "
+                  "torch.randn(4, 4))")
     mask, x = w.inputs
     assert mask.dtype == torch.bool and x.dtype == torch.float32
     torch.testing.assert_close(w.model(mask, x), torch.where(mask, x, 0.0))
