@@ -181,6 +181,9 @@ class _Tile:
             return [f"{self.label} has no contiguous dimension (stride_{self.outer}="
                     f"{s.stride_outer}, stride_k={s.stride_k})"]
         out = []
+        if s.start * b % CHUNK_BYTES:
+            out.append(f"{self.label} starts {s.start} elements ({s.start * b} bytes) into its "
+                       f"buffer, off a {CHUNK_BYTES}-byte boundary")
         if self.row_stride * b % CHUNK_BYTES:
             out.append(f"{self.label}'s {self.row_dim}-rows are {self.row_stride * b} bytes "
                        f"apart ({self.row_stride} x {b} B), not a multiple of {CHUNK_BYTES}")

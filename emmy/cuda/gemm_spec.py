@@ -82,6 +82,8 @@ class GemmOperand:
                             # out (stride_k 1: k-major)
     windowed: bool = False  # gathered through a WindowGather: a table of one int2 per k in
                             # shared memory
+    start: int = 0          # elements before batch 0's first element in the buffer (a slice's
+                            # offset): 16-byte copies need it aligned too
 
     @property
     def itemsize(self) -> int:

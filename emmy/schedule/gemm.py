@@ -184,7 +184,8 @@ def problem_of(con) -> GemmProblem:
             text = f"(long long)({render(off)})"
         return GemmOperand(buffer=op.buffer, ctype=op.dtype.c_name,
                            stride_outer=strides.get(op.outer, 0), stride_k=strides[con.k.var],
-                           batch_offset=text, batch_stride=inner if flat else None)
+                           batch_offset=text, batch_stride=inner if flat else None,
+                           start=op.offset.const)
     return GemmProblem(m=con.m.extent, n=con.n.extent, k=con.k.extent,
                        batch=max(con.batch_size, 1), a=operand(con.a), b=operand(con.b))
 
