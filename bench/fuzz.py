@@ -1,0 +1,268 @@
+"""Random torch programs through the whole compiler: each one a `-c` expression (elementwise
+ops with broadcasting, reductions, norms, softmax, scans, layout ops, matrix products,
+attention, convolutions), compiled with its default rows and with sampled legal rows of each
+kernel, and checked on the CPU emulator against PyTorch (CPU only: g++ and NVRTC, no GPU).
+
+    .venv/bin/python bench/fuzz.py [--programs 50] [--seed 0] [--rows 1] [--time-limit S]
+        [--half 0.2] [--show]
+
+Prints a line per program (kernels, rows checked, verdict); a failing program is printed with
+the command that reproduces it. A program the compiler refuses (an op it does not lower) is
+counted, not a failure; an internal error, a compile error or a wrong result is. Exit code 1
+when something failed, 2 on a bad argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+DIMS = (1, 3, 8, 17, 32, 64, 100)
+MAX_ELEMENTS = 8192           # per tensor: the emulator runs one host thread per CUDA thread
+
+
+@dataclass(frozen=True)
+class Node:
+    code: str
+    shape: tuple[int, ...]
+
+
+class Gen:
+    """Random well-shaped expressions over fresh inputs `torch.randn(...)`."""
+
+    def __init__(self, rng: random.Random, cast: str):
+        self.rng, self.cast = rng, cast
+
+    def shape(self, rank: int | None = None) -> tuple[int, ...]:
+        while True:
+            rank = rank or self.rng.randint(1, 3)
+            shape = tuple(self.rng.choice(DIMS) for _ in range(rank))
+            n = 1
+            for d in shape:
+                n *= d
+            if n <= MAX_ELEMENTS:
+                return shape
+
+    def leaf(self, shape: tuple[int, ...] | None = None) -> Node:
+        shape = shape or self.shape()
+        return Node(f"torch.randn{shape if len(shape) > 1 else f'({shape[0]},)'}{self.cast}",
+                    shape)
+
+    def broadcastable(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """A shape that broadcasts against `shape`: some axes 1, some leading axes dropped."""
+        out = [1 if self.rng.random() < 0.3 else d for d in shape]
+        drop = self.rng.randint(0, len(shape) - 1)
+        return tuple(out[drop:])
+
+    def program(self, depth: int) -> Node:
+        start = self.rng.random()
+        x = self.attention() if start < 0.1 else self.conv() if start < 0.2 else self.leaf()
+        for _ in range(depth):
+            x = self.rng.choice(self.OPS)(self, x)
+        return x
+
+    def attention(self) -> Node:
+        """scaled_dot_product_attention of fresh q, k, v (batch, heads, sequence, head dim)."""
+        b, h = self.rng.choice([1, 2]), self.rng.choice([1, 2, 3])
+        sq, sk = self.rng.choice([1, 17, 32, 70]), self.rng.choice([1, 17, 32, 70])
+        d = self.rng.choice([16, 32, 64])
+        causal = self.rng.random() < 0.5 and sq == sk
+        q, k, v = self.leaf((b, h, sq, d)), self.leaf((b, h, sk, d)), self.leaf((b, h, sk, d))
+        return Node(f"F.scaled_dot_product_attention({q.code}, {k.code}, {v.code}"
+                    f"{', is_causal=True' if causal else ''})", (b, h, sq, d))
+
+    def conv(self) -> Node:
+        """conv2d of a fresh (n, c, h, w) input and weight, with padding and stride."""
+        n, c, o = self.rng.choice([1, 2]), self.rng.choice([1, 3, 8]), self.rng.choice([4, 8, 16])
+        hw, kk = self.rng.choice([5, 8, 13]), self.rng.choice([1, 3])
+        pad, stride = self.rng.choice([0, 1]), self.rng.choice([1, 2])
+        x, w = self.leaf((n, c, hw, hw)), self.leaf((o, c, kk, kk))
+        out = (hw + 2 * pad - kk) // stride + 1
+        return Node(f"F.conv2d({x.code}, {w.code}, padding={pad}, stride={stride})",
+                    (n, o, out, out))
+
+    # --- the ops: each takes a node and returns a new one ------------------------------------
+
+    def unary(self, x: Node) -> Node:
+        f = self.rng.choice(["torch.exp({} * 0.3)", "torch.tanh({})", "torch.sigmoid({})",
+                             "F.gelu({})", "F.silu({})", "torch.relu({})", "torch.abs({})",
+                             "torch.sin({})", "-{}", "({} * {})", "torch.log({}.abs() + 1)",
+                             "torch.sqrt({}.abs())", "F.softplus({})", "({} * 0.5 + 1)",
+                             "torch.clamp({}, -1, 1)", "F.leaky_relu({}, 0.1)"])
+        return Node(f.format(x.code, x.code) if f.count("{}") == 2 else f.format(x.code),
+                    x.shape)
+
+    def binary(self, x: Node) -> Node:
+        y = self.leaf(self.broadcastable(x.shape))
+        if self.rng.random() < 0.5:
+            f = self.rng.choice(["({} + {})", "({} - {})", "({} * {})", "torch.maximum({}, {})",
+                                 "({} / ({}.abs() + 1))", "torch.where({0} > 0, {0}, {1})"])
+            code = f.format(x.code, y.code)
+        else:   # the broadcast operand first
+            f = self.rng.choice(["({1} + {0})", "({1} * {0})", "torch.minimum({1}, {0})"])
+            code = f.format(x.code, y.code)
+        return Node(code, x.shape)
+
+    def reduce(self, x: Node) -> Node:
+        d = self.rng.randrange(len(x.shape))
+        rest = x.shape[:d] + x.shape[d + 1:]
+        keep = x.shape[:d] + (1,) + x.shape[d + 1:]
+        same = [("torch.softmax({}, {})", x.shape), ("F.log_softmax({}, {})", x.shape),
+                ("torch.cumsum({}, {})", x.shape), ("F.normalize({}, dim={})", x.shape)]
+        fewer = [("{}.sum({})", rest), ("{}.mean({})", rest), ("{}.amax({})", rest),
+                 ("{}.var({})", rest), ("torch.logsumexp({}, {})", rest),
+                 ("{}.sum({}, keepdim=True)", keep), ("{}.amax({}, keepdim=True)", keep)]
+        if len(x.shape) == 1:
+            fewer = [f for f in fewer if "keepdim" in f[0]]   # keep the result a tensor
+        if x.shape[d] == 1:
+            fewer = [f for f in fewer if "var" not in f[0]]   # no NaN from one sample
+        f, shape = self.rng.choice(same + fewer)
+        return Node(f.format(x.code, d), shape)
+
+    def norm(self, x: Node) -> Node:
+        last = x.shape[-1]
+        f = self.rng.choice([f"F.layer_norm({{}}, ({last},))", f"F.rms_norm({{}}, ({last},))",
+                             "({0} - {0}.mean(-1, keepdim=True))"])
+        return Node(f.format(x.code), x.shape)
+
+    def layout(self, x: Node) -> Node:
+        r = len(x.shape)
+        choice = self.rng.randrange(5)
+        if choice == 0 and r >= 2:
+            a, b = self.rng.sample(range(r), 2)
+            s = list(x.shape)
+            s[a], s[b] = s[b], s[a]
+            return Node(f"{x.code}.transpose({a}, {b})", tuple(s))
+        if choice == 1:
+            d = self.rng.randrange(r)
+            return Node(f"{x.code}.flip({d})", x.shape)
+        if choice == 2 and x.shape[-1] > 2:
+            k = self.rng.randint(1, x.shape[-1] - 1)
+            step = self.rng.choice([1, 2])
+            return Node(f"{x.code}[..., {k // 2}:{k + 1}:{step}]",
+                        x.shape[:-1] + (len(range(k // 2, k + 1, step)),))
+        if choice == 3:
+            d = self.rng.randrange(r)
+            y = self.leaf(x.shape[:d] + (self.rng.choice(DIMS[:4]),) + x.shape[d + 1:])
+            return Node(f"torch.cat([{x.code}, {y.code}], {d})",
+                        x.shape[:d] + (x.shape[d] + y.shape[d],) + x.shape[d + 1:])
+        n = 1
+        for s in x.shape:
+            n *= s
+        return Node(f"{x.code}.reshape(-1)", (n,))
+
+    def matmul(self, x: Node) -> Node:
+        if len(x.shape) < 2:
+            return self.unary(x)
+        n = self.rng.choice(DIMS[1:])
+        w = self.leaf((x.shape[-1], n))
+        code = f"({x.code} @ {w.code} * {1 / max(1, x.shape[-1]) ** 0.5:.4f})"
+        return Node(code, x.shape[:-1] + (n,))
+
+    OPS = [unary, unary, binary, binary, reduce, norm, layout, matmul]
+
+
+def run(args) -> int:
+    from emmy.check import check_cuda_program
+    from emmy.errors import UserError
+    from emmy.frontend.workload import load_expr
+    from emmy.pipeline import compile_to
+    from emmy.verify import verify_rows
+
+    rng = random.Random(args.seed)
+    t0 = time.perf_counter()
+    counts = {"ok": 0, "refused": 0, "failed": 0}
+    for i in range(args.programs):
+        if args.time_limit and time.perf_counter() - t0 > args.time_limit:
+            print(f"time limit reached after {i} programs")
+            break
+        cast = rng.choice([".half()", ".bfloat16()"]) if rng.random() < args.half else ""
+        gen = Gen(rng, cast)
+        expr = gen.program(rng.randint(1, args.depth)).code
+        if args.show:
+            print(f"   {expr}")
+        verdict, detail, rows, kernels = _check(expr, args.rows, args.seed + i, load_expr, compile_to,
+                                       check_cuda_program, verify_rows, UserError)
+        counts["ok" if verdict == "ok" else "refused" if verdict == "refused" else "failed"] += 1
+        print(f"{i:4d} {verdict:<14} kernels {kernels:2d}  rows {rows:3d}  {len(expr):4d} chars",
+              flush=True)
+        if verdict not in ("ok", "refused"):
+            print(f"     {detail}\n     reproduce: .venv/bin/emmy run --check -c \"{expr}\"",
+                  flush=True)
+        elif verdict == "refused" and args.show:
+            print(f"     {detail}")
+    print(f"programs: ok {counts['ok']}, refused {counts['refused']}, failed {counts['failed']}"
+          f"  ({time.perf_counter() - t0:.0f} s)")
+    return 1 if counts["failed"] else 0
+
+
+def _check(expr, rows, seed, load_expr, compile_to, check_cuda_program, verify_rows, UserError):
+    """(verdict, detail, rows checked, kernels) of one program: its default rows, then
+    sampled ones."""
+    try:
+        w = load_expr(expr)
+        results = compile_to(w, "cuda")
+        report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+    except UserError as e:
+        return "refused", str(e).splitlines()[0], 0, 0
+    except Exception as e:  # a compiler bug: say where
+        return "internal_error", f"{type(e).__name__}: {e} " + _where(e), 0, 0
+    kernels = len(results["tile"].program.kernels)
+    if report is None:
+        return failed.status, failed.log[-600:].replace("\n", " | "), 1, kernels
+    if not report.ok:
+        bad = [o for o in report.outputs if not o.ok]
+        return ("incorrect", f"default rows: {bad[0].name} max abs err {bad[0].max_abs:.3g}", 1,
+                kernels)
+    if not rows:
+        return "ok", "", 1, kernels
+    try:
+        sampled = verify_rows(w, per_kernel=rows, seed=seed, targets=("sm_90a",))
+    except Exception as e:
+        return ("internal_error", f"sampling rows: {type(e).__name__}: {e} " + _where(e), 1,
+                kernels)
+    bad = [r for r in sampled if r.verdict != "ok"]
+    if bad:
+        r = bad[0]
+        return (r.verdict, f"{r.kernel} --row \"{r.kernel}: {r.row}\": {r.detail[:400]}",
+                1 + len(sampled), kernels)
+    return "ok", "", 1 + len(sampled), kernels
+
+
+def _where(e: Exception) -> str:
+    frames = traceback.extract_tb(e.__traceback__)
+    last = frames[-1] if frames else None
+    return f"({Path(last.filename).name}:{last.lineno})" if last else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--programs", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--depth", type=int, default=5, help="most ops per program (default 5)")
+    ap.add_argument("--rows", type=int, default=1,
+                    help="legal rows sampled per kernel besides the defaults (default 1)")
+    ap.add_argument("--half", type=float, default=0.2,
+                    help="share of programs in f16 or bf16 (default 0.2)")
+    ap.add_argument("--time-limit", type=float, metavar="S")
+    ap.add_argument("--show", action="store_true", help="print each program")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    if args.programs < 1 or args.depth < 1 or args.rows < 0 or not 0 <= args.half <= 1:
+        print("fuzz: --programs and --depth take a positive count, --rows a count >= 0, "
+              "--half a share in [0, 1]", file=sys.stderr)
+        return 2
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
