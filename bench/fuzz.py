@@ -166,7 +166,41 @@ class Gen:
         code = f"({x.code} @ {w.code} * {1 / max(1, x.shape[-1]) ** 0.5:.4f})"
         return Node(code, x.shape[:-1] + (n,))
 
-    OPS = [unary, unary, binary, binary, reduce, norm, layout, matmul]
+    def window(self, x: Node) -> Node:
+        """Pools, padding and resizing over the trailing axes (as (N, C, H, W) or (N, C, L))."""
+        if len(x.shape) < 3 or min(x.shape[-2:]) < 2:
+            return self.unary(x)
+        *lead, h, w = x.shape
+        choice = self.rng.randrange(4)
+        if choice == 0:
+            k = self.rng.choice([2, 3]) if min(h, w) >= 3 else 2
+            return Node(f"F.max_pool2d({x.code}, {k}, 2)",
+                        (*lead, (h - k) // 2 + 1, (w - k) // 2 + 1))
+        if choice == 1:
+            return Node(f"F.avg_pool2d({x.code}, 2, 2, ceil_mode=True)",
+                        (*lead, -(-h // 2), -(-w // 2)))
+        if choice == 2:
+            mode = self.rng.choice(["constant", "reflect", "replicate"])
+            return Node(f"F.pad({x.code}, (1, 1, 1, 1), mode='{mode}')", (*lead, h + 2, w + 2))
+        if len(x.shape) == 3:   # (N, C, L): one axis to resize
+            return Node(f"F.interpolate({x.code}, scale_factor=2, mode='linear')",
+                        (*lead, h, 2 * w))
+        return Node(f"F.interpolate({x.code}, scale_factor=2, mode='nearest')",
+                    (*lead, 2 * h, 2 * w))
+
+    def batched(self, x: Node) -> Node:
+        """A batched product (bmm-like), or a permutation with a broadcast axis."""
+        if len(x.shape) != 3:
+            return self.layout(x)
+        if self.rng.random() < 0.5:
+            n = self.rng.choice(DIMS[1:])
+            y = self.leaf((x.shape[0], x.shape[2], n))
+            return Node(f"torch.bmm({x.code}, {y.code})", (x.shape[0], x.shape[1], n))
+        perm = self.rng.sample(range(3), 3)
+        return Node(f"{x.code}.permute({', '.join(map(str, perm))})",
+                    tuple(x.shape[i] for i in perm))
+
+    OPS = [unary, unary, binary, binary, reduce, norm, layout, matmul, window, batched]
 
 
 def run(args) -> int:
