@@ -131,12 +131,13 @@ def load_expr(expr: str) -> Workload:
     for t, value in zip(split.input_texts, inputs):
         if not isinstance(value, torch.Tensor):
             raise UserError(f"-c: `{t}` is not a tensor ({type(value).__name__})")
-    if len(inputs) == 1:   # one input is `x`, as in a module's forward
-        body = _Rename({"x0": "x"}).visit(body)
-    if _calls_one_module(body, split, len(inputs)):   # `nn.RMSNorm(2048)(torch.randn(...))`
+    params = [f"x{i}" for i in range(len(inputs))]
+    if params == ["x0"] and "x" not in _bound_names(tree):   # `x`, as in a module's forward
+        body, params = _Rename({"x0": "x"}).visit(body), ["x"]
+    if _calls_one_module(body, split, params):   # `nn.RMSNorm(2048)(torch.randn(...))`
         (model,) = modules   # is that module, its parameters named as its own
     else:
-        model = _expr_module(body, dict(zip(split.module_texts, modules)), len(inputs), scope)
+        model = _expr_module(body, dict(zip(split.module_texts, modules)), params, scope)
     model.eval()
     _call_expr(model, inputs, text)
 
@@ -203,10 +204,16 @@ def _module_name(node: ast.Call, taken) -> str:
     return name
 
 
-def _check_names(tree: ast.Expression, scope: dict) -> None:
+def _bound_names(tree: ast.AST) -> set[str]:
+    """The names the expression binds itself: comprehension variables, lambda parameters."""
     bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-             and not isinstance(n.ctx, ast.Load)}   # comprehension variables
-    bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.Lambda) for a in n.args.args}
+             and not isinstance(n.ctx, ast.Load)}
+    return bound | {a.arg for n in ast.walk(tree) if isinstance(n, ast.Lambda)
+                    for a in n.args.args}
+
+
+def _check_names(tree: ast.Expression, scope: dict) -> None:
+    bound = _bound_names(tree)
     unknown = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
                       and n.id not in scope and n.id not in bound and n.id not in _BUILTINS})
     if unknown:
@@ -214,14 +221,14 @@ def _check_names(tree: ast.Expression, scope: dict) -> None:
                         "F, and makes its inputs with torch factories such as torch.randn(4, 4)")
 
 
-def _expr_module(body: ast.expr, modules: dict, n_inputs: int, scope: dict):
-    """An nn.Module whose forward returns `body`, with `modules` as its submodules."""
+def _expr_module(body: ast.expr, modules: dict, params: list[str], scope: dict):
+    """An nn.Module whose forward takes `params` and returns `body`, with `modules` as its
+    submodules."""
     import linecache
 
     import torch.nn as nn
 
-    params = "x" if n_inputs == 1 else ", ".join(f"x{i}" for i in range(n_inputs))
-    source = f"def forward(self, {params}):\n    return {ast.unparse(body)}\n"
+    source = f"def forward(self, {', '.join(params)}):\n    return {ast.unparse(body)}\n"
     # the forward's own line in torch's stack traces: errors point at it
     linecache.cache[_EXPR_FILE] = (len(source), None, source.splitlines(True), _EXPR_FILE)
     namespace = dict(scope)
@@ -238,14 +245,12 @@ def _expr_module(body: ast.expr, modules: dict, n_inputs: int, scope: dict):
     return model
 
 
-def _calls_one_module(body: ast.expr, split: "_SplitExpr", n_inputs: int) -> bool:
+def _calls_one_module(body: ast.expr, split: "_SplitExpr", params: list[str]) -> bool:
     """Whether the expression is one module called on its inputs, in order."""
-    if not (isinstance(body, ast.Call) and isinstance(body.func, ast.Attribute)
+    return (isinstance(body, ast.Call) and isinstance(body.func, ast.Attribute)
             and len(split.module_texts) == 1 and body.func.attr in split.module_texts
-            and not body.keywords and len(body.args) == n_inputs):
-        return False
-    names = ["x"] if n_inputs == 1 else [f"x{i}" for i in range(n_inputs)]
-    return [getattr(a, "id", None) for a in body.args] == names
+            and not body.keywords
+            and [getattr(a, "id", None) for a in body.args] == params)
 
 
 class _Rename(ast.NodeTransformer):

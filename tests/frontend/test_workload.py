@@ -149,6 +149,12 @@ def test_expression_a_functions_arguments_built_from_factories_alone_are_one_inp
     assert len(w.inputs) == 1
 
 
+def test_expression_input_keeps_its_name_where_the_expression_binds_x():
+    w = load_expr("sum([x * torch.randn(3) for x in range(3)])")
+    (y,) = w.inputs
+    torch.testing.assert_close(w.model(y), 3 * y)
+
+
 def test_expression_without_input():
     with pytest.raises(UserError, match="no tensor input"):
         load_expr("nn.ReLU()(torch.Size([2]))")
