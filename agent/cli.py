@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     o = sub.add_parser("optimize", help="search a workload's schedules (LLM or built-in search)")
     o.add_argument("file", nargs="?", help="workload file (class Model, get_inputs, get_init_inputs)")
+    _expr_arg(o)
     o.add_argument("--policy", choices=("llm", "search", "random"),
                    help="default: llm when OPENAI_API_KEY / OPENAI_BASE_URL / --base-url is set, "
                         "else search")
@@ -65,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", metavar="OUT", help="write the report as JSON ('-' for stdout)")
 
     pr = sub.add_parser("propose", help="evaluate a row you propose, through the same checks")
-    pr.add_argument("file", help="workload file")
+    pr.add_argument("file", nargs="?", help="workload file")
+    _expr_arg(pr)
     pr.add_argument("--row", required=True, help='e.g. "WORK=block:256 TILE=v4x1 REDUCE=shuffle"')
     pr.add_argument("--kernel", metavar="K", help="the kernel the row is for (when there are several)")
     pr.add_argument("--trace", metavar="PATH", help="append to this trace (created when missing)")
@@ -76,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-o", dest="out", default="report.html", metavar="PICTURE",
                      help=".html (default report.html), .svg, or .png (needs matplotlib)")
     return p
+
+
+def _expr_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", dest="expr", metavar="EXPR",
+                   help='instead of a file, an expression as `emmy compile -c` takes it, e.g. '
+                        '"F.softmax(torch.randn(4096, 4096).half(), dim=-1)"')
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -103,11 +111,13 @@ def cmd_optimize(a) -> int:
     from agent.console import View
     from agent.run import RunConfig, optimize
 
-    if not a.file and not a.resume:
-        raise BadInput("give a workload FILE to optimize (or --resume TRACE)")
+    if not a.file and not a.expr and not a.resume:
+        raise BadInput("give a workload FILE (or -c EXPR) to optimize, or --resume TRACE")
+    if a.resume and (a.file or a.expr):
+        raise BadInput("--resume continues the workload its trace records; drop the workload")
     if a.resume and a.trace:
         raise BadInput("--resume appends to the trace it continues; drop --trace")
-    cfg = RunConfig(file=a.file, sets=a.sets, target=a.target, device=a.device,
+    cfg = RunConfig(file=a.file, expr=a.expr, sets=a.sets, target=a.target, device=a.device,
                     policy=a.policy, model=a.model,
                     base_url=a.base_url, budget=a.budget, max_turns=a.max_turns,
                     max_tokens=a.max_tokens, time_limit=a.time_limit, trace=a.trace,
@@ -162,7 +172,7 @@ def cmd_propose(a) -> int:
     from agent.run import propose
 
     result, path, _ = propose(a.file, a.sets, a.target, a.kernel, a.row, a.trace, a.db,
-                              device=a.device)
+                              device=a.device, expr=a.expr)
     _write_json(a.json, {"trace": str(path), **result.model_dump(mode="json")})
     if not isinstance(result, EvaluationResult):
         raise BadInput(f"{result.error}" + (f"\n  hint: {result.hint}" if result.hint else ""))

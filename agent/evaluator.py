@@ -32,8 +32,18 @@ class BadInput(Exception):
     """The user's input is wrong (file, flag, trace); the CLI prints it and exits 2."""
 
 
-def workload_record(path: str | Path, sets: list[str]) -> WorkloadRecord:
-    """The workload file's text and hash, as the trace header keeps them."""
+EXPR_PATH = "<expr>"   # a WorkloadRecord's path for a -c expression (its source: the expression)
+
+
+def workload_record(path: str | Path | None, sets: list[str],
+                    expr: str | None = None) -> WorkloadRecord:
+    """The workload file's text and hash (or the -c expression's), as the trace header keeps
+    them."""
+    if expr is not None:
+        from emmy.frontend.workload import expr_name
+
+        return WorkloadRecord(name=expr_name(expr), path=EXPR_PATH, source=expr,
+                              sha256=hashlib.sha256(expr.encode()).hexdigest(), sets=[])
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"no such workload file: {path}")
@@ -42,8 +52,18 @@ def workload_record(path: str | Path, sets: list[str]) -> WorkloadRecord:
                           sha256=hashlib.sha256(source.encode()).hexdigest(), sets=list(sets))
 
 
-def open_evaluator(path: str | Path, sets: list[str], target: str, device: str = "auto"):
-    """Load the workload file and build the compiler's Evaluator for it."""
+def check_workload_args(file: str | None, expr: str | None, sets: list[str]) -> None:
+    """A workload is a FILE or a -c EXPR, and --set applies to a file only."""
+    if bool(file) == bool(expr):
+        raise BadInput("give a workload FILE or -c EXPR (exactly one)")
+    if expr and sets:
+        raise BadInput("--set overrides constants of a workload file; it does not apply to -c")
+
+
+def open_evaluator(path: str | Path | None, sets: list[str], target: str, device: str = "auto",
+                   expr: str | None = None):
+    """Load the workload file (or the -c expression) and build the compiler's Evaluator for
+    it."""
     try:
         from emmy.errors import UserError
     except ImportError as e:  # pragma: no cover - the compiler is part of this distribution
@@ -52,10 +72,10 @@ def open_evaluator(path: str | Path, sets: list[str], target: str, device: str =
         from emmy.evaluate import Evaluator
     except ImportError as e:
         raise BadInput(f"this emmy has no emmy.evaluate.Evaluator yet ({e})") from None
-    from emmy.frontend.workload import load_file, parse_sets
+    from emmy.frontend.workload import load_expr, load_file, parse_sets
 
     try:
-        workload = load_file(path, parse_sets(sets))
+        workload = load_expr(expr) if expr is not None else load_file(path, parse_sets(sets))
         return Evaluator(workload, target, device=device)
     except UserError as e:
         raise BadInput(str(e)) from None

@@ -13,11 +13,10 @@ from pydantic import BaseModel
 
 from agent.api import Session
 from agent.budget import Budget
-from agent.evaluator import open_evaluator
 from agent.models import (AgentErrorEvent, EvaluationEvent, EvaluationResult, HeaderEvent,
                           LlmErrorEvent, LlmResponseEvent, NoteEvent, ResumeEvent, SummaryEvent,
                           ToolCallEvent, ToolResultEvent)
-from agent.run import materialize
+from agent.run import open_recorded
 from agent.trace import Trace, TraceWriter
 
 
@@ -43,7 +42,7 @@ class ReplayReport:
 def open_for(trace: Trace, device: str = "auto"):
     """An Evaluator for the workload a trace recorded (its own source text and --set values)."""
     h = trace.header
-    return open_evaluator(materialize(h.workload), list(h.workload.sets), h.target, device)
+    return open_recorded(h.workload, h.target, device)
 
 
 def rerun(trace: Trace, ev) -> ReplayReport:

@@ -11,7 +11,8 @@ from typing import Any
 from agent.api import Session
 from agent.budget import Budget
 from agent.db import ScheduleDb
-from agent.evaluator import BadInput, gpu_name, open_evaluator, versions, workload_record
+from agent.evaluator import (EXPR_PATH, BadInput, check_workload_args, gpu_name, open_evaluator,
+                             versions, workload_record)
 from agent.models import (DbEntry, HeaderEvent, NoteEvent, ResumeEvent, SummaryEvent,
                           WorkloadRecord)
 from agent.trace import Trace, TraceWriter, default_path
@@ -39,6 +40,7 @@ class RunConfig:
     seed: int = 0
     backoff: float = 1.0
     timeout: float = 120.0
+    expr: str | None = None             # a -c expression instead of a file
 
 
 @dataclass
@@ -86,9 +88,12 @@ def optimize(cfg: RunConfig, view_factory, evaluator=None) -> Outcome:
             raise BadInput(f"{cfg.resume} is a finished run (it has a summary); nothing to resume")
         cfg = _from_header(cfg, previous.header)
     policy_name, why = choose_policy(cfg)
-    path, sets = _workload_path(cfg, previous)
-    ev = evaluator or open_evaluator(path, sets, cfg.target, cfg.device)
-    record = previous.header.workload if previous else workload_record(cfg.file, cfg.sets)
+    if previous is None:
+        check_workload_args(cfg.file, cfg.expr, cfg.sets)
+        record = workload_record(cfg.file, cfg.sets, cfg.expr)
+    else:
+        record = previous.header.workload
+    ev = evaluator or open_recorded(record, cfg.target, cfg.device)
     budget = Budget(cfg.budget, cfg.max_turns, cfg.max_tokens, cfg.time_limit)
     trace_path = Path(cfg.resume or cfg.trace or default_path(ev.workload_name, policy_name))
     writer = TraceWriter(trace_path, append=previous is not None)
@@ -206,12 +211,11 @@ def _from_header(cfg: RunConfig, header: HeaderEvent) -> RunConfig:
     return resumed
 
 
-def _workload_path(cfg: RunConfig, previous: Trace | None) -> tuple[str, list[str]]:
-    if previous is None:
-        if not cfg.file:
-            raise BadInput("give a workload FILE (or --resume TRACE)")
-        return cfg.file, cfg.sets
-    return materialize(previous.header.workload), list(previous.header.workload.sets)
+def open_recorded(w: WorkloadRecord, target: str, device: str = "auto"):
+    """The Evaluator of the workload a record names: its expression, or its file as recorded."""
+    if w.path == EXPR_PATH:
+        return open_evaluator(None, [], target, device, expr=w.source)
+    return open_evaluator(materialize(w), list(w.sets), target, device)
 
 
 def materialize(w: WorkloadRecord) -> str:
@@ -227,11 +231,12 @@ def materialize(w: WorkloadRecord) -> str:
     return str(copy)
 
 
-def propose(file: str, sets: list[str], target: str, kernel: str | None, row: str,
-            trace: str | None, db: str | None, device: str = "auto"):
+def propose(file: str | None, sets: list[str], target: str, kernel: str | None, row: str,
+            trace: str | None, db: str | None, device: str = "auto", expr: str | None = None):
     """Evaluate one row a person proposes, through the same checked tools; trace it."""
-    ev = open_evaluator(file, sets, target, device)
-    record = workload_record(file, sets)
+    check_workload_args(file, expr, sets)
+    record = workload_record(file, sets, expr)
+    ev = open_recorded(record, target, device)
     names = [k.name for k in ev.kernels()]
     if kernel is None:
         if len(names) != 1:
@@ -241,11 +246,12 @@ def propose(file: str, sets: list[str], target: str, kernel: str | None, row: st
     previous = Trace.read(trace) if trace and Path(trace).exists() else None
     if previous is not None and previous.header.workload.sha256 != record.sha256:
         raise BadInput(f"{trace} records another workload ({previous.header.workload.path}); "
-                       "propose appends only to a trace of the same file")
+                       "propose appends only to a trace of the same workload")
     path = Path(trace or default_path(ev.workload_name, "human"))
     writer = TraceWriter(path, append=previous is not None)
     session = Session(ev, Budget(evaluations=10**9), sinks=[writer])
-    args = {"file": file, "sets": sets, "target": target, "kernel": kernel, "row": row}
+    args = {"file": file, "sets": sets, "target": target, "kernel": kernel, "row": row,
+            **({"expr": expr} if expr is not None else {})}
     if previous is None:
         session.emit(header(session, "propose", args, record, "human"))
     else:

@@ -148,6 +148,14 @@ def load_expr(expr: str) -> Workload:
                     origin=_EXPR_FILE, make_inputs=fresh_inputs)
 
 
+def expr_name(expr: str) -> str:
+    """The name load_expr gives the workload of `expr` ("expr" when it cannot tell)."""
+    try:
+        return _expr_name(ast.parse(expr.strip(), mode="eval").body)
+    except SyntaxError:
+        return "expr"
+
+
 class _SplitExpr(ast.NodeTransformer):
     """Replaces the inputs of a -c expression by names x0, x1, ... and the modules it builds
     by attributes of the model named after their class (self.linear, self.linear_1, ...),

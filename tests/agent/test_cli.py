@@ -154,6 +154,11 @@ BAD = [
     (["replay", "missing.jsonl"], "no such trace"),
     (["report", "missing.jsonl"], "no such trace"),
     (["propose", RMSNORM], "--row"),
+    (["optimize", RMSNORM, "-c", "torch.exp(torch.randn(4))"], "exactly one"),
+    (["optimize", "-c", "torch.exp(torch.randn(4))", "--set", "a=1"], "does not apply to -c"),
+    (["optimize", "--resume", "x.jsonl", "-c", "torch.exp(torch.randn(4))"], "drop the workload"),
+    (["optimize", "-c", "torch.exp(x)"], "`x` is not defined"),
+    (["propose", "--row", DEFAULT], "exactly one"),
 ]
 
 
@@ -162,6 +167,27 @@ def test_bad_input_exits_2(argv, message, capsys, tmp_path):
     rc, out, err = run(capsys, *argv, *(["--db", tmp_path / "db.json"] if argv[:1] == ["optimize"] else []))
     assert rc == 2
     assert message in out + err and "Traceback" not in err
+
+
+EXPR = "nn.RMSNorm(256)(torch.randn(4, 256))"
+
+
+def test_an_expression_workload_is_optimized_proposed_and_replayed(tmp_path, capsys):
+    """-c instead of a file: the trace records the expression, and replay rebuilds it."""
+    trace, db = tmp_path / "expr.jsonl", tmp_path / "db.json"
+    rc, _, _ = run(capsys, "optimize", "-c", EXPR, "--budget", "2", "--trace", trace,
+                   "--db", db, "--quiet")
+    t = Trace.read(trace)
+    assert rc == 0 and t.finished and t.header.workload.path == "<expr>"
+    assert t.header.workload.source == EXPR and t.header.workload.name == "rmsnorm"
+    assert [r.verdict for r in t.evaluations] == ["ok"] * len(t.evaluations)
+    rc, out, _ = run(capsys, "replay", trace)
+    assert rc == 0 and f"{len(t.evaluations)}/{len(t.evaluations)} evaluations reproduce" in out
+    proposed = tmp_path / "human.jsonl"
+    rc, out, _ = run(capsys, "propose", "-c", EXPR, "--row", DEFAULT, "--trace", proposed,
+                     "--db", db)
+    assert rc == 0 and f"`{DEFAULT}`: ok" in out
+    assert Trace.read(proposed).header.workload.source == EXPR
 
 
 def test_not_a_trace_is_bad_input(tmp_path, capsys):
