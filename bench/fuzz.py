@@ -37,17 +37,18 @@ class Node:
 class Gen:
     """Random well-shaped expressions over fresh inputs `torch.randn(...)`."""
 
-    def __init__(self, rng: random.Random, cast: str):
-        self.rng, self.cast = rng, cast
+    def __init__(self, rng: random.Random, cast: str, dims: tuple[int, ...] = DIMS,
+                 max_elements: int = MAX_ELEMENTS):
+        self.rng, self.cast, self.dims, self.max_elements = rng, cast, dims, max_elements
 
     def shape(self, rank: int | None = None) -> tuple[int, ...]:
         while True:
             rank = rank or self.rng.randint(1, 3)
-            shape = tuple(self.rng.choice(DIMS) for _ in range(rank))
+            shape = tuple(self.rng.choice(self.dims) for _ in range(rank))
             n = 1
             for d in shape:
                 n *= d
-            if n <= MAX_ELEMENTS:
+            if n <= self.max_elements:
                 return shape
 
     def leaf(self, shape: tuple[int, ...] | None = None) -> Node:
@@ -150,7 +151,7 @@ class Gen:
                         x.shape[:-1] + (len(range(k // 2, k + 1, step)),))
         if choice == 3:
             d = self.rng.randrange(r)
-            y = self.leaf(x.shape[:d] + (self.rng.choice(DIMS[:4]),) + x.shape[d + 1:])
+            y = self.leaf(x.shape[:d] + (self.rng.choice(self.dims[:4]),) + x.shape[d + 1:])
             return Node(f"torch.cat([{x.code}, {y.code}], {d})",
                         x.shape[:d] + (x.shape[d] + y.shape[d],) + x.shape[d + 1:])
         n = 1
@@ -161,7 +162,7 @@ class Gen:
     def matmul(self, x: Node) -> Node:
         if len(x.shape) < 2:
             return self.unary(x)
-        n = self.rng.choice(DIMS[1:])
+        n = self.rng.choice(self.dims[1:])
         w = self.leaf((x.shape[-1], n))
         code = f"({x.code} @ {w.code} * {1 / max(1, x.shape[-1]) ** 0.5:.4f})"
         return Node(code, x.shape[:-1] + (n,))
@@ -193,7 +194,7 @@ class Gen:
         if len(x.shape) != 3:
             return self.layout(x)
         if self.rng.random() < 0.5:
-            n = self.rng.choice(DIMS[1:])
+            n = self.rng.choice(self.dims[1:])
             y = self.leaf((x.shape[0], x.shape[2], n))
             return Node(f"torch.bmm({x.code}, {y.code})", (x.shape[0], x.shape[1], n))
         perm = self.rng.sample(range(3), 3)
@@ -218,7 +219,7 @@ def run(args) -> int:
             print(f"time limit reached after {i} programs")
             break
         cast = rng.choice([".half()", ".bfloat16()"]) if rng.random() < args.half else ""
-        gen = Gen(rng, cast)
+        gen = Gen(rng, cast, args.dims, args.max_elements)
         expr = gen.program(rng.randint(1, args.depth)).code
         if args.show:
             print(f"   {expr}")
@@ -285,15 +286,26 @@ def main(argv: list[str] | None = None) -> int:
                     help="legal rows sampled per kernel besides the defaults (default 1)")
     ap.add_argument("--half", type=float, default=0.2,
                     help="share of programs in f16 or bf16 (default 0.2)")
+    ap.add_argument("--dims", default=",".join(map(str, DIMS)), metavar="N,N,...",
+                    help=f"axis sizes to draw from, smallest first (default {','.join(map(str, DIMS))})")
+    ap.add_argument("--max-elements", type=int, default=MAX_ELEMENTS, metavar="N",
+                    help=f"most elements of an input (default {MAX_ELEMENTS}; the emulator runs "
+                         "a host thread per CUDA thread)")
     ap.add_argument("--time-limit", type=float, metavar="S")
     ap.add_argument("--show", action="store_true", help="print each program")
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
-    if args.programs < 1 or args.depth < 1 or args.rows < 0 or not 0 <= args.half <= 1:
+    try:
+        args.dims = tuple(sorted(int(d) for d in args.dims.split(",")))
+    except ValueError:
+        args.dims = ()
+    if (args.programs < 1 or args.depth < 1 or args.rows < 0 or not 0 <= args.half <= 1
+            or len(args.dims) < 4 or args.dims[0] < 1 or args.max_elements < args.dims[-1]):
         print("fuzz: --programs and --depth take a positive count, --rows a count >= 0, "
-              "--half a share in [0, 1]", file=sys.stderr)
+              "--half a share in [0, 1], --dims four or more positive sizes, --max-elements "
+              "at least the largest", file=sys.stderr)
         return 2
     return run(args)
 

@@ -31,7 +31,9 @@ def test_a_few_programs_pass(capsys):
     assert "programs: ok 3, refused 0, failed 0" in out
 
 
-@pytest.mark.parametrize("args", [["--programs", "0"], ["--half", "2"], ["--rows", "x"]])
+@pytest.mark.parametrize("args", [["--programs", "0"], ["--half", "2"], ["--rows", "x"],
+                                  ["--dims", "1,2"], ["--dims", "a,b,c,d"],
+                                  ["--max-elements", "10"]])
 def test_bad_arguments_are_a_message_and_exit_code_2(args):
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "fuzz.py"), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
