@@ -303,11 +303,18 @@ def _builds_module(node: ast.expr, scope: dict) -> bool:
 
 
 def _call_expr(model, inputs, text: str) -> None:
-    """Run the expression once, so that its mistakes are the user's messages, not torch
-    export's."""
+    """Run the expression once on meta tensors (shapes and types only, no arithmetic), so that
+    its mistakes are the user's messages, not torch export's."""
+    from torch.func import functional_call
+
+    state = {k: v.to("meta") for k, v in (*model.named_parameters(), *model.named_buffers())}
     try:
-        model(*inputs)
+        functional_call(model, state, tuple(x.to("meta") for x in inputs))
+    except NotImplementedError:
+        pass   # an op without a meta kernel: torch.export will say what it finds
     except Exception as e:
+        if "meta" in str(e):   # needs the data (`.item()`): torch.export will say what it finds
+            return
         raise UserError(f"-c: evaluating `{text}` failed: {type(e).__name__}: {e}") from None
 
 

@@ -171,7 +171,7 @@ def test_expression_that_only_makes_an_input():
 
 
 def test_expression_whose_call_fails_names_the_error():
-    with pytest.raises(UserError, match="shapes cannot be multiplied"):
+    with pytest.raises(UserError, match=r"evaluating .* failed: RuntimeError: .*\[4, 3\] X \[4, 3\]"):
         load_expr("torch.randn(4, 3) @ torch.randn(4, 3)")
 
 
