@@ -132,7 +132,9 @@ def load_expr(expr: str) -> Workload:
         if not isinstance(value, torch.Tensor):
             raise UserError(f"-c: `{t}` is not a tensor ({type(value).__name__})")
     params = [f"x{i}" for i in range(len(inputs))]
-    if params == ["x0"] and "x" not in _bound_names(tree):   # `x`, as in a module's forward
+    stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Store)}   # comprehension variables, around the inputs
+    if params == ["x0"] and "x" not in stored:   # `x`, as in a module's forward
         body, params = _Rename({"x0": "x"}).visit(body), ["x"]
     if _calls_one_module(body, split, params):   # `nn.RMSNorm(2048)(torch.randn(...))`
         (model,) = modules   # is that module, its parameters named as its own

@@ -147,6 +147,7 @@ def test_expression_a_functions_arguments_built_from_factories_alone_are_one_inp
     # a function's body stays the forward's: its factories are not inputs
     w = load_expr("(lambda x: x * torch.ones(4))(torch.randn(2, 4))")
     assert len(w.inputs) == 1
+    torch.testing.assert_close(w.model(w.inputs[0]), w.inputs[0])
 
 
 def test_expression_input_keeps_its_name_where_the_expression_binds_x():
