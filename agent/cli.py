@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _expr_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", dest="expr", metavar="EXPR",
                    help='instead of a file, an expression as `emmy compile -c` takes it, e.g. '
-                        '"F.softmax(torch.randn(4096, 4096).half(), dim=-1)"')
+                        '"F.softmax(torch.randn(256, 1024).half(), dim=-1)"')
 
 
 def _common(p: argparse.ArgumentParser) -> None:
