@@ -24,6 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from emmy.check import check_cuda_program  # noqa: E402
+from emmy.errors import UserError  # noqa: E402
+from emmy.frontend.workload import load_expr  # noqa: E402
+from emmy.pipeline import compile_to  # noqa: E402
+from emmy.verify import verify_rows  # noqa: E402
+
 DIMS = (1, 3, 8, 17, 32, 64, 100)
 MAX_ELEMENTS = 8192           # per tensor: the emulator runs one host thread per CUDA thread
 
@@ -97,19 +103,15 @@ class Gen:
                              "torch.sin({})", "-{}", "({} * {})", "torch.log({}.abs() + 1)",
                              "torch.sqrt({}.abs())", "F.softplus({})", "({} * 0.5 + 1)",
                              "torch.clamp({}, -1, 1)", "F.leaky_relu({}, 0.1)"])
-        return Node(f.format(x.code, x.code) if f.count("{}") == 2 else f.format(x.code),
-                    x.shape)
+        return Node(f.format(x.code, x.code), x.shape)   # ("{} * {}" takes it twice)
 
     def binary(self, x: Node) -> Node:
         y = self.leaf(self.broadcastable(x.shape))
-        if self.rng.random() < 0.5:
-            f = self.rng.choice(["({} + {})", "({} - {})", "({} * {})", "torch.maximum({}, {})",
-                                 "({} / ({}.abs() + 1))", "torch.where({0} > 0, {0}, {1})"])
-            code = f.format(x.code, y.code)
-        else:   # the broadcast operand first
-            f = self.rng.choice(["({1} + {0})", "({1} * {0})", "torch.minimum({1}, {0})"])
-            code = f.format(x.code, y.code)
-        return Node(code, x.shape)
+        forms = (["({} + {})", "({} - {})", "({} * {})", "torch.maximum({}, {})",
+                  "({} / ({}.abs() + 1))", "torch.where({0} > 0, {0}, {1})"]
+                 if self.rng.random() < 0.5 else   # or the broadcast operand first
+                 ["({1} + {0})", "({1} * {0})", "torch.minimum({1}, {0})"])
+        return Node(self.rng.choice(forms).format(x.code, y.code), x.shape)
 
     def reduce(self, x: Node) -> Node:
         d = self.rng.randrange(len(x.shape))
@@ -205,12 +207,6 @@ class Gen:
 
 
 def run(args) -> int:
-    from emmy.check import check_cuda_program
-    from emmy.errors import UserError
-    from emmy.frontend.workload import load_expr
-    from emmy.pipeline import compile_to
-    from emmy.verify import verify_rows
-
     rng = random.Random(args.seed)
     t0 = time.perf_counter()
     counts = {"ok": 0, "refused": 0, "failed": 0}
@@ -223,8 +219,7 @@ def run(args) -> int:
         expr = gen.program(rng.randint(1, args.depth)).code
         if args.show:
             print(f"   {expr}")
-        verdict, detail, rows, kernels = _check(expr, args.rows, args.seed + i, load_expr, compile_to,
-                                       check_cuda_program, verify_rows, UserError)
+        verdict, detail, rows, kernels = _check(expr, args.rows, args.seed + i)
         counts["ok" if verdict == "ok" else "refused" if verdict == "refused" else "failed"] += 1
         print(f"{i:4d} {verdict:<14} kernels {kernels:2d}  rows {rows:3d}  {len(expr):4d} chars",
               flush=True)
@@ -238,7 +233,7 @@ def run(args) -> int:
     return 1 if counts["failed"] else 0
 
 
-def _check(expr, rows, seed, load_expr, compile_to, check_cuda_program, verify_rows, UserError):
+def _check(expr: str, rows: int, seed: int):
     """(verdict, detail, rows checked, kernels) of one program: its default rows, then
     sampled ones."""
     try:

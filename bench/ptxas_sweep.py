@@ -46,9 +46,8 @@ def flagged_rows(workload, target: str = "sm_90a", where: str = "", limit: int |
                     found.append((k.name, str(row), None, ("compile error",)))
                     continue
                 for launch in unit.launches:
-                    res = result.resources_of(launch.function)
-                    notes = result.warnings_of(launch.function)
-                    spill = res.spill_store_bytes + res.spill_load_bytes
+                    report = result.report_of(launch.function, launch.shared_bytes)
+                    spill, notes = report["spill_bytes"], tuple(report["ptxas_warnings"])
                     if spill or notes:
                         found.append((k.name, str(row), spill, notes))
             counts[k.name] += 1

@@ -156,11 +156,7 @@ class Evaluator:
             return None, "\n".join(result.errors[:8]) or result.log[-2000:]
         per_fn = {}
         for launch in unit.launches:
-            r = result.resources_of(launch.function)
-            per_fn[launch.function] = {"registers": r.registers, "shared_bytes": r.shared_bytes,
-                                       "dynamic_shared_bytes": launch.shared_bytes,
-                                       "spill_bytes": r.spill_store_bytes + r.spill_load_bytes,
-                                       "ptxas_warnings": list(result.warnings_of(launch.function))}
+            per_fn[launch.function] = result.report_of(launch.function, launch.shared_bytes)
         return per_fn, None
 
     def _check(self, prog):

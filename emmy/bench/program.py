@@ -24,12 +24,8 @@ def bench_program(workload, results: dict, *, device: str = "auto") -> dict:
         resources = {}
         if compiled.ok:
             for launch in unit.launches:
-                r = compiled.resources_of(launch.function)
                 resources[launch.function] = {
-                    "registers": r.registers, "shared_bytes": r.shared_bytes,
-                    "dynamic_shared_bytes": launch.shared_bytes,
-                    "spill_bytes": r.spill_store_bytes + r.spill_load_bytes,
-                    "ptxas_warnings": list(compiled.warnings_of(launch.function)),
+                    **compiled.report_of(launch.function, launch.shared_bytes),
                     "grid": launch.grid, "compiled_grid": launch.grid,
                     "threads": launch.threads}
         kernels.append({"name": unit.kernel, "row": unit.row, "resources": resources})

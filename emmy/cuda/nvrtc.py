@@ -70,6 +70,14 @@ class CompileResult:
         """ptxas's performance warnings for `kernel` (see performance_warnings)."""
         return performance_warnings(self.log).get(kernel, ())
 
+    def report_of(self, kernel: str, dynamic_shared_bytes: int) -> dict:
+        """What ptxas says of `kernel`, as the evaluator and `emmy run --bench` report it."""
+        r = self.resources_of(kernel)
+        return {"registers": r.registers, "shared_bytes": r.shared_bytes,
+                "dynamic_shared_bytes": dynamic_shared_bytes,
+                "spill_bytes": r.spill_store_bytes + r.spill_load_bytes,
+                "ptxas_warnings": list(self.warnings_of(kernel))}
+
 
 def compile_cuda(source: str, target: Target, *, ptx: bool = False,
                  options: tuple[str, ...] = (), use_cache: bool = True) -> CompileResult:

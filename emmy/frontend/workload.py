@@ -132,9 +132,8 @@ def load_expr(expr: str) -> Workload:
         if not isinstance(value, torch.Tensor):
             raise UserError(f"-c: `{t}` is not a tensor ({type(value).__name__})")
     params = [f"x{i}" for i in range(len(inputs))]
-    stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-              and isinstance(n.ctx, ast.Store)}   # comprehension variables, around the inputs
-    if params == ["x0"] and "x" not in stored:   # `x`, as in a module's forward
+    # `x`, as in a module's forward, unless a comprehension around the input binds `x`
+    if params == ["x0"] and "x" not in _stored_names(tree):
         body, params = _Rename({"x0": "x"}).visit(body), ["x"]
     if _calls_one_module(body, split, params):   # `nn.RMSNorm(2048)(torch.randn(...))`
         (model,) = modules   # is that module, its parameters named as its own
@@ -214,16 +213,15 @@ def _module_name(node: ast.Call, taken) -> str:
     return name
 
 
-def _bound_names(tree: ast.AST) -> set[str]:
-    """The names the expression binds itself: comprehension variables, lambda parameters."""
-    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-             and not isinstance(n.ctx, ast.Load)}
-    return bound | {a.arg for n in ast.walk(tree) if isinstance(n, ast.Lambda)
-                    for a in n.args.args}
+def _stored_names(tree: ast.AST) -> set[str]:
+    """The names the expression assigns: comprehension variables (and `:=` targets)."""
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+            and not isinstance(n.ctx, ast.Load)}
 
 
 def _check_names(tree: ast.Expression, scope: dict) -> None:
-    bound = _bound_names(tree)
+    bound = _stored_names(tree) | {a.arg for n in ast.walk(tree) if isinstance(n, ast.Lambda)
+                                   for a in n.args.args}
     unknown = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
                       and n.id not in scope and n.id not in bound and n.id not in _BUILTINS})
     if unknown:

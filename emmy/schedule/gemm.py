@@ -138,7 +138,6 @@ class GemmCtx:
     out_f32: bool
     target: Target
     allow_tf32: bool = False   # the workload lets its f32 products round operands to tf32
-    starts: tuple[int, int] = (0, 0)   # A's and B's first element's offset in their buffers
     work: tuple[int, int] | None = None
     tile: GemmTile | None = None
     reduce: Reduce | None = None
@@ -314,9 +313,10 @@ def stage_alignment(c: GemmCtx) -> str | None:
                     f"{c.stage.kind} copies need affine 16-byte chunks; use STAGE=smem or "
                     f"async:N (the other operand by cp.async, the gathered one through "
                     f"registers one tile ahead)")
-    for name, op, start in (("A", c.problem.a, c.starts[0]), ("B", c.problem.b, c.starts[1])):
+    for name, op in (("A", c.problem.a), ("B", c.problem.b)):
         if op.gathered:
             continue
+        start = op.start
         if start * op.itemsize % 16:
             return (f"cp.async copies 16-byte chunks; operand {name} starts {start} elements "
                     f"({start * op.itemsize} bytes) into its buffer, off a 16-byte boundary "
@@ -418,5 +418,4 @@ def make_ctx(kernel, target: Target) -> GemmCtx:
     outs = kernel.outputs
     return GemmCtx(kernel.name, problem_of(con), con.plain_store,
                    all(b.type.dtype is DType.F32 for b in outs), target,
-                   allow_tf32=con.allow_tf32,
-                   starts=tuple(0 if o.gathered else o.offset.const for o in (con.a, con.b)))
+                   allow_tf32=con.allow_tf32)
