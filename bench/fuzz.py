@@ -1,7 +1,7 @@
 """Random torch programs through the whole compiler: each one a `-c` expression (elementwise
-ops with broadcasting, reductions, norms, softmax, scans, layout ops, matrix products,
-attention, convolutions), compiled with its default rows and with sampled legal rows of each
-kernel, and checked on the CPU emulator against PyTorch (CPU only: g++ and NVRTC, no GPU).
+ops with broadcasting, reductions, norms, softmax, scans, layout ops, gathers and embeddings,
+matrix products, attention, convolutions), compiled with its default rows and with sampled
+legal rows of each kernel, and checked on the CPU emulator against PyTorch (CPU only: g++ and NVRTC, no GPU).
 
     .venv/bin/python bench/fuzz.py [--programs 50] [--seed 0] [--rows 1] [--time-limit S]
         [--half 0.2] [--show]
@@ -15,6 +15,7 @@ when something failed, 2 on a bad argument.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 import time
@@ -70,7 +71,8 @@ class Gen:
 
     def program(self, depth: int) -> Node:
         start = self.rng.random()
-        x = self.attention() if start < 0.1 else self.conv() if start < 0.2 else self.leaf()
+        x = (self.attention() if start < 0.1 else self.conv() if start < 0.2
+             else self.embedding() if start < 0.27 else self.leaf())
         for _ in range(depth):
             x = self.rng.choice(self.OPS)(self, x)
         return x
@@ -94,6 +96,18 @@ class Gen:
         out = (hw + 2 * pad - kk) // stride + 1
         return Node(f"F.conv2d({x.code}, {w.code}, padding={pad}, stride={stride})",
                     (n, o, out, out))
+
+    def embedding(self) -> Node:
+        """Rows of a fresh table at random positions (a token embedding)."""
+        rows, dim = self.rng.choice(self.dims[2:]), self.rng.choice(self.dims[1:])
+        at = self.shape(self.rng.randint(1, 2))
+        if math.prod(at) * dim > self.max_elements:
+            return self.leaf()
+        table = self.leaf((rows, dim))
+        return Node(f"F.embedding({self._positions(0, rows, at)}, {table.code})", at + (dim,))
+
+    def _positions(self, lo: int, hi: int, shape: tuple[int, ...]) -> str:
+        return f"torch.randint({lo}, {hi}, {shape if len(shape) > 1 else f'({shape[0]},)'})"
 
     # --- the ops: each takes a node and returns a new one ------------------------------------
 
@@ -203,7 +217,30 @@ class Gen:
         return Node(f"{x.code}.permute({', '.join(map(str, perm))})",
                     tuple(x.shape[i] for i in perm))
 
-    OPS = [unary, unary, binary, binary, reduce, norm, layout, matmul, window, batched]
+    def gather(self, x: Node) -> Node:
+        """Reads at positions known at run time: rows by index (negative ones wrap), an
+        index_select, a gather along an axis, or each row's largest element."""
+        r, d = len(x.shape), self.rng.randrange(len(x.shape))
+        m = self.rng.choice(self.dims[:5])
+        choice = self.rng.randrange(4)
+        if choice == 0:
+            shape = (m,) + x.shape[1:]
+            code = f"{x.code}[{self._positions(-x.shape[0], x.shape[0], (m,))}]"
+        elif choice == 1:
+            shape = x.shape[:d] + (m,) + x.shape[d + 1:]
+            code = (f"torch.index_select({x.code}, {d}, "
+                    f"{self._positions(0, x.shape[d], (m,))})")
+        elif choice == 2:
+            shape = x.shape[:d] + (m,) + x.shape[d + 1:]
+            code = f"torch.gather({x.code}, {d}, {self._positions(0, x.shape[d], shape)})"
+        else:
+            shape = x.shape[:d] + (1,) + x.shape[d + 1:]
+            code = f"(lambda t: t.gather({d}, t.argmax({d}, keepdim=True)))({x.code})"
+        if math.prod(shape) > self.max_elements or r == 0:
+            return self.unary(x)
+        return Node(code, shape)
+
+    OPS = [unary, unary, binary, binary, reduce, norm, layout, matmul, window, batched, gather]
 
 
 def run(args) -> int:

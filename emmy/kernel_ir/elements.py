@@ -13,7 +13,7 @@ from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Stor
 from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import Lin, Sym, bounds_of, floordiv, lin, mod, render, substitute, var
 from emmy.dtypes import DType
-from emmy.tensor_ir.ir import Scalar
+from emmy.tensor_ir.ir import Scalar, gather_var
 from emmy.tile_ir.ir import Axis, Fold, Item
 from emmy.tile_ir.values import value_types
 
@@ -35,17 +35,28 @@ def group(fn: Fn, items: tuple[Item, ...], axis: str | None, base: Lin, V: int, 
     if V == 1:
         return stmts(fn, items, tag, at(0), lane0_stores=False, accs=accs, local=local, axis=axis)
     vec_loads, vec_stores = {}, {}
+    invariant = _invariant(items, axis, local)
     for s in items:
         if isinstance(s, (Load, Store)) and _contiguous(fn, s, axis) and not reverse_extent:
+            if isinstance(s, Load) and not _needs(items, s.dyn, local) <= invariant:
+                continue   # a gather whose position differs between the group's elements
             (vec_loads if isinstance(s, Load) else vec_stores)[id(s)] = s
-    out: list[K.KStmt] = []
+    # what the vector gathers' positions need, computed once for the group
+    once = set().union(*(_needs(items, s.dyn, local) for s in vec_loads.values()))
+    first = tuple(s for s in items if getattr(s, "dst", None) in once)
+    out: list[K.KStmt] = stmts(fn, first, f"{tag}_i", at(0), lane0_stores=False, accs=accs,
+                               local=local, axis=axis)
+    shared = {n: f"{n}{tag}_i" for n in once}
     for s in items:
         if id(s) in vec_loads:
             names = tuple(f"{s.dst}{tag}_{v}" for v in range(V))
-            out += _load(fn, s, names, at(0), axis)
-    rest = tuple(s for s in items if id(s) not in vec_loads and id(s) not in vec_stores)
+            dyn = tuple(shared.get(a, accs.get(a, a)) for a in s.dyn)
+            out += _load(fn, s, names, at(0), axis, dyn)
+    rest = tuple(s for s in items if id(s) not in vec_loads and id(s) not in vec_stores
+                 and getattr(s, "dst", None) not in once)
     for v in range(V):
         lane_accs = {a: f"{n}_{v}" for a, n in accs.items()} if acc_lanes else accs
+        lane_accs = {**lane_accs, **shared}
         out += stmts(fn, rest, f"{tag}_{v}", at(v), lane0_stores=False, accs=lane_accs,
                      local=local, axis=axis)
     for s in items:
@@ -68,12 +79,55 @@ def _contiguous(fn: Fn, s: Load | Store, axis: str | None) -> bool:
     return axis is not None and stride_along(offset(s.index, fn.shapes[s.buffer]), axis) == 1
 
 
-def _load(fn: Fn, s: Load, names: tuple[str, ...], env, axis: str | None) -> list[K.KStmt]:
-    """A global load, or a read of the staged row when the access follows its pattern."""
+def _needs(items, names, local: set[str]) -> set[str]:
+    """The group's own values that computing `names` takes, `names` included."""
+    defs = {getattr(s, "dst", None): s for s in items}
+    out: set[str] = set()
+    todo = [n for n in names if n in local]
+    while todo:
+        n = todo.pop()
+        if n in out or n not in defs:
+            continue
+        out.add(n)
+        s = defs[n]
+        reads = (s.dyn if isinstance(s, Load) else (s.arg,) if isinstance(s, CastTo)
+                 else tuple(a for a in s.args if isinstance(a, str))
+                 if isinstance(s, Compute) else ())
+        todo += [a for a in reads if a in local]
+    return out
+
+
+def _invariant(items, axis: str | None, local: set[str]) -> set[str]:
+    """The group's values that are the same for every element along `axis`."""
+    out: set[str] = set()
+    for s in items:
+        match s:
+            case Load():
+                ok = (all(axis not in e.free_vars() for e in s.index)
+                      and all(a in out or a not in local for a in s.dyn))
+            case Compute():
+                ok = all(a in out or a not in local for a in s.args if isinstance(a, str))
+            case CastTo():
+                ok = s.arg in out or s.arg not in local
+            case IndexValue():
+                ok = axis not in s.expr.free_vars()
+            case _:
+                ok = False
+        if ok:
+            out.add(s.dst)
+    return out
+
+
+def _load(fn: Fn, s: Load, names: tuple[str, ...], env, axis: str | None,
+          dyn: tuple[str, ...] = ()) -> list[K.KStmt]:
+    """A global load, or a read of the staged row when the access follows its pattern; `dyn`
+    names the values of a gather's positions (@0, @1, …)."""
+    env = {**env, **{gather_var(k): var(a) for k, a in enumerate(dyn)}}
     idx = tuple(substitute(e, env, fn.bounds) for e in s.index)
     c = ctype(s.dtype)
     direct = K.GlobalLoad(names, c, s.buffer, offset(idx, fn.shapes[s.buffer]))
-    if s.buffer not in fn.stage or axis is None or _pattern(fn, s, axis) != fn.stage_index[s.buffer]:
+    if (s.dyn or s.buffer not in fn.stage or axis is None
+            or _pattern(fn, s, axis) != fn.stage_index[s.buffer]):
         return [direct]
     extent = fn.bounds[f"stage_extent_{s.buffer}"]
     where = var("slot") * extent + env[axis]
@@ -118,7 +172,7 @@ def scalar(fn: Fn, s: Item, suffix: str, env: dict[str, Lin], *, lane0_stores: b
         return tuple(substitute(e, env, fn.bounds) for e in idx)
     match s:
         case Load():
-            return _load(fn, s, (name(s.dst),), env, axis)
+            return _load(fn, s, (name(s.dst),), env, axis, tuple(name(a) for a in s.dyn))
         case Compute():
             return [K.Let(name(s.dst), ctype(s.dtype), s.op.value, tuple(arg(a) for a in s.args))]
         case CastTo():

@@ -75,6 +75,8 @@ def _stage_pattern(fn: Fn, name: str):
     for f in fn.k.folds:
         for item in f.body:
             if isinstance(item, Load) and item.buffer == name:
+                if item.dyn:
+                    return None, None   # a gathered row: which one is known only at run time
                 p = tuple(substitute(e, {f.axis.var: var("i")}, {**fn.bounds, "i": f.axis.extent})
                           for e in item.index)
                 if pattern is None:

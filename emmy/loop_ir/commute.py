@@ -96,6 +96,8 @@ class StructuralKeys:
                 return [s.arg]
             case Compute():
                 return [a for a in s.args if isinstance(a, str)]
+            case Load():
+                return list(s.dyn)
         return []
 
     def _key(self, a: str | Scalar) -> tuple:
@@ -105,7 +107,9 @@ class StructuralKeys:
         s = self.defs.get(name)
         match s:
             case Load():
-                return _flat(1, s.buffer, s.dtype, tuple(self.lin(e) for e in s.index))
+                index = tuple(self.lin(e) for e in s.index)
+                dyn = tuple(self._key(a) for a in s.dyn)
+                return _flat(1, s.buffer, s.dtype, (index, dyn) if dyn else index)
             case IndexValue():
                 return _flat(2, "", s.dtype, self.lin(s.expr))
             case Init():

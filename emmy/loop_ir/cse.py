@@ -59,7 +59,7 @@ def _key(s: Stmt, versions: Counter) -> tuple:
     """What a pure statement computes, independent of the name it defines."""
     match s:
         case Load():
-            return ("load", s.buffer, s.index, s.dtype)
+            return ("load", s.buffer, s.index, s.dtype, tuple((a, versions[a]) for a in s.dyn))
         case Compute():
             args = tuple((a, versions[a]) if isinstance(a, str) else ("lit", repr(a.value), a.dtype)
                          for a in s.args)

@@ -37,6 +37,8 @@ def reads(s: Stmt) -> tuple[str, ...]:
             return (s.value,)
         case Accum():
             return (s.value,)
+        case Load():
+            return s.dyn
         case Loop():
             return free_reads(s.body)
     return ()
@@ -76,7 +78,8 @@ def has_store(s: Stmt) -> bool:
 
 
 def index_exprs(s: Stmt) -> tuple[symbolic.Lin, ...]:
-    """The index expressions a statement evaluates directly."""
+    """The index expressions a statement evaluates directly (a load's may also name its
+    gathered values, `@k`: see `loop_vars`)."""
     match s:
         case Load() | Store():
             return s.index
@@ -85,6 +88,11 @@ def index_exprs(s: Stmt) -> tuple[symbolic.Lin, ...]:
         case Accum() if s.position is not None:
             return (s.position,)
     return ()
+
+
+def loop_vars(e: symbolic.Lin) -> frozenset[str]:
+    """The loop variables an index expression uses (not a load's gathered values, `@k`)."""
+    return frozenset(v for v in e.free_vars() if not v.startswith("@"))
 
 
 def walk(body: tuple[Stmt, ...]) -> Iterator[Stmt]:
@@ -113,6 +121,8 @@ def rename_reads(s: Stmt, names: Mapping[str, str]) -> Stmt:
             return dataclasses.replace(s, value=names[s.value])
         case Accum() if s.value in names:
             return dataclasses.replace(s, value=names[s.value])
+        case Load() if names.keys() & set(s.dyn):
+            return dataclasses.replace(s, dyn=tuple(names.get(a, a) for a in s.dyn))
         case Loop():
             return dataclasses.replace(s, body=tuple(rename_reads(t, names) for t in s.body))
     return s

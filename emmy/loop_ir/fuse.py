@@ -16,6 +16,9 @@ possible or not wanted:
   every output needing the statistic (attention's softmax over scores stays fused);
 - q, k and v of an attention where the program computes them, and its output where a
   product reads it (`attention_operands`): the flash kernel reads and writes tensors;
+- a gather's source where the program computes it, and a gather a product reads
+  (`gathered_reads`): positions known only at run time are read from memory, and a
+  matrix-product template tiles operands it can address;
 - a tensor the caller forces (`forced`, with the reason): lowering does so when inlining would
   copy a reduction so often that a kernel grows past its budget.
 
@@ -31,8 +34,8 @@ from typing import Callable, Mapping
 
 from emmy.loop_ir.names import buffer_names, describe
 from emmy.tensor_ir.builder import operands
-from emmy.tensor_ir.ir import (Cast, Def, Elementwise, EwOp, IndexMap, Input, Program, Reduce,
-                              ReduceOp, Scan, axis_var)
+from emmy.tensor_ir.ir import (Cast, Def, Elementwise, EwOp, Gather, IndexMap, Input, Program,
+                              Reduce, ReduceOp, Scan, axis_var)
 from emmy import symbolic
 from emmy.dtypes import DType
 
@@ -135,6 +138,31 @@ def _overlapping(d: IndexMap) -> bool:
                 return True
             reach += c * (n - 1)
     return False
+
+
+def gathered_reads(p: Program) -> dict[str, str]:
+    """Tensors to store around a gather, each with the reason: its source where the program
+    computes it (a kernel reads it at positions its index tensors give, which no index
+    expression can inline), and the gather itself (with its element-wise epilogue) where a
+    product reads it (an embedding before a linear layer): stored, the product is a
+    matrix-product kernel of its own; fused, no template could address its rows."""
+    defs = {d.name: d for d in p.defs}
+    users = _users(p)
+    outputs = set(p.outputs)
+    out: dict[str, str] = {}
+    for d in p.defs:
+        if not isinstance(d, Gather):
+            continue
+        if not isinstance(defs[d.arg], Input):
+            out.setdefault(d.arg, f"a gather (`{d.name}`) reads it at positions known only at "
+                                  "run time")
+        pointwise = _closure(d.name, users, defs, through_reductions=False)
+        if any(_factors(defs[u], defs) is not None for n in pointwise for u in users[n]):
+            end = _epilogue_end(d.name, users, defs)
+            if end not in outputs:
+                out.setdefault(end, f"a product reads this gather (`{d.name}`): stored, the "
+                                    "product is a matrix-product kernel of its own")
+    return out
 
 
 def reduced_products(p: Program) -> dict[str, str]:

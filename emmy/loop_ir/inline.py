@@ -2,7 +2,8 @@
 
 Starting from `T[o0, o1, …]`, each producer is inlined at the index it is read at: an input or
 a tensor stored by another kernel becomes a load, an elementwise op or cast a scalar op, an
-index_map a substitution of its index expressions, an iota the value of an index, and a
+index_map a substitution of its index expressions, a gather a load at positions its index
+tensors give (its source is always read from memory), an iota the value of an index, and a
 reduction a node that folds its operand over fresh loop variables `r0, r1, …`. Each node knows
 its free loop variables, which is what decides where the loop nest computes it.
 """
@@ -17,15 +18,16 @@ from emmy import symbolic
 from emmy.dtypes import DType
 from emmy.errors import InternalError
 from emmy.symbolic import Lin
-from emmy.tensor_ir.ir import (Cast, Elementwise, EwOp, IndexMap, Iota, Program, Reduce,
+from emmy.tensor_ir.ir import (Cast, Elementwise, EwOp, Gather, IndexMap, Iota, Program, Reduce,
                                ReduceOp, Scalar, Scan, axis_var)
 
 
 @dataclass(frozen=True, slots=True)
 class NLoad:
     buffer: str
-    index: tuple[Lin, ...]
+    index: tuple[Lin, ...]   # may name @k: the value of node dyn[k] (a gather's position)
     dtype: DType
+    dyn: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,8 @@ def children(node: Node) -> list[int]:
             return [node.arg]
         case NReduce() | NScan():
             return [node.value]
+        case NLoad():
+            return list(node.dyn)
     return []
 
 
@@ -178,6 +182,8 @@ class Inliner:
                                       for e in d.index))], ()
             case Iota():
                 return [], ()
+            case Gather() if d.arg in self.loaded:
+                return [(i, index) for i in d.indices], ()
             case Reduce():
                 loops, inner, kept = [], [], iter(index)
                 for axis, extent in enumerate(self.defs[d.arg].type.shape):
@@ -216,6 +222,13 @@ class Inliner:
             case Iota():
                 expr = index[d.axis]
                 return dag.add(NIndex(expr, d.type.dtype), expr.free_vars())
+            case Gather():
+                env = {axis_var(i): e for i, e in enumerate(index)}
+                where = tuple(symbolic.substitute(e, env, self.dag.extents) for e in d.index)
+                free = frozenset().union(*(dag.free[r] for r in reads), *(
+                    {v for v in e.free_vars() if not v.startswith("@")} for e in where))
+                return dag.add(NLoad(self.loaded[d.arg], where, d.type.dtype, tuple(reads)),
+                               free)
             case Reduce():
                 return self._reduce(d, plan[1], reads[0])
             case Scan():

@@ -23,6 +23,7 @@ from emmy.loop_ir.dataflow import defined, modified, reads
 from emmy.loop_ir.ir import (Accum, CastTo, Compute, IndexValue, Init, Kernel, Load, Loop,
                              LoopKind, LoopProgram, ReduceOp, Stmt, Store)
 from emmy.loop_ir.semantics import apply_op, fold, round_to, running, to_compute
+from emmy.tensor_ir.ir import gather_var
 from emmy.tensor_ir.semantics import as_numpy, identity
 
 MAX_ELEMENTS = 1 << 24  # the most elements one statement's array may have before chunking
@@ -142,7 +143,10 @@ class _Machine:
         match s:
             case Load():
                 data = self.buffers[s.buffer]
-                picked = data[tuple(self.index(e) for e in s.index)] if s.index else data
+                env = {**self.vars, **{gather_var(k): self.get(a).astype(np.int64)
+                                       for k, a in enumerate(s.dyn)}}
+                where = tuple(self.shaped(symbolic.evaluate(e, env)) for e in s.index)
+                picked = data[where] if s.index else data
                 self.values[s.dst] = self.shaped(to_compute(picked, s.dtype))
             case Compute():
                 out = apply_op(s.op, [self.operand(a) for a in s.args], s.dtype)

@@ -47,10 +47,14 @@ Operand = Union[str, Scalar]  # a str names an SSA value in scope
 
 @dataclass(frozen=True, slots=True)
 class Load:
+    """dst = buffer[index]; an index expression may name `@k` (`gather_var`): the integer
+    value `dyn[k]`, read at run time (a gather's position, in range)."""
+
     dst: str
     buffer: str
     index: tuple[Lin, ...]
     dtype: DType
+    dyn: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ its row's scores again.
 from __future__ import annotations
 
 from emmy import symbolic
-from emmy.loop_ir.fuse import (KernelPlan, attention_operands, attention_scores, plan_fusion,
-                               reduced_products, windowed_reads)
+from emmy.loop_ir.fuse import (KernelPlan, attention_operands, attention_scores, gathered_reads,
+                               plan_fusion, reduced_products, windowed_reads)
 from emmy.loop_ir.inline import Dag, Inliner, KernelTooLarge
 from emmy.loop_ir.ir import Buffer, Kernel, Load, LoopProgram
 from emmy.loop_ir.names import kernel_name
@@ -50,7 +50,8 @@ def _build_within_budget(p: Program):
     """Plan and build every kernel; while one passes MAX_NODES, store one more tensor; while an
     attention's scores are fused into a kernel no flash template takes, store them."""
     defs = {d.name: d for d in p.defs}
-    forced: dict[str, str] = windowed_reads(p) | reduced_products(p) | attention_operands(p)
+    forced: dict[str, str] = (windowed_reads(p) | reduced_products(p) | attention_operands(p)
+                              | gathered_reads(p))
     scores = attention_scores(p)
     budget: int | None = MAX_NODES
     while True:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from emmy.tensor_ir.ir import Cast, Def, Elementwise, IndexMap, Input, Iota, Reduce, Scan
+from emmy.tensor_ir.ir import Cast, Def, Elementwise, Gather, IndexMap, Input, Iota, Reduce, Scan
 
 _GENERATED = re.compile(r"^(v\d+|%\d+)$")  # the Tensor IR builder's fresh names
 
@@ -66,6 +66,8 @@ def op_name(d: Def) -> str:
             return "copy"
         case Iota():
             return "iota"
+        case Gather():
+            return "gather"
         case Input():
             return "input"
     return "kernel"
@@ -80,6 +82,8 @@ def describe(d: Def) -> str:
             return f"a cum{d.op} scan"
         case IndexMap():
             return "an index_map"
+        case Gather():
+            return "a gather"
         case Elementwise():
             return f"elementwise {d.op}"
         case Cast():

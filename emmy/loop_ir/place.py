@@ -97,7 +97,9 @@ class Placer:
         args = {c: self.names[c] for c in children(node)}
         match node:
             case NLoad():
-                return self.put(key, "in", lambda d: Load(d, node.buffer, node.index, node.dtype))
+                dyn = tuple(args[c] for c in node.dyn)
+                return self.put(key, "in", lambda d: Load(d, node.buffer, node.index, node.dtype,
+                                                          dyn))
             case NCompute():
                 ops = tuple(args[a] if isinstance(a, int) else a for a in node.args)
                 return self.put(key, "v", lambda d: Compute(d, node.op, ops, node.dtype))

@@ -78,7 +78,9 @@ def format_stmt(s: Stmt, types: dict[str, DType]) -> str:
     """One statement; `types` maps the names in scope (buffers and values) to their types."""
     match s:
         case Load():
-            return f"{s.dst} = load {s.buffer}[{_index(s.index)}]" + _typed(s.dtype, types.get(s.buffer))
+            at = f" ({', '.join(f'@{k} = {a}' for k, a in enumerate(s.dyn))})" if s.dyn else ""
+            return (f"{s.dst} = load {s.buffer}[{_index(s.index)}]{at}"
+                    + _typed(s.dtype, types.get(s.buffer)))
         case Compute():
             args = ", ".join(_operand(a) for a in s.args)
             return f"{s.dst} = {s.op}({args})" + _typed(s.dtype, implied_type(s, types))

@@ -54,7 +54,8 @@ class _Renamer:
             case Load():
                 self.loaded.setdefault(s.buffer, None)
                 index = tuple(self.index(e) for e in s.index)
-                return dataclasses.replace(s, dst=self.fresh(s.dst, "in"), index=index)
+                dyn = tuple(self.arg(a) for a in s.dyn)
+                return dataclasses.replace(s, dst=self.fresh(s.dst, "in"), index=index, dyn=dyn)
             case Compute():
                 args = tuple(self.arg(a) for a in s.args)
                 return dataclasses.replace(s, dst=self.fresh(s.dst, "v"), args=args)

@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 from emmy.errors import InternalError
-from emmy.loop_ir.dataflow import defined, index_exprs, modified, reads
+from emmy.loop_ir.dataflow import defined, index_exprs, loop_vars, modified, reads
+from emmy.tensor_ir.ir import gather_var
 from emmy.loop_ir.ir import Accum, Init, Kernel, Load, Loop, LoopKind, Stmt, Store
 
 
@@ -42,8 +43,11 @@ class _Checker:
                     self.fail(s, f"`{name}` is read outside the scope of its definition")
                 self.check_read(s, name, loops)
             for e in index_exprs(s):
-                if not e.free_vars() <= bound:
-                    self.fail(s, f"index uses {sorted(e.free_vars() - bound)}, not enclosing loops")
+                if not loop_vars(e) <= bound:
+                    self.fail(s, f"index uses {sorted(loop_vars(e) - bound)}, not enclosing loops")
+                gathered = e.free_vars() - loop_vars(e)
+                if not gathered <= {gather_var(k) for k in range(len(getattr(s, "dyn", ())))}:
+                    self.fail(s, f"index uses {sorted(gathered)}, not values the load reads")
             match s:
                 case Loop():
                     if s.var in bound or s.var in self.seen:

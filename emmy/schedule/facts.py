@@ -86,9 +86,11 @@ def _direct_accesses(items: tuple[Item, ...], axis: str, types) -> list[Access]:
 
 
 def _loads(items: tuple[Item, ...]) -> set[str]:
+    """Buffers the items read at positions the schedule knows (not gathers: a staged row
+    holds one known row)."""
     out: set[str] = set()
     for i in items:
-        if isinstance(i, Load):
+        if isinstance(i, Load) and not i.dyn:
             out.add(i.buffer)
         elif isinstance(i, Fold):
             out |= _loads(i.body)

@@ -25,9 +25,9 @@ from typing import Iterable, Sequence, Union
 from emmy import symbolic
 from emmy.dtypes import DType
 from emmy.errors import InternalError
-from emmy.tensor_ir.ir import (ARITY, COMPARISON, Cast, Def, Elementwise, EwOp, IndexMap, Input,
-                               InputKind, Iota, Program, Reduce, ReduceOp, Scalar, Scan, TensorType,
-                               axis_var)
+from emmy.tensor_ir.ir import (ARITY, COMPARISON, Cast, Def, Elementwise, EwOp, Gather, IndexMap,
+                               Input, InputKind, Iota, Program, Reduce, ReduceOp, Scalar, Scan,
+                               TensorType, axis_var, gather_var)
 
 Value = Union[str, Scalar, bool, int, float]  # a definition's name, or a literal
 
@@ -115,6 +115,82 @@ class Builder:
         if shape == src.type.shape and index == identity:
             return src.name
         return self._add(IndexMap, TensorType(shape, src.type.dtype), src.name, index)
+
+    def gather(self, x: str, shape: Sequence[int], index: Sequence[symbolic.Lin | int],
+               indices: Sequence[str]) -> str:
+        """out[a0, …] = x[index…], where `index` may name gather_var(k): the value of
+        indices[k] (broadcast to `shape`) at the output position. Each gather_var(k) must be
+        one whole component of `index` (x's position along that axis); its values are wrapped
+        (-1 is the last) and clamped into that axis. Composes with an IndexMap argument."""
+        shape = tuple(int(s) for s in shape)
+        index = tuple(symbolic.lin(e) for e in index)
+        src = self.defs[x]
+        if len(index) != len(src.type.shape):
+            raise InternalError(f"gather of {x}: {len(index)} indices for rank {self.rank(x)}")
+        bounds = {axis_var(i): n for i, n in enumerate(shape)}
+        clamped = []
+        known: dict[str, symbolic.Lin] = {}
+        for k, i in enumerate(indices):
+            at = [j for j, e in enumerate(index) if e == symbolic.var(gather_var(k))]
+            if len(at) != 1 or self.dtype(i) not in (DType.I32, DType.I64):
+                raise InternalError(f"gather of {x}: index tensor {k} is not one whole integer "
+                                    f"position")
+            n = src.type.shape[at[0]]
+            bounds[gather_var(k)] = n
+            i = self.broadcast_to(i, shape)
+            affine = self.affine_value(i)
+            if affine is not None and 0 <= symbolic.bounds_of(affine, bounds)[0] \
+                    and symbolic.bounds_of(affine, bounds)[1] < n:
+                known[gather_var(k)] = affine   # x[arange(n)]: positions the index knows
+                clamped.append(i)
+                continue
+            wrapped = self.ew(EwOp.WHERE, self.ew(EwOp.LT, i, 0), self.ew(EwOp.ADD, i, n), i)
+            inside = self.ew(EwOp.MIN, self.ew(EwOp.MAX, wrapped, 0), n - 1)
+            clamped.append(self.broadcast_to(inside, shape))
+        index = tuple(symbolic.substitute(e, known, bounds) for e in index)
+        if isinstance(src, IndexMap):
+            env = {axis_var(i): e for i, e in enumerate(index)}
+            through = tuple(fold_divmod(symbolic.substitute(e, env, bounds)) for e in src.index)
+            if all(_plain_gather_vars(e) for e in through):  # later stages know no @k extent
+                index, src = through, self.defs[src.arg]
+        used = [k for k in range(len(clamped))
+                if any(gather_var(k) in e.free_vars() for e in index)]
+        if not used:
+            return self.index_map(src.name, shape, index)
+        renumber = {gather_var(k): symbolic.var(gather_var(j)) for j, k in enumerate(used)}
+        index = tuple(symbolic.substitute(e, renumber, bounds) for e in index)
+        return self._add(Gather, TensorType(shape, src.type.dtype), src.name, index,
+                         tuple(clamped[k] for k in used))
+
+    def affine_value(self, x: str) -> symbolic.Lin | None:
+        """x's value as an index expression over its own axes, where x is integer positions
+        computed from an iota by index maps and integer literals (`torch.arange(n) * 2 + 1`);
+        else None."""
+        d = self.defs[x]
+        bounds = {axis_var(i): n for i, n in enumerate(d.type.shape)}
+        if d.type.dtype not in (DType.I32, DType.I64):
+            return None
+        match d:
+            case Iota():
+                return symbolic.var(axis_var(d.axis))
+            case IndexMap() | Cast():
+                inner = self.affine_value(d.arg)
+                if inner is None or isinstance(d, Cast):
+                    return inner
+                env = {axis_var(i): e for i, e in enumerate(d.index)}
+                return symbolic.substitute(inner, env, bounds)
+            case Elementwise(op=EwOp.ADD | EwOp.SUB | EwOp.MUL, args=(a, b)):
+                sides = [self.affine_value(v) if isinstance(v, str) else v.value for v in (a, b)]
+                if any(v is None or isinstance(v, (bool, float)) for v in sides):
+                    return None
+                lhs, rhs = sides
+                if d.op is EwOp.MUL:
+                    if isinstance(lhs, symbolic.Lin) and isinstance(rhs, symbolic.Lin):
+                        return None   # a product of positions is not affine
+                    return lhs * rhs if isinstance(rhs, int) else rhs * lhs
+                return symbolic.lin(lhs) + (symbolic.lin(rhs) if d.op is EwOp.ADD
+                                            else symbolic.lin(rhs) * -1)
+        return None
 
     def reduce(self, op: ReduceOp, x: str, axes: Iterable[int], keepdim: bool = False) -> str:
         """Reduce over `axes`, dropping them (or keeping them with extent 1). Axes of extent 1
@@ -310,6 +386,12 @@ def fold_divmod(e: symbolic.Lin) -> symbolic.Lin:
     return out
 
 
+def _plain_gather_vars(e: symbolic.Lin) -> bool:
+    """Whether every gather_var in `e` is a plain term (none inside a // or a %)."""
+    return not any(a.free_vars() & {v for v in e.free_vars() if v.startswith("@")}
+                   for a, _ in e.terms if not isinstance(a, symbolic.Sym))
+
+
 def _is_flip_of(m: IndexMap, src: TensorType, axis: int) -> bool:
     n = m.type.shape[axis] if m.type.shape else 0
     want = tuple(symbolic.var(axis_var(i)) if i != axis else symbolic.var(axis_var(i)) * -1 + (n - 1)
@@ -333,6 +415,8 @@ def operands(d: Def) -> tuple[str, ...]:
         return tuple(a for a in d.args if isinstance(a, str))
     if isinstance(d, (Cast, IndexMap, Reduce, Scan)):
         return (d.arg,)
+    if isinstance(d, Gather):
+        return (d.arg, *d.indices)
     return ()
 
 
@@ -340,6 +424,8 @@ def _rename(d: Def, names: dict[str, str]) -> Def:
     new = {"name": names.get(d.name, d.name)}
     if isinstance(d, Elementwise):
         new["args"] = tuple(names.get(a, a) if isinstance(a, str) else a for a in d.args)
-    elif isinstance(d, (Cast, IndexMap, Reduce, Scan)):
+    elif isinstance(d, (Cast, IndexMap, Reduce, Scan, Gather)):
         new["arg"] = names.get(d.arg, d.arg)
+    if isinstance(d, Gather):
+        new["indices"] = tuple(names.get(a, a) for a in d.indices)
     return dataclasses.replace(d, **new)

@@ -14,8 +14,8 @@ from emmy.dtypes import DType, to_numpy
 from emmy.errors import InternalError, UserError
 from emmy.symbolic import evaluate
 from emmy.tensor_ir.semantics import REDUCE, RUNNING, UFUNC, as_numpy
-from emmy.tensor_ir.ir import (Cast, Def, Elementwise, IndexMap, Input, InputKind, Iota,
-                               Program, Reduce, ReduceOp, Scan, axis_var)
+from emmy.tensor_ir.ir import (Cast, Def, Elementwise, Gather, IndexMap, Input, InputKind, Iota,
+                               Program, Reduce, ReduceOp, Scan, axis_var, gather_var)
 
 def _identity(op: ReduceOp, dtype: np.dtype):
     """The value an exclusive scan starts from."""
@@ -52,6 +52,9 @@ def _eval(d: Def, env, program: Program, inputs) -> np.ndarray:
             return _convert(env[d.arg], d.type.dtype)
         case IndexMap():
             return _index_map(d, env[d.arg])
+        case Gather():
+            dynamic = {gather_var(k): env[a].astype(np.int64) for k, a in enumerate(d.indices)}
+            return _index_map(d, env[d.arg], dynamic)
         case Reduce():
             return _reduce(d, env[d.arg])
         case Scan():
@@ -97,9 +100,9 @@ def _round(value: np.ndarray, dtype: DType) -> np.ndarray:
     return np.where(np.isnan(value), value, rounded.astype(np.uint32).view(np.float32))
 
 
-def _index_map(d: IndexMap, arg: np.ndarray) -> np.ndarray:
+def _index_map(d: IndexMap | Gather, arg: np.ndarray, dynamic=None) -> np.ndarray:
     rank = len(d.type.shape)
-    env = {}
+    env = dict(dynamic or {})
     for i, n in enumerate(d.type.shape):
         shape = [1] * rank
         shape[i] = n

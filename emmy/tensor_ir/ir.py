@@ -19,13 +19,20 @@ from emmy.symbolic import Lin
 from emmy.torch_ir.ir import InputKind, TensorType
 
 __all__ = ["EwOp", "ReduceOp", "Scalar", "Input", "Elementwise", "Cast", "IndexMap", "Reduce",
-           "Scan", "Iota", "Def", "Program", "axis_var", "TensorType", "InputKind", "ARITY",
-           "COMMUTATIVE"]
+           "Scan", "Iota", "Gather", "Def", "gather_var", "Program", "axis_var", "TensorType",
+           "InputKind", "ARITY", "COMMUTATIVE"]
 
 
 def axis_var(i: int) -> str:
     """Name of the i-th output axis in IndexMap expressions."""
     return f"a{i}"
+
+
+def gather_var(k: int) -> str:
+    """Name of the k-th data-dependent index in a Gather's (and a Loop IR load's) expressions:
+    the value of its k-th index tensor (Loop IR: value) at the position read. Never a C name,
+    so an expression that still holds one cannot reach generated code."""
+    return f"@{k}"
 
 
 class EwOp(Enum):
@@ -143,7 +150,22 @@ class Iota:
     axis: int
 
 
-Def = Union[Input, Elementwise, Cast, IndexMap, Reduce, Scan, Iota]
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """out[a0, …] = arg[index[0], …], where the index expressions may also name `@0, @1, …`
+    (`gather_var`): the value of `indices[k]` at the output position, an integer tensor of the
+    output's shape. Embedding, gather, index_select and tensor indexing. Decompositions wrap
+    negative positions and clamp the rest into range first, so every read is in bounds (torch
+    raises on an out-of-range index; a kernel reads the nearest row)."""
+
+    name: str
+    type: TensorType
+    arg: str
+    index: tuple[Lin, ...]     # one expression per axis of `arg`, over a0, a1, … and @0, @1, …
+    indices: tuple[str, ...]   # each of the output's shape
+
+
+Def = Union[Input, Elementwise, Cast, IndexMap, Reduce, Scan, Iota, Gather]
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from emmy.symbolic import render
-from emmy.tensor_ir.ir import (Cast, Def, Elementwise, IndexMap, Input, InputKind, Iota, Program,
-                               Reduce, Scalar, Scan)
+from emmy.tensor_ir.ir import (Cast, Def, Elementwise, Gather, IndexMap, Input, InputKind, Iota,
+                               Program, Reduce, Scalar, Scan)
 
 
 def print_program(p: Program) -> str:
@@ -35,6 +35,9 @@ def format_def(d: Def) -> str:
             return f"scan_{d.op}({d.arg}, axis={d.axis}{flags})"
         case Iota():
             return f"iota(axis={d.axis})"
+        case Gather():
+            at = "".join(f", @{k}={a}" for k, a in enumerate(d.indices))
+            return f"gather({d.arg}, [{', '.join(render(e) for e in d.index)}]{at})"
     raise TypeError(f"not a Tensor IR definition: {d!r}")
 
 

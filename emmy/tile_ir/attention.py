@@ -244,7 +244,7 @@ def _tree(name, fold: Fold, outer: dict):
         match s:
             case None:
                 return ("acc", n)
-            case Load():
+            case Load() if not s.dyn:
                 return ("load", s.buffer, s.index)
             case CastTo():
                 return ("cast", walk(s.arg), s.dtype)

@@ -338,8 +338,8 @@ def _factor(value: str, defs, outer) -> tuple[tuple, Load, str] | None:
         items, d = [*masks, d], defs.get(x)
     if isinstance(d, CastTo) and d.dtype is DType.F32 and items:
         items, d = [*items, d], defs.get(d.arg)
-    if not isinstance(d, Load):
-        return None
+    if not isinstance(d, Load) or d.dyn:
+        return None     # not a load, or a gather (its rows are known only at run time)
     order = [*outer, *defs]
     return tuple(sorted({*items, d}, key=lambda s: order.index(s.dst))), d, value
 

@@ -89,7 +89,7 @@ def window(items, value: str, shapes, kvar: str, outer_vars, bounds) -> Window |
     for s in items:
         if isinstance(s, IndexValue) and s.dtype in _INTS:
             lins[s.dst] = s.expr
-        elif isinstance(s, Load) and load is None:
+        elif isinstance(s, Load) and load is None and not s.dyn:
             load = s
             loaded.add(s.dst)
         elif isinstance(s, CastTo) and s.arg in loaded and s.dtype is DType.F32:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from emmy.tensor_ir.decomp import (activations, attention, conv, creation, elementwise, layout,
-                                   losses, matmul, norms, pooling, reductions, resample,
+from emmy.tensor_ir.decomp import (activations, attention, conv, creation, elementwise, indexing,
+                                   layout, losses, matmul, norms, pooling, reductions, resample,
                                    scans, softmax)
 from emmy.tensor_ir.decomp.table import Decomp
 
-FAMILIES = (elementwise, activations, creation, layout, reductions, softmax, norms, matmul,
-            attention, scans, losses, pooling, conv, resample)
+FAMILIES = (elementwise, activations, creation, layout, indexing, reductions, softmax, norms,
+            matmul, attention, scans, losses, pooling, conv, resample)
 
 
 def _merge() -> dict[str, Decomp]:

@@ -1,0 +1,113 @@
+"""Reads at data-dependent positions: embedding, gather, index_select, take_along_dim and
+tensor indexing (`x[idx]`, `x[:, idx]`, `x[i, j]`), each one Gather.
+
+Each index tensor is broadcast to the result's shape; `Builder.gather` wraps negative
+positions and clamps the rest into range (torch raises on an index out of range; a kernel
+reads the nearest row instead of faulting).
+"""
+
+from __future__ import annotations
+
+from emmy.dtypes import DType
+from emmy.symbolic import var
+from emmy.tensor_ir.builder import Builder, broadcast_shapes
+from emmy.tensor_ir.decomp.layout import axes, expand, norm_dim, reshape
+from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
+from emmy.tensor_ir.ir import axis_var, gather_var
+
+OPS: dict[str, Decomp] = {}
+op = registrar(OPS)
+
+
+def _positions(b: Builder, i: str) -> str:
+    if b.dtype(i) not in (DType.I32, DType.I64):
+        raise Refused(f"an index tensor of {b.dtype(i)} (a boolean mask selects a number of "
+                      "elements only known at run time; integer positions only)")
+    return i
+
+
+@op("embedding")
+def lower_embedding(b, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    idx = _positions(b, indices)
+    rows, dim = b.shape(weight)
+    shape = b.shape(idx) + (dim,)
+    placed = b.index_map(idx, shape, axes(b.rank(idx)))
+    return b.gather(weight, shape, [var(gather_var(0)), var(axis_var(len(shape) - 1))], [placed])
+
+
+@op("gather")
+def lower_gather(b, x, dim, index, sparse_grad=False):
+    idx = _positions(b, index)
+    rank = b.rank(x)
+    if rank == 0:
+        return x
+    dim = norm_dim(dim, rank)
+    shape = b.shape(idx)
+    where = [var(gather_var(0)) if j == dim else var(axis_var(j)) for j in range(rank)]
+    return b.gather(x, shape, where, [idx])
+
+
+@op("take_along_dim")
+def lower_take_along_dim(b, x, indices, dim=None):
+    idx = _positions(b, indices)
+    if dim is None:
+        return lower_gather(b, reshape(b, x, (-1,)), 0, reshape(b, idx, (-1,)))
+    rank = b.rank(x)
+    dim = norm_dim(dim, rank)
+    common = list(broadcast_shapes(_without(b.shape(x), dim), _without(b.shape(idx), dim)))
+    x = expand(b, x, common[:dim] + [b.shape(x)[dim]] + common[dim + 1:])
+    idx = expand(b, idx, common[:dim] + [b.shape(idx)[dim]] + common[dim + 1:])
+    return lower_gather(b, x, dim, idx)
+
+
+def _without(shape, dim: int) -> tuple[int, ...]:
+    return tuple(1 if j == dim else n for j, n in enumerate(shape))
+
+
+@op("index_select")
+def lower_index_select(b, x, dim, index):
+    idx = _positions(b, index)
+    if b.rank(idx) > 1:
+        raise Refused("index_select takes a 1-D index")
+    rank = b.rank(x)
+    if rank == 0:
+        return x
+    dim = norm_dim(dim, rank)
+    shape = list(b.shape(x))
+    shape[dim] = b.shape(idx)[0] if b.rank(idx) else 1
+    placed = b.index_map(idx, shape, [var(axis_var(dim))] if b.rank(idx) else [])
+    where = [var(gather_var(0)) if j == dim else var(axis_var(j)) for j in range(rank)]
+    return b.gather(x, shape, where, [placed])
+
+
+@op("index.Tensor")
+def lower_index(b, x, indices):
+    """torch's advanced indexing: the index tensors broadcast together to a shape B; B takes
+    the place of the indexed axes when they are adjacent, else it comes first."""
+    indices = list(indices) + [None] * (b.rank(x) - len(indices))
+    if len(indices) > b.rank(x):
+        raise Refused(f"{len(indices)} indices for a tensor of rank {b.rank(x)}")
+    tensors = [j for j, i in enumerate(indices) if i is not None]
+    if not tensors:
+        return x
+    for j in tensors:
+        _positions(b, indices[j])
+    common = broadcast_shapes(*(b.shape(indices[j]) for j in tensors))
+    kept = [j for j, i in enumerate(indices) if i is None]
+    adjacent = tensors == list(range(tensors[0], tensors[-1] + 1))
+    lead = [j for j in kept if j < tensors[0]] if adjacent else []
+    start = len(lead)   # where B's axes begin in the result
+    trail = [j for j in kept if j not in lead]
+    sizes = b.shape(x)
+    shape = tuple(sizes[j] for j in lead) + common + tuple(sizes[j] for j in trail)
+    b_axes = [var(axis_var(start + d)) for d in range(len(common))]
+    where, placed = [], []
+    for j in range(len(sizes)):
+        if indices[j] is None:
+            at = lead.index(j) if j in lead else start + len(common) + trail.index(j)
+            where.append(var(axis_var(at)))
+        else:
+            where.append(var(gather_var(len(placed))))
+            spread = b.broadcast_to(indices[j], common)
+            placed.append(b.index_map(spread, shape, b_axes))
+    return b.gather(x, shape, where, placed)

@@ -1,0 +1,174 @@
+"""Reads at data-dependent positions (embedding, gather, index_select, take_along_dim, tensor
+indexing): one Gather each, against eager PyTorch through every stage: the Tensor IR and Loop
+IR interpreters, and the emitted CUDA on the CPU emulator (default and sampled legal rows)."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from emmy.errors import UserError
+from emmy.frontend.workload import load_expr
+from emmy.loop_ir import interp as loop_interp
+from emmy.loop_ir.lower import lower as lower_loops
+from emmy.kernel_ir.printer import print_program as print_kernel
+from emmy.loop_ir.printer import print_program
+from emmy.pipeline import compile_to
+from emmy.tensor_ir.ir import Gather, IndexMap, Input
+from emmy.tensor_ir.lower import lower
+from emmy.torch_ir.capture import capture
+from emmy.verify import verify_rows
+from tests.tensor_ir.conftest import Fn, assert_matches
+from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
+
+
+def _ints(lo, hi, *shape, dtype=torch.int64):
+    return torch.randint(lo, hi, shape, dtype=dtype)
+
+
+CASES = {
+    # name: (function, inputs)
+    "embedding": (nn.Embedding(20, 8), lambda: (_ints(0, 20, 3, 5),)),
+    "embedding_int32_padding_idx": (nn.Embedding(20, 8, padding_idx=0),
+                                    lambda: (_ints(0, 20, 4, dtype=torch.int32),)),
+    "gather_last": (lambda x, i: torch.gather(x, 1, i),
+                    lambda: (torch.randn(6, 9), _ints(0, 9, 6, 4))),
+    "gather_first_smaller": (lambda x, i: x.gather(0, i),
+                             lambda: (torch.randn(6, 9), _ints(0, 6, 2, 5))),
+    "gather_3d_middle": (lambda x, i: torch.gather(x, -2, i),
+                         lambda: (torch.randn(2, 7, 5), _ints(0, 7, 2, 3, 5))),
+    "index_select": (lambda x, i: torch.index_select(x, 1, i),
+                     lambda: (torch.randn(4, 9, 3), _ints(0, 9, 6))),
+    "index_select_scalar": (lambda x, i: x.index_select(0, i),
+                            lambda: (torch.randn(5, 3), torch.tensor(3))),
+    "index_rows_negative": (lambda x, i: x[i], lambda: (torch.randn(7, 4), _ints(-7, 7, 2, 3))),
+    "index_middle_axis": (lambda x, i: x[:, i], lambda: (torch.randn(3, 8, 2), _ints(0, 8, 5))),
+    "index_two_adjacent": (lambda x, i, j: x[:, i, j],
+                           lambda: (torch.randn(2, 6, 5, 3), _ints(0, 6, 4, 1), _ints(0, 5, 3))),
+    "index_two_apart": (lambda x, i, j: x[i, :, j],
+                        lambda: (torch.randn(6, 4, 5), _ints(0, 6, 3), _ints(0, 5, 3))),
+    "take_along_dim": (lambda x, i: torch.take_along_dim(x, i, 1),
+                       lambda: (torch.randn(5, 8), _ints(0, 8, 1, 3))),
+    "take_along_flat": (lambda x, i: torch.take_along_dim(x, i),
+                        lambda: (torch.randn(5, 8), _ints(0, 40, 7))),
+    "gather_of_transposed": (lambda x, i: x.t()[i], lambda: (torch.randn(9, 6), _ints(0, 6, 4))),
+    "gather_of_computed": (lambda x, i: torch.exp(x).cumsum(1).gather(1, i),
+                           lambda: (torch.randn(4, 10), _ints(0, 10, 4, 3))),
+    "gather_at_argmax": (lambda x: x.gather(1, x.argmax(1, keepdim=True)),
+                         lambda: (torch.randn(5, 11),)),
+    "embedding_half": (nn.Embedding(16, 8).half(), lambda: (_ints(0, 16, 2, 3),)),
+}
+
+
+def _model(fn):
+    return fn if isinstance(fn, nn.Module) else Fn(fn)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_tensor_and_loop_ir_match_eager(name):
+    torch.manual_seed(0)
+    fn, make = CASES[name]
+    model, inputs = _model(fn).eval(), make()
+    graph = capture(model, inputs, name=name)
+    program = lower(graph)
+    assert any(isinstance(d, Gather) for d in program.defs) or name == "index_select_scalar"
+    bound = {p.name: v for p, v in zip(graph.inputs, inputs)}
+    bound |= {k: v for k, v in graph.values.items()}
+    with torch.no_grad():
+        want = model(*inputs)
+    from emmy.tensor_ir.interp import run
+    assert_matches(run(program, bound)[0], want, "Tensor IR")
+    got = loop_interp.run(lower_loops(program), bound)[0]
+    assert_matches(got.astype(np.float32) if want.dtype == torch.bfloat16 else got, want, "Loop IR")
+
+
+def test_one_gather_reads_the_source_where_a_view_of_an_input_is_indexed():
+    """x.t()[i] gathers from x itself (the transpose composes into the gather's index)."""
+    graph = capture(Fn(lambda x, i: x.t()[i]), (torch.randn(9, 6), _ints(0, 6, 4)))
+    program = lower(graph)
+    (g,) = [d for d in program.defs if isinstance(d, Gather)]
+    assert isinstance(program.get(g.arg), Input)
+    assert not any(isinstance(d, IndexMap) and d.name == g.arg for d in program.defs)
+
+
+def test_positions_are_wrapped_and_clamped_into_range():
+    """torch raises on an index out of range; the program reads the nearest row (no fault)."""
+    graph = capture(Fn(lambda x, i: x[i]), (torch.randn(5, 3), _ints(0, 5, 4)))
+    program = lower(graph)
+    from emmy.tensor_ir.interp import run
+    x = torch.randn(5, 3)
+    positions = torch.tensor([-1, 7, -9, 2])
+    got = run(program, {graph.inputs[0].name: x, graph.inputs[1].name: positions})[0]
+    np.testing.assert_array_equal(got, x[[4, 4, 0, 2]].numpy())
+
+
+def test_the_position_is_computed_once_outside_the_row_it_reads():
+    stages = compile_to(load_expr("nn.Embedding(100, 64)(torch.randint(0, 100, (4, 16)))"),
+                        "kernel")
+    text = print_program(stages["loop"])
+    assert "(@0 = " in text
+    inner = text.split("for a2")[1]
+    assert "load input" not in inner      # the index is read once per row, not per element
+    kernel = "\n".join(print_kernel(k) for k in stages["kernel"].kernels)
+    assert "load.global.v4 weight[" in kernel   # the row itself is read as vectors
+
+
+def test_a_computed_source_is_stored_and_a_product_reads_a_stored_gather():
+    w = load_expr("nn.Linear(64, 32)(torch.tanh(torch.randn(100, 64))"
+                  "[torch.randint(0, 100, (4, 16))])")
+    stages = compile_to(w, "tile")
+    kinds = [k.kind.value for k in stages["tile"].program.kernels]
+    assert kinds[-1] == "contract", kinds           # the linear layer: a matrix-product template
+    notes = " ".join(stages["loop"].notes)
+    assert "reads it at positions known only at run time" in notes     # tanh(...) is stored
+    assert "a product reads this gather" in notes
+
+
+def test_a_boolean_mask_is_refused_with_a_reason():
+    """A mask selects a number of elements known only at run time: not a static shape."""
+    with pytest.raises(UserError, match="data-dependent shape"):
+        compile_to(load_expr("(lambda x, m: x[m])(torch.randn(5, 3), "
+                             "torch.randint(0, 2, (5,)).bool())"), "tensor")
+
+
+EXPRS = [
+    "nn.Embedding(100, 64)(torch.randint(0, 100, (4, 16)))",
+    "torch.gather(torch.randn(8, 32), 1, torch.randint(0, 32, (8, 5)))",
+    "torch.randn(16, 24, 8)[torch.randint(0, 16, (5, 1)), :, torch.randint(0, 8, (4,))]",
+    "nn.LayerNorm(64)(nn.Embedding(100, 64)(torch.randint(0, 100, (4, 16))))",
+    "nn.Embedding(100, 64).half()(torch.randint(0, 100, (4, 16))) * 2",
+    "torch.randn(30, 8).to(torch.bfloat16)[torch.randint(-30, 30, (5, 2))]",
+    "(lambda x: torch.gather(x, 1, x.argmax(1, keepdim=True)))(torch.randn(16, 40))",
+]
+
+
+@pytest.mark.parametrize("expr", EXPRS)
+def test_emitted_cuda_matches_eager(expr):
+    assert_emitted_cuda_matches_eager(expr)
+
+
+@pytest.mark.parametrize("expr", [
+    "nn.LayerNorm(64)(nn.Embedding(100, 64)(torch.randint(0, 100, (4, 16))))",
+    "nn.Linear(64, 32)(nn.Embedding(100, 64)(torch.randint(0, 100, (4, 16))))",
+])
+def test_sampled_legal_rows_are_correct(expr):
+    results = verify_rows(load_expr(expr), per_kernel=3, seed=3, targets=("sm_90a",))
+    assert results
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("fn", [lambda x: x[torch.arange(3) * 2 + 1],
+                                lambda x: torch.index_select(x, 1, torch.arange(5, -1, -2)),
+                                lambda x: nn.functional.embedding(torch.arange(4), x)])
+def test_positions_an_iota_gives_are_an_index_map(check, fn):
+    """x[arange(...)] reads known positions: an index map, no gather (positions out of range
+    or wrapping stay a gather, as torch wraps them)."""
+    program = check(fn, torch.randn(10, 6))
+    assert not any(isinstance(d, Gather) for d in program.defs)
+    assert any(isinstance(d, IndexMap) for d in program.defs)
+
+
+def test_negative_iota_positions_stay_a_wrapped_gather(check):
+    program = check(lambda x: x[torch.arange(4) - 2], torch.randn(10, 6))
+    assert any(isinstance(d, Gather) for d in program.defs)
