@@ -186,11 +186,32 @@ MISALIGNED = {
 }
 
 
+# A chain whose first product reads what the job computes before the products (a norm of A's
+# rows, here over an extent-1 axis): the intermediate keeps the axes that value reads, so the
+# cut kernels compile and compute each row (found by bench/fuzz.py: the cut had lost the row
+# axis and read an undeclared loop variable)
+PROLOGUE = {
+    "rms_norm_f16": "((F.rms_norm(torch.randn(32, 1).half(), (1,)) @ torch.randn(1, 3).half()) "
+                    "@ torch.randn(3, 17).half()) @ torch.randn(17, 3).half()",
+    "layer_norm_bmm_f32": "torch.bmm(torch.bmm(F.layer_norm(torch.randn(8, 64, 1), (1,)) "
+                          "@ torch.randn(1, 8), torch.randn(8, 8, 100)), torch.randn(8, 100, 3))",
+}
+
+
 @pytest.mark.parametrize("name", sorted(MISALIGNED))
 def test_operands_starting_off_a_16_byte_boundary(name):
+    _check_expr_and_sampled_rows(MISALIGNED[name])
+
+
+@pytest.mark.parametrize("name", sorted(PROLOGUE))
+def test_chains_reading_a_value_computed_before_the_products(name):
+    _check_expr_and_sampled_rows(PROLOGUE[name])
+
+
+def _check_expr_and_sampled_rows(expr: str) -> None:
     from emmy.frontend.workload import load_expr
 
-    w = load_expr(MISALIGNED[name])
+    w = load_expr(expr)
     results = compile_to(w, "cuda")
     report, failed = check_cuda_program(w, results["torch"], results["cuda"])
     assert report is not None and report.ok, failed and failed.log[-1000:]

@@ -75,13 +75,22 @@ def find_chain(k: TileKernel) -> Chain | None:
         needs = closure(set(free((inner[0],))), defs)
         producer = tuple(i for i in outer.body if i is inner[0] or
                          (not isinstance(i, Fold) and getattr(i, "dst", None) in slice_ | needs))
-        reads = index_vars(producer)
+        # and what the job computes before the outer fold (a norm of A's rows): its axes are
+        # the intermediate's too
+        reads = index_vars(producer) | index_vars(_before(k, outer, producer))
         grid = {a.var for a in k.grid}
         if not reads <= grid | {outer.axis.var} | set(fold_extents(inner[0])):
             return None
         axes = tuple(a for a in k.grid if a.var in reads)
         return Chain(outer, producer, h, axes)
     return None
+
+
+def _before(k: TileKernel, outer: Fold, producer: tuple[Item, ...]) -> tuple[Item, ...]:
+    """The job's statements before the outer fold that the producer reads, in order."""
+    before = {i.dst: i for i in k.body[:k.body.index(outer)] if hasattr(i, "dst")}
+    wanted = closure(used(producer) & set(before), before)
+    return tuple(i for i in before.values() if i.dst in wanted)
 
 
 def _slice(name: str, defs: dict, inner_accs: set[str]) -> set[str] | None:
@@ -115,9 +124,7 @@ def cut_chain(k: TileKernel, chain: Chain, merge: bool = True
     mid = Buffer(f"{k.name}_mid", TensorType(tuple(a.extent for a in mid_axes), types[stored]))
     # the job's statements before the outer fold that the producer reads (a convolution's
     # output position as a value, for its padding test)
-    before = {i.dst: i for i in k.body[:k.body.index(outer)] if hasattr(i, "dst")}
-    wanted = closure(used(producer) & set(before), before)
-    producer = tuple(i for i in before.values() if i.dst in wanted) + producer
+    producer = _before(k, outer, producer) + producer
     needed = _buffers(producer)
     first = replace(k, name=f"{k.name}_cut0", identity=_derived(k.identity, "cut0"),
                     inputs=tuple(b for b in k.inputs if b.name in needed), outputs=(mid,),
