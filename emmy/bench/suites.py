@@ -1,4 +1,5 @@
-"""The GPU performance suites: `run_suite("core" | "matmul" | "attention" | "conv" | "all")`.
+"""The GPU performance suites: `run_suite("core" | "matmul" | "attention" | "conv" | "gather" |
+"all")`.
 
 For each workload: the default row, the cost model's top rows and a sweep of sampled legal rows
 under a fixed time budget, each compiled, checked by the harness (2 seeds x 3 distributions vs
@@ -29,7 +30,7 @@ from emmy.errors import UserError
 
 EXAMPLES = ROOT / "examples"
 BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
-SUITE_NAMES = ("core", "matmul", "attention", "conv", "all")
+SUITE_NAMES = ("core", "matmul", "attention", "conv", "gather", "all")
 
 # The report's names stay importable from here (emmy.cli, tests): they live in emmy.bench.report.
 __all__ = ["SUITES", "SUITE_NAMES", "WorkloadSpec", "BenchOptions", "suite_specs", "cast_workload",
@@ -126,12 +127,17 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
              WorkloadSpec("conv3x3/2+relu", "conv2d",
                           (*_RESNET[:2], ("out_channels", 128), *_RESNET[3:], ("stride", 2)),
                           "f16", "32x64x56x56 k3 s2 -> 128")),
+    # memory-bound reads at run-time positions: GPT-2's input (token and position embeddings,
+    # the first LayerNorm; batch 8, sequence 1024, hidden 768, vocabulary 50257)
+    "gather": _both("embedding+layernorm", "embedding",
+                    {"batch_size": 8, "seq_len": 1024, "vocab": 50257, "hidden": 768},
+                    "8x1024x768 vocab 50257"),
 }
 
 
 def suite_specs(name: str) -> tuple[WorkloadSpec, ...]:
     if name == "all":
-        return tuple(s for k in ("core", "matmul", "attention", "conv") for s in SUITES[k])
+        return tuple(s for k in SUITE_NAMES[:-1] for s in SUITES[k])
     if name not in SUITES:
         raise UserError(f"unknown suite {name!r}; the suites are {', '.join(SUITE_NAMES)}")
     return SUITES[name]
@@ -233,9 +239,39 @@ def _estimator():
     return None
 
 
-def bytes_moved(prog) -> int:
-    """The fewest bytes a program must move: each input (parameters too) and output once."""
-    return sum(b.type.numel * b.type.dtype.itemsize for b in (*prog.inputs, *prog.outputs))
+def bytes_moved(prog, loop=None) -> int:
+    """The fewest bytes a program must move: each input (parameters too) and output once; with
+    its Loop IR (`loop`), an input only gathered from (an embedding table) counts the elements
+    its gathers read, at most all of them."""
+    gathered = _gathered_elements(loop) if loop is not None else {}
+    return sum(min(b.type.numel, gathered.get(b.name, b.type.numel)) * b.type.dtype.itemsize
+               for b in (*prog.inputs, *prog.outputs))
+
+
+def _gathered_elements(loop) -> dict[str, int]:
+    """Per buffer read only by gathers (loads at run-time positions): how many elements those
+    loads read, one per iteration of the loops around them; loads at the same positions
+    (LayerNorm's passes over one gathered row) count once."""
+    from emmy.loop_ir.ir import Load, Loop
+
+    runs_at: dict[tuple, int] = {}   # (kernel, buffer, positions' values) -> most iterations
+    affine: set[str] = set()
+
+    def walk(name: str, body, runs: int) -> None:
+        for s in body:
+            if isinstance(s, Loop):
+                walk(name, s.body, runs * s.extent)
+            elif isinstance(s, Load) and s.dyn:
+                key = (name, s.buffer, s.dyn)
+                runs_at[key] = max(runs_at.get(key, 0), runs)
+            elif isinstance(s, Load):
+                affine.add(s.buffer)
+    for k in loop.kernels:
+        walk(k.name, k.body, 1)
+    counts: dict[str, int] = {}
+    for (_, buffer, _), n in runs_at.items():
+        counts[buffer] = counts.get(buffer, 0) + n
+    return {b: n for b, n in counts.items() if b not in affine}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,7 +296,7 @@ class _State:
                                 distributions=opt.distributions, device=where)
         self.model = workload.model.to(where).eval()
         default = compile_rows(self.loop, dict(self.plan[0].rows), opt.target)["cuda"]
-        self.prepared = Prepared(spec.label, self.plan, bytes_moved(default),
+        self.prepared = Prepared(spec.label, self.plan, bytes_moved(default, self.loop),
                                  self.cases[0].reference_dtype, notes)
 
 

@@ -49,6 +49,7 @@ def test_the_command_line_offers_every_suite():
                    ("is_causal", False))),
     ("conv2d", (("batch_size", 1), ("in_channels", 4), ("out_channels", 8), ("height", 6),
                 ("width", 6), ("kernel_size", 3), ("stride", 1), ("padding", 1))),
+    ("embedding", (("batch_size", 2), ("seq_len", 8), ("vocab", 50), ("hidden", 16))),
 ])
 def test_every_suite_workload_loads_and_casts(example, sets):
     """The suite's files and size constants exist; the bf16 cast reaches model and inputs."""
@@ -151,3 +152,16 @@ def test_bench_items_on_a_small_workload():
     assert bench_item(("row", spec, 999, opt)) is None
     timing, gbps = bench_item(("copy", 1 << 26))
     assert gbps > 100 and timing.method == "measured"
+
+
+def test_bytes_moved_counts_the_rows_a_gather_reads():
+    """An embedding table counts the rows the program reads (once, however many passes of
+    LayerNorm read each), not the whole table."""
+    from emmy.bench.suites import bytes_moved
+
+    spec = WorkloadSpec("e", "embedding", (("batch_size", 2), ("seq_len", 8), ("vocab", 500),
+                                           ("hidden", 16)))
+    stages = compile_to(spec.load(), "cuda")
+    whole = bytes_moved(stages["cuda"])
+    rows = 2 * 8 * 16 * 4
+    assert whole - bytes_moved(stages["cuda"], stages["loop"]) == 500 * 16 * 4 - rows
