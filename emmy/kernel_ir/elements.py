@@ -5,6 +5,7 @@ Loop IR statements of one element."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, ctype, elem
@@ -13,7 +14,7 @@ from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Stor
 from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import Lin, Sym, bounds_of, floordiv, lin, mod, render, substitute, var
 from emmy.dtypes import DType
-from emmy.tensor_ir.ir import Scalar, gather_var
+from emmy.tensor_ir.ir import EwOp, Scalar, gather_var
 from emmy.tile_ir.ir import Axis, Fold, Item
 from emmy.tile_ir.values import value_types
 
@@ -35,7 +36,8 @@ def group(fn: Fn, items: tuple[Item, ...], axis: str | None, base: Lin, V: int, 
     if V == 1:
         return stmts(fn, items, tag, at(0), lane0_stores=False, accs=accs, local=local, axis=axis)
     vec_loads, vec_stores = {}, {}
-    invariant = _invariant(items, axis, local)
+    # (with acc_lanes, each element reads its own accumulator)
+    invariant = _invariant(items, axis, local | (set(accs) if acc_lanes else set()))
     for s in items:
         if isinstance(s, (Load, Store)) and _contiguous(fn, s, axis) and not reverse_extent:
             if isinstance(s, Load) and not _needs(items, s.dyn, local) <= invariant:
@@ -168,13 +170,21 @@ def scalar(fn: Fn, s: Item, suffix: str, env: dict[str, Lin], *, lane0_stores: b
 
     def arg(a) -> str:
         return _literal(a) if isinstance(a, Scalar) else name(a)
+
+    def exact(a) -> str:
+        """An operand of a step function: a 16-bit value rounded to its type first."""
+        return _rounded(fn, a, arg(a))
     def index(idx):
         return tuple(substitute(e, env, fn.bounds) for e in idx)
     match s:
         case Load():
             return _load(fn, s, (name(s.dst),), env, axis, tuple(name(a) for a in s.dyn))
+        case Compute() if s.op in _STEPS:
+            return [K.Let(name(s.dst), ctype(s.dtype), s.op.value, tuple(exact(a) for a in s.args))]
         case Compute():
             return [K.Let(name(s.dst), ctype(s.dtype), s.op.value, tuple(arg(a) for a in s.args))]
+        case CastTo() if not s.dtype.is_float:
+            return [K.Let(name(s.dst), ctype(s.dtype), "cast", (exact(s.arg),))]
         case CastTo():
             return [K.Let(name(s.dst), ctype(s.dtype), "cast", (name(s.arg),))]
         case IndexValue():
@@ -194,6 +204,39 @@ def scalar(fn: Fn, s: Item, suffix: str, env: dict[str, Lin], *, lane0_stores: b
         case Fold():
             return serial_fold(fn, s, suffix, env, accs, local)
     raise AssertionError(f"unexpected item {s!r}")
+
+
+# Ops whose result jumps where their operand crosses a threshold: comparisons, rounding to an
+# integer (and a cast to an integer or bool, in `scalar`). Their 16-bit operands are rounded
+# to their type first, as the program rounds them: elsewhere a 16-bit value computed in float
+# is rounded only where it is stored (a difference within the dtype's tolerance), but here
+# one rounding step can move the result by a whole unit (an index, a mask).
+_STEPS = frozenset({EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE, EwOp.FLOOR,
+                    EwOp.CEIL, EwOp.SIGN})
+
+
+def _rounded(fn: Fn, a, text: str) -> str:
+    """`text` (the C name of operand `a`), rounded to its 16-bit type where it is a value the
+    kernel computed (loads are exact)."""
+    t = fn.types.get(a) if isinstance(a, str) else None
+    if t not in (DType.F16, DType.BF16) or a in _loaded(fn.k):
+        return text
+    return f"em_cvt<float>(em_cvt<{t.c_name}>({text}))"
+
+
+@lru_cache(maxsize=256)
+def _loaded(k) -> frozenset[str]:
+    """The values a kernel loads from memory (exact in their type)."""
+    out: set[str] = set()
+
+    def walk(items) -> None:
+        for i in items:
+            if isinstance(i, Load):
+                out.add(i.dst)
+            elif isinstance(i, Fold):
+                walk(i.body)
+    walk(k.body)
+    return frozenset(out)
 
 
 def serial_fold(fn: Fn, f: Fold, suffix: str, env, accs, local) -> list[K.KStmt]:

@@ -89,3 +89,24 @@ def test_source_is_byte_identical_across_processes():
                                "--row", "WORK=block:128 TILE=v4x2 REDUCE=shuffle STAGE=smem PLACE=fuse"],
                               capture_output=True, env=env, check=True).stdout
     assert emit("1") == emit("2")
+
+
+# A 16-bit value the kernel computes in float is rounded to its type where a step function
+# reads it (a cast to an integer, a comparison, floor): one rounding step there moves an index
+# or a mask by a whole unit. Elsewhere (arithmetic, a store) it is not rounded twice.
+STEPS = [
+    # the product rounded to f16, truncated to a row index (eager: 5.0 where float has 4.9995)
+    "torch.randn(40, 64).half()[(torch.randn(16, 32).half() @ torch.randn(32, 24).half())"
+    ".abs().long().clamp(0, 39)].sum(-1)",
+    "torch.floor(torch.randn(64, 96).bfloat16() * 7.3)",
+    "torch.where(torch.randn(64, 96).half() * 1.7 > 1.0, 1.0, -1.0).half()",
+]
+
+
+@pytest.mark.parametrize("expr", STEPS)
+def test_step_functions_read_16_bit_values_rounded(expr):
+    from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
+
+    stages = assert_emitted_cuda_matches_eager(expr)
+    text = "\n".join(u.source for u in stages["cuda"].units)
+    assert "em_cvt<float>(em_cvt<" in text
