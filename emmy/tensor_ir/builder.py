@@ -192,6 +192,12 @@ class Builder:
                                             else symbolic.lin(rhs) * -1)
         return None
 
+    def copy(self, x: str) -> str:
+        """x itself, as a definition of its own: an identity index map (a program that returns
+        an input returns a copy of it)."""
+        identity = tuple(symbolic.var(axis_var(i)) for i in range(self.rank(x)))
+        return self._add(IndexMap, self.type(x), x, identity)
+
     def reduce(self, op: ReduceOp, x: str, axes: Iterable[int], keepdim: bool = False) -> str:
         """Reduce over `axes`, dropping them (or keeping them with extent 1). Axes of extent 1
         are not reduced but squeezed by an IndexMap."""

@@ -11,7 +11,7 @@ from emmy.errors import InternalError, UnsupportedOp
 from emmy.tensor_ir.builder import Builder
 from emmy.tensor_ir.decomp import REGISTRY, SUPPORTED_OPS
 from emmy.tensor_ir.decomp.table import Refused
-from emmy.tensor_ir.ir import InputKind, Program
+from emmy.tensor_ir.ir import Input, InputKind, Program
 from emmy.torch_ir.ir import Graph, Node, Ref, TensorType
 
 __all__ = ["lower", "SUPPORTED_OPS"]
@@ -29,7 +29,11 @@ def lower(graph: Graph) -> Program:
         env[node.name] = lower_node(b, node, env)
     values = {p.name: graph.values[p.name] for p in graph.placeholders
               if p.kind is not InputKind.INPUT and p.name in graph.values}
-    return replace(b.finish([env[r.name] for r in graph.outputs], values), tf32=graph.tf32)
+    # an output that is an input as it is (`x.reshape(-1)` of a vector) is copied: the caller
+    # gets its own tensor, as from every other program
+    outputs = [b.copy(env[r.name]) if isinstance(b.defs[env[r.name]], Input) else env[r.name]
+               for r in graph.outputs]
+    return replace(b.finish(outputs, values), tf32=graph.tf32)
 
 
 def lower_node(b: Builder, node: Node, env: dict[str, Any]):
