@@ -14,7 +14,7 @@ from emmy.loop_ir.normalize import normalize
 from emmy.loop_ir.verify import verify
 from emmy.tensor_ir import interp as tensor_interp
 from emmy.tensor_ir.builder import Builder
-from emmy.tensor_ir.ir import EwOp, ReduceOp, TensorType, axis_var
+from emmy.tensor_ir.ir import EwOp, ReduceOp, TensorType, axis_var, gather_var
 
 from .programs import check_torch, random_feeds
 
@@ -133,8 +133,25 @@ def position(draw, b, x, values):
     return b.ew(EwOp.ADD, x, b.cast(b.iota(shape, draw(st.integers(0, len(shape) - 1))), F64))
 
 
+def gather(draw, b, x, values):
+    """x read along one axis at positions computed from another value's data (negative ones
+    wrap, the rest clamp: the builder's rule), so a computed source is stored first."""
+    shape = shape_of(b, x)
+    y = draw(st.sampled_from(values))
+    if not shape or not shape_of(b, y):
+        return x
+    try:
+        at = b.broadcast_to(y, shape)
+    except InternalError:
+        at = x
+    positions = b.cast(b.ew(EwOp.MUL, b.ew(EwOp.TANH, at), 4.0), DType.I64)   # -4..4
+    axis = draw(st.integers(0, len(shape) - 1))
+    index = [symbolic.var(gather_var(0) if j == axis else axis_var(j)) for j in range(len(shape))]
+    return b.gather(x, shape, index, [positions])
+
+
 STEPS = [unary, binary, select, reduction, scan, transpose, broadcast, reshape, flip_or_slice,
-         round_trip, position]
+         round_trip, position, gather, gather]
 
 
 @st.composite
