@@ -1,7 +1,8 @@
 """Random torch programs through the whole compiler: each one a `-c` expression (elementwise
 ops with broadcasting, reductions, norms, softmax, scans, layout ops, gathers and embeddings,
 matrix products, attention, convolutions), compiled with its default rows and with sampled
-legal rows of each kernel, and checked on the CPU emulator against PyTorch (CPU only: g++ and NVRTC, no GPU).
+legal rows of each kernel, and checked on the CPU emulator against PyTorch (CPU only: g++ and
+NVRTC, no GPU).
 
     .venv/bin/python bench/fuzz.py [--programs 50] [--seed 0] [--rows 1] [--time-limit S]
         [--half 0.2] [--show]

@@ -94,12 +94,7 @@ class Builder:
 
     def index_map(self, x: str, shape: Sequence[int], index: Sequence[symbolic.Lin | int]) -> str:
         """out[a0, …] = x[index…]; composes with an IndexMap argument; identity returns `x`."""
-        shape = tuple(int(s) for s in shape)
-        index = tuple(symbolic.lin(e) for e in index)
-        src = self.defs[x]
-        if len(index) != len(src.type.shape):
-            raise InternalError(f"index_map of {x}: {len(index)} indices for rank {self.rank(x)}")
-        bounds = {axis_var(i): n for i, n in enumerate(shape)}
+        shape, index, src, bounds = self._indexing("index_map", x, shape, index)
         # An extent-1 output axis only takes position 0; an extent-1 input axis only gives 0.
         ones = {axis_var(i): symbolic.lin(0) for i, n in enumerate(shape) if n == 1}
         index = tuple(symbolic.substitute(e, ones, bounds) for e in index)
@@ -122,12 +117,7 @@ class Builder:
         indices[k] (broadcast to `shape`) at the output position. Each gather_var(k) must be
         one whole component of `index` (x's position along that axis); its values are wrapped
         (-1 is the last) and clamped into that axis. Composes with an IndexMap argument."""
-        shape = tuple(int(s) for s in shape)
-        index = tuple(symbolic.lin(e) for e in index)
-        src = self.defs[x]
-        if len(index) != len(src.type.shape):
-            raise InternalError(f"gather of {x}: {len(index)} indices for rank {self.rank(x)}")
-        bounds = {axis_var(i): n for i, n in enumerate(shape)}
+        shape, index, src, bounds = self._indexing("gather", x, shape, index)
         clamped = []
         known: dict[str, symbolic.Lin] = {}
         for k, i in enumerate(indices):
@@ -266,6 +256,15 @@ class Builder:
                        values=dict(values or {}))
 
     # ---- helpers -------------------------------------------------------------------------
+
+    def _indexing(self, what: str, x: str, shape, index):
+        """(shape, index, x's definition, the output axes' extents) of a read of x, checked."""
+        shape = tuple(int(s) for s in shape)
+        index = tuple(symbolic.lin(e) for e in index)
+        src = self.defs[x]
+        if len(index) != len(src.type.shape):
+            raise InternalError(f"{what} of {x}: {len(index)} indices for rank {self.rank(x)}")
+        return shape, index, src, {axis_var(i): n for i, n in enumerate(shape)}
 
     def _add(self, kind, type: TensorType, *fields, **kw) -> str:
         key = (kind, type, fields, tuple(sorted(kw.items())))
