@@ -132,3 +132,28 @@ def test_output_into_a_closed_pipe_is_not_an_error():
     proc.stdout.close()                       # the reader goes away after one line
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0 and "internal error" not in err and "Traceback" not in err
+
+
+SIN_BF16 = "torch.sin(torch.randn(64, 64).bfloat16() * 40)"
+
+
+def test_check_accepts_a_result_nearer_float64_than_eager_is(capsys):
+    """bf16 eager rounds x * 40 before sin; the kernel does not, so it is off eager by up to a
+    rounding step of the argument, and within tolerance of the model run in float64."""
+    rc, out, _ = run(capsys, "run", "--check", "-c", SIN_BF16)
+    assert rc == 0 and "ok (vs float64 eager)" in out
+
+
+def test_check_still_fails_a_wrong_result(capsys, monkeypatch):
+    """Neither reference accepts a result that is off both."""
+    import numpy as np
+
+    import emmy.check as check
+
+    real = check.compare
+
+    def off(names, dtypes, got, expected, **kw):
+        return real(names, dtypes, [np.asarray(g) + 1.0 for g in got], expected, **kw)
+    monkeypatch.setattr(check, "compare", off)
+    rc, out, _ = run(capsys, "run", "--check", "-c", SIN_BF16)
+    assert rc == 1 and "MISMATCH" in out and "FAIL" in out

@@ -49,6 +49,8 @@ def used(items: tuple[Item, ...]) -> set[str]:
                 out |= {acc, v}
             case Store(value=v):
                 out.add(v)
+            case Load(dyn=dyn):
+                out |= set(dyn)   # a gather's positions
             case Fold():
                 out |= used(i.body)
     return out
@@ -87,7 +89,9 @@ def substitute_item(item: Item, env, bounds) -> Item:
 
 
 def operands(s) -> list[str]:
-    """The values a statement reads."""
+    """The values a statement reads (a gather's load: its positions)."""
+    if isinstance(s, Load):
+        return list(s.dyn)
     args = [a for a in getattr(s, "args", ()) if isinstance(a, str)]
     return args + [s.arg] if isinstance(s, CastTo) else args
 

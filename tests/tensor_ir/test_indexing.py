@@ -172,3 +172,16 @@ def test_positions_an_iota_gives_are_an_index_map(check, fn):
 def test_negative_iota_positions_stay_a_wrapped_gather(check):
     program = check(lambda x: x[torch.arange(4) - 2], torch.randn(10, 6))
     assert any(isinstance(d, Gather) for d in program.defs)
+
+
+def test_a_gather_after_a_reduction_survives_place_cut():
+    """PLACE=cut stores the argmax and recomputes what follows it in a second kernel: the
+    gather's position is among what that kernel reads (found by bench/fuzz.py: it was not)."""
+    from emmy.check import check_cuda_program
+    from emmy.pipeline import Options
+
+    w = load_expr("(lambda t: t.gather(1, t.argmax(1, keepdim=True)) * t)(torch.randn(16, 40))")
+    row = "WORK=warp:1 TILE=v1x1 REDUCE=shuffle STAGE=direct PLACE=cut"
+    stages = compile_to(w, "cuda", Options(rows={"": row}))
+    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+    assert report is not None and report.ok, failed and failed.log[-800:]
