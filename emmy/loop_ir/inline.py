@@ -17,6 +17,7 @@ from typing import Union
 from emmy import symbolic
 from emmy.dtypes import DType
 from emmy.errors import InternalError
+from emmy.loop_ir.dataflow import loop_vars
 from emmy.symbolic import Lin
 from emmy.tensor_ir.ir import (Cast, Elementwise, EwOp, Gather, IndexMap, Iota, Program, Reduce,
                                ReduceOp, Scalar, Scan, axis_var)
@@ -225,8 +226,8 @@ class Inliner:
             case Gather():
                 env = {axis_var(i): e for i, e in enumerate(index)}
                 where = tuple(symbolic.substitute(e, env, self.dag.extents) for e in d.index)
-                free = frozenset().union(*(dag.free[r] for r in reads), *(
-                    {v for v in e.free_vars() if not v.startswith("@")} for e in where))
+                free = frozenset().union(*(dag.free[r] for r in reads),
+                                         *(loop_vars(e) for e in where))
                 return dag.add(NLoad(self.loaded[d.arg], where, d.type.dtype, tuple(reads)),
                                free)
             case Reduce():

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from emmy.errors import InternalError
 from emmy.loop_ir.dataflow import defined, index_exprs, loop_vars, modified, reads
-from emmy.tensor_ir.ir import gather_var
 from emmy.loop_ir.ir import Accum, Init, Kernel, Load, Loop, LoopKind, Stmt, Store
+from emmy.tensor_ir.ir import gather_var
 
 
 def verify(k: Kernel) -> Kernel:
