@@ -107,7 +107,18 @@ def eager_outputs(workload) -> list:
     import torch
 
     with torch.no_grad():
-        return flatten_tensors(workload.model(*workload.inputs))
+        return flatten_tensors(run_eager(workload.model, workload.inputs))
+
+
+def run_eager(model, args):
+    """model(*args) in eager PyTorch; where the model itself fails on its inputs (an index out
+    of range, say), that is the input's fault: a UserError naming torch's reason."""
+    try:
+        return model(*args)
+    except Exception as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise UserError(f"the model fails on its inputs in eager PyTorch: "
+                        f"{type(e).__name__}: {reason}") from None
 
 
 def check_loop_program(workload, graph, loop_program) -> CheckReport:

@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from emmy.check import flatten_tensors
+from emmy.check import flatten_tensors, run_eager
 from emmy.cuda.program import CudaProgram
 from emmy.dtypes import DType, to_torch, tolerance
 from emmy.errors import UserError
@@ -231,7 +231,7 @@ class _Reference:
         if dtype is not None:
             args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point()
                          else a for a in args)
-        return tuple(t.detach() for t in flatten_tensors(model(*args)))
+        return tuple(t.detach() for t in flatten_tensors(run_eager(model, args)))
 
 
 def _native_dtype(model, args) -> str:

@@ -16,7 +16,7 @@ from emmy.symbolic import Lin, Sym, bounds_of, floordiv, lin, mod, render, subst
 from emmy.dtypes import DType
 from emmy.tensor_ir.ir import EwOp, Scalar, gather_var
 from emmy.tile_ir.ir import Axis, Fold, Item
-from emmy.tile_ir.values import value_types
+from emmy.tile_ir.values import operands, value_types
 
 
 def group(fn: Fn, items: tuple[Item, ...], axis: str | None, base: Lin, V: int, *,
@@ -91,11 +91,7 @@ def _needs(items, names, local: set[str]) -> set[str]:
         if n in out or n not in defs:
             continue
         out.add(n)
-        s = defs[n]
-        reads = (s.dyn if isinstance(s, Load) else (s.arg,) if isinstance(s, CastTo)
-                 else tuple(a for a in s.args if isinstance(a, str))
-                 if isinstance(s, Compute) else ())
-        todo += [a for a in reads if a in local]
+        todo += [a for a in operands(defs[n]) if a in local]
     return out
 
 
@@ -103,19 +99,11 @@ def _invariant(items, axis: str | None, local: set[str]) -> set[str]:
     """The group's values that are the same for every element along `axis`."""
     out: set[str] = set()
     for s in items:
-        match s:
-            case Load():
-                ok = (all(axis not in e.free_vars() for e in s.index)
-                      and all(a in out or a not in local for a in s.dyn))
-            case Compute():
-                ok = all(a in out or a not in local for a in s.args if isinstance(a, str))
-            case CastTo():
-                ok = s.arg in out or s.arg not in local
-            case IndexValue():
-                ok = axis not in s.expr.free_vars()
-            case _:
-                ok = False
-        if ok:
+        if not isinstance(s, (Load, Compute, CastTo, IndexValue)):
+            continue
+        index = s.index if isinstance(s, Load) else (s.expr,) if isinstance(s, IndexValue) else ()
+        if (all(axis not in e.free_vars() for e in index)
+                and all(a in out or a not in local for a in operands(s))):
             out.add(s.dst)
     return out
 

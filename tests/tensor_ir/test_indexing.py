@@ -185,3 +185,13 @@ def test_a_gather_after_a_reduction_survives_place_cut():
     stages = compile_to(w, "cuda", Options(rows={"": row}))
     report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
     assert report is not None and report.ok, failed and failed.log[-800:]
+
+
+def test_an_index_the_model_itself_rejects_is_bad_input(capsys):
+    """torch raises on an embedding index out of range: that is the input's fault (exit 2,
+    torch's reason), not a traceback from the check's eager run."""
+    from emmy.cli import main
+
+    rc = main(["run", "--check", "-c", "nn.Embedding(10, 4)(torch.randint(0, 20, (3,)))"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "fails on its inputs in eager PyTorch: IndexError" in err
