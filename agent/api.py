@@ -23,6 +23,7 @@ from agent.models import (AgentErrorEvent, BestEntry, BestRows, CheckResult, Cud
                           ToolResultEvent, WorkloadInfo)
 from agent.tools import TOOL_NAMES, tool
 from emmy.check import SLOW_EMULATION_S, slow_emulation_note
+from emmy.errors import WorkloadFails
 
 MAX_TEXT = 16000   # characters of IR or CUDA handed back by one call
 
@@ -94,6 +95,8 @@ class Session:
         try:
             result = self._run(name, args, raw)
             ok = not (isinstance(result, EvaluationResult) and result.verdict == "illegal")
+        except WorkloadFails:   # the model fails in eager: no row can be checked; stop the run
+            raise
         except ToolFailure as f:
             self.error(f.kind, f"{name}: {f}")
             result, ok = ToolError(error=str(f), kind=f.kind, hint=f.hint), False
@@ -285,6 +288,8 @@ class Session:
     def _evaluate(self, kernel: str, row: str) -> EvaluationResult:
         try:
             e = self.ev.evaluate(kernel, row)
+        except WorkloadFails:
+            raise
         except Exception as exc:  # the compiler broke on a legal row: a crash verdict
             return EvaluationResult(kernel=kernel, row=row, verdict="crash",
                                     reasons=[f"internal error: {type(exc).__name__}: {exc}"])

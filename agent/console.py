@@ -53,6 +53,8 @@ class View:
             self.live.update(self._render())
             self.live.__exit__(*exc)
             self.live = None
+            if exc and exc[0] is not None and not self.console.is_terminal:
+                self.console.line()    # an error message follows the last rendered line
 
     def start_at(self, used: int) -> None:
         self.progress.update(self.task, completed=used)

@@ -16,6 +16,7 @@ from agent.evaluator import (EXPR_PATH, BadInput, check_workload_args, gpu_name,
 from agent.models import (DbEntry, HeaderEvent, NoteEvent, ResumeEvent, SummaryEvent,
                           WorkloadRecord)
 from agent.trace import Trace, TraceWriter, default_path
+from emmy.errors import WorkloadFails
 
 POLICIES = ("llm", "search", "random")
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -119,6 +120,10 @@ def optimize(cfg: RunConfig, view_factory, evaluator=None) -> Outcome:
     try:
         with view:
             reason = policy.run(session)
+    except WorkloadFails as e:   # no row can be checked: the trace ends, saying why
+        session.emit(session.summary_event(f"stopped: {e}"))
+        writer.close()
+        raise
     except BaseException as e:   # Ctrl-C or a crash: no summary, so --resume can continue
         session.emit(NoteEvent(text=f"stopped by {type(e).__name__}; --resume continues the run"))
         writer.close()

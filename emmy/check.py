@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from emmy.dtypes import DType, tolerance
-from emmy.errors import UserError
+from emmy.errors import UserError, WorkloadFails
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def run_eager(model, args):
         return model(*args)
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise UserError(f"the model fails on its inputs in eager PyTorch: "
+        raise WorkloadFails(f"the model fails on its inputs in eager PyTorch: "
                         f"{type(e).__name__}: {reason}") from None
 
 

@@ -31,5 +31,10 @@ class UnsupportedOp(UserError):
         self.source = source
 
 
+class WorkloadFails(UserError):
+    """The model itself fails in eager PyTorch on its inputs (an index out of range, say): no
+    row is to blame, and nothing can be checked against it."""
+
+
 class InternalError(Exception):
     """A broken invariant inside the compiler: a bug in emmy, not in the input."""

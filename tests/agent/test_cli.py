@@ -232,3 +232,22 @@ def test_optimize_starts_from_the_schedule_database(tmp_path, monkeypatch):
                                   workload="w", row=other, median_us=1.0, method="modeled",
                                   trace=None, time="t")])
     assert recorded_rows(session, str(db)) == {kernel.name: other}
+
+
+BAD_INDEX = "nn.Embedding(10, 4)(torch.randint(0, 20, (3,)))"
+
+
+@pytest.mark.parametrize("command", ["optimize", "propose"])
+def test_a_model_failing_in_eager_stops_the_run_as_bad_input(command, tmp_path, capsys):
+    """An embedding index out of range makes torch itself fail: no row is to blame, so the run
+    stops with exit 2 and torch's reason (not a `crash` verdict per row), and the trace ends
+    with a summary that says why."""
+    trace = tmp_path / "bad.jsonl"
+    extra = ["--budget", "2"] if command == "optimize" else ["--row", "WORK=thread:256 TILE=v4x1"]
+    rc, out, err = run(capsys, command, "-c", BAD_INDEX, *extra, "--trace", trace,
+                       "--db", tmp_path / "db.json", "--quiet")
+    assert rc == 2 and "Traceback" not in err
+    assert "fails on its inputs in eager PyTorch: IndexError" in err
+    t = Trace.read(trace)
+    assert t.finished and t.evaluations == []
+    assert command == "propose" or "fails on its inputs" in t.summary.reason
