@@ -14,6 +14,10 @@ possible or not wanted:
 - a product (a linear layer's, a convolution's) that a reduction such as a norm's statistics
   reads (`reduced_products`): inlined, each product element would be computed again for
   every output needing the statistic (attention's softmax over scores stays fused);
+- an operand of a product that the program computes from a statistic (a norm's rsqrt of the
+  mean square, a softmax's sum) where each of its elements feeds many products
+  (`normalized_operands`): inlined, the product's kernel would compute the statistic first,
+  and no matrix-product template takes a kernel that does;
 - q, k and v of an attention where the program computes them, and its output where a
   product reads it (`attention_operands`): the flash kernel reads and writes tensors;
 - a gather's source where the program computes it, and a gather a product reads
@@ -205,6 +209,103 @@ def reduced_products(p: Program) -> dict[str, str]:
     return out
 
 
+MIN_OPERAND_REUSE = 16   # products an operand element feeds before it is stored (a tile's N)
+
+
+def normalized_operands(p: Program, flashless: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Operands of products that the program computes from a reduction other than a product (a
+    pre-norm transformer's RMSNorm or LayerNorm before its projections, a softmax before a
+    linear layer), each with the reason to store it. Inlined, the product's kernel computes the
+    statistic, then the product element by element (a row kernel re-reading the weight for
+    every row), where stored, the norm is a row kernel and the product a matrix-product
+    template. Kept fused: an operand whose elements each feed fewer than MIN_OPERAND_REUSE
+    products (a matrix-vector product after a norm: one pass over each row is best), and
+    attention's probabilities (the flash kernel folds the softmax into P V), unless its scores
+    are in `flashless` (stored: no flash template took the fused kernel)."""
+    defs = {d.name: d for d in p.defs}
+    users = _users(p)
+    outputs = set(p.outputs)
+    attention: set[str] = set()
+    for d in p.defs:
+        second = _attention_products(d, users, defs)
+        if second and _epilogue_end(d.name, users, defs) not in flashless:
+            attention |= {d.name, *second}
+    out: dict[str, str] = {}
+    for d in p.defs:
+        factors = _factors(d, defs)
+        if factors is None or d.name in attention:
+            continue
+        wide = math.prod(defs[d.arg].type.shape)
+        for a in factors:
+            src = _computed_source(a, defs)
+            if src is None or src in outputs:
+                continue
+            stat = _statistic(src, defs)
+            reuse = wide // math.prod(defs[src].type.shape) if isinstance(wide, int) else None
+            if stat is None or (reuse is not None and reuse < MIN_OPERAND_REUSE):
+                continue
+            out.setdefault(src, f"a product (`{d.name}`) reads it, and it is computed from a "
+                                f"reduction (`{stat}`, {describe(defs[stat])}): stored, the "
+                                f"product is a matrix-product kernel of its own; inlined, its "
+                                f"kernel would compute the reduction, then the product element "
+                                f"by element")
+    return out
+
+
+def recomputed_products(p: Program, uses: Mapping[str, int]) -> dict[str, str]:
+    """Products a built kernel computes at several indices (`uses`, from the inliner), each
+    with the reason to store it (the end of its epilogue, as `reduced_products` stores one):
+    a rotary embedding reads a projection at its own column and at the rotated one, so fused,
+    every dot product would run twice and no matrix-product template would take the kernel.
+    An attention's scores are read by its softmax's folds and by P V at several indices by
+    design (the flash template merges them); `attention_scores` covers those."""
+    defs = {d.name: d for d in p.defs}
+    users = _users(p)
+    attention = set(attention_scores(p))
+    for name in list(attention):
+        attention.update(_attention_products(defs[name], users, defs))
+    products = [d.name for d in p.defs if d.name in uses and d.name not in attention
+                and _factors(d, defs) is not None]
+    out: dict[str, str] = {}
+    for name in products:
+        if uses[name] > 1:
+            out.setdefault(_epilogue_end(name, users, defs), (
+                f"a kernel reads this product (`{name}`) at {uses[name]} different indices (a "
+                f"rotation, a shifted copy): stored, the product is a matrix-product kernel of "
+                f"its own; inlined, each of its elements would be computed {uses[name]} times"))
+    # products the kernel combines element-wise (SwiGLU's silu(x W1) * (x W3)), not a chain
+    # in which one reads the other: every one but the last is stored, which the last one's
+    # epilogue reads
+    for i, name in enumerate(products):
+        later = [m for m in products[i + 1:] if name not in _ancestors(m, defs)]
+        if later:
+            out.setdefault(_epilogue_end(name, users, defs), (
+                f"the kernel of `{later[-1]}` also computes this product (`{name}`), which it "
+                f"does not read as an operand: stored, each is a matrix-product kernel, the "
+                f"last one reading the other in its epilogue; together, neither would be"))
+    return out
+
+
+def _statistic(name: str, defs) -> str | None:
+    """The first reduction that is not a product found through the element-wise ops, casts and
+    index maps (not windows) that compute `name`; None when there is none."""
+    seen, todo = {name}, [name]
+    while todo:
+        d = defs[todo.pop()]
+        if isinstance(d, Reduce):
+            if _factors(d, defs) is None:
+                return d.name
+            continue
+        if not (isinstance(d, (Elementwise, Cast))
+                or (isinstance(d, IndexMap) and not _window(d, defs))):
+            continue
+        for a in operands(d):
+            if a not in seen:
+                seen.add(a)
+                todo.append(a)
+    return None
+
+
 def attention_scores(p: Program) -> dict[str, str]:
     """The scores products of the attentions `reduced_products` keeps fused, each with what to
     store where no flash template takes it: the end of its epilogue (its cast to the program's
@@ -281,12 +382,13 @@ def _reads_data(name: str, defs) -> bool:
 
 
 def _computed_source(name: str, defs) -> str | None:
-    """The tensor `name` reads through widening casts and index maps that are not windows
-    (what a kernel loads as it is: re-indexed, widened), unless that is a program input: then
-    None. A narrowing cast is the tensor (q rounded to f16 is what the program reads)."""
+    """The tensor `name` reads through widening casts and index maps that are not sliding
+    windows (what a kernel loads as it is: re-indexed, broadcast, widened; a head split of a
+    projection broadcast over the query positions is one), unless that is a program input:
+    then None. A narrowing cast is the tensor (q rounded to f16 is what the program reads)."""
     d = defs[name]
     while ((isinstance(d, Cast) and _widening(d, defs))
-           or (isinstance(d, IndexMap) and not _window(d, defs))):
+           or (isinstance(d, IndexMap) and not (_window(d, defs) and _overlapping(d)))):
         d = defs[d.arg]
     return None if isinstance(d, Input) else d.name
 
@@ -301,7 +403,9 @@ def _widening(d: Cast, defs) -> bool:
 def _epilogue_end(name: str, users, defs) -> str:
     """What to store for a product: the last of the element-wise ops applied to it alone (its
     bias, its activation), which its kernel's epilogue computes, while each is its
-    predecessor's only reader and reads nothing else computed from the product."""
+    predecessor's only reader and reads nothing else computed from the product. Not a widening
+    cast at the end (a 16-bit product widened for its consumers' arithmetic): the narrower
+    tensor holds the same values in half the bytes."""
     while len(users[name]) == 1:
         u = defs[users[name][0]]
         if not isinstance(u, (Elementwise, Cast)):
@@ -310,6 +414,8 @@ def _epilogue_end(name: str, users, defs) -> str:
         if any(name in _ancestors(a, defs) or a == name for a in others):
             break
         name = u.name
+    while isinstance(defs[name], Cast) and _widening(defs[name], defs):
+        name = defs[name].arg
     return name
 
 
@@ -361,7 +467,8 @@ def _flash_operands(d: Reduce, defs) -> bool:
 def _closure(name: str, users, defs, through_reductions: bool) -> set[str]:
     """What `name` reaches through element-wise ops, casts and index maps that read each
     element at most once per position (no sliding windows); with `through_reductions`, through
-    reductions too."""
+    reductions too, up to the products it reaches (included, not gone through: what a product
+    computes is another kernel's business, or another template's)."""
     seen, todo = {name}, [name]
     while todo:
         for u in users[todo.pop()]:
@@ -371,7 +478,8 @@ def _closure(name: str, users, defs, through_reductions: bool) -> set[str]:
                   or (through_reductions and isinstance(d, Reduce)))
             if ok and u not in seen:
                 seen.add(u)
-                todo.append(u)
+                if not (through_reductions and _factors(d, defs) is not None):
+                    todo.append(u)
     return seen
 
 
@@ -459,17 +567,28 @@ def _group(roots, reads, touched, defs, scan_of) -> list[list[str]]:
     """Put outputs of one shape in one kernel when they share work (a load, a value) and
     depend on each other only at the same positions."""
     groups: list[list[str]] = []
+    stored = set(roots)
+    products = {r: {n for n in (touched[r] - stored) | {r} if _factors(defs[n], defs) is not None}
+                for r in roots}
     for r in roots:
         for g in groups:
             if r not in scan_of and g[0] not in scan_of \
                     and defs[g[0]].type.shape == defs[r].type.shape \
                     and any(touched[r] & (touched[m] | {m}) for m in g) \
+                    and _one_product(products[r], set().union(*(products[m] for m in g))) \
                     and _can_share(g + [r], reads):
                 g.append(r)
                 break
         else:
             groups.append([r])
     return groups
+
+
+def _one_product(a: set[str], b: set[str]) -> bool:
+    """Whether outputs computing products `a` and `b` may share a kernel: not when each computes
+    a product of its own (a k and a v projection of the same input), which no matrix-product
+    template computes in one kernel."""
+    return not a or not b or a == b
 
 
 def _can_share(group: list[str], reads) -> bool:

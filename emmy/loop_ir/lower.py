@@ -15,9 +15,12 @@ its row's scores again.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from emmy import symbolic
 from emmy.loop_ir.fuse import (KernelPlan, attention_operands, attention_scores, gathered_reads,
-                               plan_fusion, reduced_products, windowed_reads)
+                               normalized_operands, plan_fusion, recomputed_products,
+                               reduced_products, windowed_reads)
 from emmy.loop_ir.inline import Dag, Inliner, KernelTooLarge
 from emmy.loop_ir.ir import Buffer, Kernel, Load, LoopProgram
 from emmy.loop_ir.names import kernel_name
@@ -51,23 +54,29 @@ def _build_within_budget(p: Program):
     attention's scores are fused into a kernel no flash template takes, store them."""
     defs = {d.name: d for d in p.defs}
     forced: dict[str, str] = (windowed_reads(p) | reduced_products(p) | attention_operands(p)
-                              | gathered_reads(p))
+                              | gathered_reads(p) | normalized_operands(p))
     scores = attention_scores(p)
+    flashless: set[str] = set()
     budget: int | None = MAX_NODES
     while True:
         plan = plan_fusion(p, forced)
         names = {d.name: d.name for d in p.inputs} | plan.buffers
         single = len(plan.kernels) == 1
         try:
-            built, unflashed = [], set()
+            built, unflashed, recomputed = [], set(), {}
             for i, kp in enumerate(plan.kernels):
-                inlined: set[str] = set()
+                inlined: Counter[str] = Counter()
                 built.append(build_kernel(p, kp, set(plan.stored),
                                           kernel_name(i, defs[kp.roots[0]], p.name, single),
                                           names, budget, inlined))
-                fused = {scores[n] for n in scores.keys() & inlined} - set(plan.stored)
+                fused = {scores[n] for n in scores.keys() & inlined.keys()} - set(plan.stored)
                 if fused and not _flash(built[-1][0]):
                     unflashed |= fused
+                recomputed |= {n: why for n, why in recomputed_products(p, inlined).items()
+                               if n not in plan.stored}
+            if recomputed:
+                forced |= recomputed
+                continue
             if not unflashed:
                 return plan, built
             for name in sorted(unflashed):
@@ -75,6 +84,8 @@ def _build_within_budget(p: Program):
                                 "IR's recognizer refused the fused kernel): stored, they are a "
                                 "matrix-product kernel; inlined, every output element would "
                                 "compute its row's scores again")
+            flashless |= unflashed    # their softmax is an operand like any other now
+            forced = normalized_operands(p, frozenset(flashless)) | forced
         except KernelTooLarge as e:
             cut = choose_cut(p, e.uses, set(plan.stored))
             if cut is None:
@@ -107,7 +118,7 @@ def build_kernel(p: Program, kp: KernelPlan, stored: set[str], name: str,
     identity = tuple(symbolic.var(v) for v in out_vars)
     roots = [inliner.value(r, identity) for r in kp.roots]
     if inlined is not None:
-        inlined |= set(inliner.uses)
+        inlined.update(inliner.uses)
     scan_var = out_vars[defs[kp.scan].axis] if kp.scan else None
     order = order_loops(dag, roots, out_vars, scan_var)
     placer = Placer(dag, order, scan_var, defs[kp.scan].reverse if kp.scan else False)

@@ -235,4 +235,21 @@ class Space:
         row = walk(0, self._ctx(), {})
         if row is None:
             raise AssertionError(f"kernel {self.kernel.name}: no legal row")
+        if self.template and self.facts.chain and row.get("PLACE") == "fuse":
+            return self._fuse_or_cut(row)
         return row
+
+    def _fuse_or_cut(self, fused: Row) -> Row:
+        """A chain a template tiles is fused unless the cost model says the cut is faster: fused,
+        each row block computes its slice of the intermediate again for every column tile of
+        the output, which is cheap when the output has a few column tiles (an MLP's 256 outputs)
+        and ruinous when it has dozens (a Llama feed-forward's 4,096: its down projection would
+        compute the 14,336-wide intermediate 64 times)."""
+        from emmy.runtime.costmodel.api import estimate_kernel
+
+        cut = next((r for r in self.rows() if r.get("PLACE") == "cut"), None)
+        if cut is None:
+            return fused
+        seconds = {r: estimate_kernel(self.kernel, r, self.target, nvrtc=False).seconds
+                   for r in (fused, cut)}
+        return cut if seconds[cut] < seconds[fused] else fused

@@ -140,9 +140,11 @@ def test_rows_for_several_kernels_name_their_kernel(capsys):
     assert rc == 2 and "two rows for kernel `k0_mlp`" in err
     rc, _, err = run(capsys, "compile", "examples/mlp.py", "--row", cut, "--kernel", "k0_mlp")
     assert rc == 2 and "names its kernel" in err
-    rc, _, err = run(capsys, "compile", "examples/mlp.py", "--ir", "tile", "--row",
-                     "k0_mlp_cut0: WORK=warps:1x1 TILE=simt:32x32x8 REDUCE=serial STAGE=smem RASTER=row")
-    assert rc == 2 and "exist when k0_mlp's row has PLACE=cut" in err
+    # chained_matmul's chain stays fused by default: its cut kernels do not exist
+    rc, _, err = run(capsys, "compile", "examples/chained_matmul.py", "--ir", "tile", "--row",
+                     "k0_chained_matmul_cut0: WORK=warps:1x1 TILE=simt:32x32x8 REDUCE=serial "
+                     "STAGE=smem RASTER=row")
+    assert rc == 2 and "exist when k0_chained_matmul's row has PLACE=cut" in err
 
 
 def test_sass_without_the_disassembler_exits_2(capsys, monkeypatch):

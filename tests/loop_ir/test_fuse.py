@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from emmy.dtypes import DType
 from emmy.loop_ir.dataflow import walk
@@ -233,3 +234,82 @@ def test_the_stored_products_note_is_the_same_in_every_process():
     first = notes("1")
     assert "reads this product" in first
     assert all(notes(seed) == first for seed in ("2", "3"))
+
+
+# ---- products whose operands or outputs a fused kernel could not tile ----------------------
+
+def kinds(lp):
+    from emmy.tile_ir.lift import lift_program
+
+    return [k.kind.value for k in lift_program(lp).kernels]
+
+
+def test_a_norm_before_a_projection_is_stored_and_the_projection_is_a_product_kernel():
+    """Pre-norm transformers: inlined, the projection's kernel would compute the RMS statistic
+    and then every dot product one by one (a row kernel re-reading the weight for each row)."""
+    x, w, g = torch.randn(8, 64), torch.randn(48, 64), torch.randn(64)
+    lp = check_torch(lambda x, w, g: F.linear(F.rms_norm(x, (64,), g), w), x, w, g)
+    assert kinds(lp) == ["row", "contract"] and len(lp.intermediates) == 1
+    assert any("computed from a reduction" in n and "matrix-product kernel" in n
+               for n in lp.notes), lp.notes
+    lp = check_torch(lambda x, w: F.layer_norm(x, (64,)) @ w.T, x, w)
+    assert kinds(lp) == ["row", "contract"]
+    lp = check_torch(lambda x, w: torch.softmax(x, -1) @ w.T, x, w)
+    assert kinds(lp) == ["row", "contract"]
+
+
+def test_a_few_products_of_a_normalized_row_stay_in_its_kernel():
+    """A matrix-vector product after a norm (each normalized element feeds fewer than
+    MIN_OPERAND_REUSE products): one pass over each row is best, nothing is stored."""
+    from emmy.loop_ir.fuse import MIN_OPERAND_REUSE
+
+    x, w = torch.randn(8, 64), torch.randn(MIN_OPERAND_REUSE - 1, 64)
+    lp = check_torch(lambda x, w: F.linear(F.rms_norm(x, (64,)), w), x, w)
+    assert kinds(lp) == ["row"] and lp.intermediates == ()
+
+
+def rotate(x):
+    half = x.shape[-1] // 2
+    return x * 0.5 + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * 0.25
+
+
+def test_a_product_read_at_other_columns_is_stored():
+    """A rotary embedding reads a projection at its own column and the rotated one: fused, each
+    dot product would run at every column that reads it."""
+    x, w = torch.randn(2, 8, 32), torch.randn(32, 32)
+    lp = check_torch(lambda x, w: rotate(x @ w.T), x, w)
+    assert kinds(lp) == ["contract", "map"]
+    assert any("different indices" in n for n in lp.notes), lp.notes
+
+
+def test_products_combined_element_wise_are_a_kernel_each():
+    """SwiGLU's silu(x W1) * (x W3): the first product is stored, the second's epilogue reads
+    it; two products of one input returned side by side do not share a kernel either."""
+    x, w1, w3 = torch.randn(16, 32), torch.randn(48, 32), torch.randn(48, 32)
+    lp = check_torch(lambda x, a, b: F.silu(x @ a.T) * (x @ b.T), x, w1, w3)
+    assert kinds(lp) == ["contract", "contract"]
+    assert any("also computes this product" in n for n in lp.notes), lp.notes
+    lp = check_torch(lambda x, a, b: (x @ a.T, x @ b.T), x, w1, w3)
+    assert kinds(lp) == ["contract", "contract"]
+
+
+def test_a_16_bit_product_is_stored_in_16_bits():
+    """silu widens the f16 product to f32 for its arithmetic: the stored tensor is the f16
+    product, not its widened copy (the same values in half the bytes)."""
+    x, w1, w3 = (torch.randn(16, 32).half(), torch.randn(48, 32).half(),
+                 torch.randn(48, 32).half())
+    lp = check_torch(lambda x, a, b: F.silu(x @ a.T) * (x @ b.T), x, w1, w3)
+    (tmp,) = lp.intermediates
+    assert tmp.type.dtype is DType.F16
+
+
+def test_a_softmax_that_only_looks_like_attention_is_stored_before_its_product():
+    """A product, a layer norm, a softmax and a product: the fusion planner first takes it for
+    attention (scores, softmax, P V) and keeps the softmax fused; once no flash template takes
+    the kernel and the scores are stored, the softmax is an operand like any other, stored
+    before its product."""
+    x, w, v = torch.randn(16, 32), torch.randn(32, 32), torch.randn(48, 32)
+    lp = check_torch(lambda x, w, v: torch.softmax(F.layer_norm(x @ w.T, (32,)), -1) @ v.T,
+                     x, w, v)
+    assert kinds(lp)[0] == "contract" and kinds(lp)[-1] == "contract"
+    assert "row" in kinds(lp) and len(kinds(lp)) == 3

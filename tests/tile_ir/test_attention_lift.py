@@ -26,8 +26,9 @@ def test_fp32_attention_is_one_flash_kernel_on_cuda_cores():
     """f32 q, k and v: the f32 flash template (CUDA cores) takes it, so it is one attention
     kernel whose rows are simt tiles. Over a head dimension that template does not take (not a
     multiple of 4), fused, every output element would compute its row's scores again (once per
-    head-dim element), so the scores are a product kernel of their own and the softmax and the
-    product with v read them."""
+    head-dim element), so the scores are a product kernel of their own, the softmax reads them
+    (a row kernel), and the product with v, which reads each probability 30 times, is another
+    product kernel (fused into the softmax's, it would be a dot product per output element)."""
     from emmy.schedule.space import Space
     from emmy.schedule.targets import get_target
 
@@ -37,7 +38,7 @@ def test_fp32_attention_is_one_flash_kernel_on_cuda_cores():
     assert str(space.default()) == "WORK=warps:4 TILE=simt:64x32 STAGE=async:2"
     assert {str(r["TILE"]).split(":")[0] for r in space.rows()} == {"simt"}
     ks = kernels(load_file("examples/attention.py", (("head_dim", 30),)))
-    assert [k.kind for k in ks] == [KernelKind.CONTRACT, KernelKind.ROW]
+    assert [k.kind for k in ks] == [KernelKind.CONTRACT, KernelKind.ROW, KernelKind.CONTRACT]
 
 
 def test_a_hand_written_softmax_attention():

@@ -78,9 +78,16 @@ def test_half_products_offer_tensor_core_tiles_and_refuse_misaligned_copies():
     assert refusal.rule == "stage.alignment" and "126 bytes" in refusal.reason
 
 
+def lifted(name: str, *sets):
+    """The example's Tile IR kernels before rows are chosen (a default row may cut a chain)."""
+    from emmy.tile_ir.lift import lift_program
+
+    return lift_program(compile_to(load_file(f"examples/{name}.py", sets), "loop")["loop"]).kernels
+
+
 @pytest.mark.parametrize("name", ["chained_matmul", "mlp"])
 def test_a_fused_chain_cuts_into_two_contractions(name):
-    (k,) = example(name).program.kernels
+    (k,) = lifted(name)
     assert k.kind is KernelKind.CHAIN and find_chain(k) is not None
     first, second, mid = cut_chain(k, find_chain(k))
     assert first.kind is second.kind is KernelKind.CONTRACT
@@ -101,12 +108,35 @@ def test_a_fused_chain_cuts_into_two_contractions(name):
 def test_rows_for_the_cut_kernels_are_given_by_name():
     from emmy.errors import UserError
 
-    cut = ("k0_mlp", CUT)
-    row = "WORK=warps:1x2 TILE=simt:32x64x16 REDUCE=serial STAGE=smem RASTER=row"
-    scheduled = example("mlp", cut, ("k0_mlp_cut1", row))
-    assert str(scheduled.rows["k0_mlp_cut1"]) == row
-    with pytest.raises(UserError, match="exist when k0_mlp's row has PLACE=cut"):
-        example("mlp", ("k0_mlp_cut1", row))
+    cut = ("k0_chained_matmul", CUT)
+    row = "WORK=warps:1x2 TILE=simt:32x32x16 REDUCE=serial STAGE=smem RASTER=row"
+    scheduled = example("chained_matmul", cut, ("k0_chained_matmul_cut1", row))
+    assert str(scheduled.rows["k0_chained_matmul_cut1"]) == row
+    with pytest.raises(UserError, match="exist when k0_chained_matmul's row has PLACE=cut"):
+        example("chained_matmul", ("k0_chained_matmul_cut1", row))
+
+
+@pytest.mark.parametrize("name, sets, default", [
+    ("chained_matmul", (), "fuse"),
+    ("mlp_half", (), "fuse"),
+    # f32 on CUDA cores, 8 column tiles of 32: the cut's two products spread over more SMs
+    ("mlp", (), "cut"),
+    # a Llama feed-forward's width: fused, the down projection would compute the 4,096-wide
+    # intermediate again for each of its 64 column tiles of 64
+    ("mlp_half", (("tokens", 512), ("features", 4096), ("hidden", 4096)), "cut"),
+])
+def test_a_chain_is_fused_by_default_unless_the_cost_model_says_the_cut_is_faster(
+        name, sets, default):
+    from emmy.runtime.costmodel.api import estimate_kernel
+
+    (k,) = lifted(name, *sets)
+    space = Space(k, SM90)
+    row = space.default()
+    assert row["PLACE"] == default
+    other = next(r for r in space.rows() if r["PLACE"] != default and
+                 (default == "fuse" or r["WORK"] == "warps:2x2"))
+    assert (estimate_kernel(k, row, SM90, nvrtc=False).seconds
+            <= estimate_kernel(k, other, SM90, nvrtc=False).seconds)
 
 
 def test_a_workload_that_allows_tf32_offers_tf32_tiles_and_a_tf32_tolerance():
