@@ -10,7 +10,8 @@
 # attention suites (attention: f16 causal and full, f32 causal on CUDA cores, then bf16, as far
 # as its budget goes; the core suite was measured on 2026-11-30; the conv suite is new: with time
 # left, or TESTS=0 RUN_BENCH=0, add it as SUITES="... conv:90", and the gather suite, GPT-2's
-# embeddings and LayerNorm, as "gather:40"; the row kernels' cheaper
+# embeddings and LayerNorm, as "gather:40", and the block suite, a Llama-3-8B decoder layer
+# against eager and torch.compile, as "block:90"; the row kernels' cheaper
 # arithmetic, bench/sass_counts.py, is timed by "core:60:softmax,log_softmax,elementwise").
 # Knobs (environment):
 # SUITES="matmul:120 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs

@@ -1,6 +1,7 @@
 """The correctness harness, the same on the CPU (emulator) and the GPU.
 
-Every check draws fresh inputs (several seeds, several distributions), poisons the outputs with
+Every check draws fresh inputs and parameters (several seeds, several distributions; each
+parameter at the scale the model initialized it), poisons the outputs with
 NaN before each run (an element the kernel never writes fails), checks that the inputs come back
 bit for bit unchanged (a kernel that writes its inputs fails), and compares with the eager model
 run in float64 where it can be (else in its own dtype), with a tolerance from the output dtype:
@@ -170,8 +171,19 @@ def _draw_like(x, distribution: str, gen, dev):
     return _draw(tuple(x.shape), x.dtype, distribution, gen, dev)
 
 
+def _scale(param) -> float:
+    """The root mean square of a parameter as the model initialized it (1 where that is 0): its
+    fresh draw takes that scale, so that a deep model (a decoder layer, whose projections the
+    model initializes at 1/sqrt(fan-in)) stays as well-conditioned as the model itself. Drawn at
+    N(0, 1), a 4,096-wide layer's scores would saturate every softmax, and a rounding step
+    would decide which key wins, in eager as in any kernel."""
+    rms = float(param.double().pow(2).mean().sqrt()) if param.numel() else 0.0
+    return rms if rms > 0 and rms == rms else 1.0
+
+
 def _bind(graph, args, distribution, gen, dev, randomize_params):
-    """Program inputs by name; float parameters drawn fresh too (returned by module path)."""
+    """Program inputs by name; float parameters drawn fresh too, at the scale of the model's own
+    (returned by module path)."""
     import torch
 
     from emmy.torch_ir.ir import InputKind
@@ -187,7 +199,8 @@ def _bind(graph, args, distribution, gen, dev, randomize_params):
             continue
         value = graph.values[p.name].to(dev)
         if randomize_params and p.kind is InputKind.PARAM and value.is_floating_point():
-            value = _draw(tuple(value.shape), value.dtype, distribution, gen, dev)
+            value = _draw(tuple(value.shape), value.dtype, distribution, gen, dev) \
+                * _scale(value)
             params[p.target] = value
         inputs[p.name] = value.to(to_torch(p.type.dtype))
     return inputs, params

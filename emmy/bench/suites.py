@@ -30,7 +30,7 @@ from emmy.errors import UserError
 
 EXAMPLES = ROOT / "examples"
 BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
-SUITE_NAMES = ("core", "matmul", "attention", "conv", "gather", "all")
+SUITE_NAMES = ("core", "matmul", "attention", "conv", "gather", "block", "all")
 
 # The report's names stay importable from here (emmy.cli, tests): they live in emmy.bench.report.
 __all__ = ["SUITES", "SUITE_NAMES", "WorkloadSpec", "BenchOptions", "suite_specs", "cast_workload",
@@ -132,6 +132,13 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
     "gather": _both("embedding+layernorm", "embedding",
                     {"batch_size": 8, "seq_len": 1024, "vocab": 50257, "hidden": 768},
                     "8x1024x768 vocab 50257"),
+    # a whole decoder layer against eager and torch.compile: Llama-3-8B's sizes (width 4096, 32
+    # query heads, 8 key/value heads, feed-forward 14336) over 2048 tokens, bf16; twelve kernels
+    # (examples/llama_block.py), timed together
+    "block": (WorkloadSpec("llama layer", "llama_block",
+                           (("batch_size", 1), ("seq_len", 2048), ("dim", 4096), ("n_heads", 32),
+                            ("n_kv_heads", 8), ("hidden", 14336), ("dtype", "bfloat16")),
+                           "bf16", "1x2048x4096 ffn 14336"),),
 }
 
 

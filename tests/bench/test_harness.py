@@ -103,6 +103,21 @@ def test_parameters_are_drawn_fresh_for_the_program_and_the_reference():
     assert torch.allclose(case.expected[0], ref * weight.double(), rtol=1e-6)
 
 
+def test_parameters_are_drawn_at_the_scale_the_model_initialized_them():
+    """A linear layer's weight starts at U(+-1/sqrt(fan-in)): its fresh draws keep that root
+    mean square (a deep model stays as well-conditioned as itself); a norm's weight of ones and
+    its bias of zeros draw N(0, 1); the "large" distribution scales them all by 100."""
+    w = load_expr("nn.LayerNorm(64)(nn.Linear(300, 64)(torch.randn(4, 300)))")
+    graph = compile_to(w, "torch")["torch"]
+    normal, large = make_cases(w, graph, seeds=(1,), distributions=("normal", "large"))
+    rms = lambda t: float(t.double().pow(2).mean().sqrt())  # noqa: E731
+    fan_in = (1 / 900) ** 0.5                       # U(-a, a) with a = 1/sqrt(300): a/sqrt(3)
+    assert rms(normal.inputs["linear_weight"]) == pytest.approx(fan_in, rel=0.1)
+    assert rms(large.inputs["linear_weight"]) == pytest.approx(100 * fan_in, rel=0.1)
+    for name in ("layernorm_weight", "layernorm_bias"):
+        assert 0.6 < rms(normal.inputs[name]) < 1.5
+
+
 def test_compare_output_flags_poison_and_admits_cancellation_rounding():
     ref = torch.tensor([1.0, 2.0, float("nan"), 3.0], dtype=torch.float64)
     got = torch.tensor([1.0, float("nan"), float("nan"), 3.0])
@@ -159,12 +174,17 @@ def test_inf_within_rounding_of_the_overflow_threshold_is_not_a_failure():
 
 
 def test_a_program_as_far_from_float64_as_its_model_passes_against_the_model():
-    """Attention written out by hand in f16 with drawn (N(0,1)) projection weights: the scores
-    are in the hundreds, f16 rounds them by tenths, and the exponentials amplify that, so the
-    eager model in f16 is itself far from float64. The flash kernel rounds as the program
-    says and matches the f16 model: it passes, marked as passing against the model. The same
-    kernel without the scores' rounding matches neither, and fails."""
+    """Attention written out by hand in f16 with large projection weights (20 times their
+    initial scale, which the harness's fresh draws keep): the scores are in the hundreds, f16
+    rounds them by tenths, and the exponentials amplify that, so the eager model in f16 is
+    itself far from float64. The flash kernel rounds as the program says and matches the f16
+    model: it passes, marked as passing against the model. The same kernel without the scores'
+    rounding matches neither, and fails."""
+    import torch
+
     w = load_file(EXAMPLES / "attention_block.py", (("seq_len", 200),))
+    with torch.no_grad():
+        w.model.c_attn.weight.mul_(20)
     stages = compile_to(w, "cuda")
     check = check_program(w, stages["torch"], stages["cuda"], device="cpu", seeds=(0,))
     assert check.verdict == "ok", check.reasons
