@@ -60,7 +60,8 @@ class Evaluator:
         self._front = {k: base[k] for k in ("torch", "tensor", "loop")}   # rows change none of these
         self._graph = base["torch"]
         self._tile = base["tile"].program
-        self._spaces = {k.name: Space(k, self._target) for k in self._tile.kernels}
+        self._kernels = _with_cut_chains(self._tile.kernels, base["loop"])
+        self._spaces = {k.name: Space(k, self._target) for k in self._kernels}
         self._baselines: dict | None = None
 
     @property
@@ -69,7 +70,7 @@ class Evaluator:
 
     def kernels(self) -> list[KernelInfo]:
         return [KernelInfo(k.name, str(k.kind), k.identity, s.keys, s.count(), str(s.default()))
-                for k, s in ((k, self._spaces[k.name]) for k in self._tile.kernels)]
+                for k, s in ((k, self._spaces[k.name]) for k in self._kernels)]
 
     def space(self, kernel: str) -> Space:
         if kernel not in self._spaces:
@@ -122,7 +123,7 @@ class Evaluator:
         """Legality -> NVRTC compile -> correctness on fresh inputs -> time (measured on a GPU,
         modeled elsewhere). Only a row that passed its check gets a time."""
         t0 = time.perf_counter()
-        k = next((k for k in self._tile.kernels if k.name == kernel), None)
+        k = next((k for k in self._kernels if k.name == kernel), None)
         if k is None:
             raise UserError(f"no kernel `{kernel}`; the kernels are {', '.join(self._spaces)}")
         reasons = self.check(kernel, row)
@@ -208,6 +209,24 @@ class Evaluator:
         from emmy.runtime.costmodel import estimate_compiled
 
         return estimate_compiled(compiled)
+
+
+def _with_cut_chains(kernels, loop_program) -> tuple:
+    """The kernels the default rows make, each chain of products that its default row cut
+    (into `<name>_cut0` and `<name>_cut1`) listed too, before its halves: a row for it may say
+    PLACE=fuse (one back-to-back kernel) as well as cut it."""
+    from emmy.tile_ir.lift import lift_program
+
+    names = {k.name for k in kernels}
+    cut = {k.name: k for k in lift_program(loop_program).kernels
+           if k.name not in names and f"{k.name}_cut0" in names}
+    out = []
+    for k in kernels:
+        chain = next((c for n, c in cut.items() if k.name == f"{n}_cut0"), None)
+        if chain is not None:
+            out.append(chain)
+        out.append(k)
+    return tuple(out)
 
 
 def units_of(prog, kernel: str) -> list:

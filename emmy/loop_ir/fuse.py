@@ -219,7 +219,8 @@ def normalized_operands(p: Program, flashless: frozenset[str] = frozenset()) -> 
     statistic, then the product element by element (a row kernel re-reading the weight for
     every row), where stored, the norm is a row kernel and the product a matrix-product
     template. Kept fused: an operand whose elements each feed fewer than MIN_OPERAND_REUSE
-    products (a matrix-vector product after a norm: one pass over each row is best), and
+    products (a matrix-vector product after a norm: one pass over each row is best), one whose
+    product multiplies it with a tensor of another type (no template does), and
     attention's probabilities (the flash kernel folds the softmax into P V), unless its scores
     are in `flashless` (stored: no flash template took the fused kernel)."""
     defs = {d.name: d for d in p.defs}
@@ -235,6 +236,8 @@ def normalized_operands(p: Program, flashless: frozenset[str] = frozenset()) -> 
         factors = _factors(d, defs)
         if factors is None or d.name in attention:
             continue
+        if len({_source(a, defs).type.dtype for a in factors}) > 1:
+            continue     # f32 probabilities times f16 values: no template multiplies those
         wide = math.prod(defs[d.arg].type.shape)
         for a in factors:
             src = _computed_source(a, defs)
@@ -381,15 +384,22 @@ def _reads_data(name: str, defs) -> bool:
                                                  for a in _ancestors(name, defs))
 
 
+def _source(name: str, defs) -> Def:
+    """What `name` reads through widening casts and index maps that are not sliding windows:
+    the tensor a kernel loads (an input or a stored one) to compute it."""
+    d = defs[name]
+    while ((isinstance(d, Cast) and _widening(d, defs))
+           or (isinstance(d, IndexMap) and not (_window(d, defs) and _overlapping(d)))):
+        d = defs[d.arg]
+    return d
+
+
 def _computed_source(name: str, defs) -> str | None:
     """The tensor `name` reads through widening casts and index maps that are not sliding
     windows (what a kernel loads as it is: re-indexed, broadcast, widened; a head split of a
     projection broadcast over the query positions is one), unless that is a program input:
     then None. A narrowing cast is the tensor (q rounded to f16 is what the program reads)."""
-    d = defs[name]
-    while ((isinstance(d, Cast) and _widening(d, defs))
-           or (isinstance(d, IndexMap) and not (_window(d, defs) and _overlapping(d)))):
-        d = defs[d.arg]
+    d = _source(name, defs)
     return None if isinstance(d, Input) else d.name
 
 

@@ -84,15 +84,17 @@ def test_hand_written_causal_masks_are_causal_attention(mask):
 
 def test_a_mask_that_is_not_causal_keeps_the_generic_space():
     """j < i (the diagonal hidden) and j <= i + 1 are masks, not the causal one: no flash
-    kernel takes them, so the scores are stored (a product kernel) and a row kernel reads them
-    (fused, every output element would compute its row's scores again)."""
+    kernel takes them, so the scores are stored (a product kernel), a row kernel computes the
+    softmax, and the product with v is a product kernel (fused, every output element would
+    compute its row's scores again)."""
     for mask in ("torch.ones(32, 32, dtype=torch.bool).tril(-1)",
                  "torch.ones(32, 32, dtype=torch.bool).tril(1)"):
         w = load_expr(f"(lambda q, k, v: torch.softmax((q @ k.transpose(-1, -2) * 0.25)"
                       f".masked_fill(~({mask}), float('-inf')), -1) @ v)"
                       "(torch.randn(2, 32, 16).half(), torch.randn(2, 32, 16).half(), "
                       "torch.randn(2, 32, 16).half())")
-        assert [k.kind for k in kernels(w)] == [KernelKind.CONTRACT, KernelKind.ROW]
+        assert [k.kind for k in kernels(w)] == [KernelKind.CONTRACT, KernelKind.ROW,
+                                                KernelKind.CONTRACT]
 
 
 def test_computed_values_are_stored_for_the_flash_kernel():
@@ -244,7 +246,9 @@ def test_batch_axes_before_the_heads_are_one_batch_axis(h):
     """q, k, v of shape (2, 3, 4 heads, 32, 16): the two leading axes are one batch axis of 6
     in memory, so a flash kernel takes it (f16 on mma.sync, f32 on CUDA cores) and agrees with
     torch. With those axes swapped in memory (a transposed view) they are not one axis: no
-    flash template takes it, so the scores are stored and a row kernel reads them."""
+    flash template takes it, so the scores are stored, a row kernel computes the softmax and,
+    in f32, a product kernel its product with v (in f16, sdpa's probabilities are f32 and v is
+    f16: no template multiplies those, so the softmax's row kernel computes that product)."""
     from emmy.check import check_cuda_program
 
     sdpa = "torch.nn.functional.scaled_dot_product_attention"
@@ -255,7 +259,8 @@ def test_batch_axes_before_the_heads_are_one_batch_axis(h):
                 [KernelKind.ATTENTION]),
         "swapped": (f"(lambda q, k, v: {sdpa}(q.transpose(0, 1), k.transpose(0, 1), "
                     f"v.transpose(0, 1)))({x.format('3, 2')}, {x.format('3, 2')}, "
-                    f"{x.format('3, 2')})", [KernelKind.CONTRACT, KernelKind.ROW]),
+                    f"{x.format('3, 2')})",
+                    [KernelKind.CONTRACT, KernelKind.ROW] + [KernelKind.CONTRACT] * (not h)),
     }
     for expr, kinds in cases.values():
         w = load_expr(expr)

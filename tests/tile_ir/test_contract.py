@@ -182,6 +182,22 @@ def test_the_cut_row_of_a_chain_evaluates_and_is_modeled():
     assert modeled.seconds > 0 and len(modeled.launches) == 2
 
 
+def test_a_chain_its_default_row_cuts_is_still_offered_to_the_agents():
+    """mlp's chain is cut by default; the evaluator lists the chain itself before its halves,
+    so a row may fuse it again, and a row for a half applies to the default cut."""
+    from emmy.evaluate import Evaluator
+
+    ev = Evaluator(load_file("examples/mlp.py", ()), device="cpu")
+    infos = ev.kernels()
+    assert [k.name for k in infos] == ["k0_mlp", "k0_mlp_cut0", "k0_mlp_cut1"]
+    assert infos[0].kind == "chain" and "PLACE=cut" in infos[0].default_row
+    fused = ev.evaluate("k0_mlp", "WORK=warps:2x2 TILE=simt:32x32x8x16 PLACE=fuse")
+    assert fused.verdict == "ok" and set(fused.resources) == {"k0_mlp"}
+    half = ev.evaluate("k0_mlp_cut1",
+                       "WORK=warps:2x2 TILE=simt:32x32x8 REDUCE=serial STAGE=smem RASTER=row")
+    assert half.verdict == "ok" and set(half.resources) == {"k0_mlp_cut1"}
+
+
 def test_a_half_precision_chain_cuts_into_two_tensor_core_products():
     """Eager rounds (A@B) to f16 before @C: the intermediate buffer holds f16, and both cut
     kernels are f16 contractions (tensor-core tiles), checked against torch."""
