@@ -270,17 +270,19 @@ def cmd_bench(args) -> int:
 def cmd_space(args) -> int:
     import json
 
-    from emmy.pipeline import compile_to
+    from emmy.pipeline import Options, compile_to
+    from emmy.schedule.choose import with_cut_chains
     from emmy.schedule.space import Space
     from emmy.schedule.targets import get_target
 
     workload = load_workload(args)
     target = get_target(args.target)
-    tp = compile_to(workload, "tile")["tile"].program
-    kernels = [k for k in tp.kernels if not args.kernel or k.name == args.kernel]
+    results = compile_to(workload, "tile", Options(target=target.name))
+    listed = with_cut_chains(results["tile"].program.kernels, results["loop"])
+    kernels = [k for k in listed if not args.kernel or k.name == args.kernel]
     if not kernels:
         raise UserError(f"no kernel `{args.kernel}`; the kernels are "
-                        + ", ".join(k.name for k in tp.kernels))
+                        + ", ".join(k.name for k in listed))
     if args.sample < 0:
         raise UserError("--sample takes a count >= 0")
     report = []

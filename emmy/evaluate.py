@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from emmy.errors import UserError
 from emmy.pipeline import STAGE_NAMES, Options, compile_to, resume_from, show
 from emmy.schedule.row import RowError, parse
+from emmy.schedule.choose import with_cut_chains
 from emmy.schedule.space import Space
 from emmy.schedule.targets import get_target
 
@@ -60,7 +61,7 @@ class Evaluator:
         self._front = {k: base[k] for k in ("torch", "tensor", "loop")}   # rows change none of these
         self._graph = base["torch"]
         self._tile = base["tile"].program
-        self._kernels = _with_cut_chains(self._tile.kernels, base["loop"])
+        self._kernels = with_cut_chains(self._tile.kernels, base["loop"])
         self._spaces = {k.name: Space(k, self._target) for k in self._kernels}
         self._baselines: dict | None = None
 
@@ -209,24 +210,6 @@ class Evaluator:
         from emmy.runtime.costmodel import estimate_compiled
 
         return estimate_compiled(compiled)
-
-
-def _with_cut_chains(kernels, loop_program) -> tuple:
-    """The kernels the default rows make, each chain of products that its default row cut
-    (into `<name>_cut0` and `<name>_cut1`) listed too, before its halves: a row for it may say
-    PLACE=fuse (one back-to-back kernel) as well as cut it."""
-    from emmy.tile_ir.lift import lift_program
-
-    names = {k.name for k in kernels}
-    cut = {k.name: k for k in lift_program(loop_program).kernels
-           if k.name not in names and f"{k.name}_cut0" in names}
-    out = []
-    for k in kernels:
-        chain = next((c for n, c in cut.items() if k.name == f"{n}_cut0"), None)
-        if chain is not None:
-            out.append(chain)
-        out.append(k)
-    return tuple(out)
 
 
 def units_of(prog, kernel: str) -> list:

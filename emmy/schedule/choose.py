@@ -87,3 +87,21 @@ def _recorded(k, space: Space, target: Target, db: str | None) -> Row | None:
     except RowError:
         return None
     return None if space.check(row) else row
+
+
+def with_cut_chains(kernels, loop_program) -> tuple:
+    """The kernels the default rows make, each chain of products that its default row cut
+    (into `<name>_cut0` and `<name>_cut1`) listed too, before its halves: a row for it may say
+    PLACE=fuse (one back-to-back kernel) as well as cut it."""
+    from emmy.tile_ir.lift import lift_program
+
+    names = {k.name for k in kernels}
+    cut = {k.name: k for k in lift_program(loop_program).kernels
+           if k.name not in names and f"{k.name}_cut0" in names}
+    out = []
+    for k in kernels:
+        chain = next((c for n, c in cut.items() if k.name == f"{n}_cut0"), None)
+        if chain is not None:
+            out.append(chain)
+        out.append(k)
+    return tuple(out)

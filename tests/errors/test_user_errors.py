@@ -104,6 +104,17 @@ def test_space_json(capsys):
     assert k["name"] == "k0_rmsnorm" and k["count"] > 100 and len(k["rows"]) == 3
 
 
+def test_space_lists_a_chain_its_default_row_cuts_before_its_halves(capsys):
+    import json
+
+    rc, out, _ = run(capsys, "space", "examples/mlp.py", "--json", "--sample", "0")
+    assert rc == 0
+    kernels = json.loads(out)["kernels"]
+    assert [k["name"] for k in kernels] == ["k0_mlp", "k0_mlp_cut0", "k0_mlp_cut1"]
+    assert kernels[0]["kind"] == "chain" and kernels[0]["decision_points"]["PLACE"] == ["fuse",
+                                                                                        "cut"]
+
+
 def test_failing_check_exits_1(tmp_path, capsys, monkeypatch):
     # A program whose reference disagrees: swap the eager output for a wrong one.
     import emmy.check as check
