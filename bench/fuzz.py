@@ -1,6 +1,7 @@
 """Random torch programs through the whole compiler: each one a `-c` expression (elementwise
 ops with broadcasting, reductions, norms, softmax, scans, layout ops, gathers and embeddings,
-matrix products, attention, convolutions), compiled with its default rows and with sampled
+matrix products, SwiGLU-like pairs of products and rotations of one, attention,
+convolutions), compiled with its default rows and with sampled
 legal rows of each kernel, and checked on the CPU emulator against PyTorch (CPU only: g++ and
 NVRTC, no GPU).
 
@@ -244,7 +245,25 @@ class Gen:
             return self.unary(x)
         return Node(code, shape)
 
-    OPS = [unary, unary, binary, binary, reduce, norm, layout, matmul, window, batched, gather]
+    def glu(self, x: Node) -> Node:
+        """Products inside a model: two projections of one input combined (SwiGLU), or a
+        projection read at its own and at the rotated columns (a rotary embedding)."""
+        k = x.shape[-1] if x.shape else 0
+        n = self.rng.choice(self.dims[1:])
+        shape = x.shape[:-1] + (2 * n,)
+        if len(x.shape) < 2 or math.prod(shape) > self.max_elements:
+            return self.unary(x)
+        s = f"{1 / max(1, k) ** 0.5:.4f}"
+        if self.rng.random() < 0.5:
+            a, b = self.leaf((k, 2 * n)), self.leaf((k, 2 * n))
+            return Node(f"(lambda t, a, b: F.silu(t @ a * {s}) * (t @ b * {s}))"
+                        f"({x.code}, {a.code}, {b.code})", shape)
+        w = self.leaf((k, 2 * n))
+        return Node(f"(lambda t: t * 0.5 + torch.cat((-t[..., {n}:], t[..., :{n}]), -1) * 0.25)"
+                    f"({x.code} @ {w.code} * {s})", shape)
+
+    OPS = [unary, unary, binary, binary, reduce, norm, layout, matmul, window, batched, gather,
+           glu]
 
 
 def run(args) -> int:
