@@ -217,8 +217,7 @@ def normalized_operands(p: Program, flashless: frozenset[str] = frozenset()) -> 
     pre-norm transformer's RMSNorm or LayerNorm before its projections, a softmax before a
     linear layer), each with the reason to store it. Inlined, the product's kernel computes the
     statistic, then the product element by element (a row kernel re-reading the weight for
-    every row), where stored, the norm is a row kernel and the product a matrix-product
-    template. Kept fused: an operand whose elements each feed fewer than MIN_OPERAND_REUSE
+    every row); stored, the norm is a row kernel and the product a matrix-product template. Kept fused: an operand whose elements each feed fewer than MIN_OPERAND_REUSE
     products (a matrix-vector product after a norm: one pass over each row is best), one whose
     product multiplies it with a tensor of another type (no template does), and
     attention's probabilities (the flash kernel folds the softmax into P V), unless its scores
@@ -291,7 +290,7 @@ def recomputed_products(p: Program, uses: Mapping[str, int]) -> dict[str, str]:
 
 def _statistic(name: str, defs) -> str | None:
     """The first reduction that is not a product found through the element-wise ops, casts and
-    index maps (not windows) that compute `name`; None when there is none."""
+    index maps (not sliding windows) that compute `name`; None when there is none."""
     seen, todo = {name}, [name]
     while todo:
         d = defs[todo.pop()]
@@ -300,7 +299,7 @@ def _statistic(name: str, defs) -> str | None:
                 return d.name
             continue
         if not (isinstance(d, (Elementwise, Cast))
-                or (isinstance(d, IndexMap) and not _window(d, defs))):
+                or (isinstance(d, IndexMap) and not _sliding(d, defs))):
             continue
         for a in operands(d):
             if a not in seen:
@@ -389,9 +388,14 @@ def _source(name: str, defs) -> Def:
     the tensor a kernel loads (an input or a stored one) to compute it."""
     d = defs[name]
     while ((isinstance(d, Cast) and _widening(d, defs))
-           or (isinstance(d, IndexMap) and not (_window(d, defs) and _overlapping(d)))):
+           or (isinstance(d, IndexMap) and not _sliding(d, defs))):
         d = defs[d.arg]
     return d
+
+
+def _sliding(d: IndexMap, defs) -> bool:
+    """A window whose positions overlap (a convolution's), not a broadcast of a reshape."""
+    return _window(d, defs) and _overlapping(d)
 
 
 def _computed_source(name: str, defs) -> str | None:
