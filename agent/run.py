@@ -13,8 +13,8 @@ from agent.budget import Budget
 from agent.db import ScheduleDb
 from agent.evaluator import (EXPR_PATH, BadInput, check_workload_args, gpu_name, open_evaluator,
                              versions, workload_record)
-from agent.models import (DbEntry, HeaderEvent, NoteEvent, ResumeEvent, SummaryEvent,
-                          WorkloadRecord)
+from agent.models import (BestEntry, DbEntry, HeaderEvent, NoteEvent, ResumeEvent,
+                          SummaryEvent, WorkloadRecord)
 from agent.trace import Trace, TraceWriter, default_path
 from emmy.errors import WorkloadFails
 
@@ -189,15 +189,26 @@ def keep_best(session: Session, db_path: str | None, trace: str) -> list[DbEntry
     from agent.api import utc_now
 
     entries = []
-    for b in session.best().kernels:
-        if b.row is None or b.median_us is None or b.method is None:
-            continue
+    for b in worth_keeping(session.best().kernels):
         info = session.kernel_infos[b.kernel]
         entries.append(DbEntry(identity=info.identity, target=session.ev.target, kernel=b.kernel,
                                workload=session.ev.workload_name, row=b.row,
                                median_us=b.median_us, method=b.method, trace=trace,
                                time=utc_now()))
     return ScheduleDb(db_path).offer(entries) if entries else []
+
+
+def worth_keeping(best: list[BestEntry]) -> list[BestEntry]:
+    """The timed bests, less a chain's where a row of one of its halves (`<chain>_cut0`,
+    `<chain>_cut1`, under the default cut) made the whole program faster: recorded, the chain's
+    row would replace the cut that those rows apply to. Each time is the whole program's."""
+    timed = [b for b in best if b.row is not None and b.median_us is not None and b.method]
+    by_name = {b.kernel: b for b in timed}
+    def beaten(b: BestEntry) -> bool:
+        halves = [by_name.get(f"{b.kernel}_cut{i}") for i in (0, 1)]
+        return any(h is not None and h.method == b.method and h.median_us < b.median_us
+                   for h in halves)
+    return [b for b in timed if not beaten(b)]
 
 
 def _args(cfg: RunConfig) -> dict[str, Any]:

@@ -68,3 +68,21 @@ def test_allocate_edge_cases():
     assert allocate(1, {"a": 5.0, "b": 1.0}) == {"a": 1, "b": 0}
     assert allocate(10, {"a": 0.0, "b": 0.0}) == {"a": 5, "b": 5}
     assert sum(allocate(11, {"a": 3.0, "b": 1.0, "c": 1.0}).values()) == 11
+
+
+def test_a_chains_fused_row_is_not_kept_when_a_row_of_its_half_did_better():
+    """mlp's chain is cut by default: a fused row for the chain (whole program 26.7 us) and a
+    row for its second half (19.4 us, under the cut) cannot both apply; the database keeps the
+    halves' rows, not the chain's, so the next compile reproduces the 19.4 us program."""
+    from agent.models import BestEntry
+    from agent.run import worth_keeping
+
+    def best(kernel, us, row="WORK=warps:2x2"):
+        return BestEntry(kernel=kernel, row=row, median_us=us, method="modeled",
+                         speedup_vs_default=1.0, evaluations=1)
+    kept = worth_keeping([best("k0_mlp", 26.7), best("k0_mlp_cut0", 53.0),
+                          best("k0_mlp_cut1", 19.4), best("k1_relu", 5.0),
+                          best("k2_sum", None, row=None)])
+    assert [b.kernel for b in kept] == ["k0_mlp_cut0", "k0_mlp_cut1", "k1_relu"]
+    kept = worth_keeping([best("k0_mlp", 12.0), best("k0_mlp_cut1", 19.4)])
+    assert [b.kernel for b in kept] == ["k0_mlp", "k0_mlp_cut1"]
