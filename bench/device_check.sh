@@ -11,7 +11,8 @@
 # as its budget goes; the core suite was measured on 2026-11-30; the conv suite is new: with time
 # left, or TESTS=0 RUN_BENCH=0, add it as SUITES="... conv:90", and the gather suite, GPT-2's
 # embeddings and LayerNorm, as "gather:40", and the block suite, a Llama-3-8B decoder layer
-# against eager and torch.compile, as "block:90"; the row kernels' cheaper
+# against eager and torch.compile, as "block:180" (its plan, 193 programs through the cost
+# model, took 74 s on a 2-core CPU); the row kernels' cheaper
 # arithmetic, bench/sass_counts.py, is timed by "core:60:softmax,log_softmax,elementwise").
 # Knobs (environment):
 # SUITES="matmul:120 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs
