@@ -112,7 +112,8 @@ def eager_outputs(workload) -> list:
 
 def run_eager(model, args):
     """model(*args) in eager PyTorch; where the model itself fails on its inputs (an index out
-    of range, say), that is the input's fault: a UserError naming torch's reason."""
+    of range, say), that is the input's fault: WorkloadFails (a UserError) naming torch's
+    reason."""
     try:
         return model(*args)
     except Exception as e:

@@ -225,11 +225,7 @@ def normalized_operands(p: Program, flashless: frozenset[str] = frozenset()) -> 
     defs = {d.name: d for d in p.defs}
     users = _users(p)
     outputs = set(p.outputs)
-    attention: set[str] = set()
-    for d in p.defs:
-        second = _attention_products(d, users, defs)
-        if second and _epilogue_end(d.name, users, defs) not in flashless:
-            attention |= {d.name, *second}
+    attention = _attentions(p, users, defs, flashless)
     out: dict[str, str] = {}
     for d in p.defs:
         factors = _factors(d, defs)
@@ -254,37 +250,49 @@ def normalized_operands(p: Program, flashless: frozenset[str] = frozenset()) -> 
     return out
 
 
-def recomputed_products(p: Program, uses: Mapping[str, int]) -> dict[str, str]:
-    """Products a built kernel computes at several indices (`uses`, from the inliner), each
-    with the reason to store it (the end of its epilogue, as `reduced_products` stores one):
-    a rotary embedding reads a projection at its own column and at the rotated one, so fused,
-    every dot product would run twice and no matrix-product template would take the kernel.
-    An attention's scores are read by its softmax's folds and by P V at several indices by
-    design (the flash template merges them); `attention_scores` covers those."""
+def recomputed_products(p: Program, kernels_uses: list[Mapping[str, int]]) -> dict[str, str]:
+    """Products a built kernel computes at several indices (each kernel's `uses`, from the
+    inliner), each with the reason to store it (the end of its epilogue, as `reduced_products`
+    stores one): a rotary embedding reads a projection at its own column and at the rotated
+    one, so fused, every dot product would run twice and no matrix-product template would take
+    the kernel. An attention's scores are read by its softmax's folds and by P V at several
+    indices by design (the flash template merges them); `attention_scores` covers those."""
     defs = {d.name: d for d in p.defs}
     users = _users(p)
-    attention = set(attention_scores(p))
-    for name in list(attention):
-        attention.update(_attention_products(defs[name], users, defs))
-    products = [d.name for d in p.defs if d.name in uses and d.name not in attention
-                and _factors(d, defs) is not None]
+    attention = _attentions(p, users, defs)
     out: dict[str, str] = {}
-    for name in products:
-        if uses[name] > 1:
-            out.setdefault(_epilogue_end(name, users, defs), (
-                f"a kernel reads this product (`{name}`) at {uses[name]} different indices (a "
-                f"rotation, a shifted copy): stored, the product is a matrix-product kernel of "
-                f"its own; inlined, each of its elements would be computed {uses[name]} times"))
-    # products the kernel combines element-wise (SwiGLU's silu(x W1) * (x W3)), not a chain
-    # in which one reads the other: every one but the last is stored, which the last one's
-    # epilogue reads
-    for i, name in enumerate(products):
-        later = [m for m in products[i + 1:] if name not in _ancestors(m, defs)]
-        if later:
-            out.setdefault(_epilogue_end(name, users, defs), (
-                f"the kernel of `{later[-1]}` also computes this product (`{name}`), which it "
-                f"does not read as an operand: stored, each is a matrix-product kernel, the "
-                f"last one reading the other in its epilogue; together, neither would be"))
+    for uses in kernels_uses:
+        products = [d.name for d in p.defs if d.name in uses and d.name not in attention
+                    and _factors(d, defs) is not None]
+        for name in products:
+            if uses[name] > 1:
+                out.setdefault(_epilogue_end(name, users, defs), (
+                    f"a kernel reads this product (`{name}`) at {uses[name]} different indices "
+                    f"(a rotation, a shifted copy): stored, the product is a matrix-product "
+                    f"kernel of its own; inlined, each of its elements would be computed "
+                    f"{uses[name]} times"))
+        # products the kernel combines element-wise (SwiGLU's silu(x W1) * (x W3)), not a
+        # chain in which one reads the other: every one but the last is stored, which the last
+        # one's epilogue reads
+        for i, name in enumerate(products):
+            later = [m for m in products[i + 1:] if name not in _ancestors(m, defs)]
+            if later:
+                out.setdefault(_epilogue_end(name, users, defs), (
+                    f"the kernel of `{later[-1]}` also computes this product (`{name}`), which "
+                    f"it does not read as an operand: stored, each is a matrix-product kernel, "
+                    f"the last one reading the other in its epilogue; together, neither would "
+                    f"be"))
+    return out
+
+
+def _attentions(p: Program, users, defs, flashless: frozenset[str] = frozenset()) -> set[str]:
+    """The scores and P V products of the attentions kept fused (a flash kernel's), less those
+    whose scores are in `flashless` (stored: no flash template took them)."""
+    out: set[str] = set()
+    for d in p.defs:
+        second = _attention_products(d, users, defs)
+        if second and _epilogue_end(d.name, users, defs) not in flashless:
+            out |= {d.name, *second}
     return out
 
 

@@ -63,17 +63,18 @@ def _build_within_budget(p: Program):
         names = {d.name: d.name for d in p.inputs} | plan.buffers
         single = len(plan.kernels) == 1
         try:
-            built, unflashed, recomputed = [], set(), {}
+            built, unflashed, uses = [], set(), []
             for i, kp in enumerate(plan.kernels):
                 inlined: Counter[str] = Counter()
                 built.append(build_kernel(p, kp, set(plan.stored),
                                           kernel_name(i, defs[kp.roots[0]], p.name, single),
                                           names, budget, inlined))
+                uses.append(inlined)
                 fused = {scores[n] for n in scores.keys() & inlined.keys()} - set(plan.stored)
                 if fused and not _flash(built[-1][0]):
                     unflashed |= fused
-                recomputed |= {n: why for n, why in recomputed_products(p, inlined).items()
-                               if n not in plan.stored}
+            recomputed = {n: why for n, why in recomputed_products(p, uses).items()
+                          if n not in plan.stored}
             if recomputed:
                 forced |= recomputed
                 continue
@@ -105,10 +106,10 @@ def _flash(k: Kernel) -> bool:
 
 def build_kernel(p: Program, kp: KernelPlan, stored: set[str], name: str,
                  buffers: dict[str, str], budget: int | None = None,
-                 inlined: set[str] | None = None) -> tuple[Kernel, list[str]]:
+                 inlined: Counter[str] | None = None) -> tuple[Kernel, list[str]]:
     """The (unnormalized) kernel computing `kp.roots`, and notes on what it recomputes;
-    `buffers` names the buffer of each input and stored tensor; `inlined`, when given, gets
-    the definitions the kernel computes."""
+    `buffers` names the buffer of each input and stored tensor; `inlined`, when given, counts
+    the indices at which the kernel computes each definition."""
     defs = {d.name: d for d in p.defs}
     shape = defs[kp.roots[0]].type.shape
     out_vars = tuple(f"o{i}" for i in range(len(shape)))

@@ -96,6 +96,8 @@ def with_cut_chains(kernels, loop_program) -> tuple:
     from emmy.tile_ir.lift import lift_program
 
     names = {k.name for k in kernels}
+    if not any(n.endswith("_cut0") for n in names):
+        return tuple(kernels)      # no default cut a chain: nothing to lift again
     cut = {k.name: k for k in lift_program(loop_program).kernels
            if k.name not in names and f"{k.name}_cut0" in names}
     out = []

@@ -215,6 +215,11 @@ class Space:
         A fused chain whose producer no template tiles (pooled features into a classifier, a
         convolution into a linear layer) is cut: fused, every output of the second half would
         recompute the first half (a hundredfold and more), which the cut stores once."""
+        return self._default
+
+    @cached_property
+    def _default(self) -> Row:
+        """default(), found once per space (a template chain's asks the cost model)."""
         if not self.template and self.facts.chain and "PLACE" in self.keys:
             values = {**CHAIN_CUT_ROW, "STAGE": "direct", "PLACE": "cut"}
             cut = make_row({k: values[k] for k in self.keys})
