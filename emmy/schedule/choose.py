@@ -51,7 +51,8 @@ def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str], *,
     if unknown:
         hint = [f"{k.name}_cut0, {k.name}_cut1 exist when {k.name}'s row has PLACE=cut"
                 for k in tp.kernels if Space(k, target).facts.chain]
-        raise UserError(f"no kernel `{unknown[0]}`; the kernels are {', '.join(rows)}"
+        listed = dict.fromkeys([*(k.name for k in tp.kernels), *rows])   # a chain, its halves
+        raise UserError(f"no kernel `{unknown[0]}`; the kernels are {', '.join(listed)}"
                         + (f" ({'; '.join(hint)})" if hint else ""))
     program = replace(tp, kernels=tuple(kernels), intermediates=tuple(intermediates))
     return program, rows
