@@ -74,7 +74,7 @@ if [ "${RUN_BENCH:-1}" = 1 ]; then
     # suite's sample may miss), checked and timed against torch's SDPA
     step fa3_bench 90 python3 -m emmy run examples/attention_half.py --set batch_size=4 \
         --set heads=32 --set seq_len=4096 --set head_dim=128 --bench --json "$out/fa3_bench.json" \
-        --row "WORK=warps:8 TILE=wgmma:128x128 STAGE=tma:2:overlap"
+        --row "WORK=warps:8 TILE=wgmma:128x128 REDUCE=serial STAGE=tma:2:overlap"
 fi
 for item in ${SUITES:-matmul:120 attention:120}; do
     IFS=: read -r suite budget only <<< "$item"

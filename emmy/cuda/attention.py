@@ -35,6 +35,13 @@ The kernel
 - Causal: a block stops after the last key block its last (in-range) query row can see, and a
   warp skips key blocks wholly above its rows. The -inf mask runs only from the first key
   block that crosses the warp's diagonal, or, for keys past a ragged sk, in the last block.
+- Split-KV (`splits` > 1, FlashDecoding's scheme; emmy.cuda.attention_simt shares it): the
+  key blocks of a query block are dealt out in runs of ceil(blocks / splits) to `splits`
+  blocks, so a problem with few (batch, head, query block)s (a decode step: one query a head)
+  still fills the GPU. Each writes its output normalized over its own keys and each row's
+  log2-sum-exp2 (m + log2 l, -inf where it saw no key) to the f32 scratch `emmy_partial`
+  ([splits][batch x heads][sq][d], then [splits][batch x heads][sq]); combine_body's kernel
+  weighs the splits by 2^(lse - max lse) and stores out through `store`.
 
 Registers and speed: a thread holds (bq / warps) * (d + bkv) / 32 f32 accumulators, and each
 warp re-reads every K and V tile from shared memory, so 32 query rows a warp (bq 128, 4 warps)
@@ -132,6 +139,9 @@ class AttentionConfig:
     stages: int                              # 1: synchronous K/V loads; 2: cp.async double buffer
     inst: str = "mma"                        # "mma": this template (mma.sync); "wgmma": the
                                              # sm_90a one (emmy.cuda.attention_sm90)
+    splits: int = 1                          # > 1: split-KV (flash-decoding): the key blocks
+                                             # dealt out to this many blocks per query block,
+                                             # whose partial outputs combine_body merges
 
     @property
     def threads(self) -> int:
@@ -265,6 +275,7 @@ def constraints(problem: AttentionProblem, config: AttentionConfig,
         why.append(f"stages {c.stages}: the template has 1 (synchronous) or 2 (double buffer)")
     if why:
         return why
+    why += split_refusals(p, c)
     why += shared_refusals(smem_bytes(p, c), target_name)
     if (regs := accumulator_registers(p, c)) > MAX_ACCUMULATORS:
         why.append(f"each thread would hold {regs} f32 accumulators (O and S tiles), over the "
@@ -286,12 +297,72 @@ def attention_body(problem: AttentionProblem, config: AttentionConfig, store: St
     if why := constraints(problem, config, "sm_90a"):
         raise ValueError("attention config cannot be built: " + "; ".join(why))
     return Body(lines=tuple(_Emitter(problem, config).lines(store)),
-                grid=problem.batch * problem.heads * _qblocks(problem, config),
+                grid=problem.batch * problem.heads * _qblocks(problem, config) * config.splits,
                 threads=config.threads, smem_bytes=smem_bytes(problem, config))
 
 
 def _qblocks(p: AttentionProblem, c: AttentionConfig) -> int:
     return -(-p.sq // c.bq)
+
+
+def key_blocks(p: AttentionProblem, c: AttentionConfig) -> int:
+    return -(-p.sk // c.bkv)
+
+
+def split_refusals(p: AttentionProblem, c: AttentionConfig) -> list[str]:
+    """Why `c.splits` cannot deal out the key blocks (empty: it can): every split gets at
+    least one block."""
+    blocks = key_blocks(p, c)
+    if c.splits < 1:
+        return [f"splits {c.splits}: at least 1"]
+    if c.splits == 1:
+        return []
+    run = -(-blocks // c.splits)
+    if (c.splits - 1) * run >= blocks:
+        return [f"{c.splits} splits of {blocks} key blocks ({c.bkv} keys each) leave the last "
+                f"split{'s' if (c.splits - 1) * run - blocks >= run else ''} without keys "
+                f"(runs of {run}); use fewer splits or fewer keys per step"]
+    return []
+
+
+def partial_floats(p: AttentionProblem, c: AttentionConfig) -> int:
+    """The f32 scratch of a split-KV row: each split's outputs, then its rows' log2-sum-exp2."""
+    return c.splits * p.batch * p.heads * p.sq * (p.d + 1)
+
+
+COMBINE_THREADS = 128
+
+
+def combine_body(p: AttentionProblem, c: AttentionConfig, store: Store) -> Body:
+    """The split-KV combine (module docstring): one thread per output element reads the
+    splits' log2-sum-exp2 of its row and their outputs, out = sum_s 2^(lse_s - M) o_s / sum_s
+    2^(lse_s - M) with M the largest (NaN where every split saw no key: M = -inf, as the
+    unsplit template gives 0 / 0), through `store`."""
+    rows = p.batch * p.heads * p.sq
+    total = rows * p.d
+    lines = [f"// flash split-KV combine: {c.splits} partial outputs of {p.batch}x{p.heads} heads "
+             f"x {p.sq} queries x d {p.d}",
+             f"const long long fc_e = (long long)bid * {COMBINE_THREADS} + tid;",
+             f"if (fc_e >= {total}LL) return;",
+             f"const long long fc_r = fc_e / {p.d};   // (batch x head, query row)",
+             f"const int fa_col = int(fc_e % {p.d}), fa_row = int(fc_r % {p.sq});",
+             f"const long long fc_bh = fc_r / {p.sq};",
+             f"const long long fa_bz = fc_bh / {p.heads};",
+             f"const int fa_h = int(fc_bh % {p.heads});",
+             f"const float* const fc_lse = emmy_partial + {c.splits * total}LL + fc_r;",
+             "float fc_m = -EMMY_INF_F32;",
+             "#pragma unroll",
+             f"for (int s = 0; s < {c.splits}; ++s) fc_m = fmaxf(fc_m, fc_lse[s * {rows}LL]);",
+             "float fc_num = 0.f, fc_den = 0.f;",
+             "#pragma unroll",
+             f"for (int s = 0; s < {c.splits}; ++s) {{",
+             "  const float fc_w = exp2f(fc_lse[s * %dLL] - fc_m);" % rows,
+             f"  fc_num += fc_w * emmy_partial[s * {total}LL + fc_e];",
+             "  fc_den += fc_w;",
+             "}",
+             "const float fa_val = fc_num / fc_den;",
+             *store("fa_bz", "fa_h", "fa_row", "fa_col", "fa_val")]
+    return Body(tuple(lines), -(-total // COMBINE_THREADS), COMBINE_THREADS, 0)
 
 
 class _Emitter:
@@ -310,13 +381,79 @@ class _Emitter:
             self.mma, self.pack = DTYPES[self.t]
 
     def lines(self, store: Store) -> list[str]:
-        return [*self.prologue(), *self.key_loop(), *self.epilogue(store)]
+        end = self.epilogue(store) if self.c.splits == 1 else self.partial_epilogue()
+        return [*self.prologue(), *self.key_loop(), *end]
+
+    @property
+    def kb_range(self) -> tuple[str, str]:
+        """The C expressions of the first key block this block visits and the one after its
+        last: all of them, or this split's run."""
+        return ("0", "fa_nkb") if self.c.splits == 1 else ("fa_kb0", "fa_kb1")
+
+    def split_lines(self) -> list[str]:
+        """Split-KV: this block's run of key blocks (after fa_nkb: causal blocks end sooner)."""
+        if self.c.splits == 1:
+            return []
+        run = -(-key_blocks(self.p, self.c) // self.c.splits)
+        return [f"const int fa_kb0 = fa_sp * {run};   // this split's run of key blocks",
+                f"const int fa_kb1 = fa_kb0 + {run} < fa_nkb ? fa_kb0 + {run} : fa_nkb;"]
+
+    def split_ids(self) -> list[str]:
+        """Split-KV: the split of the keys this block takes (bid's fastest part); fa_blk, the
+        rest of bid, is then what the unsplit kernel reads from bid."""
+        s = self.c.splits
+        if s == 1:
+            return []
+        return [f"const int fa_sp = int(bid % {s});   // this block's split of the keys",
+                f"const long long fa_blk = bid / {s};"]
+
+    def partial_rows(self) -> list[str]:
+        """Split-KV: where this block's partial outputs and row lse go in emmy_partial."""
+        p, s = self.p, self.c.splits
+        bh, rows = p.batch * p.heads, p.batch * p.heads * p.sq
+        return [
+            "// split-KV: this split's output, normalized over its own keys, and each row's",
+            "// log2-sum-exp2 (m + log2 l; -inf where it saw no key), for the combine kernel",
+            f"float* const fa_po = emmy_partial + (fa_sp * {bh}LL + fa_bh) * {p.sq * p.d}LL;",
+            f"float* const fa_pl = emmy_partial + {s * rows * p.d}LL + (fa_sp * {bh}LL + fa_bh)"
+            f" * {p.sq}LL;"]
+
+    def partial_epilogue(self) -> list[str]:
+        """Split-KV: as epilogue, into emmy_partial (partial_rows), 1 / l taken as 0 where
+        l == 0 (the combine weighs that split 0)."""
+        return [
+            *self.partial_rows(),
+            "#pragma unroll",
+            "for (int mt = 0; mt < FA_MT; ++mt) {",
+            "  float fa_inv[2];",
+            "  #pragma unroll",
+            "  for (int r = 0; r < 2; ++r) {",
+            "    float fa_sum = fa_l[mt][r];",
+            "    fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 1);",
+            "    fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 2);",
+            "    fa_inv[r] = fa_sum > 0.f ? 1.f / fa_sum : 0.f;",
+            "    const int fa_row = fa_wq0 + mt * 16 + fa_g + r * 8;",
+            "    if (fa_t == 0 && fa_row < FA_SQ)",
+            "      fa_pl[fa_row] = fa_sum > 0.f ? fa_m[mt][r] + log2f(fa_sum) : -EMMY_INF_F32;",
+            "  }",
+            "  #pragma unroll",
+            "  for (int dn = 0; dn < FA_DT; ++dn)",
+            "    #pragma unroll",
+            "    for (int i = 0; i < 4; ++i) {",
+            "      const int fa_row = fa_wq0 + mt * 16 + fa_g + i / 2 * 8;",
+            "      if (fa_row < FA_SQ)",
+            "        fa_po[fa_row * FA_D + dn * 8 + fa_t * 2 + i % 2] = fa_o[mt][dn][i] * "
+            "fa_inv[i / 2];",
+            "    }",
+            "}",
+        ]
 
     def prologue(self) -> list[str]:
         """Constants, the block's (bz, h, query block), operand bases, shared tiles, Q's load
         (and, with two stages, key block 0's), and the per-row state m, l, O."""
         p, c, t = self.p, self.c, self.t
         qb = _qblocks(p, c)
+        blk = "bid" if c.splits == 1 else "fa_blk"
         # causal: up to the key block of the last query row in range (and no further than sk)
         last = "(fa_q0 + FA_BQ < FA_SQ ? fa_q0 + FA_BQ : FA_SQ) - 1"
         causal_blocks = (f"FA_CAUSAL && ({last}) / FA_BKV + 1 < FA_KBLOCKS ? "
@@ -336,13 +473,15 @@ class _Emitter:
             f"constexpr float FA_C = {'1.f' if p.scaled_first else _float(p.scale * LOG2E)};",
             "const int fa_lane = tid % 32, fa_warp = tid / 32;",
             *self.lane_roles(),
-            f"const int fa_q0 = ({qb} - 1 - int(bid % {qb})) * FA_BQ;",
-            f"const long long fa_bh = bid / {qb};",
+            *self.split_ids(),
+            f"const int fa_q0 = ({qb} - 1 - int({blk} % {qb})) * FA_BQ;",
+            f"const long long fa_bh = {blk} / {qb};",
             f"const long long fa_bz = fa_bh / {p.heads};",
             f"const int fa_h = int(fa_bh % {p.heads});",
             "// this warp's query rows, in the block and in the sequence",
             f"const int fa_w0 = fa_warp * {self.warp_rows}, fa_wq0 = fa_q0 + fa_w0;",
             f"const int fa_nkb = {causal_blocks};   // key blocks this block visits",
+            *self.split_lines(),
             *self.first_masked(),
         ]
         chunks = p.d // self.vec
@@ -367,8 +506,11 @@ class _Emitter:
             *self.more_tiles(f"fa_vs + {c.stages * kv}"),
             *self.load("fa_qs", "q", "fa_q0", "FA_SQ" if p.sq % c.bq else None, c.bq),
         ]
-        if c.stages == 2:
+        if c.stages == 2 and c.splits == 1:
             out += self.load_kv("0", "0")
+        elif c.stages == 2:
+            out += ["if (fa_kb0 < fa_kb1) {", *_indent(self.load_kv("fa_kb0", "fa_kb0 & 1"), 1),
+                    "}"]
         return out + ["cp_async_commit();", *self.state()]
 
     def layout_constants(self) -> list[str]:
@@ -462,10 +604,11 @@ class _Emitter:
         its rows."""
         c = self.c
         kv = c.bkv * self.pitch
-        out = ["for (int kb = 0; kb < fa_nkb; ++kb) {"]
+        first, end = self.kb_range
+        out = [f"for (int kb = {first}; kb < {end}; ++kb) {{"]
         if c.stages == 2:
             out += ["  // prefetch key block kb + 1 into the other buffer; wait for block kb",
-                    "  if (kb + 1 < fa_nkb) {",
+                    f"  if (kb + 1 < {end}) {{",
                     *_indent(self.load_kv("kb + 1", "(kb + 1) & 1"), 2),
                     "  }",
                     "  cp_async_commit();",
@@ -481,6 +624,9 @@ class _Emitter:
                     f"  const {self.t}* const fa_kt = fa_ks;",
                     f"  const {self.t}* const fa_vt = fa_vs;"]
         work = [*self.scores(), *self.mask(), *self.softmax(), *self.pv()]
+        if self.p.sq < c.bq:      # (one query block: every block has such warps)
+            work = ["// a warp whose rows are all past sq computes nothing (warp-uniform)",
+                    "if (fa_wq0 < FA_SQ) {", *_indent(work, 1), "}"]
         if self.p.causal:
             work = ["// skip a key block wholly above this warp's rows (warp-uniform)",
                     f"if (kb * FA_BKV <= fa_wq0 + {self.warp_rows} - 1) {{", *_indent(work, 1),

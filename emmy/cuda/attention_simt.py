@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from emmy.cuda.attention import (LOG2E, AttentionConfig, AttentionProblem, Store, _Emitter,
                                  _float, _indent, _qblocks, bias_scores, mask_keys,
-                                 operand_refusals, round_scores, shared_refusals)
+                                 operand_refusals, round_scores, shared_refusals,
+                                 split_refusals)
 from emmy.cuda.gemm_spec import Body
 
 PAD = 4                  # floats added to each shared tile row (16 bytes)
@@ -86,6 +87,7 @@ def constraints_simt(problem: AttentionProblem, config: AttentionConfig,
     if 32 * c.warps < p.d // 4:
         why.append(f"{32 * c.warps} threads copy a tile row of {p.d // 4} 16-byte chunks: use "
                    f"at least {p.d // 128} warps")
+    why += split_refusals(p, c)
     why += shared_refusals(smem_bytes(p, c), target_name)
     wide = target_name == "sm_90a" and c.bkv <= 32 and p.d % 32 == 0
     limit = MAX_REGISTERS_SM90 if wide else MAX_REGISTERS
@@ -102,7 +104,7 @@ def attention_simt_body(problem: AttentionProblem, config: AttentionConfig, stor
     if why := constraints_simt(problem, config, "sm_90a"):
         raise ValueError("attention config cannot be built: " + "; ".join(why))
     return Body(lines=tuple(_SimtEmitter(problem, config).lines(store)),
-                grid=problem.batch * problem.heads * _qblocks(problem, config),
+                grid=problem.batch * problem.heads * _qblocks(problem, config) * config.splits,
                 threads=config.threads, smem_bytes=smem_bytes(problem, config), min_blocks=1)
 
 
@@ -285,6 +287,31 @@ class _SimtEmitter(_Emitter):
             "      if (fa_row < FA_SQ && fa_col < FA_D) {",
             *["        " + s for s in stmts],
             "      }",
+            "    }",
+            "}",
+        ]
+
+    def partial_epilogue(self) -> list[str]:
+        """Split-KV: as epilogue, into emmy_partial (emmy.cuda.attention's partial_rows)."""
+        return [
+            *self.partial_rows(),
+            "#pragma unroll",
+            "for (int m = 0; m < FA_TM; ++m) {",
+            "  float fa_sum = fa_l[m];",
+            "  fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 1);",
+            "  fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 2);",
+            "  fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 4);",
+            "  const float fa_inv = fa_sum > 0.f ? 1.f / fa_sum : 0.f;",
+            f"  const int fa_row = {self.SEQ_ROW};",
+            "  if (fa_c == 0 && fa_row < FA_SQ)",
+            "    fa_pl[fa_row] = fa_sum > 0.f ? fa_m[m] + log2f(fa_sum) : -EMMY_INF_F32;",
+            "  #pragma unroll",
+            "  for (int n = 0; n < FA_NC; ++n)",
+            "    #pragma unroll",
+            "    for (int e = 0; e < 4; ++e) {",
+            "      const int fa_col = (fa_c + n * 8) * 4 + e;",
+            "      if (fa_row < FA_SQ && fa_col < FA_D) fa_po[fa_row * FA_D + fa_col] = "
+            "fa_o[m][n][e] * fa_inv;",
             "    }",
             "}",
         ]

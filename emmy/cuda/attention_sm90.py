@@ -195,6 +195,9 @@ def constraints_sm90(problem: AttentionProblem, config: AttentionConfig,
     why: list[str] = []
     if target_name != "sm_90a":
         why.append(f"wgmma attention needs the sm_90a target, not {target_name}")
+    if c.splits != 1:
+        why.append(f"{c.splits} splits: the wgmma template has no split-KV (flash: and simt: "
+                   f"tiles do)")
     why += operand_refusals(p)
     if p.d % 64 or not 64 <= p.d <= MAX_D:
         why.append(f"head dimension {p.d} is not a multiple of 64 in 64..{MAX_D} (whole "

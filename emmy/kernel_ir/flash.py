@@ -2,7 +2,9 @@
 flash-attention launch from the template (emmy.cuda.attention on mma.sync, or
 emmy.cuda.attention_sm90 on wgmma when the row's TILE is wgmma:..., or emmy.cuda.attention_simt
 on CUDA cores for f32 operands, TILE=simt:...); the compiler's part is the
-store of each output element (the cast to the output type, the output's layout)."""
+store of each output element (the cast to the output type, the output's layout). A split-KV
+row (REDUCE=split:S:combine) launches two functions: the template's blocks write partial
+outputs to a scratch buffer, a combine kernel merges them and stores."""
 
 from __future__ import annotations
 
@@ -78,6 +80,8 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
                f"{problem.sk} keys, head dim {problem.d}, scale {problem.scale:g}"
                f"{', causal' if problem.causal else ''}"
                f"{f', q.k rounded to {problem.rounded}' if problem.rounded else ''}", *how)
+    if config.splits > 1:
+        return _split(k, row, problem, config, body, store, summary)
     f = K.KFunction(name=k.name, params=params, grid=body.grid, threads=body.threads,
                     shared_bytes=body.smem_bytes, body=(K.Template(summary, tuple(body.lines)),),
                     row=str(row), tensor_maps=tuple(replace(tm, name=unique[tm.name])
@@ -86,3 +90,34 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
     return K.KProgram(name=k.name, functions=(f,), launches=(K.Launch(f.name, tuple(
         unique.get(p.name, p.name) for p in params)),), temporaries=(), zero_fill=(),
         headers=headers)
+
+
+def _split(k: TileKernel, row: Row, problem, config, body, store, summary) -> K.KProgram:
+    """Split-KV: the template's blocks write partials to `<kernel>_partial`, then a combine
+    kernel stores the output (emmy.cuda.attention.combine_body)."""
+    from emmy.cuda.attention import combine_body, partial_floats
+    from emmy.kernel_ir.gemm import PARTIAL
+
+    inputs = tuple(K.Param(b.name, b.type.dtype.c_name, False) for b in k.inputs)
+    outputs = tuple(K.Param(b.name, b.type.dtype.c_name, True) for b in k.outputs)
+    first = K.KFunction(
+        name=f"{k.name}_partial", params=inputs + (K.Param(PARTIAL, "float", True),),
+        grid=body.grid, threads=body.threads, shared_bytes=body.smem_bytes,
+        body=(K.Template(summary + (f"  split-KV: {config.splits} blocks per query block, "
+                                    f"partial outputs and row log-sum-exp -> {PARTIAL}",),
+                         tuple(body.lines)),),
+        row=str(row), min_blocks=body.min_blocks)
+    comb = combine_body(problem, config, store)
+    second = K.KFunction(
+        name=f"{k.name}_combine", params=(K.Param(PARTIAL, "float", False),) + outputs,
+        grid=comb.grid, threads=comb.threads, shared_bytes=0,
+        body=(K.Template((f"combine the {config.splits} splits of {PARTIAL}: weighted by "
+                          f"2^(lse - max lse), then stored",), comb.lines),), row=str(row))
+    scratch = f"{k.name}_partial"
+    rename = {PARTIAL: scratch}
+    return K.KProgram(name=k.name, functions=(first, second),
+                      launches=tuple(K.Launch(f.name, tuple(rename.get(p.name, p.name)
+                                                            for p in f.params))
+                                     for f in (first, second)),
+                      temporaries=((scratch, "float", partial_floats(problem, config)),),
+                      zero_fill=(), headers=())

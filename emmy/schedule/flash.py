@@ -27,6 +27,13 @@ as an online fold that rescales its running sum and output.
                                  P V does (FlashAttention-3's order: one S buffer, nothing in
                                  flight across steps). Two consumer warpgroups: setmaxnreg 40 / 232,
                                  __launch_bounds__(384, 1)
+    REDUCE  serial               one block walks all of its query block's keys
+            split:S:combine      split-KV (FlashDecoding): S blocks per query block, each over
+                                 a run of ceil(key blocks / S) key blocks, write their output
+                                 and row log-sum-exp to an f32 scratch; a second kernel
+                                 weighs and sums them. For problems with fewer (batch, head,
+                                 query block)s than SMs: a decode step (one query a head) on
+                                 32 heads is 32 blocks unsplit. flash: and simt: tiles only
 
 The last rule asks the template (emmy.cuda.attention or .attention_sm90) itself, so a listed
 row always builds.
@@ -42,11 +49,13 @@ from emmy.schedule.rules import Rule
 from emmy.schedule.targets import Target
 
 KIB = 1024
+SPLITS = (2, 4, 8, 16, 32)
 GRAMMAR: dict[str, tuple[str, ...]] = {
     "WORK": ("warps:4", "warps:8"),
     "TILE": (*(f"flash:{q}x{kv}" for q in (64, 128) for kv in (32, 64, 128)),
              *(f"wgmma:{q}x{kv}" for q in (64, 128) for kv in (64, 128)),
              *(f"simt:{q}x{kv}" for q in (32, 64, 128) for kv in (32, 64))),
+    "REDUCE": ("serial", *(f"split:{s}:combine" for s in SPLITS)),
     "STAGE": ("smem", "async:2", "async:2:overlap", "tma:2", "tma:2:overlap"),
 }
 GRAMMAR_TEXT = {
@@ -54,6 +63,9 @@ GRAMMAR_TEXT = {
     "TILE": "flash:BQxBKV | wgmma:BQxBKV | simt:BQxBKV  (BQ = 64 | 128 queries per block; "
             "BKV = 32 | 64 | 128 keys per step for flash (mma.sync), 64 | 128 for wgmma (sm_90a, "
             "BQ/16 warps); simt (f32 operands, CUDA cores): BQ = 32 | 64 | 128, BKV = 32 | 64)",
+    "REDUCE": "serial | split:S:combine  (S = 2 | 4 | 8 | 16 | 32 blocks share a query "
+              "block's keys, a second kernel combines their outputs: split-KV, for few heads "
+              "or one query a head; flash: and simt: tiles)",
     "STAGE": "smem | async:2 | async:2:overlap | tma:2 | tma:2:overlap  (K/V copies: "
              "synchronous, or a cp.async double buffer; overlap, wgmma only: S_j issued with "
              "P_{j-1} V_{j-1}, the softmax of block j runs while P V does; tma, wgmma only: a "
@@ -66,8 +78,9 @@ GRAMMAR_TEXT = {
 # f32 (simt tiles): 64 queries on 4 warps (4 rows a thread), 32 keys a step; not yet timed.
 PREFERRED = {"WORK": ("warps:4", "warps:8"),
              "TILE": ("flash:128x32", "flash:128x64", "flash:64x64", "simt:64x32", "simt:32x32"),
+             "REDUCE": ("serial",),
              "STAGE": ("async:2", "smem")}
-KEYS = ("WORK", "TILE", "STAGE")
+KEYS = ("WORK", "TILE", "REDUCE", "STAGE")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +107,11 @@ def read_tile(value: str) -> FlashTile:
     return FlashTile(int(m[2]), int(m[3]), "mma" if m[1] == "flash" else m[1])
 
 
+def read_reduce(value: str) -> int:
+    """serial -> 1, split:S:combine -> S."""
+    return 1 if value == "serial" else int(value.split(":")[1])
+
+
 def read_stage(value: str) -> FlashStage:
     if value == "smem":
         return FlashStage(1)
@@ -101,8 +119,8 @@ def read_stage(value: str) -> FlashStage:
     return FlashStage(int(parts[1]), parts[2:] == ["overlap"], parts[0] == "tma")
 
 
-READ = {"WORK": read_work, "TILE": read_tile, "STAGE": read_stage}
-FIELD = {"WORK": "warps", "TILE": "tile", "STAGE": "stage"}
+READ = {"WORK": read_work, "TILE": read_tile, "REDUCE": read_reduce, "STAGE": read_stage}
+FIELD = {"WORK": "warps", "TILE": "tile", "REDUCE": "splits", "STAGE": "stage"}
 
 
 @dataclass(frozen=True)
@@ -112,6 +130,7 @@ class FlashCtx:
     target: Target
     warps: int | None = None
     tile: FlashTile | None = None
+    splits: int | None = None
     stage: FlashStage | None = None
 
     @property
@@ -134,9 +153,11 @@ def config_of(c: FlashCtx):
         from emmy.cuda.attention_sm90 import WgmmaAttentionConfig
 
         return WgmmaAttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps,
-                                    stages=c.stages, overlap=c.overlap, tma=c.tma)
+                                    stages=c.stages, overlap=c.overlap, tma=c.tma,
+                                    splits=c.splits or 1)
     return AttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps, stages=c.stages,
-                           inst=c.tile.inst)      # "mma" or "simt" (emmy.cuda.attention_simt)
+                           inst=c.tile.inst,      # "mma" or "simt" (emmy.cuda.attention_simt)
+                           splits=c.splits or 1)
 
 
 def merged_batch_stride(att, offset) -> int | None:
@@ -183,6 +204,23 @@ def problem_of(att):
 
 def make_ctx(kernel, target: Target) -> FlashCtx:
     return FlashCtx(kernel.name, problem_of(kernel.attention), target)
+
+
+def prefer(key: str, order: tuple[str, ...], c: FlashCtx) -> tuple[str, ...]:
+    """The default's order: where the queries of a head fill no more than 64 rows (a decode
+    step's one), 64-row tiles first; where the (batch, head, query block)s are fewer than the
+    SMs, the fewest splits of the keys that give every SM a block (then more, then serial)."""
+    p = c.problem
+    if key == "TILE" and p.sq <= 64:
+        return tuple(sorted(order, key=lambda v: read_tile(v).bq > 64))
+    if key != "REDUCE":
+        return order
+    blocks = p.batch * p.heads * -(-p.sq // c.tile.bq)
+    if blocks >= c.target.sm_count:
+        return order
+    enough = [f"split:{s}:combine" for s in SPLITS if blocks * s >= c.target.sm_count]
+    fewer = [f"split:{s}:combine" for s in reversed(SPLITS) if blocks * s < c.target.sm_count]
+    return (*enough, *fewer, *order)
 
 
 # --- rules ------------------------------------------------------------------------------------
@@ -297,6 +335,21 @@ def tma_tensor_maps(c: FlashCtx) -> str | None:
     return (why[0] + "; use STAGE=async:2 (cp.async copies)") if why else None
 
 
+def split_template(c: FlashCtx) -> str | None:
+    if (c.splits or 1) > 1 and c.tile.inst == "wgmma":
+        return (f"split-KV is built for flash:BQxBKV and simt:BQxBKV tiles; "
+                f"{tile_text(c.tile)} has none: use REDUCE=serial")
+    return None
+
+
+def split_keys(c: FlashCtx) -> str | None:
+    from emmy.cuda.attention import AttentionConfig, split_refusals
+
+    why = split_refusals(c.problem, AttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps,
+                                                    stages=1, splits=c.splits or 1))
+    return why[0] if why else None
+
+
 def overlap_wgmma(c: FlashCtx) -> str | None:
     if c.overlap and c.tile.inst != "wgmma":
         return (f"STAGE=async:2:overlap pipelines wgmma groups (P V of the block before in "
@@ -338,6 +391,8 @@ RULES = (
     Rule("tile.wgmma_head_dim", "TILE", wgmma_head_dim),
     Rule("tile.wgmma_registers", "TILE", wgmma_registers),
     Rule("tile.rows_per_warp", "TILE", rows_per_warp),
+    Rule("reduce.split_template", "REDUCE", split_template),
+    Rule("reduce.split_keys", "REDUCE", split_keys),
     Rule("stage.async", "STAGE", async_copies),
     Rule("stage.tma_wgmma", "STAGE", tma_wgmma),
     Rule("stage.tma_tensor_maps", "STAGE", tma_tensor_maps),

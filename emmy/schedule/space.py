@@ -242,7 +242,23 @@ class Space:
             raise AssertionError(f"kernel {self.kernel.name}: no legal row")
         if self.template and self.facts.chain and row.get("PLACE") == "fuse":
             return self._fuse_or_cut(row)
+        if self.kernel.kind is KernelKind.ATTENTION and row["REDUCE"] != "serial":
+            return self._split_or_serial(row)
         return row
+
+    def _split_or_serial(self, split: Row) -> Row:
+        """An attention with fewer (batch, head, query block)s than SMs is split over its keys
+        by default (emmy.schedule.flash.prefer) unless the cost model says the one kernel is
+        faster: a small problem pays the combine's launch and gains little."""
+        serial = make_row({**dict(split.items), "REDUCE": "serial"})
+        return split if self.check(serial) or self._faster(split, serial) else serial
+
+    def _faster(self, a: Row, b: Row) -> bool:
+        """Whether the cost model (no NVRTC) gives row `a` less time than row `b`."""
+        from emmy.runtime.costmodel.api import estimate_kernel
+
+        return (estimate_kernel(self.kernel, a, self.target, nvrtc=False).seconds
+                < estimate_kernel(self.kernel, b, self.target, nvrtc=False).seconds)
 
     def _fuse_or_cut(self, fused: Row) -> Row:
         """A chain a template tiles is fused unless the cost model says the cut is faster: fused,
@@ -250,11 +266,5 @@ class Space:
         the output, which is cheap when the output has a few column tiles (an MLP's 256 outputs)
         and ruinous when it has dozens (a Llama feed-forward's 4,096: its down projection would
         compute the 14,336-wide intermediate 64 times)."""
-        from emmy.runtime.costmodel.api import estimate_kernel
-
         cut = next((r for r in self.rows() if r.get("PLACE") == "cut"), None)
-        if cut is None:
-            return fused
-        seconds = {r: estimate_kernel(self.kernel, r, self.target, nvrtc=False).seconds
-                   for r in (fused, cut)}
-        return cut if seconds[cut] < seconds[fused] else fused
+        return cut if cut is not None and self._faster(cut, fused) else fused

@@ -37,6 +37,7 @@ from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, TileKernel
 
 _HALF = (DType.F16, DType.BF16)
+SINGLE_QUERY = "emmy_q"      # the query axis of a kernel with one query a head (no grid axis)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +95,19 @@ def find_attention(k: TileKernel) -> Attention | None:
     tail = [i for i in f_out.body if not isinstance(i, Fold)]
     if len(inner) != 1 or not _reduce(inner[0], ReduceOp.SUM):
         return None
-    i_axis = k.grid[-1]
     shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
     outer_defs = {s.dst: s for s in k.body if isinstance(s, IndexValue)}
     m, l, o = f_max.accs[0].acc, f_sum.accs[0].acc, inner[0].accs[0].acc
     if None in (_folded(f_max), _folded(f_sum), _folded(inner[0])):
         return None
-    s1 = _score(_tree(_folded(f_max), f_max, outer_defs), f_max.axis.var, i_axis.var, shapes)
+    t1 = _tree(_folded(f_max), f_max, outer_defs)
+    # the query axis: the grid's last, or none where there is one query a head (a decode
+    # step's q of length 1: its axis is gone, every grid axis is a batch axis)
+    i_axis = k.grid[-1]
+    s1 = _score(t1, f_max.axis.var, i_axis.var, shapes)
+    if s1 is None:
+        i_axis = Axis(SINGLE_QUERY, 1)
+        s1 = _score(t1, f_max.axis.var, i_axis.var, shapes)
     t2 = _tree(_folded(f_sum), f_sum, outer_defs)
     t3 = _tree(_folded(inner[0]), inner[0], outer_defs)
     if s1 is None:
@@ -316,6 +323,8 @@ def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
         return None
     oa, ob = offset(a[2], shapes[a[1]]), offset(b[2], shapes[b[1]])
     va, vb = oa.free_vars(), ob.free_vars()
+    if i == SINGLE_QUERY:        # one query a head: q is the operand that does not name j
+        va, vb = (va | {i}, vb) if j not in va else (va, vb | {i})
     if i in va and j in vb and j not in va and i not in vb:
         q, k = (oa, a[1]), (ob, b[1])
     elif i in vb and j in va and j not in vb and i not in va:

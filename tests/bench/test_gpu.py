@@ -132,9 +132,9 @@ def _passes_the_gpu_harness(w, kernel: str, row: str):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("row", [
-    "WORK=warps:4 TILE=flash:128x32 STAGE=async:2",
-    "WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2:overlap",
-    "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
+    "WORK=warps:4 TILE=flash:128x32 REDUCE=serial STAGE=async:2",
+    "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=async:2:overlap",
+    "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=tma:2",
 ])
 def test_gpu_hand_written_attention_passes_the_harness(row):
     """Attention written out by hand (scores rounded to f16 as eager rounds them, a tril mask);
@@ -147,8 +147,8 @@ def test_gpu_hand_written_attention_passes_the_harness(row):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("row", [
-    "WORK=warps:4 TILE=flash:128x32 STAGE=async:2",
-    "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2:overlap",
+    "WORK=warps:4 TILE=flash:128x32 REDUCE=serial STAGE=async:2",
+    "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=tma:2:overlap",
 ])
 def test_gpu_grouped_query_attention_passes_the_harness(row):
     """8 query heads over 2 key/value heads (k and v read at head h // 4; their TMA maps have
@@ -162,8 +162,8 @@ def test_gpu_grouped_query_attention_passes_the_harness(row):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("row", [
-    "WORK=warps:4 TILE=flash:128x32 STAGE=async:2",
-    "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
+    "WORK=warps:4 TILE=flash:128x32 REDUCE=serial STAGE=async:2",
+    "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=tma:2",
 ])
 def test_gpu_attention_block_passes_the_harness(row):
     """minGPT's block: projection, flash attention reading q, k, v inside the packed projection
@@ -176,8 +176,8 @@ def test_gpu_attention_block_passes_the_harness(row):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("row", [
-    "WORK=warps:4 TILE=simt:64x32 STAGE=async:2",
-    "WORK=warps:4 TILE=simt:128x32 STAGE=smem",
+    "WORK=warps:4 TILE=simt:64x32 REDUCE=serial STAGE=async:2",
+    "WORK=warps:4 TILE=simt:128x32 REDUCE=serial STAGE=smem",
 ])
 def test_gpu_f32_attention_passes_the_harness(row):
     """f32 attention on CUDA cores (emmy.cuda.attention_simt), causal, ragged sequence."""

@@ -21,7 +21,7 @@ def test_spilling_rows_are_flagged_and_clean_ones_are_not():
     found, counts = flagged_rows(w, where="TILE=flash:128x64")
     assert counts["k0_attention_half"] >= 2
     rows = {row: spill for _, row, spill, _ in found}
-    assert rows["WORK=warps:4 TILE=flash:128x64 STAGE=async:2"] > 0   # O, S and P: over 255
+    assert rows["WORK=warps:4 TILE=flash:128x64 REDUCE=serial STAGE=async:2"] > 0   # O, S and P: over 255
     found, counts = flagged_rows(w, where="TILE=wgmma:128x128", limit=4)
     assert counts["k0_attention_half"] == 4 and found == []
 

@@ -482,7 +482,7 @@ def lowered(row: str, sets: tuple = (("head_dim", 128),)):
 
 
 def test_rows_lower_to_the_wgmma_template_with_its_header():
-    _, prog = lowered("WORK=warps:8 TILE=wgmma:128x128 STAGE=async:2")
+    _, prog = lowered("WORK=warps:8 TILE=wgmma:128x128 REDUCE=serial STAGE=async:2")
     source = "\n".join(u.source for u in prog.units)
     assert f'#include "{HEADER}"' in source
     assert "wgmma_m64k16_rs<FW_D, false, 1>" in source
@@ -491,7 +491,7 @@ def test_rows_lower_to_the_wgmma_template_with_its_header():
 
 
 def test_overlap_rows_lower_to_the_overlapped_schedule():
-    _, prog = lowered("WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2:overlap")
+    _, prog = lowered("WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=async:2:overlap")
     source = "\n".join(u.source for u in prog.units)
     assert "for (int kb = 1; kb < fw_nkb; ++kb) {" in source   # block 0 before the loop
     assert "the softmax of block j overlaps P V of block j - 1" in source
@@ -507,8 +507,8 @@ def test_the_cost_model_hides_the_softmax_of_overlapped_rows():
     w = load_file("examples/attention_half.py", (("head_dim", 128), ("seq_len", 4096),
                                                   ("heads", 32), ("batch_size", 4)))
     (k,) = compile_to(w, "tile")["tile"].program.kernels
-    rows = ["WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2",
-            "WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2:overlap"]
+    rows = ["WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=async:2",
+            "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=async:2:overlap"]
     ranked = rank_rows(k, rows, get_target("sm_90a"), nvrtc=False)
     (first, t_first), (second, t_second) = ranked
     assert (str(first), str(second)) == (rows[1], rows[0])
@@ -523,9 +523,9 @@ def test_the_cost_model_ranks_wgmma_rows():
     w = load_file("examples/attention_half.py", (("head_dim", 128), ("seq_len", 4096),
                                                   ("heads", 32), ("batch_size", 4)))
     (k,) = compile_to(w, "tile")["tile"].program.kernels
-    rows = ["WORK=warps:4 TILE=flash:128x32 STAGE=async:2",
-            "WORK=warps:8 TILE=wgmma:128x128 STAGE=async:2",
-            "WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2"]
+    rows = ["WORK=warps:4 TILE=flash:128x32 REDUCE=serial STAGE=async:2",
+            "WORK=warps:8 TILE=wgmma:128x128 REDUCE=serial STAGE=async:2",
+            "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=async:2"]
     ranked = rank_rows(k, rows, get_target("sm_90a"), nvrtc=False)
     assert len(ranked) == 3
     order = [str(row) for row, _ in ranked]
@@ -833,7 +833,7 @@ def test_tma_refuses_a_broadcast_operand():
 
 
 def test_tma_rows_lower_with_tensor_maps():
-    name, prog = lowered("WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2", ())
+    name, prog = lowered("WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=tma:2", ())
     (unit,) = prog.units
     (launch,) = unit.launches
     assert launch.threads == 384
@@ -856,10 +856,10 @@ def test_the_cost_model_spares_tma_rows_the_copy_issue():
     w = load_file("examples/attention_half.py", (("head_dim", 128), ("seq_len", 4096),
                                                   ("heads", 32), ("batch_size", 4)))
     (k,) = compile_to(w, "tile")["tile"].program.kernels
-    rows = ["WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2",
-            "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
-            "WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2:overlap",
-            "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2:overlap"]
+    rows = ["WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=async:2",
+            "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=tma:2",
+            "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=async:2:overlap",
+            "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=tma:2:overlap"]
     ranked = [str(r) for r, _ in rank_rows(k, rows, get_target("sm_90a"), nvrtc=False)]
     assert ranked.index(rows[1]) < ranked.index(rows[0])
     assert ranked.index(rows[3]) < ranked.index(rows[2])

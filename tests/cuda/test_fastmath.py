@@ -180,9 +180,9 @@ def test_legal_16_bit_rows_of_the_core_examples_are_correct(name, dtype):
 
 
 @pytest.mark.parametrize("example, row", [
-    ("attention_half", "WORK=warps:4 TILE=flash:128x32 STAGE=async:2"),
-    ("attention_half", "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2:overlap"),
-    ("attention", "WORK=warps:4 TILE=simt:64x32 STAGE=async:2"),
+    ("attention_half", "WORK=warps:4 TILE=flash:128x32 REDUCE=serial STAGE=async:2"),
+    ("attention_half", "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=tma:2:overlap"),
+    ("attention", "WORK=warps:4 TILE=simt:64x32 REDUCE=serial STAGE=async:2"),
 ])
 def test_flash_attention_exponentials_are_one_ex2_each(example, row):
     """The online softmax's 2^x: ex2.approx.ftz alone (ex2_approx), without the range check

@@ -55,7 +55,7 @@ CASES = {
     "work.threads_per_block": [
         ((F16,), SMALL_BLOCKS, "WORK=warps:4x4 TILE=mma:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
          ("512 threads > 256",)),
-        (ATT, TINY_BLOCKS, "WORK=warps:8 TILE=flash:128x32 STAGE=smem", ("256 threads > 128",)),
+        (ATT, TINY_BLOCKS, "WORK=warps:8 TILE=flash:128x32 REDUCE=serial STAGE=smem", ("256 threads > 128",)),
         (CHAIN, TINY_BLOCKS, "WORK=warps:2x4 TILE=simt:32x32x8x16 PLACE=fuse",
          ("256 threads > 128",))],
     "tile.instruction_types": [
@@ -118,46 +118,55 @@ CASES = {
         (CHAIN, SM90, "WORK=warps:1x1 TILE=simt:32x32x8x32 PLACE=fuse",
          ("48 accumulators",))],
     "tile.operand_type": [
-        (ATT_F32, SM90, "WORK=warps:4 TILE=flash:64x32 STAGE=async:2",
+        (ATT_F32, SM90, "WORK=warps:4 TILE=flash:64x32 REDUCE=serial STAGE=async:2",
          ("flash:64x32 multiplies f16/bf16", "q, k and v are f32", "simt:BQxBKV")),
-        (ATT_F32, SM90, "WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2", ("wgmma:128x64",)),
-        (ATT, SM90, "WORK=warps:4 TILE=simt:64x32 STAGE=async:2",
+        (ATT_F32, SM90, "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=async:2", ("wgmma:128x64",)),
+        (ATT, SM90, "WORK=warps:4 TILE=simt:64x32 REDUCE=serial STAGE=async:2",
          ("simt:64x32 is the f32 template", "__half", "flash:BQxBKV"))],
     "tile.wgmma_target": [
-        (ATT, SM80, "WORK=warps:8 TILE=wgmma:128x64 STAGE=async:2", ("sm_90a instruction", "sm_80"))],
+        (ATT, SM80, "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=async:2", ("sm_90a instruction", "sm_80"))],
     "tile.wgmma_warpgroups": [
-        (ATT, SM90, "WORK=warps:4 TILE=wgmma:128x64 STAGE=async:2",
+        (ATT, SM90, "WORK=warps:4 TILE=wgmma:128x64 REDUCE=serial STAGE=async:2",
          ("2 consumer warpgroup(s)", "64 query rows", "WORK=warps:8"))],
     "tile.wgmma_head_dim": [
-        (ATT96, SM90, "WORK=warps:4 TILE=wgmma:64x64 STAGE=async:2",
+        (ATT96, SM90, "WORK=warps:4 TILE=wgmma:64x64 REDUCE=serial STAGE=async:2",
          ("head dimension 96", "multiple of 64", "flash:BQxBKV")),
-        (ATT192, SM90, "WORK=warps:4 TILE=wgmma:64x64 STAGE=async:2",
+        (ATT192, SM90, "WORK=warps:4 TILE=wgmma:64x64 REDUCE=serial STAGE=async:2",
          ("head dimension 192", "N = d", "64, 128, 256"))],
     "tile.wgmma_registers": [
-        (ATT256, SM90, "WORK=warps:4 TILE=wgmma:64x128 STAGE=async:2",
+        (ATT256, SM90, "WORK=warps:4 TILE=wgmma:64x128 REDUCE=serial STAGE=async:2",
          ("192 f32 accumulators", "over the 160"))],
     "stage.wgmma_shared": [
-        (ATT128, SMALL_SHARED, "WORK=warps:8 TILE=wgmma:128x128 STAGE=async:2",
+        (ATT128, SMALL_SHARED, "WORK=warps:8 TILE=wgmma:128x128 REDUCE=serial STAGE=async:2",
          ("161.0 KiB of shared memory", "100 KiB per block"))],
     "tile.rows_per_warp": [
-        (ATT, SM90, "WORK=warps:8 TILE=flash:64x32 STAGE=smem", ("multiple of 16 rows",))],
+        (ATT, SM90, "WORK=warps:8 TILE=flash:64x32 REDUCE=serial STAGE=smem", ("multiple of 16 rows",))],
+    "reduce.split_template": [
+        (ATT, SM90, "WORK=warps:4 TILE=wgmma:64x64 REDUCE=split:2:combine STAGE=async:2",
+         ("split-KV", "wgmma:64x64", "REDUCE=serial"))],
+    "reduce.split_keys": [
+        # 70 keys are 3 blocks of 32: runs of 1 leave a fourth split nothing
+        (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 REDUCE=split:4:combine STAGE=async:2",
+         ("4 splits of 3 key blocks", "without keys")),
+        (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 REDUCE=split:8:combine STAGE=async:2",
+         ("8 splits of 3 key blocks", "runs of 1"))],
     "stage.async": [
-        (ATT, NO_CP_ASYNC, "WORK=warps:4 TILE=flash:64x32 STAGE=async:2", ("cp.async needs sm_80",))],
+        (ATT, NO_CP_ASYNC, "WORK=warps:4 TILE=flash:64x32 REDUCE=serial STAGE=async:2", ("cp.async needs sm_80",))],
     "stage.tma_wgmma": [
-        (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 STAGE=tma:2",
+        (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 REDUCE=serial STAGE=tma:2",
          ("TMA producer warpgroup", "cp.async", "STAGE=async:2")),
-        (ATT, NO_TMA, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2", ("TMA copies need sm_90",)),
-        (ATT_F32, SM90, "WORK=warps:4 TILE=simt:64x32 STAGE=tma:2",
+        (ATT, NO_TMA, "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=tma:2", ("TMA copies need sm_90",)),
+        (ATT_F32, SM90, "WORK=warps:4 TILE=simt:64x32 REDUCE=serial STAGE=tma:2",
          ("simt:64x32 (CUDA cores) copies with cp.async",))],
     "stage.tma_tensor_maps": [
-        (ATT_SHARED_K, SM90, "WORK=warps:8 TILE=wgmma:128x64 STAGE=tma:2",
+        (ATT_SHARED_K, SM90, "WORK=warps:8 TILE=wgmma:128x64 REDUCE=serial STAGE=tma:2",
          ("k's head stride is 0", "tensor map", "STAGE=async:2"))],
     "stage.overlap_wgmma": [
-        (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 STAGE=async:2:overlap",
+        (ATT, SM90, "WORK=warps:4 TILE=flash:64x32 REDUCE=serial STAGE=async:2:overlap",
          ("pipelines wgmma groups", "mma.sync", "STAGE=async:2"))],
     "stage.template_builds": [
-        (ATT128, SM80, "WORK=warps:4 TILE=flash:128x128 STAGE=async:2", ("shared memory",)),
-        (ATT_F32_256, SM90, "WORK=warps:4 TILE=simt:128x32 STAGE=smem",
+        (ATT128, SM80, "WORK=warps:4 TILE=flash:128x128 REDUCE=serial STAGE=async:2", ("shared memory",)),
+        (ATT_F32_256, SM90, "WORK=warps:4 TILE=simt:128x32 REDUCE=serial STAGE=smem",
          ("320 f32 values",))],
 }
 PARAMS = [pytest.param(rule, *case, id=f"{rule}-{i}")

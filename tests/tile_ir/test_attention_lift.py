@@ -35,7 +35,7 @@ def test_fp32_attention_is_one_flash_kernel_on_cuda_cores():
     (k,) = kernels(load_file("examples/attention.py", ()))
     assert k.kind is KernelKind.ATTENTION and k.attention.q.dtype.name == "F32"
     space = Space(k, get_target("sm_90a"))
-    assert str(space.default()) == "WORK=warps:4 TILE=simt:64x32 STAGE=async:2"
+    assert str(space.default()) == "WORK=warps:4 TILE=simt:64x32 REDUCE=serial STAGE=async:2"
     assert {str(r["TILE"]).split(":")[0] for r in space.rows()} == {"simt"}
     ks = kernels(load_file("examples/attention.py", (("head_dim", 30),)))
     assert [k.kind for k in ks] == [KernelKind.CONTRACT, KernelKind.ROW, KernelKind.CONTRACT]
@@ -124,8 +124,8 @@ def test_q_k_v_sliced_from_one_packed_tensor_are_read_in_place():
     (k,) = kernels(w)
     assert k.kind is KernelKind.ATTENTION
     assert [o.offset.const for o in (k.attention.q, k.attention.k, k.attention.v)] == [0, 64, 128]
-    for row in ("WORK=warps:4 TILE=flash:64x32 STAGE=async:2",
-                "WORK=warps:4 TILE=wgmma:64x64 STAGE=tma:2"):
+    for row in ("WORK=warps:4 TILE=flash:64x32 REDUCE=serial STAGE=async:2",
+                "WORK=warps:4 TILE=wgmma:64x64 REDUCE=serial STAGE=tma:2"):
         results = compile_to(w, "cuda", Options(rows={k.name: row}))
         report, _ = check_cuda_program(w, results["torch"], results["cuda"])
         assert report is not None and report.ok, row
@@ -168,10 +168,10 @@ def test_grouped_query_attention_is_one_flash_kernel(form):
     assert k.kind is KernelKind.ATTENTION
     a = k.attention
     assert (a.q.group, a.k.group, a.v.group, a.causal) == (1, 2, 2, True)
-    rows = ["WORK=warps:4 TILE=flash:64x32 STAGE=async:2"]
+    rows = ["WORK=warps:4 TILE=flash:64x32 REDUCE=serial STAGE=async:2"]
     if form == "enable_gqa":
-        rows += ["WORK=warps:4 TILE=wgmma:64x64 STAGE=async:2",
-                 "WORK=warps:4 TILE=wgmma:64x64 STAGE=tma:2"]
+        rows += ["WORK=warps:4 TILE=wgmma:64x64 REDUCE=serial STAGE=async:2",
+                 "WORK=warps:4 TILE=wgmma:64x64 REDUCE=serial STAGE=tma:2"]
     for row in rows:
         results = compile_to(w, "cuda", Options(rows={"": row}))
         assert results["cuda"].units[0].row == row
@@ -214,8 +214,8 @@ def test_attention_masks_read_from_tensors(form):
     from emmy.schedule.flash import problem_of
 
     assert problem_of(k.attention).bias.strides == strides
-    for row in ("WORK=warps:4 TILE=flash:64x32 STAGE=async:2",
-                "WORK=warps:4 TILE=wgmma:64x64 STAGE=tma:2"):
+    for row in ("WORK=warps:4 TILE=flash:64x32 REDUCE=serial STAGE=async:2",
+                "WORK=warps:4 TILE=wgmma:64x64 REDUCE=serial STAGE=tma:2"):
         results = compile_to(w, "cuda", Options(rows={k.name: row}))
         report, failed = check_cuda_program(w, results["torch"], results["cuda"])
         assert report is not None and report.ok, (row, report or failed.log[-2000:])

@@ -185,17 +185,31 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     per key step; the warp-specialized rows (c.tma: a TMA producer warpgroup) do not (an
     assumption, see ATTENTION_CP_ASYNC_ISSUE_CYCLES). The f32 template (c.inst == "simt") runs
     its products as FMAs (SIMT_ATTENTION_EFFICIENCY, an assumption) and counts the wavefronts of
-    its warps' shared-memory reads of Q, K, P and V and its writes of P."""
+    its warps' shared-memory reads of Q, K, P and V and its writes of P.
+    Split-KV rows (c.splits > 1) give each block a run of the key blocks (`steps` of them) and
+    add the combine launch (estimate_attention_combine). K and V stream from DRAM at no more
+    than the blocks running at once keep in flight (their K/V stages over DRAM_LATENCY_S,
+    Little's law): a decode step's 32 unsplit blocks cannot pull the HBM's bandwidth."""
+    if function.endswith("_combine"):
+        return estimate_attention_combine(kernel, function, p, c, grid, threads, target)
     occ = occupancy(threads, smem, resources, target)
     if occ.blocks_per_sm == 0:
         return _does_not_fit(kernel, function, grid, threads, resources)
     heads = p.batch * p.heads
     q_blocks = -(-p.sq // c.bq)
-    steps = -(-p.sk // c.bkv)
+    kblocks = -(-p.sk // c.bkv)
+    splits = getattr(c, "splits", 1)
+    steps = -(-kblocks // splits)                            # key blocks a block walks
     visible = 0.5 + 0.5 / q_blocks if p.causal else 1.0     # key blocks a query block reads
-    flops = 4 * heads * (q_blocks * c.bq) * (steps * c.bkv) * p.d * visible
-    peak = target.bf16_tensor_flops if p.q.ctype == "__nv_bfloat16" else target.fp16_tensor_flops
     wgmma = getattr(c, "inst", "mma") == "wgmma"
+    # query rows computed: under one query block, the mma.sync and simt warps wholly past sq
+    # skip the key loop
+    warp_rows = c.bq // c.warps
+    rows = (-(-p.sq // warp_rows) * warp_rows if p.sq < c.bq and not wgmma
+            else q_blocks * c.bq)
+    flops = 4 * heads * rows * (kblocks * c.bkv) * p.d * visible
+    busy = rows / (q_blocks * warp_rows)                     # warps computing, a block
+    peak = target.bf16_tensor_flops if p.q.ctype == "__nv_bfloat16" else target.fp16_tensor_flops
     simt = getattr(c, "inst", "mma") == "simt"
     if simt:
         rate = target.fp32_flops * SIMT_ATTENTION_EFFICIENCY      # an assumption (above)
@@ -207,9 +221,10 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
         rate = peak * WGMMA_ATTENTION_EFFICIENCY
     else:
         rate = peak * ATTENTION_EFFICIENCY.get(target.name, 0.3)
-    exps = heads * q_blocks * c.bq * steps * c.bkv * visible
+    exps = heads * rows * kblocks * c.bkv * visible
     sfu_rate = 16 * target.sm_count * target.clock_hz                     # exp2 per second
     waves, wave_eff = _waves(grid, occ, target)
+    wave_eff *= min(1.0, grid / target.sm_count)     # a grid under one block an SM leaves SMs idle
     if simt:
         # a warp's shared-memory cycles a key step: 16-byte reads return 128 bytes a cycle, so 4
         # cycles each for K and V (8 addresses a row group), 2 for Q and P (one address a row
@@ -219,11 +234,11 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
         tm, tn, nc = c.bq // (4 * c.warps), c.bkv // KEY_LANES, -(-p.d // 32)
         wavefronts = (p.d // 4 * (2 * tm + 4 * tn) + c.bkv // 4 * 2 * tm + 4 * c.bkv * nc
                       + tm * tn)
-        smem_read = grid * c.warps * steps * visible * wavefronts * SMEM_BYTES_PER_CLOCK
+        smem_read = grid * busy * steps * visible * wavefronts * SMEM_BYTES_PER_CLOCK
     elif wgmma:    # K and V, and the warpgroup's 64 Q rows, per warpgroup and key step
         smem_read = grid * (c.warps // 4) * steps * visible * (2 * c.bkv + 64) * p.d * 2
     else:
-        smem_read = grid * c.warps * steps * visible * 2 * c.bkv * p.d * 2  # K and V, per warp
+        smem_read = grid * busy * steps * visible * 2 * c.bkv * p.d * 2  # K and V, per warp
     smem_s = smem_read / (SMEM_BYTES_PER_CLOCK * target.sm_count * target.clock_hz)
     spills = 0.0
     if resources and (resources.spill_store_bytes or resources.spill_load_bytes):
@@ -245,14 +260,19 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     else:
         compute_s = (flops / rate + exps / sfu_rate + smem_s + spills + copy_s) / wave_eff
     item = 4 if simt else 2
-    io = 4 * heads * p.sq * p.d * item
-    reread = 2 * heads * q_blocks * steps * visible * c.bkv * p.d * item
+    kv_heads = heads // max(p.k.group, 1)
+    io = 2 * (heads * p.sq + kv_heads * p.sk) * p.d * item      # q, out; k, v
+    # K and V again for each query block after the first read (from L2)
+    reread = max(0.0, 2 * (heads * q_blocks * kblocks * visible * c.bkv - kv_heads * p.sk)
+                 * p.d * item)
     if getattr(p, "bias", None) is not None:
         # attn_mask: every score reads its bias or mask element (element by element in the
         # fragment layout, through L1/L2: a broadcast mask is re-read, not re-fetched)
         reread += exps * dtype_of_c(p.bias.ctype).itemsize
-    memory_s = io / (target.dram_bytes_per_s * DRAM_EFFICIENCY) + \
-        reread / (target.dram_bytes_per_s * L2_OVER_DRAM)
+    running = min(grid, occ.blocks_per_sm * target.sm_count)
+    in_flight = running * c.stages * 2 * c.bkv * p.d * item / DRAM_LATENCY_S
+    dram_rate = min(target.dram_bytes_per_s * DRAM_EFFICIENCY, in_flight)
+    memory_s = io / dram_rate + reread / (target.dram_bytes_per_s * L2_OVER_DRAM)
     latency_s = 0.0 if c.stages > 1 else waves * steps * visible * DRAM_LATENCY_S / 2
     seconds = max(compute_s, memory_s) + latency_s + target.launch_overhead_s
     return LaunchEstimate(kernel=kernel, function=function, seconds=seconds, bytes_dram=io,
@@ -265,6 +285,20 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
                                      ("memory", memory_s),
                                      ("latency", latency_s), ("launch", target.launch_overhead_s)),
                           method=METHOD)
+
+
+def estimate_attention_combine(kernel: str, function: str, p, c, grid: int, threads: int,
+                               target: Target) -> LaunchEstimate:
+    """The split-KV combine: read each split's outputs and row log-sum-exp (f32), write the
+    output once."""
+    rows = p.batch * p.heads * p.sq
+    item = 4 if p.q.ctype == "float" else 2
+    moved = c.splits * rows * (p.d + 1) * 4 + rows * p.d * item
+    seconds = moved / (target.dram_bytes_per_s * DRAM_EFFICIENCY) + target.launch_overhead_s
+    return LaunchEstimate(kernel=kernel, function=function, seconds=seconds, bytes_dram=moved,
+                          bytes_l2=0, flops=3 * rows * p.d * c.splits, occupancy=1.0,
+                          blocks_per_sm=0, waves=1, limiter="memory", resources=None, grid=grid,
+                          threads=threads, breakdown=(("dram", seconds),), method=METHOD)
 
 
 def estimate_chain_launch(kernel: str, function: str, p, c, grid: int, threads: int,
