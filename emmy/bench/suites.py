@@ -119,7 +119,13 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
                                     f"4x32x4096x128{' causal' if causal else ''}")
                        for causal, d in ((True, "f16"), (False, "f16"),
                                          (True, "f32"),      # f32: on CUDA cores
-                                         (True, "bf16"))),
+                                         (True, "bf16"))) + (
+        # a decoding step of Llama-3-8B's attention: one query a head, 32 heads sharing 8
+        # key/value heads, a 4,096-token cache (split-KV rows against SDPA's decode kernel)
+        WorkloadSpec("attention decode", "decode_attention",
+                     (("batch_size", 1), ("n_heads", 32), ("n_kv_heads", 8),
+                      ("cache_len", 4096), ("head_dim", 128)), "f16",
+                     "1x32 (8 kv) x 4096 x 128"),),
     # implicit GEMMs against cuDNN: a ResNet-50 stage-1 3x3 convolution (batch 32, 64 -> 64
     # channels, 56x56) in f16 (mma.sync) and f32 (SIMT), and a strided one
     "conv": (*(WorkloadSpec("conv3x3+relu", "conv2d", _RESNET, d, "32x64x56x56 k3")

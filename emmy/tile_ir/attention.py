@@ -81,8 +81,6 @@ class Bias:
 
 def find_attention(k: TileKernel) -> Attention | None:
     """The kernel as attention (module docstring), or None."""
-    if not k.grid:
-        return None
     folds = [i for i in k.body if isinstance(i, Fold)]
     rest = [i for i in k.body if not isinstance(i, Fold)]
     if len(folds) != 3 or any(not isinstance(i, (IndexValue, CastTo, Store)) for i in rest):
@@ -103,9 +101,9 @@ def find_attention(k: TileKernel) -> Attention | None:
     t1 = _tree(_folded(f_max), f_max, outer_defs)
     # the query axis: the grid's last, or none where there is one query a head (a decode
     # step's q of length 1: its axis is gone, every grid axis is a batch axis)
-    i_axis = k.grid[-1]
+    i_axis = k.grid[-1] if k.grid else Axis(SINGLE_QUERY, 1)
     s1 = _score(t1, f_max.axis.var, i_axis.var, shapes)
-    if s1 is None:
+    if s1 is None and k.grid:
         i_axis = Axis(SINGLE_QUERY, 1)
         s1 = _score(t1, f_max.axis.var, i_axis.var, shapes)
     t2 = _tree(_folded(f_sum), f_sum, outer_defs)

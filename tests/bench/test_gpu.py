@@ -185,3 +185,18 @@ def test_gpu_f32_attention_passes_the_harness(row):
 
     _passes_the_gpu_harness(load_file("examples/attention.py", (("seq_len", 200),
                                                                 ("head_dim", 64))), "", row)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sets, row", [
+    ((), "WORK=warps:4 TILE=flash:64x64 REDUCE=split:16:combine STAGE=async:2"),
+    ((("dtype", "float32"),), "WORK=warps:4 TILE=simt:32x32 REDUCE=split:8:combine STAGE=async:2"),
+])
+def test_gpu_split_decode_attention_passes_the_harness(sets, row):
+    """A Llama-3-8B decoding step's attention (one query a head, 32 heads over 8 key/value
+    heads, 4,096 cached tokens), split-KV: partial kernel and combine."""
+    from emmy.frontend.workload import load_file
+
+    _passes_the_gpu_harness(load_file("examples/decode_attention.py", (
+        ("batch_size", 1), ("n_heads", 32), ("n_kv_heads", 8), ("cache_len", 4096),
+        ("head_dim", 128), *sets)), "", row)

@@ -47,6 +47,8 @@ def test_the_command_line_offers_every_suite():
     ("bmm", (("batch_size", 2), ("M", 8), ("K", 16), ("N", 8))),
     ("attention", (("batch_size", 1), ("heads", 2), ("seq_len", 8), ("head_dim", 4),
                    ("is_causal", False))),
+    ("decode_attention", (("batch_size", 1), ("n_heads", 4), ("n_kv_heads", 2),
+                          ("cache_len", 40), ("head_dim", 16))),
     ("conv2d", (("batch_size", 1), ("in_channels", 4), ("out_channels", 8), ("height", 6),
                 ("width", 6), ("kernel_size", 3), ("stride", 1), ("padding", 1))),
     ("embedding", (("batch_size", 2), ("seq_len", 8), ("vocab", 50), ("hidden", 16))),

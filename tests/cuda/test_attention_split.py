@@ -1,0 +1,104 @@
+"""Split-KV attention (REDUCE=split:S:combine) and attention with one query a head (a decoding
+step): the recognizer takes a kernel whose query axis is gone, the split rows compute what
+torch computes on the CPU emulator (f16, bf16 and f32, grouped k and v, a causal mask whose
+later splits see no key for the early rows, ragged key blocks), the lowering launches the
+template's partial kernel and then the combine, and the default row splits where the cost
+model says that is faster."""
+
+from __future__ import annotations
+
+import pytest
+
+from emmy.check import check_cuda_program
+from emmy.frontend.workload import load_expr, load_file
+from emmy.pipeline import Options, compile_to
+from emmy.schedule.row import parse
+from emmy.schedule.space import Space
+from emmy.schedule.targets import get_target
+from emmy.tile_ir.ir import KernelKind
+
+SM90 = get_target("sm_90a")
+DECODE = "examples/decode_attention.py"
+LLAMA_DECODE = (("batch_size", 1), ("n_heads", 32), ("n_kv_heads", 8), ("cache_len", 4096),
+                ("head_dim", 128))
+
+
+def only_kernel(w):
+    (k,) = compile_to(w, "tile")["tile"].program.kernels
+    return k
+
+
+def test_one_query_a_head_is_one_flash_kernel():
+    """q of length 1: no grid axis is the query axis; every grid axis is a batch axis, k and v
+    are read at head h // 4 (grouped-query), and the query block holds one row."""
+    k = only_kernel(load_file(DECODE))
+    assert k.kind is KernelKind.ATTENTION
+    a = k.attention
+    assert (a.query.extent, a.keys, a.dim, a.causal) == (1, 300, 64, False)
+    assert [ax.extent for ax in a.batch] == [2, 8]
+    assert (a.k.group, a.v.group, a.q.group) == (4, 4, 1)
+    # written by hand too, and with one (batch, head) only (an empty grid)
+    for shape in ("2, 4", "1, 1"):
+        hand = load_expr(f"(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1) "
+                         f"@ v)(torch.randn({shape}, 1, 64).half(), torch.randn({shape}, 100, 64)"
+                         f".half(), torch.randn({shape}, 100, 64).half())")
+        assert only_kernel(hand).kind is KernelKind.ATTENTION
+
+
+def run_row(w, row: str):
+    k = only_kernel(w)
+    results = compile_to(w, "cuda", Options(rows={k.name: row}))
+    report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None, f"{failed.failed}: {failed.status}\n{failed.log[-2000:]}"
+    assert report.ok, [o for o in report.outputs if not o.ok]
+    return results
+
+
+@pytest.mark.parametrize("sets, row", [
+    ((), "WORK=warps:4 TILE=flash:64x32 REDUCE=split:4:combine STAGE=async:2"),
+    ((("dtype", "bfloat16"),), "WORK=warps:8 TILE=flash:128x64 REDUCE=split:2:combine STAGE=smem"),
+    ((("dtype", "float32"),), "WORK=warps:4 TILE=simt:32x32 REDUCE=split:4:combine STAGE=async:2"),
+])
+def test_split_decode_rows_agree_with_torch(sets, row):
+    results = run_row(load_file(DECODE, sets), row)
+    (kp,) = results["kernel"].kernels
+    assert [f.name.rsplit("_", 1)[1] for f in kp.functions] == ["partial", "combine"]
+    ((name, ctype, count),) = kp.temporaries
+    # each of the splits' outputs, then its rows' log-sum-exp: 2 x 8 heads, one query, d 64
+    splits = int(parse(row)["REDUCE"].split(":")[1])
+    assert (ctype, count) == ("float", splits * 2 * 8 * 1 * (64 + 1))
+
+
+def test_split_causal_prefill_agrees_with_torch():
+    """200 queries, causal, 7 key blocks in runs of 2: the early rows' later splits see no key
+    (log-sum-exp -inf, weight 0), the last split holds one, ragged, block."""
+    w = load_file("examples/attention_half.py", (("seq_len", 200),))
+    run_row(w, "WORK=warps:4 TILE=flash:64x32 REDUCE=split:4:combine STAGE=async:2")
+
+
+def test_the_default_splits_where_the_model_says_it_is_faster():
+    """A Llama-3-8B decoding step (32 heads, one query each: 32 blocks unsplit on 132 SMs)
+    splits; the example's 300-token cache is one kernel (the combine's launch costs more)."""
+    from emmy.runtime.costmodel.api import estimate_kernel
+
+    k = only_kernel(load_file(DECODE, LLAMA_DECODE))
+    row = Space(k, SM90).default()
+    splits = int(row["REDUCE"].split(":")[1]) if row["REDUCE"] != "serial" else 1
+    assert splits > 1 and 32 * splits >= SM90.sm_count, row
+    serial = parse(str(row).replace(row["REDUCE"], "serial"))
+    assert (estimate_kernel(k, row, SM90, nvrtc=False).seconds
+            < estimate_kernel(k, serial, SM90, nvrtc=False).seconds)
+    assert Space(only_kernel(load_file(DECODE)), SM90).default()["REDUCE"] == "serial"
+
+
+def test_split_rows_are_refused_where_they_cannot_be_built():
+    k = only_kernel(load_file(DECODE))
+    space = Space(k, SM90)
+    (r,) = space.check(parse("WORK=warps:8 TILE=wgmma:128x64 REDUCE=split:2:combine "
+                             "STAGE=async:2"))
+    assert r.rule == "reduce.split_template" and "REDUCE=serial" in r.reason
+    (r,) = space.check(parse("WORK=warps:4 TILE=flash:64x64 REDUCE=split:8:combine "
+                             "STAGE=async:2"))
+    assert r.rule == "reduce.split_keys" and "8 splits of 5 key blocks" in r.reason
+    splits = {row["REDUCE"] for row in space.all_rows}
+    assert splits == {"serial", "split:2:combine", "split:4:combine"}
