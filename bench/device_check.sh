@@ -7,8 +7,9 @@
 # The defaults fit one 15-minute lease with its start-up (about 12 minutes of steps): the GPU
 # tests, two wgmma+TMA matmul rows (one with clusters) and FlashAttention-3's attention row
 # through `emmy run --bench`, then the matmul and
-# attention suites (attention: f16 causal and full, f32 causal on CUDA cores, then bf16, as far
-# as its budget goes; the core suite was measured on 2026-11-30; the conv suite is new: with time
+# attention suites (attention: f16 causal and full, f32 causal on CUDA cores, then bf16 and a
+# Llama-3-8B decoding step (split-KV rows), as far as its budget goes: "attention:60:decode"
+# times the decoding step alone; the core suite was measured on 2026-11-30; the conv suite is new: with time
 # left, or TESTS=0 RUN_BENCH=0, add it as SUITES="... conv:90", and the gather suite, GPT-2's
 # embeddings and LayerNorm, as "gather:40", and the block suite, a Llama-3-8B decoder layer
 # against eager and torch.compile, as "block:180" (its plan, 193 programs through the cost

@@ -122,7 +122,7 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
                                          (True, "bf16"))) + (
         # a decoding step of Llama-3-8B's attention: one query a head, 32 heads sharing 8
         # key/value heads, a 4,096-token cache (split-KV rows against SDPA's decode kernel)
-        WorkloadSpec("attention decode", "decode_attention",
+        WorkloadSpec("decode attention", "decode_attention",
                      (("batch_size", 1), ("n_heads", 32), ("n_kv_heads", 8),
                       ("cache_len", 4096), ("head_dim", 128)), "f16",
                      "1x32 (8 kv) x 4096 x 128"),),
