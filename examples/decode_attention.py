@@ -1,13 +1,14 @@
 """One decoding step's attention: each head's single new query against the cached keys and
 values (grouped-query: 8 query heads share 2 key/value heads), no mask.
 
-One query a head is still attention to emmy: one flash kernel whose query block holds one
-row. Alone, such a kernel has only batch x heads blocks (16 here, 32 for a Llama-3-8B step),
-each walking the whole cache while most SMs idle; `REDUCE=split:S:combine` deals each head's
-key blocks out to S blocks (split-KV, as FlashDecoding) and a second kernel merges their
-partial outputs by their log-sum-exp. The default row splits where the cost model says that
-is faster: here, at 300 cached tokens, one kernel is (the combine's launch costs more than
-the split saves); with `--set cache_len=4096` the default splits 16 ways. `emmy space
+One query a head is still attention to emmy: one flash kernel. The 4 query heads that share a
+key/value head become 4 query rows of one block, so each key and value is read once for all 4.
+Alone, such a kernel has only batch x key/value heads blocks (4 here, 8 for a Llama-3-8B
+step), each walking the whole cache while most SMs idle; `REDUCE=split:S:combine` deals each
+head's key blocks out to S blocks (split-KV, as FlashDecoding) and a second kernel merges
+their partial outputs by their log-sum-exp. The default row splits where the cost model says
+that is faster: here, at 300 cached tokens, one kernel is (the combine's launch costs more
+than the split saves); with `--set cache_len=4096` the default splits 32 ways. `emmy space
 examples/decode_attention.py` lists the choices.
 """
 

@@ -117,6 +117,11 @@ class AttentionProblem:
     rounded: str | None = None               # q . k rounded to this 16-bit type first, as a
                                              # program computing it in f16/bf16 does
     bias: AttnBias | None = None             # attn_mask: added to, or masking, scale * q . k
+    query_heads: int = 1                     # > 1: the program's one query a head, with this
+                                             # many query heads per key/value head, given as
+                                             # that many query rows of one head (`heads` are
+                                             # then the key/value heads; the caller's store
+                                             # maps a row back to its head)
 
     @property
     def scaled_first(self) -> bool:

@@ -30,7 +30,10 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
 
     def store(bz: str, h: str, row_: str, col: str, value: str) -> list[str]:
         # the batch axes (batch, heads) flatten row-major, as element_lines decodes them
-        flat = f"(long long)({bz}) * {problem.heads} + ({h})"
+        g = problem.query_heads
+        if g > 1:            # query row r of key/value head h is query head h * g + r
+            h, row_ = f"({h}) * {g} + ({row_})", "0"
+        flat = f"(long long)({bz}) * {problem.heads * g} + ({h})"
         lines = element_lines(k, items, acc, (att.query, dim), att.batch, (flat, row_, col, value))
         return ["{", *("  " + line for line in lines), "}"]
 
@@ -76,8 +79,10 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
     maps = getattr(body, "tensor_maps", ())
     unique = {tm.name: f"{k.name}_{tm.name}" for tm in maps}
     params += tuple(K.Param(tm.name, "EmmyTensorMap", False) for tm in maps)
+    grouped = (f" (one query a head: the {problem.query_heads} query heads of each key/value "
+               f"head as its query rows)" if problem.query_heads > 1 else "")
     summary = (f"attention {problem.batch}x{problem.heads} heads, {problem.sq} queries x "
-               f"{problem.sk} keys, head dim {problem.d}, scale {problem.scale:g}"
+               f"{problem.sk} keys, head dim {problem.d}, scale {problem.scale:g}{grouped}"
                f"{', causal' if problem.causal else ''}"
                f"{f', q.k rounded to {problem.rounded}' if problem.rounded else ''}", *how)
     if config.splits > 1:

@@ -41,6 +41,7 @@ row always builds.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -195,6 +196,19 @@ def problem_of(att):
 
     ext = [ax.extent for ax in att.batch]
     batch, heads = math.prod(ext[:-1]), (ext[-1] if ext else 1)
+    g = att.k.group
+    if att.query.extent == 1 and g > 1 and att.v.group == g and not att.causal and not att.bias:
+        # one query a head, g query heads per key/value head: the g queries of a key/value
+        # head are g query rows of one problem head, so its keys and values are read once for
+        # all g (not once per query head), in one block
+        q = operand(att.q)
+        k, v = (dataclasses.replace(operand(x), group=1) for x in (att.k, att.v))
+        qs = q.strides
+        q = dataclasses.replace(q, strides=(qs[0], qs[1] * g, qs[1], qs[3]))
+        return AttentionProblem(batch=batch, heads=heads // g, sq=g, sk=att.keys, d=att.dim,
+                                q=q, k=k, v=v, scale=att.scale, causal=False,
+                                rounded=att.rounded.c_name if att.rounded else None,
+                                query_heads=g)
     return AttentionProblem(batch=batch, heads=heads, sq=att.query.extent, sk=att.keys,
                             d=att.dim, q=operand(att.q), k=operand(att.k), v=operand(att.v),
                             scale=att.scale, causal=att.causal,

@@ -76,15 +76,36 @@ def test_split_causal_prefill_agrees_with_torch():
     run_row(w, "WORK=warps:4 TILE=flash:64x32 REDUCE=split:4:combine STAGE=async:2")
 
 
+def test_the_query_heads_of_a_key_value_head_are_its_query_rows():
+    """One query a head over grouped k and v: the template's problem has the key/value heads
+    as its heads and their 4 query heads as 4 query rows (q's row stride is its head stride),
+    so a block reads its keys and values once; the output lands at head h * 4 + row."""
+    from emmy.schedule.flash import problem_of
+
+    k = only_kernel(load_file(DECODE))
+    p = problem_of(k.attention)
+    assert (p.batch, p.heads, p.sq, p.query_heads, p.k.group, p.v.group) == (2, 2, 4, 4, 1, 1)
+    assert p.q.strides == (8 * 64, 4 * 64, 64, 1)
+    # a causal mask or a mask tensor keeps one query a head as it is
+    masked = load_expr("(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, "
+                       "attn_mask=m, enable_gqa=True))(torch.randn(1, 4, 1, 64).half(), "
+                       "torch.randn(1, 2, 40, 64).half(), torch.randn(1, 2, 40, 64).half(), "
+                       "torch.randn(1, 1, 1, 40).half())")
+    km = only_kernel(masked)
+    assert km.kind is KernelKind.ATTENTION and problem_of(km.attention).query_heads == 1
+    run_row(masked, str(Space(km, SM90).default()))
+
+
 def test_the_default_splits_where_the_model_says_it_is_faster():
-    """A Llama-3-8B decoding step (32 heads, one query each: 32 blocks unsplit on 132 SMs)
-    splits; the example's 300-token cache is one kernel (the combine's launch costs more)."""
+    """A Llama-3-8B decoding step (32 query heads over 8 key/value heads, one query each: 8
+    blocks unsplit on 132 SMs) splits; the example's 300-token cache is one kernel (the
+    combine's launch costs more)."""
     from emmy.runtime.costmodel.api import estimate_kernel
 
     k = only_kernel(load_file(DECODE, LLAMA_DECODE))
     row = Space(k, SM90).default()
     splits = int(row["REDUCE"].split(":")[1]) if row["REDUCE"] != "serial" else 1
-    assert splits > 1 and 32 * splits >= SM90.sm_count, row
+    assert splits > 1 and 8 * splits >= SM90.sm_count, row
     serial = parse(str(row).replace(row["REDUCE"], "serial"))
     assert (estimate_kernel(k, row, SM90, nvrtc=False).seconds
             < estimate_kernel(k, serial, SM90, nvrtc=False).seconds)
