@@ -424,34 +424,22 @@ class _Emitter:
             f" * {p.sq}LL;"]
 
     def partial_epilogue(self) -> list[str]:
-        """Split-KV: as epilogue, into emmy_partial (partial_rows), 1 / l taken as 0 where
-        l == 0 (the combine weighs that split 0)."""
-        return [
-            *self.partial_rows(),
-            "#pragma unroll",
-            "for (int mt = 0; mt < FA_MT; ++mt) {",
-            "  float fa_inv[2];",
-            "  #pragma unroll",
-            "  for (int r = 0; r < 2; ++r) {",
-            "    float fa_sum = fa_l[mt][r];",
-            "    fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 1);",
-            "    fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 2);",
-            "    fa_inv[r] = fa_sum > 0.f ? 1.f / fa_sum : 0.f;",
-            "    const int fa_row = fa_wq0 + mt * 16 + fa_g + r * 8;",
-            "    if (fa_t == 0 && fa_row < FA_SQ)",
-            "      fa_pl[fa_row] = fa_sum > 0.f ? fa_m[mt][r] + log2f(fa_sum) : -EMMY_INF_F32;",
-            "  }",
-            "  #pragma unroll",
-            "  for (int dn = 0; dn < FA_DT; ++dn)",
-            "    #pragma unroll",
-            "    for (int i = 0; i < 4; ++i) {",
-            "      const int fa_row = fa_wq0 + mt * 16 + fa_g + i / 2 * 8;",
-            "      if (fa_row < FA_SQ)",
-            "        fa_po[fa_row * FA_D + dn * 8 + fa_t * 2 + i % 2] = fa_o[mt][dn][i] * "
-            "fa_inv[i / 2];",
-            "    }",
-            "}",
-        ]
+        """Split-KV: the epilogue into emmy_partial (partial_rows): 1 / l taken as 0 where
+        l == 0 (the combine weighs that split 0), each row's lse written once."""
+        def store(bz, h, row, col, value):
+            return [f"fa_po[{row} * FA_D + {col}] = {value};"]
+        return [*self.partial_rows(), *self.epilogue(store, partial=True)]
+
+    @staticmethod
+    def row_total(row: str, first_lane: str, m: str, partial: bool) -> list[str]:
+        """After a row's l is summed over its lanes into fa_sum: its 1 / l; split-KV
+        (`partial`), 0 where l == 0, and the row's lse (m + log2 l, -inf where l == 0)
+        written by the row's `first_lane` where `row` is inside sq."""
+        if not partial:
+            return ["1.f / fa_sum;"]
+        return ["fa_sum > 0.f ? 1.f / fa_sum : 0.f;",
+                f"if ({first_lane} && {row} < FA_SQ)",
+                f"  fa_pl[{row}] = fa_sum > 0.f ? {m} + log2f(fa_sum) : -EMMY_INF_F32;"]
 
     def prologue(self) -> list[str]:
         """Constants, the block's (bz, h, query block), operand bases, shared tiles, Q's load
@@ -768,11 +756,13 @@ class _Emitter:
             "  }",
         ]
 
-    def epilogue(self, store: Store) -> list[str]:
+    def epilogue(self, store: Store, partial: bool = False) -> list[str]:
         """Each row's l summed over its quad, then out = O / l (NaN where l == 0, as the
         program gives) through `store` for the rows inside sq. Element i of O tile dn is row
-        g + 8*(i/2), column 8dn + 2t + i%2."""
+        g + 8*(i/2), column 8dn + 2t + i%2. `partial`: split-KV's (partial_epilogue)."""
         stmts = store("fa_bz", "fa_h", "fa_row", "fa_col", "fa_val")
+        inv, *lse = self.row_total("fa_wq0 + mt * 16 + fa_g + r * 8", "fa_t == 0",
+                                   "fa_m[mt][r]", partial)
         return [
             "#pragma unroll",
             "for (int mt = 0; mt < FA_MT; ++mt) {",
@@ -782,7 +772,8 @@ class _Emitter:
             "    float fa_sum = fa_l[mt][r];",
             "    fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 1);",
             "    fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 2);",
-            "    fa_inv[r] = 1.f / fa_sum;",
+            f"    fa_inv[r] = {inv}",
+            *("    " + line for line in lse),
             "  }",
             "  #pragma unroll",
             "  for (int dn = 0; dn < FA_DT; ++dn)",

@@ -265,10 +265,12 @@ class _SimtEmitter(_Emitter):
             "}",
         ]
 
-    def epilogue(self, store: Store) -> list[str]:
+    def epilogue(self, store: Store, partial: bool = False) -> list[str]:
         """Each row's l summed over its 8 key lanes, then out = O / l (NaN where l == 0, as the
-        program gives) through `store` for the rows inside sq and the columns inside d."""
+        program gives) through `store` for the rows inside sq and the columns inside d.
+        `partial`: split-KV's (emmy.cuda.attention's partial_epilogue)."""
         stmts = store("fa_bz", "fa_h", "fa_row", "fa_col", "fa_val")
+        inv, *lse = self.row_total("fa_row", "fa_c == 0", "fa_m[m]", partial)
         return [
             "#pragma unroll",
             "for (int m = 0; m < FA_TM; ++m) {",
@@ -276,8 +278,9 @@ class _SimtEmitter(_Emitter):
             "  fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 1);",
             "  fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 2);",
             "  fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 4);",
-            "  const float fa_inv = 1.f / fa_sum;",
+            f"  const float fa_inv = {inv}",
             f"  const int fa_row = {self.SEQ_ROW};",
+            *("  " + line for line in lse),
             "  #pragma unroll",
             "  for (int n = 0; n < FA_NC; ++n)",
             "    #pragma unroll",
@@ -287,31 +290,6 @@ class _SimtEmitter(_Emitter):
             "      if (fa_row < FA_SQ && fa_col < FA_D) {",
             *["        " + s for s in stmts],
             "      }",
-            "    }",
-            "}",
-        ]
-
-    def partial_epilogue(self) -> list[str]:
-        """Split-KV: as epilogue, into emmy_partial (emmy.cuda.attention's partial_rows)."""
-        return [
-            *self.partial_rows(),
-            "#pragma unroll",
-            "for (int m = 0; m < FA_TM; ++m) {",
-            "  float fa_sum = fa_l[m];",
-            "  fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 1);",
-            "  fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 2);",
-            "  fa_sum += __shfl_xor_sync(0xffffffffu, fa_sum, 4);",
-            "  const float fa_inv = fa_sum > 0.f ? 1.f / fa_sum : 0.f;",
-            f"  const int fa_row = {self.SEQ_ROW};",
-            "  if (fa_c == 0 && fa_row < FA_SQ)",
-            "    fa_pl[fa_row] = fa_sum > 0.f ? fa_m[m] + log2f(fa_sum) : -EMMY_INF_F32;",
-            "  #pragma unroll",
-            "  for (int n = 0; n < FA_NC; ++n)",
-            "    #pragma unroll",
-            "    for (int e = 0; e < 4; ++e) {",
-            "      const int fa_col = (fa_c + n * 8) * 4 + e;",
-            "      if (fa_row < FA_SQ && fa_col < FA_D) fa_po[fa_row * FA_D + fa_col] = "
-            "fa_o[m][n][e] * fa_inv;",
             "    }",
             "}",
         ]
