@@ -32,8 +32,9 @@ as an online fold that rescales its running sum and output.
                                  a run of ceil(key blocks / S) key blocks, write their output
                                  and row log-sum-exp to an f32 scratch; a second kernel
                                  weighs and sums them. For problems with fewer (batch, head,
-                                 query block)s than SMs: a decode step (one query a head) on
-                                 32 heads is 32 blocks unsplit. flash: and simt: tiles only
+                                 query block)s than SMs: a decoding step (one query a head)
+                                 is one block per key/value head unsplit. flash: and simt:
+                                 tiles only
 
 The last rule asks the template (emmy.cuda.attention or .attention_sm90) itself, so a listed
 row always builds.

@@ -189,7 +189,7 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     Split-KV rows (c.splits > 1) give each block a run of the key blocks (`steps` of them) and
     add the combine launch (estimate_attention_combine). K and V stream from DRAM at no more
     than the blocks running at once keep in flight (their K/V stages over DRAM_LATENCY_S,
-    Little's law): a decode step's 32 unsplit blocks cannot pull the HBM's bandwidth."""
+    Little's law): a decoding step's few unsplit blocks cannot pull the HBM's bandwidth."""
     if function.endswith("_combine"):
         return estimate_attention_combine(kernel, function, p, c, grid, threads, target)
     occ = occupancy(threads, smem, resources, target)
