@@ -2,7 +2,7 @@
 NVRTC (sm_90a and sm_80) and checked on the CPU emulator against PyTorch.
 
     .venv/bin/python bench/legal_correct.py [--rows 20] [--set NAME=VALUE ...] [--tile PREFIX]
-        [examples/*.py]
+        [--stage TEXT] [--reduce PREFIX] [examples/*.py]
 
 Prints one line per example (rows tried, failures, seconds) and the totals.
 """
@@ -31,6 +31,8 @@ def main() -> int:
                     help="sample only rows whose TILE starts with PREFIX (e.g. wgmma)")
     ap.add_argument("--stage", metavar="TEXT", default="",
                     help="sample only rows whose STAGE contains TEXT (e.g. cluster)")
+    ap.add_argument("--reduce", metavar="PREFIX", default="",
+                    help="sample only rows whose REDUCE starts with PREFIX (e.g. split)")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
                     help="override a module-level constant of every file (e.g. dtype=bfloat16)")
     args = ap.parse_args()
@@ -39,7 +41,9 @@ def main() -> int:
     for path in files:
         t0 = time.perf_counter()
         where = (lambda r: r.get("TILE", "").startswith(args.tile)
-                 and args.stage in r.get("STAGE", "")) if args.tile or args.stage else None
+                 and args.stage in r.get("STAGE", "")
+                 and r.get("REDUCE", "").startswith(args.reduce)) if any(
+            (args.tile, args.stage, args.reduce)) else None
         results = verify_rows(load_file(path, parse_sets(args.sets)), per_kernel=args.rows,
                               seed=args.seed, where=where)
         verdicts = Counter(r.verdict for r in results)
@@ -54,8 +58,10 @@ def main() -> int:
     print(f"total: {tried} rows, {totals['ok']} correct, {tried - totals['ok']} failed")
     if tried == 0:
         raise UserError("no legal row was sampled"
-                        + (f" (no legal row has a TILE starting with {args.tile!r} and a STAGE "
-                           f"containing {args.stage!r})" if args.tile or args.stage else ""))
+                        + (f" (no legal row has a TILE starting with {args.tile!r}, a STAGE "
+                           f"containing {args.stage!r} and a REDUCE starting with "
+                           f"{args.reduce!r})" if any((args.tile, args.stage, args.reduce))
+                           else ""))
     return 0 if totals["ok"] == tried else 1
 
 

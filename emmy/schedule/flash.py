@@ -222,20 +222,12 @@ def make_ctx(kernel, target: Target) -> FlashCtx:
 
 
 def prefer(key: str, order: tuple[str, ...], c: FlashCtx) -> tuple[str, ...]:
-    """The default's order: where the queries of a head fill no more than 64 rows (a decode
-    step's one), 64-row tiles first; where the (batch, head, query block)s are fewer than the
-    SMs, the fewest splits of the keys that give every SM a block (then more, then serial)."""
-    p = c.problem
-    if key == "TILE" and p.sq <= 64:
+    """The default's TILE order: where the queries of a head fill no more than 64 rows (a
+    decoding step's one, or its query heads of one key/value head), 64-row tiles first. (Its
+    REDUCE, serial or split, the cost model picks: emmy.schedule.space.Space._default.)"""
+    if key == "TILE" and c.problem.sq <= 64:
         return tuple(sorted(order, key=lambda v: read_tile(v).bq > 64))
-    if key != "REDUCE":
-        return order
-    blocks = p.batch * p.heads * -(-p.sq // c.tile.bq)
-    if blocks >= c.target.sm_count:
-        return order
-    enough = [f"split:{s}:combine" for s in SPLITS if blocks * s >= c.target.sm_count]
-    fewer = [f"split:{s}:combine" for s in reversed(SPLITS) if blocks * s < c.target.sm_count]
-    return (*enough, *fewer, *order)
+    return order
 
 
 # --- rules ------------------------------------------------------------------------------------

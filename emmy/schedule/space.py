@@ -40,6 +40,7 @@ GRAMMAR_TEXT = {
 _PREFERRED = {"WORK": ("block:256", "warp:4", "thread:256"), "TILE": ("v4x1", "v2x1", "v1x1"),
               "REDUCE": ("shuffle", "serial"), "STAGE": ("direct",), "PLACE": ("fuse",)}
 SHORT_LANES = 8
+SPLIT_GAIN = 0.9        # a template's default splits its reduction for a tenth less time
 _APPLY = {"WORK": "work", "TILE": "tile", "REDUCE": "reduce", "STAGE": "stage", "PLACE": "cut"}
 _READ = {"WORK": dec.read_work, "TILE": dec.read_tile, "REDUCE": dec.read_reduce,
          "STAGE": dec.read_stage, "PLACE": lambda v: v == "cut"}
@@ -214,7 +215,9 @@ class Space:
         first legal value that does (depth first, so a late key can send an earlier back).
         A fused chain whose producer no template tiles (pooled features into a classifier, a
         convolution into a linear layer) is cut: fused, every output of the second half would
-        recompute the first half (a hundredfold and more), which the cut stores once."""
+        recompute the first half (a hundredfold and more), which the cut stores once.
+        A template's reduction (a product's K, attention's keys) is split where the cost model
+        gives that a tenth less time (_cheapest_reduce)."""
         return self._default
 
     @cached_property
@@ -242,23 +245,36 @@ class Space:
             raise AssertionError(f"kernel {self.kernel.name}: no legal row")
         if self.template and self.facts.chain and row.get("PLACE") == "fuse":
             return self._fuse_or_cut(row)
-        if self.kernel.kind is KernelKind.ATTENTION and row["REDUCE"] != "serial":
-            return self._split_or_serial(row)
+        if self.template and "REDUCE" in self.keys:
+            return self._cheapest_reduce(row)
         return row
 
-    def _split_or_serial(self, split: Row) -> Row:
-        """An attention with fewer (batch, head, query block)s than SMs is split over its keys
-        by default (emmy.schedule.flash.prefer) unless the cost model says the one kernel is
-        faster: a small problem pays the combine's launch and gains little."""
-        serial = make_row({**dict(split.items), "REDUCE": "serial"})
-        return split if self.check(serial) or self._faster(split, serial) else serial
+    def _seconds(self, row: Row) -> float:
+        from emmy.runtime.costmodel.api import estimate_kernel
+
+        return estimate_kernel(self.kernel, row, self.target, nvrtc=False).seconds
 
     def _faster(self, a: Row, b: Row) -> bool:
         """Whether the cost model (no NVRTC) gives row `a` less time than row `b`."""
-        from emmy.runtime.costmodel.api import estimate_kernel
+        return self._seconds(a) < self._seconds(b)
 
-        return (estimate_kernel(self.kernel, a, self.target, nvrtc=False).seconds
-                < estimate_kernel(self.kernel, b, self.target, nvrtc=False).seconds)
+    def _cheapest_reduce(self, row: Row) -> Row:
+        """`row`, or the legal row that differs from it in REDUCE alone that the cost model
+        (no NVRTC) gives at least a tenth less time. A split pays off where the output's tiles
+        (a product's, attention's query blocks) are fewer than the SMs and the reduction is
+        long: a decoding step's matrix products (2 rows x 4,096 x 4,096: 64 tiles) and its
+        attention (one block per key/value head); a small problem pays the combine's launch
+        and keeps one kernel. Atomic splits are left to rows that ask for them: they add in
+        whatever order the blocks finish, so a default row's results would vary run to run."""
+        options = [make_row({**dict(row.items), "REDUCE": v}) for v in self.grammar["REDUCE"]
+                   if v != row["REDUCE"] and not v.endswith(":atomic")]
+        options = [r for r in options if not self.check(r)]
+        if not options:
+            return row
+        seconds = {r: self._seconds(r) for r in options}
+        # the fewest splits within 5% of the fastest: less scratch traffic and fewer blocks
+        best = next(r for r in options if seconds[r] <= 1.05 * min(seconds.values()))
+        return best if seconds[best] < SPLIT_GAIN * self._seconds(row) else row
 
     def _fuse_or_cut(self, fused: Row) -> Row:
         """A chain a template tiles is fused unless the cost model says the cut is faster: fused,

@@ -104,11 +104,10 @@ def test_the_default_splits_where_the_model_says_it_is_faster():
 
     k = only_kernel(load_file(DECODE, LLAMA_DECODE))
     row = Space(k, SM90).default()
-    splits = int(row["REDUCE"].split(":")[1]) if row["REDUCE"] != "serial" else 1
-    assert splits > 1 and 8 * splits >= SM90.sm_count, row
+    assert row["REDUCE"].startswith("split:"), row
     serial = parse(str(row).replace(row["REDUCE"], "serial"))
     assert (estimate_kernel(k, row, SM90, nvrtc=False).seconds
-            < estimate_kernel(k, serial, SM90, nvrtc=False).seconds)
+            < 0.9 * estimate_kernel(k, serial, SM90, nvrtc=False).seconds)
     assert Space(only_kernel(load_file(DECODE)), SM90).default()["REDUCE"] == "serial"
 
 
