@@ -216,8 +216,8 @@ class Space:
         A fused chain whose producer no template tiles (pooled features into a classifier, a
         convolution into a linear layer) is cut: fused, every output of the second half would
         recompute the first half (a hundredfold and more), which the cut stores once.
-        A template's reduction (a product's K, attention's keys) is split where the cost model
-        gives that a tenth less time (_cheapest_reduce)."""
+        A template's reduction (a product's K, attention's keys) is split where its blocks are
+        fewer than the SMs and the cost model gives that a tenth less time (_cheapest_reduce)."""
         return self._default
 
     @cached_property
@@ -249,23 +249,31 @@ class Space:
             return self._cheapest_reduce(row)
         return row
 
-    def _seconds(self, row: Row) -> float:
+    def _estimate(self, row: Row):
         from emmy.runtime.costmodel.api import estimate_kernel
 
-        return estimate_kernel(self.kernel, row, self.target, nvrtc=False).seconds
+        return estimate_kernel(self.kernel, row, self.target, nvrtc=False)
+
+    def _seconds(self, row: Row) -> float:
+        return self._estimate(row).seconds
 
     def _faster(self, a: Row, b: Row) -> bool:
         """Whether the cost model (no NVRTC) gives row `a` less time than row `b`."""
         return self._seconds(a) < self._seconds(b)
 
     def _cheapest_reduce(self, row: Row) -> Row:
-        """`row`, or the legal row that differs from it in REDUCE alone that the cost model
-        (no NVRTC) gives at least a tenth less time. A split pays off where the output's tiles
-        (a product's, attention's query blocks) are fewer than the SMs and the reduction is
-        long: a decoding step's matrix products (2 rows x 4,096 x 4,096: 64 tiles) and its
-        attention (one block per key/value head); a small problem pays the combine's launch
-        and keeps one kernel. Atomic splits are left to rows that ask for them: they add in
-        whatever order the blocks finish, so a default row's results would vary run to run."""
+        """`row`, or, where its blocks are fewer than the SMs, the legal row that differs from
+        it in REDUCE alone that the cost model (no NVRTC) gives at least a tenth less time. A
+        split pays off there when the reduction is long: a decoding step's matrix products (2
+        rows x 4,096 x 4,096: 64 tiles) and its attention (one block per key/value head); a
+        small problem pays the combine's launch and keeps one kernel. A grid of a wave or more
+        keeps its row: what a split would change there (the last wave's balance) turns on how
+        many blocks an SM holds, which only NVRTC's register count tells. Atomic splits are
+        left to rows that ask for them: they add in whatever order the blocks finish, so a
+        default row's results would vary run to run."""
+        serial = self._estimate(row)
+        if max(e.grid for e in serial.launches) >= self.target.sm_count:
+            return row
         options = [make_row({**dict(row.items), "REDUCE": v}) for v in self.grammar["REDUCE"]
                    if v != row["REDUCE"] and not v.endswith(":atomic")]
         options = [r for r in options if not self.check(r)]
@@ -274,7 +282,7 @@ class Space:
         seconds = {r: self._seconds(r) for r in options}
         # the fewest splits within 5% of the fastest: less scratch traffic and fewer blocks
         best = next(r for r in options if seconds[r] <= 1.05 * min(seconds.values()))
-        return best if seconds[best] < SPLIT_GAIN * self._seconds(row) else row
+        return best if seconds[best] < SPLIT_GAIN * serial.seconds else row
 
     def _fuse_or_cut(self, fused: Row) -> Row:
         """A chain a template tiles is fused unless the cost model says the cut is faster: fused,
