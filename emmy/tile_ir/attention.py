@@ -132,7 +132,11 @@ def find_attention(k: TileKernel) -> Attention | None:
     (q_off, q_buf, k_off, k_buf), scale, causal, rounded, mask = s1
     d_var = f_out.axis.var
     _, v_buf, v_idx = _load_of(load_v)
-    v_off = _rename(offset(v_idx, shapes[v_buf]), {inner[0].axis.var: "s", d_var: "d"})
+    v_off = offset(v_idx, shapes[v_buf])
+    if any(not isinstance(a, Sym) and a.free_vars() & {inner[0].axis.var, d_var}
+           for a, _ in v_off.terms):
+        return None      # v read at a function of the key or the column (d // 2), not at them
+    v_off = _rename(v_off, {inner[0].axis.var: "s", d_var: "d"})
     stores = [s for s in (*rest, *tail) if isinstance(s, Store)]
     casts = [s for s in (*rest, *tail) if isinstance(s, CastTo)]
     if len(stores) != 1 or len(casts) > 1:
@@ -321,7 +325,9 @@ def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
         return None
     oa, ob = offset(a[2], shapes[a[1]]), offset(b[2], shapes[b[1]])
     va, vb = oa.free_vars(), ob.free_vars()
-    if i == SINGLE_QUERY:        # one query a head: q is the operand that does not name j
+    if i == SINGLE_QUERY:        # one query a head: q is the operand that does not name j, read
+        if any(not isinstance(x, Sym) for x, _ in (oa if j not in va else ob).terms):
+            return None          # at plain batch and head indices (not at a row // 2)
         va, vb = (va | {i}, vb) if j not in va else (va, vb | {i})
     if i in va and j in vb and j not in va and i not in vb:
         q, k = (oa, a[1]), (ob, b[1])

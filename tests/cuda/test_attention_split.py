@@ -45,6 +45,19 @@ def test_one_query_a_head_is_one_flash_kernel():
         assert only_kernel(hand).kind is KernelKind.ATTENTION
 
 
+def test_attention_read_through_an_upsampling_is_not_one_query_a_head():
+    """Nearest upsampling of attention's output (found by bench/fuzz.py, seed 9402): the
+    kernel reads q at row // 2 and v at column // 2, which is not attention with one query a
+    head; it stays on the generic path and agrees with torch."""
+    w = load_expr("F.interpolate(F.scaled_dot_product_attention(torch.randn(2, 3, 70, 32)"
+                  ".bfloat16(), torch.randn(2, 3, 70, 32).bfloat16(), torch.randn(2, 3, 70, 32)"
+                  ".bfloat16()), scale_factor=2, mode='nearest')")
+    results = compile_to(w, "cuda")
+    assert all(k.kind is not KernelKind.ATTENTION for k in results["tile"].program.kernels)
+    report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None and report.ok, failed
+
+
 def run_row(w, row: str):
     k = only_kernel(w)
     results = compile_to(w, "cuda", Options(rows={k.name: row}))
