@@ -280,7 +280,7 @@ def constraints(problem: AttentionProblem, config: AttentionConfig,
         why.append(f"stages {c.stages}: the template has 1 (synchronous) or 2 (double buffer)")
     if why:
         return why
-    why += split_refusals(p, c)
+    why += split_refusals(p, c.bkv, c.splits)
     why += shared_refusals(smem_bytes(p, c), target_name)
     if (regs := accumulator_registers(p, c)) > MAX_ACCUMULATORS:
         why.append(f"each thread would hold {regs} f32 accumulators (O and S tiles), over the "
@@ -310,22 +310,18 @@ def _qblocks(p: AttentionProblem, c: AttentionConfig) -> int:
     return -(-p.sq // c.bq)
 
 
-def key_blocks(p: AttentionProblem, c: AttentionConfig) -> int:
-    return -(-p.sk // c.bkv)
-
-
-def split_refusals(p: AttentionProblem, c: AttentionConfig) -> list[str]:
-    """Why `c.splits` cannot deal out the key blocks (empty: it can): every split gets at
-    least one block."""
-    blocks = key_blocks(p, c)
-    if c.splits < 1:
-        return [f"splits {c.splits}: at least 1"]
-    if c.splits == 1:
+def split_refusals(p: AttentionProblem, bkv: int, splits: int) -> list[str]:
+    """Why `splits` blocks cannot deal out the key blocks of `bkv` keys (empty: they can):
+    every split gets at least one block."""
+    blocks = -(-p.sk // bkv)
+    if splits < 1:
+        return [f"splits {splits}: at least 1"]
+    if splits == 1:
         return []
-    run = -(-blocks // c.splits)
-    if (c.splits - 1) * run >= blocks:
-        return [f"{c.splits} splits of {blocks} key blocks ({c.bkv} keys each) leave the last "
-                f"split{'s' if (c.splits - 1) * run - blocks >= run else ''} without keys "
+    run = -(-blocks // splits)
+    if (splits - 1) * run >= blocks:
+        return [f"{splits} splits of {blocks} key blocks ({bkv} keys each) leave the last "
+                f"split{'s' if (splits - 1) * run - blocks >= run else ''} without keys "
                 f"(runs of {run}); use fewer splits or fewer keys per step"]
     return []
 
@@ -399,7 +395,7 @@ class _Emitter:
         """Split-KV: this block's run of key blocks (after fa_nkb: causal blocks end sooner)."""
         if self.c.splits == 1:
             return []
-        run = -(-key_blocks(self.p, self.c) // self.c.splits)
+        run = -(-(-(-self.p.sk // self.c.bkv)) // self.c.splits)   # ceil(ceil(sk/bkv)/S)
         return [f"const int fa_kb0 = fa_sp * {run};   // this split's run of key blocks",
                 f"const int fa_kb1 = fa_kb0 + {run} < fa_nkb ? fa_kb0 + {run} : fa_nkb;"]
 

@@ -87,7 +87,7 @@ def constraints_simt(problem: AttentionProblem, config: AttentionConfig,
     if 32 * c.warps < p.d // 4:
         why.append(f"{32 * c.warps} threads copy a tile row of {p.d // 4} 16-byte chunks: use "
                    f"at least {p.d // 128} warps")
-    why += split_refusals(p, c)
+    why += split_refusals(p, c.bkv, c.splits)
     why += shared_refusals(smem_bytes(p, c), target_name)
     wide = target_name == "sm_90a" and c.bkv <= 32 and p.d % 32 == 0
     limit = MAX_REGISTERS_SM90 if wide else MAX_REGISTERS

@@ -86,7 +86,7 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
                f"{', causal' if problem.causal else ''}"
                f"{f', q.k rounded to {problem.rounded}' if problem.rounded else ''}", *how)
     if config.splits > 1:
-        return _split(k, row, problem, config, body, store, summary)
+        return _split(k, row, params, problem, config, body, store, summary)
     f = K.KFunction(name=k.name, params=params, grid=body.grid, threads=body.threads,
                     shared_bytes=body.smem_bytes, body=(K.Template(summary, tuple(body.lines)),),
                     row=str(row), tensor_maps=tuple(replace(tm, name=unique[tm.name])
@@ -97,14 +97,15 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
         headers=headers)
 
 
-def _split(k: TileKernel, row: Row, problem, config, body, store, summary) -> K.KProgram:
+def _split(k: TileKernel, row: Row, params, problem, config, body, store,
+           summary) -> K.KProgram:
     """Split-KV: the template's blocks write partials to `<kernel>_partial`, then a combine
     kernel stores the output (emmy.cuda.attention.combine_body)."""
     from emmy.cuda.attention import combine_body, partial_floats
     from emmy.kernel_ir.gemm import PARTIAL
 
-    inputs = tuple(K.Param(b.name, b.type.dtype.c_name, False) for b in k.inputs)
-    outputs = tuple(K.Param(b.name, b.type.dtype.c_name, True) for b in k.outputs)
+    inputs = tuple(p for p in params if not p.is_output)
+    outputs = tuple(p for p in params if p.is_output)
     first = K.KFunction(
         name=f"{k.name}_partial", params=inputs + (K.Param(PARTIAL, "float", True),),
         grid=body.grid, threads=body.threads, shared_bytes=body.smem_bytes,

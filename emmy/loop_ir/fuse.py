@@ -217,10 +217,11 @@ def normalized_operands(p: Program, flashless: frozenset[str] = frozenset()) -> 
     pre-norm transformer's RMSNorm or LayerNorm before its projections, a softmax before a
     linear layer), each with the reason to store it. Inlined, the product's kernel computes the
     statistic, then the product element by element (a row kernel re-reading the weight for
-    every row); stored, the norm is a row kernel and the product a matrix-product template. Kept fused: an operand whose elements each feed fewer than MIN_OPERAND_REUSE
-    products (a matrix-vector product after a norm: one pass over each row is best), one whose
-    product multiplies it with a tensor of another type (no template does), and
-    attention's probabilities (the flash kernel folds the softmax into P V), unless its scores
+    every row); stored, the norm is a row kernel and the product a matrix-product template.
+    Kept fused: an operand whose elements each feed fewer than MIN_OPERAND_REUSE products (a
+    matrix-vector product after a norm: one pass over each row is best), one whose product
+    multiplies it with a tensor of another type (no template does), and attention's
+    probabilities (the flash kernel folds the softmax into P V), unless its scores
     are in `flashless` (stored: no flash template took the fused kernel)."""
     defs = {d.name: d for d in p.defs}
     users = _users(p)

@@ -197,24 +197,22 @@ def problem_of(att):
 
     ext = [ax.extent for ax in att.batch]
     batch, heads = math.prod(ext[:-1]), (ext[-1] if ext else 1)
-    g = att.k.group
-    if att.query.extent == 1 and g > 1 and att.v.group == g and not att.causal and not att.bias:
+    p = AttentionProblem(batch=batch, heads=heads, sq=att.query.extent, sk=att.keys,
+                         d=att.dim, q=operand(att.q), k=operand(att.k), v=operand(att.v),
+                         scale=att.scale, causal=att.causal,
+                         rounded=att.rounded.c_name if att.rounded else None,
+                         bias=bias(att.bias))
+    g = p.k.group
+    if p.sq == 1 and g > 1 and p.v.group == g and not p.causal and p.bias is None:
         # one query a head, g query heads per key/value head: the g queries of a key/value
         # head are g query rows of one problem head, so its keys and values are read once for
         # all g (not once per query head), in one block
-        q = operand(att.q)
-        k, v = (dataclasses.replace(operand(x), group=1) for x in (att.k, att.v))
-        qs = q.strides
-        q = dataclasses.replace(q, strides=(qs[0], qs[1] * g, qs[1], qs[3]))
-        return AttentionProblem(batch=batch, heads=heads // g, sq=g, sk=att.keys, d=att.dim,
-                                q=q, k=k, v=v, scale=att.scale, causal=False,
-                                rounded=att.rounded.c_name if att.rounded else None,
-                                query_heads=g)
-    return AttentionProblem(batch=batch, heads=heads, sq=att.query.extent, sk=att.keys,
-                            d=att.dim, q=operand(att.q), k=operand(att.k), v=operand(att.v),
-                            scale=att.scale, causal=att.causal,
-                            rounded=att.rounded.c_name if att.rounded else None,
-                            bias=bias(att.bias))
+        qs = p.q.strides
+        p = dataclasses.replace(
+            p, heads=heads // g, sq=g, query_heads=g,
+            q=dataclasses.replace(p.q, strides=(qs[0], qs[1] * g, qs[1], qs[3])),
+            k=dataclasses.replace(p.k, group=1), v=dataclasses.replace(p.v, group=1))
+    return p
 
 
 def make_ctx(kernel, target: Target) -> FlashCtx:
@@ -350,10 +348,9 @@ def split_template(c: FlashCtx) -> str | None:
 
 
 def split_keys(c: FlashCtx) -> str | None:
-    from emmy.cuda.attention import AttentionConfig, split_refusals
+    from emmy.cuda.attention import split_refusals
 
-    why = split_refusals(c.problem, AttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps,
-                                                    stages=1, splits=c.splits or 1))
+    why = split_refusals(c.problem, c.tile.bkv, c.splits or 1)
     return why[0] if why else None
 
 

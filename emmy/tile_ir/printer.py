@@ -53,8 +53,9 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
                         "hide": f", -inf where {b.buffer}[{b.offset}]"}[b.kind]
         lines.append(f"{INDENT}attention: softmax({a.q.buffer}·{a.k.buffer} over {a.dim}{rounded}"
                      f" × {a.scale:g}{', causal' if a.causal else ''}{grouped}) · {a.v.buffer}, "
-                     f"{a.query.extent} {'query' if a.query.extent == 1 else 'queries'} × {a.keys} keys per head: one flash kernel, "
-                     f"the max and sum folds merged into the output fold (online softmax)")
+                     f"{a.query.extent} {'query' if a.query.extent == 1 else 'queries'} × "
+                     f"{a.keys} keys per head: one flash kernel, the max and sum folds merged "
+                     f"into the output fold (online softmax)")
     _items(k.body, 2, types, lines)
     if row is not None:
         lines.append(f"{INDENT}schedule: {row}")

@@ -198,8 +198,7 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     heads = p.batch * p.heads
     q_blocks = -(-p.sq // c.bq)
     kblocks = -(-p.sk // c.bkv)
-    splits = getattr(c, "splits", 1)
-    steps = -(-kblocks // splits)                            # key blocks a block walks
+    steps = -(-kblocks // c.splits)                          # key blocks a block walks
     visible = 0.5 + 0.5 / q_blocks if p.causal else 1.0     # key blocks a query block reads
     wgmma = getattr(c, "inst", "mma") == "wgmma"
     # query rows computed: under one query block, the mma.sync and simt warps wholly past sq
