@@ -5,12 +5,15 @@ All kernels live in kernels/basics.cu, which builds to one program (cached for t
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from emmy.cuda.emulate.run import build, build_and_run, rewrite_dynamic_shared
+from emmy.cuda.emulate import run as emulate
+from emmy.cuda.emulate.run import (build, build_and_run, compile_command, harness_source,
+                                   precompiled_dir, rewrite_dynamic_shared)
 from emmy.cuda.nvrtc import compile_cuda
 from emmy.schedule.targets import get_target
 
@@ -132,6 +135,33 @@ def test_programs_are_cached():
     run("row_sum", 1, 32, [out, x, 32])
     r = run("axpb_float4", 1, 32, [np.zeros(4, np.float32), np.ones(4, np.float32), 1.0, 0.0, 4])
     assert r.cached and r.build_seconds == 0.0
+
+
+def test_builds_read_the_headers_precompiled(tmp_path):
+    """g++ precompiles emu_pch.h once; a build finds the .gch first on its include path (g++ -H
+    marks a precompiled header it reads with "!")."""
+    folder = precompiled_dir()
+    assert folder is not None and precompiled_dir() == folder
+    src = tmp_path / "harness.cpp"
+    src.write_text(harness_source(SOURCE, "row_sum"))
+    proc = subprocess.run([*compile_command(src, tmp_path / "program"), "-H"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f"! {folder / 'emu_pch.h.gch'}" in proc.stderr
+
+
+def test_a_compiler_that_cannot_precompile_still_builds(tmp_path, monkeypatch):
+    gxx = tmp_path / "gxx"
+    gxx.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = c++-header ] && exit 1; done\n'
+                   'exec g++ "$@"\n')
+    gxx.chmod(0o755)
+    monkeypatch.setenv("EMMY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(emulate, "CXX", str(gxx))
+    assert precompiled_dir() is None
+    x, out = np.ones((2, 40), np.float32), np.zeros(2, np.float32)
+    r = run("row_sum", 2, 32, [out, x, 40])
+    assert not r.cached
+    np.testing.assert_array_equal(out, [40, 40])
 
 
 def test_a_missing_barrier_reads_stale_shared_memory():

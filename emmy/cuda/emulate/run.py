@@ -6,7 +6,8 @@ kernel of a source and every shape: the launch and the arguments are read at run
 on the arguments (numpy arrays and scalars) and copies the arrays back in place; `cluster`
 groups the blocks into thread-block clusters (sm_90), which the emulator runs together. A
 compile error, a crash, a deadlock or a timeout comes back as an `EmulatorResult` with that
-status, never as an exception.
+status, never as an exception. The headers every program includes first (emu_pch.h) are
+precompiled once into the cache (precompiled_dir), which takes about a third off each build.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def build(source: str, kernel_name: str) -> Build:
         src = Path(tmp) / "harness.cpp"
         src.write_text(text)
         out = _CACHE.temp_path(key)
-        cmd = [CXX, *CXX_FLAGS, f"-I{EMULATE_DIR}", f"-I{INCLUDE_DIR}", "-o", str(out), str(src)]
+        cmd = compile_command(src, out)
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         seconds = time.perf_counter() - start
@@ -136,6 +137,49 @@ def build(source: str, kernel_name: str) -> Build:
         return Build(None, proc.stderr, seconds, cached=False)
     os.replace(out, final)
     return Build(final, proc.stderr, seconds, cached=False)
+
+
+def compile_command(src: Path, out: Path) -> list[str]:
+    """The g++ command that builds the program `src` (a harness_source) into `out`."""
+    pch = precompiled_dir()
+    return [CXX, *CXX_FLAGS, *([f"-I{pch}"] if pch else []), f"-I{EMULATE_DIR}",
+            f"-I{INCLUDE_DIR}", "-o", str(out), str(src)]
+
+
+PCH_HEADER = "emu_pch.h"       # in EMULATE_DIR: the headers every program includes first
+_PCH_FAILED: set[Path] = set()  # folders whose header g++ could not precompile (this process)
+
+
+def precompiled_dir() -> Path | None:
+    """A cache folder holding a copy of emu_pch.h and g++'s precompiled form of it
+    (emu_pch.h.gch), built on first use for this compiler, these flags and these headers. Put
+    before EMULATE_DIR on the include path, it makes each build read the headers' parsed form
+    instead of parsing them again (about a third of a build's time). None where g++ cannot
+    precompile it: builds then parse the header in EMULATE_DIR, which gives the same program."""
+    key = content_key(_FORMAT, " ".join(CXX_FLAGS), compiler_version(),
+                      folder_hash(EMULATE_DIR), include_hash())
+    folder = _CACHE.folder / "pch" / key[:32]
+    gch = folder / f"{PCH_HEADER}.gch"
+    if gch.exists():
+        return folder
+    if folder in _PCH_FAILED:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    header = folder / PCH_HEADER
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
+        copy, out = Path(tmp) / PCH_HEADER, Path(tmp) / f"{PCH_HEADER}.gch"
+        copy.write_bytes((EMULATE_DIR / PCH_HEADER).read_bytes())
+        proc = subprocess.run([CXX, *CXX_FLAGS, f"-I{EMULATE_DIR}", f"-I{INCLUDE_DIR}",
+                               "-x", "c++-header", str(copy), "-o", str(out)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            _PCH_FAILED.add(folder)
+            return None
+        # the header first (g++ takes a .gch only beside its header), then its .gch, each by
+        # an atomic rename: a concurrent build sees both or no .gch
+        os.replace(copy, header)
+        os.replace(out, gch)
+    return folder
 
 
 @cache
@@ -194,8 +238,7 @@ def harness_source(source: str, kernel_name: str) -> str:
     calls = "".join(f'    if (!std::strcmp(name, "{k}"))\n'
                     f"        return emmy_emu::harness_main(argc, argv, &{k});\n"
                     for k in entry_points(source, kernel_name))
-    return (f'#include "cuda_emulate.h"\n#line 1 "kernel.cu"\n{rewrite_dynamic_shared(source)}\n'
-            f'#include "emu_harness.h"\n'
+    return (f'#include "{PCH_HEADER}"\n#line 1 "kernel.cu"\n{rewrite_dynamic_shared(source)}\n'
             f"int main(int argc, char** argv) {{\n"
             f'    const char* name = argc > 3 ? argv[3] : "";\n{calls}'
             f'    emmy_emu::fail("no kernel named `%s` in this program", name);\n}}\n')
