@@ -13,7 +13,7 @@ import pytest
 
 from emmy.cuda.emulate import run as emulate
 from emmy.cuda.emulate.run import (build, build_and_run, compile_command, harness_source,
-                                   precompiled_dir, rewrite_dynamic_shared)
+                                   precompiled_dir, rewrite_dynamic_shared, runtime_object)
 from emmy.cuda.nvrtc import compile_cuda
 from emmy.schedule.targets import get_target
 
@@ -144,24 +144,39 @@ def test_builds_read_the_headers_precompiled(tmp_path):
     assert folder is not None and precompiled_dir() == folder
     src = tmp_path / "harness.cpp"
     src.write_text(harness_source(SOURCE, "row_sum"))
-    proc = subprocess.run([*compile_command(src, tmp_path / "program"), "-H"],
+    runtime, log = runtime_object()
+    assert runtime is not None, log
+    proc = subprocess.run([*compile_command(src, tmp_path / "program", runtime), "-H"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert f"! {folder / 'emu_pch.h.gch'}" in proc.stderr
 
 
-def test_a_compiler_that_cannot_precompile_still_builds(tmp_path, monkeypatch):
+def _failing_gxx(tmp_path, monkeypatch, word: str) -> None:
+    """g++ through a script that fails (saying so) when an argument contains `word`, with a
+    fresh cache."""
     gxx = tmp_path / "gxx"
-    gxx.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = c++-header ] && exit 1; done\n'
-                   'exec g++ "$@"\n')
+    gxx.write_text(f'#!/bin/sh\nfor a in "$@"; do case "$a" in *{word}*) '
+                   f'echo "refused: $a" >&2; exit 1;; esac; done\nexec g++ "$@"\n')
     gxx.chmod(0o755)
     monkeypatch.setenv("EMMY_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(emulate, "CXX", str(gxx))
+
+
+def test_a_compiler_that_cannot_precompile_still_builds(tmp_path, monkeypatch):
+    _failing_gxx(tmp_path, monkeypatch, "c++-header")
     assert precompiled_dir() is None
     x, out = np.ones((2, 40), np.float32), np.zeros(2, np.float32)
     r = run("row_sum", 2, 32, [out, x, 40])
     assert not r.cached
     np.testing.assert_array_equal(out, [40, 40])
+
+
+def test_a_runtime_that_does_not_build_is_a_compile_error(tmp_path, monkeypatch):
+    _failing_gxx(tmp_path, monkeypatch, "emu_runtime.cpp")
+    r = build_and_run(SOURCE, "row_sum", 1, 32, 0,
+                      [np.zeros(1, np.float32), np.zeros(32, np.float32), 32])
+    assert r.status == "compile_error" and "refused:" in r.log and "emu_runtime.cpp" in r.log
 
 
 def test_a_missing_barrier_reads_stale_shared_memory():

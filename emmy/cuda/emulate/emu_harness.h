@@ -38,23 +38,20 @@ struct HarnessArg {
     uint64_t map_offset = 0;    // bytes from that array's start to the tensor's first element
 };
 
-inline unsigned char* guarded_alloc(uint64_t bytes) {
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t body = (bytes + 255) / 256 * 256;
-    const size_t pages = (body + page - 1) / page + 1;
-    auto* base = static_cast<unsigned char*>(mmap(nullptr, pages * page, PROT_READ | PROT_WRITE,
-                                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    if (base == MAP_FAILED) fail("cannot allocate %llu bytes", (unsigned long long)bytes);
-    unsigned char* guard = base + (pages - 1) * page;
-    mprotect(guard, page, PROT_NONE);
-    return guard - body;
-}
+// What an argument file describes: the launch, and the arguments read (arrays copied into
+// guarded pages, tensor maps pointed at their arrays). emu_runtime.cpp reads and writes it.
+struct HarnessLaunch {
+    dim3 grid, block, cluster;
+    size_t smem = 0;
+    std::vector<HarnessArg> args;
+};
 
-template <class T> inline T read_value(std::FILE* f) {
-    T v{};
-    if (std::fread(&v, sizeof v, 1, f) != 1) fail("argument file is truncated");
-    return v;
-}
+// The launch and arguments of ARGS_FILE (argv[1]) for a kernel of `params` parameters; fails
+// (exit code 3) on a bad command line or file, or another number of arguments.
+HarnessLaunch read_launch(int argc, char** argv, size_t params);
+
+// Writes every array argument to `path` (OUT_FILE); the program's exit code.
+int write_outputs(const char* path, const std::vector<HarnessArg>& args);
 
 template <class P> inline P convert_arg(const HarnessArg& a, size_t index) {
     if constexpr (std::is_pointer_v<P>) {
@@ -82,67 +79,10 @@ inline void launch_with(void (*kernel)(P...), dim3 grid, dim3 block, dim3 cluste
 }
 
 template <class... P> inline int harness_main(int argc, char** argv, void (*kernel)(P...)) {
-    if (argc != 4) fail("usage: %s ARGS_FILE OUT_FILE KERNEL_NAME", argv[0]);
-    std::FILE* in = std::fopen(argv[1], "rb");
-    if (!in) fail("cannot open %s", argv[1]);
-    char magic[8];
-    if (std::fread(magic, 1, 8, in) != 8 ||
-        (std::memcmp(magic, "EMMYARG1", 8) != 0 && std::memcmp(magic, "EMMYARG2", 8) != 0))
-        fail("%s is not an argument file", argv[1]);
-    uint32_t dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};  // grid, block, cluster
-    for (int i = 0; i < (magic[7] == '2' ? 9 : 6); ++i) dims[i] = read_value<uint32_t>(in);
-    const auto smem = read_value<uint64_t>(in);
-    const auto count = read_value<uint32_t>(in);
-    if (count != sizeof...(P))
-        fail("the kernel takes %zu arguments, %u were given", sizeof...(P), count);
-    std::vector<HarnessArg> args(count);
-    for (auto& a : args) {
-        a.kind = read_value<uint32_t>(in);
-        if (a.kind == 0) {
-            a.bytes = read_value<uint64_t>(in);
-            a.data = guarded_alloc(a.bytes);
-            if (a.bytes && std::fread(a.data, 1, a.bytes, in) != a.bytes)
-                fail("argument file is truncated");
-        } else if (a.kind == 1) {
-            a.integer = read_value<int64_t>(in);
-        } else if (a.kind == 3) {
-            a.map_array = read_value<uint32_t>(in);
-            a.map.magic = TensorMap::kMagic;
-            a.map.rank = read_value<uint32_t>(in);
-            a.map.elem_bytes = read_value<uint32_t>(in);
-            a.map.swizzle = read_value<uint32_t>(in);
-            for (auto& d : a.map.dims) d = read_value<uint64_t>(in);
-            for (auto& d : a.map.strides) d = read_value<uint64_t>(in);
-            for (auto& d : a.map.box) d = read_value<uint32_t>(in);
-            a.map_offset = read_value<uint64_t>(in);
-        } else {
-            a.real = read_value<double>(in);
-        }
-    }
-    std::fclose(in);
-    for (auto& a : args) {
-        if (a.kind != 3) continue;
-        if (a.map_array >= args.size() || args[a.map_array].kind != 0)
-            fail("a tensor map names argument %u, which is not an array", a.map_array);
-        if (a.map_offset % 16 || a.map_offset > args[a.map_array].bytes)
-            fail("a tensor map starts %llu bytes into its array: a global address must be "
-                 "16-byte aligned and inside the array", (unsigned long long)a.map_offset);
-        a.map.base = static_cast<unsigned char*>(args[a.map_array].data) + a.map_offset;
-        a.data = guarded_alloc(sizeof(TensorMap));  // 256-byte aligned, as a tensor map must be
-        std::memcpy(a.data, &a.map, sizeof(TensorMap));
-    }
-    launch_with(kernel, dim3(dims[0], dims[1], dims[2]), dim3(dims[3], dims[4], dims[5]),
-                dim3(dims[6], dims[7], dims[8]), static_cast<size_t>(smem), args,
-                std::index_sequence_for<P...>{});
+    const HarnessLaunch l = read_launch(argc, argv, sizeof...(P));
+    launch_with(kernel, l.grid, l.block, l.cluster, l.smem, l.args, std::index_sequence_for<P...>{});
     std::fflush(stdout);
-    std::FILE* out = std::fopen(argv[2], "wb");
-    if (!out) fail("cannot write %s", argv[2]);
-    for (const auto& a : args) {
-        if (a.kind != 0) continue;
-        std::fwrite(&a.bytes, sizeof a.bytes, 1, out);
-        std::fwrite(a.data, 1, a.bytes, out);
-    }
-    return std::fclose(out) == 0 ? 0 : 1;
+    return write_outputs(argv[2], l.args);
 }
 
 }  // namespace emmy_emu

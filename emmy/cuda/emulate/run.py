@@ -6,8 +6,9 @@ kernel of a source and every shape: the launch and the arguments are read at run
 on the arguments (numpy arrays and scalars) and copies the arrays back in place; `cluster`
 groups the blocks into thread-block clusters (sm_90), which the emulator runs together. A
 compile error, a crash, a deadlock or a timeout comes back as an `EmulatorResult` with that
-status, never as an exception. The headers every program includes first (emu_pch.h) are
-precompiled once into the cache (precompiled_dir), which takes about a third off each build.
+status, never as an exception. What no kernel changes is built once into the cache: the
+runtime (emu_runtime.cpp: runtime_object), linked into every program, and the headers every
+program includes first (emu_pch.h, precompiled: precompiled_dir).
 """
 
 from __future__ import annotations
@@ -124,11 +125,14 @@ def build(source: str, kernel_name: str) -> Build:
     final = _CACHE.path(key)
     if final.exists():
         return Build(final, "", 0.0, cached=True)
+    runtime, log = runtime_object()
+    if runtime is None:
+        return Build(None, log, 0.0, cached=False)
     with tempfile.TemporaryDirectory(prefix="emmy-emu-") as tmp:
         src = Path(tmp) / "harness.cpp"
         src.write_text(text)
         out = _CACHE.temp_path(key)
-        cmd = compile_command(src, out)
+        cmd = compile_command(src, out, runtime)
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         seconds = time.perf_counter() - start
@@ -139,47 +143,60 @@ def build(source: str, kernel_name: str) -> Build:
     return Build(final, proc.stderr, seconds, cached=False)
 
 
-def compile_command(src: Path, out: Path) -> list[str]:
-    """The g++ command that builds the program `src` (a harness_source) into `out`."""
+def compile_command(src: Path, out: Path, runtime: Path) -> list[str]:
+    """The g++ command that builds the program `src` (a harness_source) into `out`, linked with
+    the `runtime` object (runtime_object)."""
     pch = precompiled_dir()
     return [CXX, *CXX_FLAGS, *([f"-I{pch}"] if pch else []), f"-I{EMULATE_DIR}",
-            f"-I{INCLUDE_DIR}", "-o", str(out), str(src)]
+            f"-I{INCLUDE_DIR}", "-o", str(out), str(src), str(runtime)]
 
 
-PCH_HEADER = "emu_pch.h"       # in EMULATE_DIR: the headers every program includes first
-_PCH_FAILED: set[Path] = set()  # folders whose header g++ could not precompile (this process)
+PCH_HEADER = "emu_pch.h"         # in EMULATE_DIR: the headers every program includes first
+RUNTIME_SOURCE = "emu_runtime.cpp"  # in EMULATE_DIR: what no kernel changes, compiled once
+_FAILED: dict[Path, str] = {}    # prebuilt files g++ could not build (this process): its log
+
+
+def _prebuilt(name: str, args: Sequence[str], inputs: Sequence[str] = ()) -> tuple[Path | None, str]:
+    """`name` in the prebuilt folder (one per compiler, flags and header contents, in the cache),
+    built on first use by `g++ CXX_FLAGS -I.. args -o <tmp>` from a temporary folder holding
+    copies of the EMULATE_DIR files `inputs` (args name them relative to it); each file is
+    renamed into place, atomically, so concurrent builders all succeed. (path, "") or (None,
+    g++'s log)."""
+    key = content_key(_FORMAT, " ".join(CXX_FLAGS), compiler_version(),
+                      folder_hash(EMULATE_DIR), include_hash())
+    folder = _CACHE.folder / "prebuilt" / key[:32]
+    target = folder / name
+    if target.exists():
+        return target, ""
+    if target in _FAILED:
+        return None, _FAILED[target]
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
+        for f in inputs:
+            (Path(tmp) / f).write_bytes((EMULATE_DIR / f).read_bytes())
+        proc = subprocess.run([CXX, *CXX_FLAGS, f"-I{EMULATE_DIR}", f"-I{INCLUDE_DIR}", *args,
+                               "-o", name], cwd=tmp, capture_output=True, text=True)
+        if proc.returncode != 0:
+            _FAILED[target] = proc.stderr
+            return None, proc.stderr
+        for f in (*inputs, name):        # the inputs first: a .gch is read only beside its header
+            os.replace(Path(tmp) / f, folder / f)
+    return target, ""
+
+
+def runtime_object() -> tuple[Path | None, str]:
+    """emu_runtime.cpp compiled (the fiber scheduler, the launch over worker threads, the
+    argument file: half of what g++ compiled for each kernel before), or None and g++'s log."""
+    return _prebuilt("emu_runtime.o", ["-c", str(EMULATE_DIR / RUNTIME_SOURCE)])
 
 
 def precompiled_dir() -> Path | None:
-    """A cache folder holding a copy of emu_pch.h and g++'s precompiled form of it
-    (emu_pch.h.gch), built on first use for this compiler, these flags and these headers. Put
-    before EMULATE_DIR on the include path, it makes each build read the headers' parsed form
-    instead of parsing them again (about a third of a build's time). None where g++ cannot
-    precompile it: builds then parse the header in EMULATE_DIR, which gives the same program."""
-    key = content_key(_FORMAT, " ".join(CXX_FLAGS), compiler_version(),
-                      folder_hash(EMULATE_DIR), include_hash())
-    folder = _CACHE.folder / "pch" / key[:32]
-    gch = folder / f"{PCH_HEADER}.gch"
-    if gch.exists():
-        return folder
-    if folder in _PCH_FAILED:
-        return None
-    folder.mkdir(parents=True, exist_ok=True)
-    header = folder / PCH_HEADER
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
-        copy, out = Path(tmp) / PCH_HEADER, Path(tmp) / f"{PCH_HEADER}.gch"
-        copy.write_bytes((EMULATE_DIR / PCH_HEADER).read_bytes())
-        proc = subprocess.run([CXX, *CXX_FLAGS, f"-I{EMULATE_DIR}", f"-I{INCLUDE_DIR}",
-                               "-x", "c++-header", str(copy), "-o", str(out)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            _PCH_FAILED.add(folder)
-            return None
-        # the header first (g++ takes a .gch only beside its header), then its .gch, each by
-        # an atomic rename: a concurrent build sees both or no .gch
-        os.replace(copy, header)
-        os.replace(out, gch)
-    return folder
+    """The prebuilt folder where it holds a copy of emu_pch.h and g++'s precompiled form of it
+    (emu_pch.h.gch). Put before EMULATE_DIR on the include path, it makes each build read the
+    headers' parsed form instead of parsing them again (a third of a build's time). None where
+    g++ cannot precompile it: builds then parse the header in EMULATE_DIR, the same program."""
+    gch, _ = _prebuilt(f"{PCH_HEADER}.gch", ["-x", "c++-header", PCH_HEADER], [PCH_HEADER])
+    return gch.parent if gch else None
 
 
 @cache
