@@ -203,15 +203,18 @@ def problem_of(att):
                          rounded=att.rounded.c_name if att.rounded else None,
                          bias=bias(att.bias))
     g = p.k.group
-    if p.sq == 1 and g > 1 and p.v.group == g and not p.causal and p.bias is None:
+    if p.sq == 1 and g > 1 and p.v.group == g and not p.causal:
         # one query a head, g query heads per key/value head: the g queries of a key/value
         # head are g query rows of one problem head, so its keys and values are read once for
-        # all g (not once per query head), in one block
-        qs = p.q.strides
+        # all g (not once per query head), in one block. Query head h * g + r is row r of
+        # head h: q's (and a mask's) head stride becomes its row stride, g of them its head's.
+        def rows(strides):
+            return (strides[0], strides[1] * g, strides[1], strides[3])
         p = dataclasses.replace(
             p, heads=heads // g, sq=g, query_heads=g,
-            q=dataclasses.replace(p.q, strides=(qs[0], qs[1] * g, qs[1], qs[3])),
-            k=dataclasses.replace(p.k, group=1), v=dataclasses.replace(p.v, group=1))
+            q=dataclasses.replace(p.q, strides=rows(p.q.strides)),
+            k=dataclasses.replace(p.k, group=1), v=dataclasses.replace(p.v, group=1),
+            bias=p.bias and dataclasses.replace(p.bias, strides=rows(p.bias.strides)))
     return p
 
 

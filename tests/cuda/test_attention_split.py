@@ -99,14 +99,18 @@ def test_the_query_heads_of_a_key_value_head_are_its_query_rows():
     p = problem_of(k.attention)
     assert (p.batch, p.heads, p.sq, p.query_heads, p.k.group, p.v.group) == (2, 2, 4, 4, 1, 1)
     assert p.q.strides == (8 * 64, 4 * 64, 64, 1)
-    # a causal mask or a mask tensor keeps one query a head as it is
+    # under a mask tensor too (a batch's padding mask over the keys, here per head as well):
+    # query head h * 2 + r reads its mask at row r of head h, the mask's head stride its row's
     masked = load_expr("(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, "
-                       "attn_mask=m, enable_gqa=True))(torch.randn(1, 4, 1, 64).half(), "
-                       "torch.randn(1, 2, 40, 64).half(), torch.randn(1, 2, 40, 64).half(), "
-                       "torch.randn(1, 1, 1, 40).half())")
+                       "attn_mask=m, enable_gqa=True))(torch.randn(2, 4, 1, 64).half(), "
+                       "torch.randn(2, 2, 40, 64).half(), torch.randn(2, 2, 40, 64).half(), "
+                       "torch.rand(2, 4, 1, 40) > 0.3)")
     km = only_kernel(masked)
-    assert km.kind is KernelKind.ATTENTION and problem_of(km.attention).query_heads == 1
+    pm = problem_of(km.attention)
+    assert km.kind is KernelKind.ATTENTION and (pm.heads, pm.sq, pm.query_heads) == (2, 2, 2)
+    assert pm.bias.strides == (4 * 40, 2 * 40, 40, 1)
     run_row(masked, str(Space(km, SM90).default()))
+    run_row(masked, "WORK=warps:4 TILE=flash:64x32 REDUCE=split:2:combine STAGE=async:2")
 
 
 def test_the_default_splits_where_the_model_says_it_is_faster():

@@ -31,7 +31,7 @@ from emmy.cuda.cache import (EMULATE_DIR, INCLUDE_DIR, DiskCache, content_key, f
 
 CXX = os.environ.get("CXX", "g++")
 CXX_FLAGS = ("-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing")
-EXIT_EMULATOR_ERROR = 3          # cuda_emulate.h's fail(): deadlock, __trap, bad arguments
+EXIT_EMULATOR_ERROR = 3          # the emulator's fail(): deadlock, __trap, bad arguments
 _CACHE = DiskCache("emulate")
 _FORMAT = "1"
 
@@ -309,7 +309,7 @@ def _dims(d: Dim) -> tuple[int, int, int]:
 
 def encode_args(grid: Dim, block: Dim, dynamic_smem: int, args: Sequence[Arg],
                 cluster: Dim = 1) -> bytes:
-    """The argument file emu_harness.h reads."""
+    """The argument file the program reads (emu_harness.h describes it)."""
     parts = [b"EMMYARG2", struct.pack("<9IQI", *_dims(grid), *_dims(block), *_dims(cluster),
                                       dynamic_smem, len(args))]
     for a in args:
