@@ -200,3 +200,20 @@ def test_gpu_split_decode_attention_passes_the_harness(sets, row):
     _passes_the_gpu_harness(load_file("examples/decode_attention.py", (
         ("batch_size", 1), ("n_heads", 32), ("n_kv_heads", 8), ("cache_len", 4096),
         ("head_dim", 128), *sets)), "", row)
+
+
+@pytest.mark.gpu
+def test_gpu_masked_decode_attention_passes_the_harness():
+    """The same step under a padding mask over the keys: the 4 query heads of a key/value head
+    as its query rows, each reading its own head's mask, split-KV by the default row."""
+    from emmy.bench.harness import check_program
+
+    w = load_expr("(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, "
+                  "enable_gqa=True))(torch.randn(1, 32, 1, 128).half(), torch.randn(1, 8, "
+                  "4096, 128).half(), torch.randn(1, 8, 4096, 128).half(), "
+                  "torch.rand(1, 1, 1, 4096) > 0.1)")
+    stages = compile_to(w, "cuda")
+    (unit,) = stages["cuda"].units
+    assert "REDUCE=split:" in unit.row
+    result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
+    assert result.verdict == "ok" and len(result.cases) == 6, result
