@@ -23,8 +23,7 @@ def test_default_rows_are_correct(path):
     assert report.ok, [o for o in report.outputs if not o.ok]
 
 
-# (reductions, a dozen kernels and the slowest to emulate, and resnet_block, seven kernels
-# with its cut chain, checked here by its default rows, are in the full sweep only)
+# (reductions, a dozen kernels and the slowest to emulate, is in the full sweep only)
 FAST = ["rmsnorm", "softmax", "layernorm", "log_softmax", "scan", "norms",
         "losses", "elementwise_chain", "transpose", "attention", "half_precision",
         # windows: convolutions (plain, depthwise, transposed) with pools
@@ -35,7 +34,10 @@ FAST = ["rmsnorm", "softmax", "layernorm", "log_softmax", "scan", "norms",
         # attention written out by hand (f16 scores, a tril mask) as one flash kernel
         # (minGPT's block, attention_block, is checked by its default rows here, by
         # tests/tile_ir/test_attention_lift.py, and sampled in the full sweep)
-        "attention_manual"]
+        "attention_manual",
+        # one query a head over grouped k and v (a decoding step, split-KV rows among them),
+        # and seven kernels with a cut chain (a ResNet block)
+        "decode_attention", "resnet_block"]
 
 
 @pytest.mark.parametrize("name", FAST)
