@@ -15,9 +15,6 @@
 // inaccessible page as that alignment allows, so most out-of-bounds accesses fault.
 #pragma once
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -80,7 +77,8 @@ inline void launch_with(void (*kernel)(P...), dim3 grid, dim3 block, dim3 cluste
 
 template <class... P> inline int harness_main(int argc, char** argv, void (*kernel)(P...)) {
     const HarnessLaunch l = read_launch(argc, argv, sizeof...(P));
-    launch_with(kernel, l.grid, l.block, l.cluster, l.smem, l.args, std::index_sequence_for<P...>{});
+    launch_with(kernel, l.grid, l.block, l.cluster, l.smem, l.args,
+                std::index_sequence_for<P...>{});
     std::fflush(stdout);
     return write_outputs(argv[2], l.args);
 }

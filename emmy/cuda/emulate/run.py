@@ -156,7 +156,8 @@ RUNTIME_SOURCE = "emu_runtime.cpp"  # in EMULATE_DIR: what no kernel changes, co
 _FAILED: dict[Path, str] = {}    # prebuilt files g++ could not build (this process): its log
 
 
-def _prebuilt(name: str, args: Sequence[str], inputs: Sequence[str] = ()) -> tuple[Path | None, str]:
+def _prebuilt(name: str, args: Sequence[str],
+              inputs: Sequence[str] = ()) -> tuple[Path | None, str]:
     """`name` in the prebuilt folder (one per compiler, flags and header contents, in the cache),
     built on first use by `g++ CXX_FLAGS -I.. args -o <tmp>` from a temporary folder holding
     copies of the EMULATE_DIR files `inputs` (args name them relative to it); each file is
