@@ -122,6 +122,13 @@ class AttentionProblem:
                                              # that many query rows of one head (`heads` are
                                              # then the key/value heads; the caller's store
                                              # maps a row back to its head)
+    v_dim: int = 0                           # head dimension of v and out where it is not
+                                             # d (MLA: q . k over 192, v and out 128)
+
+    @property
+    def dv(self) -> int:
+        """The head dimension of v and the output."""
+        return self.v_dim or self.d
 
     @property
     def scaled_first(self) -> bool:
@@ -132,7 +139,7 @@ class AttentionProblem:
     @property
     def flops(self) -> int:
         """Matrix-product FLOPs of QK^T and PV (halved, as torch counts, when causal)."""
-        full = 4 * self.batch * self.heads * self.sq * self.sk * self.d
+        full = 2 * self.batch * self.heads * self.sq * self.sk * (self.d + self.dv)
         return full // 2 if self.causal else full
 
 
@@ -215,15 +222,16 @@ def mask_keys(p: AttentionProblem, bkv: int, prefix: str, kb: str, element: str,
 
 def smem_bytes(problem: AttentionProblem, config: AttentionConfig) -> int:
     """Dynamic shared memory of one block: the Q tile and `stages` K and V tiles, padded rows."""
-    rows = config.bq + 2 * config.stages * config.bkv
-    return rows * (problem.d + PAD) * ELEMENT_BYTES[problem.q.ctype]
+    qk_rows, v_rows = config.bq + config.stages * config.bkv, config.stages * config.bkv
+    return ((qk_rows * (problem.d + PAD) + v_rows * (problem.dv + PAD))
+            * ELEMENT_BYTES[problem.q.ctype])
 
 
 def accumulator_registers(problem: AttentionProblem, config: AttentionConfig) -> int:
     """f32 registers a thread holds for its O and S accumulators (the template's register
-    floor: O is rows/warp x d and S rows/warp x bkv, spread over the warp's 32 lanes)."""
+    floor: O is rows/warp x dv and S rows/warp x bkv, spread over the warp's 32 lanes)."""
     rows = config.bq // config.warps
-    return rows * (problem.d + config.bkv) // 32
+    return rows * (problem.dv + config.bkv) // 32
 
 
 def operand_refusals(p: AttentionProblem, ctypes: tuple[str, ...] = tuple(DTYPES)) -> list[str]:
@@ -267,8 +275,9 @@ def constraints(problem: AttentionProblem, config: AttentionConfig,
         why.append(f"this template issues mma.sync; inst {c.inst!r} is another template's "
                    f"(wgmma: emmy.cuda.attention_sm90)")
     why += operand_refusals(p)
-    if p.d % 16 or not 16 <= p.d <= MAX_D:
-        why.append(f"head dimension {p.d} is not a multiple of 16 in 16..{MAX_D}")
+    for name, d in (("", p.d), (" of v", p.dv)):
+        if d % 16 or not 16 <= d <= MAX_D:
+            why.append(f"head dimension{name} {d} is not a multiple of 16 in 16..{MAX_D}")
     if c.warps < 1 or c.warps > 32:
         why.append(f"{c.warps} warps: a block has 1 to 32")
     elif c.bq < 16 or c.bq % (16 * c.warps):
@@ -328,7 +337,7 @@ def split_refusals(p: AttentionProblem, bkv: int, splits: int) -> list[str]:
 
 def partial_floats(p: AttentionProblem, c: AttentionConfig) -> int:
     """The f32 scratch of a split-KV row: each split's outputs, then its rows' log2-sum-exp2."""
-    return c.splits * p.batch * p.heads * p.sq * (p.d + 1)
+    return c.splits * p.batch * p.heads * p.sq * (p.dv + 1)
 
 
 COMBINE_THREADS = 128
@@ -340,13 +349,13 @@ def combine_body(p: AttentionProblem, c: AttentionConfig, store: Store) -> Body:
     2^(lse_s - M) with M the largest (NaN where every split saw no key: M = -inf, as the
     unsplit template gives 0 / 0), through `store`."""
     rows = p.batch * p.heads * p.sq
-    total = rows * p.d
+    total = rows * p.dv
     lines = [f"// flash split-KV combine: {c.splits} partial outputs of {p.batch}x{p.heads} heads "
-             f"x {p.sq} queries x d {p.d}",
+             f"x {p.sq} queries x d {p.dv}",
              f"const long long fc_e = (long long)bid * {COMBINE_THREADS} + tid;",
              f"if (fc_e >= {total}LL) return;",
-             f"const long long fc_r = fc_e / {p.d};   // (batch x head, query row)",
-             f"const int fa_col = int(fc_e % {p.d}), fa_row = int(fc_r % {p.sq});",
+             f"const long long fc_r = fc_e / {p.dv};   // (batch x head, query row)",
+             f"const int fa_col = int(fc_e % {p.dv}), fa_row = int(fc_r % {p.sq});",
              f"const long long fc_bh = fc_r / {p.sq};",
              f"const long long fa_bz = fc_bh / {p.heads};",
              f"const int fa_h = int(fc_bh % {p.heads});",
@@ -378,6 +387,10 @@ class _Emitter:
         self.p, self.c = p, c
         self.t = p.q.ctype
         self.pitch = p.d + self.pad      # a shared tile row, in elements
+        # v and out: named apart only where their head dimension is not q's and k's
+        self.apart = p.dv != p.d
+        self.vpitch = p.dv + self.pad
+        self.fa_dv, self.fa_pv = ("FA_DV", "FA_PV") if self.apart else ("FA_D", "FA_P")
         if self.t in DTYPES:
             self.mma, self.pack = DTYPES[self.t]
 
@@ -415,15 +428,15 @@ class _Emitter:
         return [
             "// split-KV: this split's output, normalized over its own keys, and each row's",
             "// log2-sum-exp2 (m + log2 l; -inf where it saw no key), for the combine kernel",
-            f"float* const fa_po = emmy_partial + (fa_sp * {bh}LL + fa_bh) * {p.sq * p.d}LL;",
-            f"float* const fa_pl = emmy_partial + {s * rows * p.d}LL + (fa_sp * {bh}LL + fa_bh)"
+            f"float* const fa_po = emmy_partial + (fa_sp * {bh}LL + fa_bh) * {p.sq * p.dv}LL;",
+            f"float* const fa_pl = emmy_partial + {s * rows * p.dv}LL + (fa_sp * {bh}LL + fa_bh)"
             f" * {p.sq}LL;"]
 
     def partial_epilogue(self) -> list[str]:
         """Split-KV: the epilogue into emmy_partial (partial_rows): 1 / l taken as 0 where
         l == 0 (the combine weighs that split 0), each row's lse written once."""
         def store(bz, h, row, col, value):
-            return [f"fa_po[{row} * FA_D + {col}] = {value};"]
+            return [f"fa_po[{row} * {self.fa_dv} + {col}] = {value};"]
         return [*self.partial_rows(), *self.epilogue(store, partial=True)]
 
     @staticmethod
@@ -453,6 +466,8 @@ class _Emitter:
             f"{c.stages} stage(s)",
             f"constexpr int FA_SQ = {p.sq}, FA_D = {p.d}, FA_P = {self.pitch};   // P: smem row "
             f"pitch",
+            *([f"constexpr int FA_DV = {p.dv}, FA_PV = {self.vpitch};   // v's and out's"]
+              if self.apart else []),
             *([f"constexpr int FA_SK = {p.sk};"] if p.sk % c.bkv else []),
             f"constexpr int FA_BQ = {c.bq}, FA_BKV = {c.bkv};",
             *self.layout_constants(),
@@ -473,26 +488,24 @@ class _Emitter:
             *self.split_lines(),
             *self.first_masked(),
         ]
-        chunks = p.d // self.vec
-        out += [f"// tile copies: this thread's 16-byte column chunk fa_ce of tile rows fa_cr + "
-                f"i * {self.rows_per_pass}",
-                f"const int fa_cr = tid / {chunks}, fa_ce = tid % {chunks} * {self.vec};",
-                "const int fa_so = fa_cr * FA_P + fa_ce;   // its offset in a shared tile"]
-        if c.threads % chunks:
-            out.append(f"const bool fa_copies = tid < {self.rows_per_pass * chunks};")
+        out += self.copy_lanes("fa_", p.d, "FA_P")
+        if self.apart:
+            out += self.copy_lanes("fa_v", p.dv, "FA_PV")
         for name, op in (("q", p.q), ("k", p.k), ("v", p.v)):
             s = op.strides
+            cr, ce = (("fa_vcr", "fa_vce") if name == "v" and self.apart
+                      else ("fa_cr", "fa_ce"))
             out.append(f"const {t}* const fa_{name}g = {op.buffer} + {op.const}LL"
                        f" + fa_bz * {s[0]}LL"
-                       f" + {op.head('fa_h')} * {s[1]}LL + fa_cr * {s[2]}LL + fa_ce;"
-                       f"   // {name} at (0, fa_ce)"
+                       f" + {op.head('fa_h')} * {s[1]}LL + {cr} * {s[2]}LL + {ce};"
+                       f"   // {name} at (0, {ce})"
                        f" of this thread's rows")
-        kv = c.bkv * self.pitch
+        kv, kv_v = c.bkv * self.pitch, c.bkv * self.vpitch
         out += [
             f"{t}* const fa_qs = reinterpret_cast<{t}*>(emmy_smem);",
             f"{t}* const fa_ks = fa_qs + FA_BQ * FA_P;   // [stages][bkv][P]",
             f"{t}* const fa_vs = fa_ks + {c.stages * kv};",
-            *self.more_tiles(f"fa_vs + {c.stages * kv}"),
+            *self.more_tiles(f"fa_vs + {c.stages * kv_v}"),
             *self.load("fa_qs", "q", "fa_q0", "FA_SQ" if p.sq % c.bq else None, c.bq),
         ]
         if c.stages == 2 and c.splits == 1:
@@ -502,11 +515,26 @@ class _Emitter:
                     "}"]
         return out + ["cp_async_commit();", *self.state()]
 
+    def copy_lanes(self, prefix: str, d: int, pitch: str) -> list[str]:
+        """Which 16-byte column chunk (`prefix`ce) of which tile rows (`prefix`cr + i * rows
+        per pass) this thread copies, for rows of `d` elements; `prefix`so, its offset in a
+        shared tile of row pitch `pitch`."""
+        chunks = d // self.vec
+        out = [f"// tile copies: this thread's 16-byte column chunk {prefix}ce of tile rows "
+               f"{prefix}cr + i * {self.c.threads // chunks}",
+               f"const int {prefix}cr = tid / {chunks}, {prefix}ce = tid % {chunks} * {self.vec};",
+               f"const int {prefix}so = {prefix}cr * {pitch} + {prefix}ce;   // its offset in a "
+               f"shared tile"]
+        if self.c.threads % chunks:
+            out.append(f"const bool {prefix}copies = tid < "
+                       f"{self.c.threads // chunks * chunks};")
+        return out
+
     def layout_constants(self) -> list[str]:
         """The constants of how the warps' lanes share the block's rows, keys and columns."""
         c = self.c
         return [f"constexpr int FA_MT = {c.bq // c.warps // 16};   // 16-row mma tiles per warp",
-                f"constexpr int FA_NT = {c.bkv // 8}, FA_DT = {self.p.d // 8};   // n8 tiles of S "
+                f"constexpr int FA_NT = {c.bkv // 8}, FA_DT = {self.p.dv // 8};   // n8 tiles of S "
                 f"and O"]
 
     def lane_roles(self) -> list[str]:
@@ -553,19 +581,22 @@ class _Emitter:
         + i * (threads / (d/8)). `limit`: None where every tile row is inside the sequence,
         else the sequence length; rows past it are zero-filled, reading nothing."""
         op = getattr(self.p, name)
-        rpi = self.rows_per_pass
+        v = name == "v" and self.apart            # v's own copy lanes (copy_lanes "fa_v")
+        d, pitch, lanes = ((self.p.dv, self.vpitch, "fa_v") if v
+                           else (self.p.d, self.pitch, "fa_"))
+        rpi = self.c.threads // (d // self.vec)   # tile rows one pass of all threads copies
         passes = -(-rows // rpi)
         stride = op.strides[2]
         tests = []
-        if self.c.threads % (self.p.d // self.vec):
-            tests.append("fa_copies")
+        if self.c.threads % (d // self.vec):
+            tests.append(f"{lanes}copies")
         if rows % rpi:
-            tests.append(f"fa_cr + fa_i * {rpi} < {rows}")
-        dst_at = f"{dst} + fa_so + fa_i * {rpi * self.pitch}"
+            tests.append(f"{lanes}cr + fa_i * {rpi} < {rows}")
+        dst_at = f"{dst} + {lanes}so + fa_i * {rpi * pitch}"
         if limit is not None:
-            copy = [f"const bool fa_in = {row0} + fa_cr + fa_i * {rpi} < {limit};",
+            copy = [f"const bool fa_in = {row0} + {lanes}cr + fa_i * {rpi} < {limit};",
                     f"cp_async_16_zfill({dst_at}, fa_{name}g + (fa_in ? {row0} + fa_i * {rpi} : "
-                    f"-fa_cr) * {stride}LL, fa_in ? 16 : 0);"]
+                    f"-{lanes}cr) * {stride}LL, fa_in ? 16 : 0);"]
         else:
             copy = [f"cp_async_16({dst_at}, fa_{name}g + ({row0} + fa_i * {rpi}) * {stride}LL);"]
         if tests:
@@ -573,18 +604,13 @@ class _Emitter:
         return ["#pragma unroll", f"for (int fa_i = 0; fa_i < {passes}; ++fa_i) {{",
                 *_indent(copy, 1), "}"]
 
-    @property
-    def rows_per_pass(self) -> int:
-        """Tile rows one pass of all threads copies (16 bytes a thread)."""
-        return self.c.threads // (self.p.d // self.vec)
-
     def load_kv(self, block: str, stage: str) -> list[str]:
         """Key block `block`'s K and V tiles into buffer `stage`."""
-        kv = self.c.bkv * self.pitch
+        kv, kv_v = self.c.bkv * self.pitch, self.c.bkv * self.vpitch
         row0 = f"({block}) * FA_BKV"
         limit = "FA_SK" if self.p.sk % self.c.bkv else None
         return [*self.load(f"fa_ks + ({stage}) * {kv}", "k", row0, limit, self.c.bkv),
-                *self.load(f"fa_vs + ({stage}) * {kv}", "v", row0, limit, self.c.bkv)]
+                *self.load(f"fa_vs + ({stage}) * {kv_v}", "v", row0, limit, self.c.bkv)]
 
     def key_loop(self) -> list[str]:
         """The loop over key blocks: wait for block kb's K and V (with two stages, after
@@ -592,7 +618,7 @@ class _Emitter:
         mask, online softmax and O += P V on it. Causal: a warp skips a block wholly above
         its rows."""
         c = self.c
-        kv = c.bkv * self.pitch
+        kv, kv_v = c.bkv * self.pitch, c.bkv * self.vpitch
         first, end = self.kb_range
         out = [f"for (int kb = {first}; kb < {end}; ++kb) {{"]
         if c.stages == 2:
@@ -604,7 +630,7 @@ class _Emitter:
                     "  cp_async_wait<1>();",
                     "  __syncthreads();",
                     f"  const {self.t}* const fa_kt = fa_ks + (kb & 1) * {kv};",
-                    f"  const {self.t}* const fa_vt = fa_vs + (kb & 1) * {kv};"]
+                    f"  const {self.t}* const fa_vt = fa_vs + (kb & 1) * {kv_v};"]
         else:
             out += [*_indent(self.load_kv("kb", "0"), 1),
                     "  cp_async_commit();",
@@ -741,7 +767,7 @@ class _Emitter:
             "  #pragma unroll",
             "  for (int dp = 0; dp < FA_DT / 2; ++dp) {",
             "    unsigned fa_b[4];",
-            "    ldmatrix_x4_trans(fa_b, fa_vt + (kk * 16 + fa_lane % 16) * FA_P"
+            f"    ldmatrix_x4_trans(fa_b, fa_vt + (kk * 16 + fa_lane % 16) * {self.fa_pv}"
             " + dp * 16 + fa_lane / 16 * 8);",
             "    const unsigned fa_b0[2] = {fa_b[0], fa_b[1]}, fa_b1[2] = {fa_b[2], fa_b[3]};",
             "    #pragma unroll",

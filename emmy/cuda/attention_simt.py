@@ -71,6 +71,9 @@ def constraints_simt(problem: AttentionProblem, config: AttentionConfig,
         why.append(f"this template runs on CUDA cores (inst 'simt'); inst {c.inst!r} is a "
                    f"tensor-core template's")
     why += operand_refusals(p, ("float",))
+    if p.dv != p.d:
+        why.append(f"q . k over {p.d} and v over {p.dv}: this template reads q, k and v at one "
+                   f"head dimension (flash:BQxBKV, on f16/bf16, takes two)")
     if p.d % 4 or not 4 <= p.d <= MAX_D:
         why.append(f"head dimension {p.d} is not a multiple of 4 in 4..{MAX_D} (float4 rows)")
     if c.warps < 1 or c.warps > 32:

@@ -199,6 +199,9 @@ def constraints_sm90(problem: AttentionProblem, config: AttentionConfig,
         why.append(f"{c.splits} splits: the wgmma template has no split-KV (flash: and simt: "
                    f"tiles do)")
     why += operand_refusals(p)
+    if p.dv != p.d:
+        why.append(f"q . k over {p.d} and v over {p.dv}: this template reads q, k and v at one "
+                   f"head dimension (flash:BQxBKV takes two)")
     if p.d % 64 or not 64 <= p.d <= MAX_D:
         why.append(f"head dimension {p.d} is not a multiple of 64 in 64..{MAX_D} (whole "
                    f"128-byte swizzled rows; P V's wgmma has N = d)")

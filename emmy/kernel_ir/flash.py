@@ -26,7 +26,7 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
     problem, config = template_config(F, k, row, target)
     items = tuple(x for x in (att.cast, att.store) if x is not None)
     acc = att.cast.arg if att.cast else att.store.value
-    dim = Axis(att.d_var, att.dim)
+    dim = Axis(att.d_var, att.out_dim)
 
     def store(bz: str, h: str, row_: str, col: str, value: str) -> list[str]:
         # the batch axes (batch, heads) flatten row-major, as element_lines decodes them
@@ -82,7 +82,9 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
     grouped = (f" (one query a head: the {problem.query_heads} query heads of each key/value "
                f"head as its query rows)" if problem.query_heads > 1 else "")
     summary = (f"attention {problem.batch}x{problem.heads} heads, {problem.sq} queries x "
-               f"{problem.sk} keys, head dim {problem.d}, scale {problem.scale:g}{grouped}"
+               f"{problem.sk} keys, head dim {problem.d}"
+               f"{f' (v and out {problem.dv})' if problem.dv != problem.d else ''}, "
+               f"scale {problem.scale:g}{grouped}"
                f"{', causal' if problem.causal else ''}"
                f"{f', q.k rounded to {problem.rounded}' if problem.rounded else ''}", *how)
     if config.splits > 1:

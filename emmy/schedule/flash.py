@@ -198,7 +198,8 @@ def problem_of(att):
     ext = [ax.extent for ax in att.batch]
     batch, heads = math.prod(ext[:-1]), (ext[-1] if ext else 1)
     p = AttentionProblem(batch=batch, heads=heads, sq=att.query.extent, sk=att.keys,
-                         d=att.dim, q=operand(att.q), k=operand(att.k), v=operand(att.v),
+                         d=att.dim, v_dim=att.dim_v, q=operand(att.q), k=operand(att.k),
+                         v=operand(att.v),
                          scale=att.scale, causal=att.causal,
                          rounded=att.rounded.c_name if att.rounded else None,
                          bias=bias(att.bias))
@@ -283,6 +284,14 @@ def wgmma_head_dim(c: FlashCtx) -> str | None:
     if c.tile.inst == "wgmma" and d not in PV_N:
         return (f"head dimension {d}: P V's wgmma has N = d, and emmy_sm90.cuh issues N = "
                 f"{', '.join(map(str, PV_N))}; use flash:BQxBKV")
+    return None
+
+
+def v_head_dim(c: FlashCtx) -> str | None:
+    p = c.problem
+    if p.dv != p.d and c.tile.inst != "mma":
+        return (f"q . k over a head dimension of {p.d} and v over {p.dv}: "
+                f"{tile_text(c.tile)} reads q, k and v at one; use flash:BQxBKV (mma.sync)")
     return None
 
 
@@ -396,6 +405,7 @@ RULES = (
     Rule("tile.wgmma_target", "TILE", wgmma_target),
     Rule("tile.wgmma_warpgroups", "TILE", wgmma_warpgroups),
     Rule("tile.wgmma_head_dim", "TILE", wgmma_head_dim),
+    Rule("tile.v_head_dim", "TILE", v_head_dim),
     Rule("tile.wgmma_registers", "TILE", wgmma_registers),
     Rule("tile.rows_per_warp", "TILE", rows_per_warp),
     Rule("reduce.split_template", "REDUCE", split_template),

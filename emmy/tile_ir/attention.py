@@ -53,7 +53,7 @@ class Attention:
     batch: tuple[Axis, ...]      # grid axes besides the query axis, outermost first
     query: Axis                  # i
     keys: int                    # extent of j
-    dim: int                     # head dim of q, k (and of v and the output)
+    dim: int                     # head dim of q and k
     q: Operand
     k: Operand
     v: Operand
@@ -65,6 +65,13 @@ class Attention:
     cast: CastTo | None          # the cast of the accumulator before the store
     rounded: DType | None = None  # S rounded to this 16-bit type before the scale (q @ k in f16)
     bias: "Bias | None" = None    # a mask or bias read from a tensor, after the scale
+    dim_v: int = 0               # head dim of v and the output, where it is not `dim` (MLA's
+                                 # 192-wide q . k and 128-wide v)
+
+    @property
+    def out_dim(self) -> int:
+        """The head dim of v and the output."""
+        return self.dim_v or self.dim
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +165,8 @@ def find_attention(k: TileKernel) -> Attention | None:
         if off is None or not {a.name for a, _ in off.terms} <= vars_ok:
             return None
         operands.append(Operand(buf, types[buf], off, group))
-    dim = _extent_of(f_out)
-    if _extent_of(_nested(f_max)) != dim or operands[0].group != 1:
+    dim, dim_v = _extent_of(_nested(f_max)), _extent_of(f_out)
+    if operands[0].group != 1:
         return None
     bias = None
     if mask is not None:
@@ -172,7 +179,7 @@ def find_attention(k: TileKernel) -> Attention | None:
     return Attention(batch=batch, query=i_axis, keys=f_max.axis.extent, dim=dim,
                      q=operands[0], k=operands[1], v=operands[2], scale=scale, causal=causal,
                      store=store, d_var=d_var, value_var=value, cast=cast, rounded=rounded,
-                     bias=bias)
+                     bias=bias, dim_v=0 if dim_v == dim else dim_v)
 
 
 def _grouped(off: Lin, head: str | None) -> tuple[Lin | None, int]:

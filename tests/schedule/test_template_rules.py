@@ -50,6 +50,8 @@ ATT_SHARED_K = ("(lambda q, k, v: torch.nn.functional.scaled_dot_product_attenti
                 "k.expand(1, 2, 64, 64), v))(torch.randn(1, 2, 64, 64).half(), "
                 "torch.randn(1, 1, 64, 64).half(), torch.randn(1, 2, 64, 64).half())",)
 NO_TMA = dataclasses.replace(SM90, has_tma=False)
+MLA = ("torch.nn.functional.scaled_dot_product_attention(torch.randn(1, 2, 64, 64).half(), "
+       "torch.randn(1, 2, 64, 64).half(), torch.randn(1, 2, 64, 128).half())",)
 CONV_F16 = ("nn.Conv2d(8, 16, 3, stride=2, padding=1).half()(torch.randn(2, 8, 11, 10).half())")
 CASES = {
     "work.threads_per_block": [
@@ -133,6 +135,9 @@ CASES = {
          ("head dimension 96", "multiple of 64", "flash:BQxBKV")),
         (ATT192, SM90, "WORK=warps:4 TILE=wgmma:64x64 REDUCE=serial STAGE=async:2",
          ("head dimension 192", "N = d", "64, 128, 256"))],
+    "tile.v_head_dim": [
+        (MLA, SM90, "WORK=warps:4 TILE=wgmma:64x64 REDUCE=serial STAGE=async:2",
+         ("q . k over a head dimension of 64 and v over 128", "flash:BQxBKV"))],
     "tile.wgmma_registers": [
         (ATT256, SM90, "WORK=warps:4 TILE=wgmma:64x128 REDUCE=serial STAGE=async:2",
          ("192 f32 accumulators", "over the 160"))],

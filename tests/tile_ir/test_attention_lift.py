@@ -273,3 +273,30 @@ def test_batch_axes_before_the_heads_are_one_batch_axis(h):
 
     p = problem_of(k.attention)
     assert (p.batch, p.heads, p.q.strides[:2]) == (6, 4, (4 * 32 * 16, 32 * 16))
+
+
+def test_q_k_and_v_over_different_head_dimensions():
+    """MLA's shape (q . k over one head dimension, v and the output over another: DeepSeek's
+    192 and 128, here 48 and 32, causal over a ragged 70): one flash kernel on the mma.sync
+    template, which stages and reads v at its own row length; its rows compute what torch does
+    (two stages, one, split-KV). The templates that read q, k and v at one head dimension
+    (wgmma, and simt for f32, where the kernel stays on the generic path) refuse it."""
+    from emmy.check import check_cuda_program
+    from emmy.pipeline import Options
+    from emmy.schedule.space import Space
+    from emmy.schedule.targets import get_target
+
+    expr = ("F.scaled_dot_product_attention(torch.randn(1, 2, 70, 48){h}, torch.randn(1, 2, 70, "
+            "48){h}, torch.randn(1, 2, 70, 32){h}, is_causal=True)")
+    w = load_expr(expr.format(h=".half()"))
+    (k,) = kernels(w)
+    assert k.kind is KernelKind.ATTENTION and (k.attention.dim, k.attention.out_dim) == (48, 32)
+    for row in ("WORK=warps:4 TILE=flash:64x32 REDUCE=serial STAGE=async:2",
+                "WORK=warps:8 TILE=flash:128x64 REDUCE=serial STAGE=smem",
+                "WORK=warps:4 TILE=flash:64x32 REDUCE=split:2:combine STAGE=async:2"):
+        results = compile_to(w, "cuda", Options(rows={k.name: row}))
+        report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+        assert report is not None and report.ok, (row, report or failed.log[-2000:])
+    rows = Space(k, get_target("sm_90a")).all_rows
+    assert rows and all(r["TILE"].startswith("flash:") for r in rows)
+    assert all(x.kind is not KernelKind.ATTENTION for x in kernels(load_expr(expr.format(h=""))))

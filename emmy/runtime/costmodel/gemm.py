@@ -206,7 +206,8 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     warp_rows = c.bq // c.warps
     rows = (-(-p.sq // warp_rows) * warp_rows if p.sq < c.bq and not wgmma
             else q_blocks * c.bq)
-    flops = 4 * heads * rows * (kblocks * c.bkv) * p.d * visible
+    dd = p.d + p.dv                  # q . k's head dimension and v's (MLA's differ)
+    flops = 2 * heads * rows * (kblocks * c.bkv) * dd * visible
     busy = rows / (q_blocks * warp_rows)                     # warps computing, a block
     peak = target.bf16_tensor_flops if p.q.ctype == "__nv_bfloat16" else target.fp16_tensor_flops
     simt = getattr(c, "inst", "mma") == "simt"
@@ -237,7 +238,7 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     elif wgmma:    # K and V, and the warpgroup's 64 Q rows, per warpgroup and key step
         smem_read = grid * (c.warps // 4) * steps * visible * (2 * c.bkv + 64) * p.d * 2
     else:
-        smem_read = grid * busy * steps * visible * 2 * c.bkv * p.d * 2  # K and V, per warp
+        smem_read = grid * busy * steps * visible * c.bkv * dd * 2  # K and V, per warp
     smem_s = smem_read / (SMEM_BYTES_PER_CLOCK * target.sm_count * target.clock_hz)
     spills = 0.0
     if resources and (resources.spill_store_bytes or resources.spill_load_bytes):
@@ -260,16 +261,16 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
         compute_s = (flops / rate + exps / sfu_rate + smem_s + spills + copy_s) / wave_eff
     item = 4 if simt else 2
     kv_heads = heads // max(p.k.group, 1)
-    io = 2 * (heads * p.sq + kv_heads * p.sk) * p.d * item      # q, out; k, v
+    io = (heads * p.sq + kv_heads * p.sk) * dd * item      # q, out; k, v
     # K and V again for each query block after the first read (from L2)
-    reread = max(0.0, 2 * (heads * q_blocks * kblocks * visible * c.bkv - kv_heads * p.sk)
-                 * p.d * item)
+    reread = max(0.0, (heads * q_blocks * kblocks * visible * c.bkv - kv_heads * p.sk)
+                 * dd * item)
     if getattr(p, "bias", None) is not None:
         # attn_mask: every score reads its bias or mask element (element by element in the
         # fragment layout, through L1/L2: a broadcast mask is re-read, not re-fetched)
         reread += exps * dtype_of_c(p.bias.ctype).itemsize
     running = min(grid, occ.blocks_per_sm * target.sm_count)
-    in_flight = running * c.stages * 2 * c.bkv * p.d * item / DRAM_LATENCY_S
+    in_flight = running * c.stages * c.bkv * dd * item / DRAM_LATENCY_S
     dram_rate = min(target.dram_bytes_per_s * DRAM_EFFICIENCY, in_flight)
     memory_s = io / dram_rate + reread / (target.dram_bytes_per_s * L2_OVER_DRAM)
     latency_s = 0.0 if c.stages > 1 else waves * steps * visible * DRAM_LATENCY_S / 2
@@ -292,10 +293,10 @@ def estimate_attention_combine(kernel: str, function: str, p, c, grid: int, thre
     output once."""
     rows = p.batch * p.heads * p.sq
     item = 4 if p.q.ctype == "float" else 2
-    moved = c.splits * rows * (p.d + 1) * 4 + rows * p.d * item
+    moved = c.splits * rows * (p.dv + 1) * 4 + rows * p.dv * item
     seconds = moved / (target.dram_bytes_per_s * DRAM_EFFICIENCY) + target.launch_overhead_s
     return LaunchEstimate(kernel=kernel, function=function, seconds=seconds, bytes_dram=moved,
-                          bytes_l2=0, flops=3 * rows * p.d * c.splits, occupancy=1.0,
+                          bytes_l2=0, flops=3 * rows * p.dv * c.splits, occupancy=1.0,
                           blocks_per_sm=0, waves=1, limiter="memory", resources=None, grid=grid,
                           threads=threads, breakdown=(("dram", seconds),), method=METHOD)
 
