@@ -82,14 +82,16 @@ class Gen:
     def attention(self) -> Node:
         """scaled_dot_product_attention of fresh q, k, v (batch, heads, sequence, head dim):
         causal or under a mask tensor (added, or bool over at least 17 keys, so that no row
-        is likely to see none; some axes broadcast), some with grouped k and v heads."""
+        is likely to see none; some axes broadcast), some with grouped k and v heads, some
+        with v over another head dimension than q and k."""
         b, h = self.rng.choice([1, 2]), self.rng.choice([1, 2, 3, 4])
         sq, sk = self.rng.choice([1, 17, 32, 70]), self.rng.choice([1, 17, 32, 70])
         d = self.rng.choice([16, 32, 64])
+        dv = d if self.rng.random() < 0.8 else self.rng.choice([16, 32, 64])   # MLA's differ
         kv = self.rng.choice([x for x in (1, 2) if h % x == 0 and x < h] or [h])
         kv = kv if self.rng.random() < 0.4 else h
         causal = self.rng.random() < 0.5 and sq == sk
-        q, k, v = self.leaf((b, h, sq, d)), self.leaf((b, kv, sk, d)), self.leaf((b, kv, sk, d))
+        q, k, v = self.leaf((b, h, sq, d)), self.leaf((b, kv, sk, d)), self.leaf((b, kv, sk, dv))
         extra = [", is_causal=True"] if causal else []
         if not causal and self.rng.random() < 0.4:
             shape = tuple(n if self.rng.random() < 0.5 else 1 for n in (b, h, sq)) + (sk,)
@@ -99,7 +101,7 @@ class Gen:
         if kv != h:
             extra.append(", enable_gqa=True")
         return Node(f"F.scaled_dot_product_attention({q.code}, {k.code}, {v.code}"
-                    f"{''.join(extra)})", (b, h, sq, d))
+                    f"{''.join(extra)})", (b, h, sq, dv))
 
     def conv(self) -> Node:
         """conv2d of a fresh (n, c, h, w) input and weight, with padding and stride."""
