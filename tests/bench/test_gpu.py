@@ -217,3 +217,16 @@ def test_gpu_masked_decode_attention_passes_the_harness():
     assert "REDUCE=split:" in unit.row
     result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
     assert result.verdict == "ok" and len(result.cases) == 6, result
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", [
+    "WORK=warps:4 TILE=flash:128x32 REDUCE=serial STAGE=async:2",
+    "WORK=warps:4 TILE=flash:64x64 REDUCE=split:2:combine STAGE=async:2",
+])
+def test_gpu_mla_attention_passes_the_harness(row):
+    """q . k over 192 and v over 128 (DeepSeek's MLA), causal, 16 heads, 512 tokens."""
+    w = load_expr("F.scaled_dot_product_attention(torch.randn(1, 16, 512, 192).half(), "
+                  "torch.randn(1, 16, 512, 192).half(), torch.randn(1, 16, 512, 128).half(), "
+                  "is_causal=True)")
+    _passes_the_gpu_harness(w, "", row)
