@@ -6,7 +6,9 @@ with mask[i, j] = -inf where j > i when `causal` (torch's is_causal: top-left al
 g the key/value heads' group (grouped-query attention: AttnOperand.group, else 1). Options
 of the problem: q . k rounded to 16 bits first (`rounded`, where the program rounds it), and
 an attn_mask tensor (`bias`: added to the scaled scores, or -inf where a bool mask hides a
-score), read per score element (round_scores, bias_scores; both templates use them).
+score), read per score element (round_scores, bias_scores; both templates use them). q and
+k share a head dimension d; v and out may have another (`v_dim`, MLA's), which this template
+stages and reads at its own row length (the wgmma and simt templates refuse it).
 
 Conventions are those of emmy.cuda.gemm_spec: the body is the inside of a kernel whose
 signature the emitter prints, with `tid`, `bid`, the operands' buffers by name and, since the
