@@ -277,6 +277,8 @@ def wgmma_head_dim(c: FlashCtx) -> str | None:
     from emmy.cuda.attention_sm90 import MAX_D, PV_N
 
     d = c.problem.d
+    if c.problem.dv != d:
+        return None          # v_head_dim: the wgmma template reads one head dimension
     if c.tile.inst == "wgmma" and (d % 64 or not 64 <= d <= MAX_D):
         return (f"head dimension {d}: wgmma attention stores Q, K and V in whole 128-byte "
                 f"swizzled rows (64 elements), so d must be a multiple of 64 in 64..{MAX_D}; "
@@ -404,8 +406,8 @@ RULES = (
     Rule("tile.operand_type", "TILE", operand_type),
     Rule("tile.wgmma_target", "TILE", wgmma_target),
     Rule("tile.wgmma_warpgroups", "TILE", wgmma_warpgroups),
-    Rule("tile.wgmma_head_dim", "TILE", wgmma_head_dim),
     Rule("tile.v_head_dim", "TILE", v_head_dim),
+    Rule("tile.wgmma_head_dim", "TILE", wgmma_head_dim),
     Rule("tile.wgmma_registers", "TILE", wgmma_registers),
     Rule("tile.rows_per_warp", "TILE", rows_per_warp),
     Rule("reduce.split_template", "REDUCE", split_template),
