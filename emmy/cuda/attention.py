@@ -124,8 +124,8 @@ class AttentionProblem:
                                              # that many query rows of one head (`heads` are
                                              # then the key/value heads; the caller's store
                                              # maps a row back to its head)
-    v_dim: int = 0                           # head dimension of v and out where it is not
-                                             # d (MLA: q . k over 192, v and out 128)
+    v_dim: int = 0                           # head dimension of v and out (0: d; MLA's
+                                             # differ: q . k over 192, v and out 128)
 
     @property
     def dv(self) -> int:

@@ -26,7 +26,7 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
     problem, config = template_config(F, k, row, target)
     items = tuple(x for x in (att.cast, att.store) if x is not None)
     acc = att.cast.arg if att.cast else att.store.value
-    dim = Axis(att.d_var, att.out_dim)
+    dim = Axis(att.d_var, att.dim_v)
 
     def store(bz: str, h: str, row_: str, col: str, value: str) -> list[str]:
         # the batch axes (batch, heads) flatten row-major, as element_lines decodes them

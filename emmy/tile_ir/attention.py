@@ -54,6 +54,7 @@ class Attention:
     query: Axis                  # i
     keys: int                    # extent of j
     dim: int                     # head dim of q and k
+    dim_v: int                   # head dim of v and the output (MLA's differs from dim)
     q: Operand
     k: Operand
     v: Operand
@@ -65,13 +66,6 @@ class Attention:
     cast: CastTo | None          # the cast of the accumulator before the store
     rounded: DType | None = None  # S rounded to this 16-bit type before the scale (q @ k in f16)
     bias: "Bias | None" = None    # a mask or bias read from a tensor, after the scale
-    dim_v: int = 0               # head dim of v and the output, where it is not `dim` (MLA's
-                                 # 192-wide q . k and 128-wide v)
-
-    @property
-    def out_dim(self) -> int:
-        """The head dim of v and the output."""
-        return self.dim_v or self.dim
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +170,10 @@ def find_attention(k: TileKernel) -> Attention | None:
         if kind == "add" and types[buf] is DType.BOOL:
             return None                  # a bool added (a select reads any type's truth)
         bias = Bias(kind, buf, types[buf], off)
-    return Attention(batch=batch, query=i_axis, keys=f_max.axis.extent, dim=dim,
+    return Attention(batch=batch, query=i_axis, keys=f_max.axis.extent, dim=dim, dim_v=dim_v,
                      q=operands[0], k=operands[1], v=operands[2], scale=scale, causal=causal,
                      store=store, d_var=d_var, value_var=value, cast=cast, rounded=rounded,
-                     bias=bias, dim_v=0 if dim_v == dim else dim_v)
+                     bias=bias)
 
 
 def _grouped(off: Lin, head: str | None) -> tuple[Lin | None, int]:

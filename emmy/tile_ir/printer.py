@@ -53,7 +53,7 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
                         "hide": f", -inf where {b.buffer}[{b.offset}]"}[b.kind]
         lines.append(f"{INDENT}attention: softmax({a.q.buffer}·{a.k.buffer} over {a.dim}{rounded}"
                      f" × {a.scale:g}{', causal' if a.causal else ''}{grouped}) · {a.v.buffer}"
-                     f"{f' (head dim {a.dim_v})' if a.dim_v else ''}, "
+                     f"{f' (head dim {a.dim_v})' if a.dim_v != a.dim else ''}, "
                      f"{a.query.extent} {'query' if a.query.extent == 1 else 'queries'} × "
                      f"{a.keys} keys per head: one flash kernel, the max and sum folds merged "
                      f"into the output fold (online softmax)")

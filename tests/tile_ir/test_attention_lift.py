@@ -290,7 +290,7 @@ def test_q_k_and_v_over_different_head_dimensions():
             "48){h}, torch.randn(1, 2, 70, 32){h}, is_causal=True)")
     w = load_expr(expr.format(h=".half()"))
     (k,) = kernels(w)
-    assert k.kind is KernelKind.ATTENTION and (k.attention.dim, k.attention.out_dim) == (48, 32)
+    assert k.kind is KernelKind.ATTENTION and (k.attention.dim, k.attention.dim_v) == (48, 32)
     for row in ("WORK=warps:4 TILE=flash:64x32 REDUCE=serial STAGE=async:2",
                 "WORK=warps:8 TILE=flash:128x64 REDUCE=serial STAGE=smem",
                 "WORK=warps:4 TILE=flash:64x32 REDUCE=split:2:combine STAGE=async:2"):
