@@ -179,6 +179,15 @@ def test_a_runtime_that_does_not_build_is_a_compile_error(tmp_path, monkeypatch)
     assert r.status == "compile_error" and "refused:" in r.log and "emu_runtime.cpp" in r.log
 
 
+def test_a_compiler_that_fails_silently_is_named_with_its_status(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMMY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(emulate, "CXX", "false")
+    r = build_and_run(SOURCE, "row_sum", 1, 32, 0,
+                      [np.zeros(1, np.float32), np.zeros(32, np.float32), 32])
+    assert r.status == "compile_error" and "`false -std=c++20" in r.log
+    assert "exited with status 1" in r.log
+
+
 def test_a_missing_barrier_reads_stale_shared_memory():
     """Threads run until they block, so a read that needed a barrier sees the old value."""
     out = np.zeros(64, np.float32)

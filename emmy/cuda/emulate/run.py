@@ -138,7 +138,7 @@ def build(source: str, kernel_name: str) -> Build:
         seconds = time.perf_counter() - start
     if proc.returncode != 0:
         out.unlink(missing_ok=True)
-        return Build(None, proc.stderr, seconds, cached=False)
+        return Build(None, _failure(proc), seconds, cached=False)
     os.replace(out, final)
     return Build(final, proc.stderr, seconds, cached=False)
 
@@ -178,8 +178,8 @@ def _prebuilt(name: str, args: Sequence[str],
         proc = subprocess.run([CXX, *CXX_FLAGS, f"-I{EMULATE_DIR}", f"-I{INCLUDE_DIR}", *args,
                                "-o", name], cwd=tmp, capture_output=True, text=True)
         if proc.returncode != 0:
-            _FAILED[target] = proc.stderr
-            return None, proc.stderr
+            _FAILED[target] = _failure(proc)
+            return None, _FAILED[target]
         for f in (*inputs, name):        # the inputs first: a .gch is read only beside its header
             os.replace(Path(tmp) / f, folder / f)
     return target, ""
@@ -198,6 +198,11 @@ def precompiled_dir() -> Path | None:
     g++ cannot precompile it: builds then parse the header in EMULATE_DIR, the same program."""
     gch, _ = _prebuilt(f"{PCH_HEADER}.gch", ["-x", "c++-header", PCH_HEADER], [PCH_HEADER])
     return gch.parent if gch else None
+
+
+def _failure(proc: subprocess.CompletedProcess) -> str:
+    """What a failed g++ run said, or (where it said nothing) its command and exit status."""
+    return proc.stderr or f"`{' '.join(proc.args)}` exited with status {proc.returncode}"
 
 
 @cache
