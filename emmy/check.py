@@ -78,11 +78,13 @@ def program_inputs(graph, inputs: tuple) -> dict[str, np.ndarray]:
 
 
 def compare(names, dtypes, got: list[np.ndarray], expected: list, *,
-            tf32: bool = False) -> CheckReport:
+            tf32: bool = False, selections: tuple = ()) -> CheckReport:
     """Compare each output with the eager result in float64, with a tolerance by dtype (f32 as
-    f16 where the workload allows tf32 products)."""
+    f16 where the workload allows tf32 products); an output of positions a selection took
+    (`selections`, per output: emmy.selections) that differs from the reference's is compared
+    by the values its positions pick."""
     checks = []
-    for name, dtype, g, e in zip(names, dtypes, got, expected):
+    for i, (name, dtype, g, e) in enumerate(zip(names, dtypes, got, expected)):
         ref = to_numpy(e).astype(np.float64)
         val = np.asarray(g).astype(np.float64)
         atol, rtol = tolerance(dtype, tf32=tf32)
@@ -90,7 +92,12 @@ def compare(names, dtypes, got: list[np.ndarray], expected: list, *,
             checks.append(OutputCheck(name, dtype, ref.shape, float("inf"), float("inf"),
                                       atol, rtol, False))
             continue
-        diff = np.abs(val - ref)
+        sel = selections[i] if i < len(selections) else None
+        if sel is not None and not np.array_equal(val, ref):
+            checks.append(_by_picked_values(name, dtype, g, e, sel))
+            continue
+        with np.errstate(invalid="ignore"):     # inf - inf: settled just below
+            diff = np.abs(val - ref)
         both_nan = np.isnan(val) & np.isnan(ref)
         same_inf = np.isinf(val) & np.isinf(ref) & (np.sign(val) == np.sign(ref))
         diff = np.where(both_nan | same_inf, 0.0, diff)
@@ -103,19 +110,37 @@ def compare(names, dtypes, got: list[np.ndarray], expected: list, *,
     return CheckReport(tuple(checks))
 
 
-def eager_outputs(workload) -> list:
+def _by_picked_values(name, dtype, got, expected, sel) -> OutputCheck:
+    """Positions that differ from the reference's, checked by the values they pick."""
+    import torch
+
+    from emmy.selections import positions_agree
+
+    ok, gap = positions_agree(torch.as_tensor(np.asarray(got)), expected, sel)
+    scale = float(sel.source.detach().to(torch.float64).abs().max())
+    max_abs = float(gap.max()) if gap.numel() else 0.0
+    return OutputCheck(name, dtype, tuple(expected.shape), max_abs, max_abs / max(scale, 1e-30),
+                       0.0, tolerance(sel.dtype)[1], bool(ok.all()),
+                       "eager, by the values the positions pick")
+
+
+def eager_outputs(workload, selections: list | None = None) -> list:
     import torch
 
     with torch.no_grad():
-        return flatten_tensors(run_eager(workload.model, workload.inputs))
+        return flatten_tensors(run_eager(workload.model, workload.inputs, selections))
 
 
-def run_eager(model, args):
+def run_eager(model, args, selections: list | None = None):
     """model(*args) in eager PyTorch; where the model itself fails on its inputs (an index out
     of range, say), that is the input's fault: WorkloadFails (a UserError) naming torch's
-    reason."""
+    reason. torch.topk breaks ties as emmy does, and each selection of positions (topk,
+    argmax, max over a dim) is appended to `selections` (emmy.selections)."""
+    from emmy.selections import recording
+
     try:
-        return model(*args)
+        with recording(selections):
+            return model(*args)
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise WorkloadFails(f"the model fails on its inputs in eager PyTorch: "
@@ -146,25 +171,32 @@ def _compare_outputs(outs, got, workload, *, tf32: bool = False) -> CheckReport:
     float64: a program that rounds less often than eager f16/bf16 (which rounds after every
     op) can be nearer the exact result than eager is, and further from eager than the
     tolerance (a LayerNorm over three near-equal values magnifies eager's roundings)."""
-    expected = eager_outputs(workload)
+    from emmy.selections import model_dtype, of_outputs
+
+    own: list = []
+    expected = eager_outputs(workload, own)
+    floor = model_dtype(workload.model, workload.inputs)
     if len(expected) != len(outs):
         raise UserError(f"the model returns {len(expected)} tensors; the program has {len(outs)}")
     names, dtypes = [b.name for b in outs], [b.type.dtype for b in outs]
-    report = compare(names, dtypes, got, expected, tf32=tf32)
+    report = compare(names, dtypes, got, expected, tf32=tf32,
+                     selections=of_outputs(expected, own, floor=floor))
     if report.ok or not any(d in (DType.F16, DType.BF16) for d in dtypes):
         return report
-    exact = eager_outputs_f64(workload)
+    recorded: list = []
+    exact = eager_outputs_f64(workload, recorded)
     if exact is None:
         return report
-    again = compare(names, dtypes, got, exact, tf32=tf32)
+    again = compare(names, dtypes, got, exact, tf32=tf32,
+                    selections=of_outputs(exact, recorded, own, floor))
     return CheckReport(tuple(
         o if o.ok or not a.ok else replace(a, reference="float64 eager")
         for o, a in zip(report.outputs, again.outputs)))
 
 
-def eager_outputs_f64(workload) -> list | None:
+def eager_outputs_f64(workload, selections: list | None = None) -> list | None:
     """The model's outputs with its parameters and floating inputs in float64 (None where it
-    does not run so)."""
+    does not run so); its selections appended to `selections` (see run_eager)."""
     import copy
 
     import torch
@@ -173,6 +205,7 @@ def eager_outputs_f64(workload) -> list | None:
             for x in workload.inputs]
     try:
         with torch.no_grad():
-            return flatten_tensors(copy.deepcopy(workload.model).double()(*args))
+            return flatten_tensors(run_eager(copy.deepcopy(workload.model).double(), args,
+                                             selections))
     except Exception:   # an op without a float64 kernel: eager in its own types only
         return None

@@ -37,7 +37,10 @@ FAST = ["rmsnorm", "softmax", "layernorm", "log_softmax", "scan", "norms",
         "attention_manual",
         # one query a head over grouped k and v (a decoding step, split-KV rows among them),
         # and seven kernels with a cut chain (a ResNet block)
-        "decode_attention", "resnet_block"]
+        "decode_attention", "resnet_block",
+        # a bf16 gate projection, then softmax and top-k over the experts (positions checked
+        # by the values they pick)
+        "moe_router"]
 
 
 @pytest.mark.parametrize("name", FAST)

@@ -43,6 +43,8 @@ class Case:
     overflow: tuple = ()              # per output: the model's own result where it has inf/NaN
     native: tuple = ()                # the model's outputs in its own dtype (f64 reference)
     tf32: bool = False                # the workload allows tf32 products: f32 outputs as f16's
+    selections: tuple = ()            # per output: the selection (topk, argmax, ...) whose
+                                      # positions it is, else None (emmy.selections)
 
 
 @dataclass(frozen=True)
@@ -124,9 +126,9 @@ def make_cases(workload, graph, *, seeds: Sequence[int] = (0, 1),
             args = tuple(_draw_like(x, d, gen, dev) if isinstance(x, torch.Tensor) else x
                          for x in template)
             inputs, params = _bind(graph, args, d, gen, dev, randomize_params)
-            expected, overflow, native = reference.outputs(args, params)
+            expected, overflow, native, selections = reference.outputs(args, params)
             cases.append(Case(seed, d, args, inputs, expected, reference.dtype, overflow, native,
-                              tf32=graph.tf32))
+                              tf32=graph.tf32, selections=selections))
     return cases
 
 
@@ -214,29 +216,36 @@ class _Reference:
         self.f64 = copy.deepcopy(self.native).double()
         self.dtype: str | None = None
 
-    def outputs(self, args, params) -> tuple[tuple, tuple, tuple]:
+    def outputs(self, args, params) -> tuple[tuple, tuple, tuple, tuple]:
         """(reference outputs, the model's own outputs where they hold inf or NaN, else None,
-        the model's own outputs where the reference is float64, else ())."""
+        the model's own outputs where the reference is float64, else (), and per output the
+        selection whose positions it is, else None)."""
         import torch
 
+        from emmy.selections import model_dtype, of_outputs
+
+        floor = model_dtype(self.native, args)
         with torch.no_grad():
             if self.dtype in (None, "f64"):
+                recorded: list = []
                 try:
-                    out = self._run(self.f64, args, params, torch.float64)
+                    out = self._run(self.f64, args, params, torch.float64, recorded)
                     self.dtype = "f64"
                 except Exception:
                     if self.dtype == "f64":
                         raise
                 else:
-                    own = self._run(self.native, args, params, None)
+                    mine: list = []
+                    own = self._run(self.native, args, params, None, mine)
                     return (out, tuple(None if bool(torch.isfinite(o).all()) else o for o in own),
-                            own)
-            out = self._run(self.native, args, params, None)
+                            own, of_outputs(out, recorded, mine, floor))
+            recorded = []
+            out = self._run(self.native, args, params, None, recorded)
             self.dtype = self.dtype or _native_dtype(self.native, args)
-            return out, (None,) * len(out), ()
+            return out, (None,) * len(out), (), of_outputs(out, recorded, floor=floor)
 
     @staticmethod
-    def _run(model, args, params, dtype) -> tuple:
+    def _run(model, args, params, dtype, selections: list) -> tuple:
         import torch
 
         for target, value in params.items():
@@ -244,7 +253,7 @@ class _Reference:
         if dtype is not None:
             args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point()
                          else a for a in args)
-        return tuple(t.detach() for t in flatten_tensors(run_eager(model, args)))
+        return tuple(t.detach() for t in flatten_tensors(run_eager(model, args, selections)))
 
 
 def _native_dtype(model, args) -> str:
@@ -286,10 +295,16 @@ def output_tolerance(dtype: DType, *, tf32: bool = False) -> Tolerance:
 
 
 def compare_output(name: str, dtype: DType, got, expected, own=None, *,
-                   tf32: bool = False) -> OutputError:
+                   tf32: bool = False, selection=None) -> OutputError:
     """Compare one output with its reference; NaN or inf fails unless the reference has it,
-    or the model run in its own dtype (`own`) has the same there (an honest overflow)."""
+    or the model run in its own dtype (`own`) has the same there (an honest overflow).
+    Positions a selection took (`selection`) that differ from the reference's are compared by
+    the values they pick."""
     import torch
+
+    if selection is not None and got.numel() == expected.numel() and \
+            not torch.equal(got.to(expected.device).reshape(expected.shape), expected):
+        return _by_picked_values(name, dtype, got, expected, selection)
 
     tol = output_tolerance(dtype, tf32=tf32)
     ref = expected.detach().to(torch.float64)
@@ -326,6 +341,30 @@ def compare_output(name: str, dtype: DType, got, expected, own=None, *,
         worst = f"||out - ref|| / ||ref|| = {rel_l2:.3g} > {tol.l2:g}"
     return OutputError(name, str(dtype), max_abs, max_rel, rel_l2, tol.atol, tol.rtol, bad,
                        unwritten, total, ok, worst)
+
+
+def _by_picked_values(name: str, dtype: DType, got, expected, selection) -> OutputError:
+    """Positions (topk, argmax, ...) that differ from the reference's: right where each picks
+    the value the reference's picks, within the tolerance of the selection's source dtype."""
+    import torch
+
+    from emmy.selections import positions_agree
+
+    ok, gap = positions_agree(got, expected, selection)
+    rtol = tolerance(selection.dtype)[1]
+    bad_mask = ~ok
+    bad = int(bad_mask.sum())
+    max_abs = float(gap.max()) if gap.numel() else 0.0
+    scale = float(selection.source.detach().abs().max()) if selection.source.numel() else 0.0
+    worst = ""
+    if bad:
+        flat = int(torch.argmax(bad_mask.reshape(-1).to(torch.int8)))
+        worst = (f"position {int(got.reshape(-1)[flat])} where the reference took "
+                 f"{int(expected.reshape(-1)[flat])}: their values differ by "
+                 f"{float(gap.reshape(-1)[flat]):.3g}, or the position is out of range or "
+                 "taken twice")
+    return OutputError(name, str(dtype), max_abs, max_abs / max(scale, 1e-30), 0.0, 0.0, rtol,
+                       bad, 0, expected.numel(), bad == 0, worst)
 
 
 def _rounds_to_overflow(val, ref, dtype: DType, tol: Tolerance):
@@ -465,8 +504,10 @@ def check_case(run, prog: CudaProgram, case: Case) -> CaseResult:
         raise UserError(f"the model returns {len(case.expected)} tensors; the program has "
                         f"{len(prog.outputs)}")
     own = case.overflow or (None,) * len(case.expected)
-    errors = tuple(compare_output(b.name, b.type.dtype, g, e, o, tf32=case.tf32)
-                   for b, g, e, o in zip(prog.outputs, done.outputs, case.expected, own))
+    picks = case.selections or (None,) * len(case.expected)
+    errors = tuple(compare_output(b.name, b.type.dtype, g, e, o, tf32=case.tf32, selection=p)
+                   for b, g, e, o, p in zip(prog.outputs, done.outputs, case.expected, own,
+                                            picks))
     if case.native:
         # A program that rounds to f16/bf16 between ill-conditioned steps (attention written
         # out by hand: its scores rounded, then exponentiated) can sit far from the float64

@@ -197,3 +197,13 @@ def test_a_program_as_far_from_float64_as_its_model_passes_against_the_model():
     assert wrong.units[1].source != unit.source
     bad = check_program(w, stages["torch"], wrong, device="cpu", seeds=(0,))
     assert bad.verdict == "incorrect" and not bad.cases[0].errors[0].native
+
+
+def test_topk_positions_pass_against_float64_by_the_values_they_pick():
+    # bf16 logits: about one row in twelve orders two experts otherwise than float64 does
+    w = load_file(EXAMPLES / "moe_router.py")
+    stages = compile_to(w, "cuda")
+    check = check_program(w, stages["torch"], stages["cuda"], device="cpu", seeds=(3,))
+    assert check.verdict == "ok", check.reasons
+    positions = check.errors[1]
+    assert positions.dtype == "i64" and not positions.native and positions.max_abs > 0

@@ -39,9 +39,20 @@ def test_unsupported_op_names_the_op_and_the_line(tmp_path, capsys):
     assert "unsupported op `sort" in err and "sorter.py:7" in err and "emmy ops" in err
 
 
+@pytest.mark.parametrize("expr, message", [
+    ("torch.topk(torch.randn(4, 40), 33)", "unsupported op `topk` at <expr>:2: return "
+     "torch.topk(x, 33): k=33: topk unrolls one round per element taken, at most 32"),
+    ("torch.topk(torch.randn(4, 8), 9)", "RuntimeError: k not in range for dimension"),
+])
+def test_topk_past_its_limit_or_the_row_says_so(capsys, expr, message):
+    rc, _, err = run(capsys, "compile", "-c", expr, "--ir", "tensor")
+    assert rc == 2 and message in err
+
+
 def test_ops_lists_the_supported_ops(capsys):
     rc, out, _ = run(capsys, "ops")
     assert rc == 0 and "rms_norm" in out.split() and "scaled_dot_product_attention" in out.split()
+    assert "topk" in out.split()
 
 
 def test_unknown_row_value_names_the_key_and_its_values(capsys):
@@ -119,7 +130,7 @@ def test_failing_check_exits_1(tmp_path, capsys, monkeypatch):
     # A program whose reference disagrees: swap the eager output for a wrong one.
     import emmy.check as check
 
-    monkeypatch.setattr(check, "eager_outputs", lambda w: [t * 2 for t in
+    monkeypatch.setattr(check, "eager_outputs", lambda w, _=None: [t * 2 for t in
                                                            check.flatten_tensors(w.model(*w.inputs))])
     rc, out, _ = run(capsys, "run", RMS_FILE, "--set", "batch_size=2", "--check", "--engine", "loop")
     assert rc == 1 and "MISMATCH" in out and "FAIL" in out

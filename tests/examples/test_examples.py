@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from emmy.check import run_eager
 from emmy.dtypes import from_torch, tolerance
 from emmy.frontend.workload import load_file
 from emmy.tensor_ir.interp import run
@@ -28,7 +29,7 @@ def test_example_matches_eager(path):
     program = lower(graph)
     got = run(program, {p.name: v for p, v in zip(graph.inputs, workload.inputs)})
     with torch.no_grad():
-        want = _flat(workload.model(*workload.inputs))
+        want = _flat(run_eager(workload.model, workload.inputs))   # ties as emmy breaks them
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         atol, rtol = tolerance(from_torch(w.dtype))

@@ -1,4 +1,5 @@
-"""Reductions: sum, mean, prod, max/min (values and indices), argmax/argmin, var/std, any/all.
+"""Reductions: sum, mean, prod, max/min (values and indices), argmax/argmin, var/std, any/all,
+and the k largest or smallest elements (topk) as k rounds of a max and an argmin.
 
 `dim=None` or an empty dim list means every dimension, as in torch.
 """
@@ -9,8 +10,8 @@ import math
 
 from emmy.dtypes import DType
 from emmy.tensor_ir.builder import Builder
-from emmy.tensor_ir.decomp.layout import norm_dims
-from emmy.tensor_ir.decomp.table import Decomp, registrar
+from emmy.tensor_ir.decomp.layout import cat, norm_dim, norm_dims
+from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
 
@@ -194,3 +195,61 @@ def lower_any(b, x, dim=None, keepdim=False):
 @op("all", "all.dim", "all.dims")
 def lower_all(b, x, dim=None, keepdim=False):
     return extreme(b, R.MIN, b.cast(x, DType.BOOL), dim, keepdim)
+
+
+# ---- the k largest (smallest) -------------------------------------------------------------------
+
+TOPK_LIMIT = 32   # rounds unrolled into the program: each is two (three) row reductions
+
+
+@op("topk")
+def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
+    """values, indices of the k largest (smallest) elements along `dim`, in order: round j takes
+    the extreme of the elements no earlier round took, then the first position holding it.
+
+    As torch orders them: NaN above every number (first when largest, last when smallest); among
+    equal values the lower position first (torch leaves that order unspecified; the check's
+    reference breaks ties the same way, emmy.check.run_eager). `sorted=False` gives them sorted
+    too (any order is allowed)."""
+    if b.rank(x) == 0:
+        raise Refused("topk of a 0-d tensor: give it at least one dimension")
+    dt = b.dtype(x)
+    if dt is DType.BOOL:
+        raise Refused("topk of a bool tensor (torch refuses it too)")
+    dim = norm_dim(dim, b.rank(x))
+    n = b.shape(x)[dim]
+    if k < 1:
+        raise Refused(f"k={k} selects nothing (empty outputs); give k >= 1")
+    if k > n:
+        raise Refused(f"k={k} out of range: dimension {dim} has {n} elements")
+    if k > TOPK_LIMIT:
+        raise Refused(f"k={k}: topk unrolls one round per element taken, at most {TOPK_LIMIT}")
+    pos = b.iota(b.shape(x), dim)
+    nan = b.ew(E.NE, x, x) if dt.is_float else None
+    # what a taken (or, taking the smallest, NaN) element reads as: no worse than any other
+    bits = 8 * dt.itemsize - 1
+    far = (float("-inf") if largest else float("inf")) if dt.is_float else \
+        (-(1 << bits) if largest else (1 << bits) - 1)
+    pick = R.MAX if largest else R.MIN
+    taken, values, indices = None, [], []
+    for _ in range(k):
+        free = b.ew(E.NOT, taken) if taken is not None else b.full(b.shape(x), True, DType.BOOL)
+        # taking the smallest, NaN comes after +inf: leave it out of the extreme
+        candidates = b.ew(E.AND, free, b.ew(E.NOT, nan)) if nan is not None and not largest \
+            else free
+        v = b.reduce(pick, b.ew(E.WHERE, candidates, x, far), (dim,), keepdim=True)
+        hit = b.ew(E.EQ, x, v)
+        if nan is not None and largest:
+            hit = b.ew(E.OR, hit, nan)          # the max is NaN exactly when a NaN is free
+        i = b.reduce(R.MIN, b.ew(E.WHERE, b.ew(E.AND, free, hit), pos, n), (dim,), keepdim=True)
+        if nan is not None and not largest:     # no number left (only NaNs): the first NaN
+            i_nan = b.reduce(R.MIN, b.ew(E.WHERE, b.ew(E.AND, free, nan), pos, n), (dim,),
+                             keepdim=True)
+            number = b.ew(E.LT, i, n)
+            v = b.ew(E.WHERE, number, v, float("nan"))
+            i = b.ew(E.WHERE, number, i, i_nan)
+        values.append(v)
+        indices.append(i)
+        took = b.ew(E.EQ, pos, i)
+        taken = took if taken is None else b.ew(E.OR, taken, took)
+    return cat(b, values, dim), cat(b, indices, dim)

@@ -1,0 +1,126 @@
+"""torch.topk as k rounds of a row reduction: values and positions against a reference that
+breaks ties lowest position first (emmy.check.stable_topk), through the Tensor IR, the Loop IR
+and the emitted CUDA on the emulator."""
+
+import numpy as np
+import pytest
+import torch
+
+from emmy.check import check_cuda_program, program_inputs, run_eager
+from emmy.selections import stable_topk
+from emmy.errors import UnsupportedOp
+from emmy.frontend.workload import Workload
+from emmy.loop_ir.interp import run as run_loop
+from emmy.pipeline import compile_to
+from emmy.tensor_ir.interp import run as run_tensor
+from emmy.tensor_ir.lower import lower
+from emmy.torch_ir.capture import capture
+from tests.tensor_ir.conftest import Fn, assert_matches, outputs_of
+
+INF, NAN = float("inf"), float("nan")
+# ties, NaN (largest of all), infinities and a row of only NaN and -inf
+AWKWARD = torch.tensor([[1., 3., 3., 2., 3., NAN, -INF, -INF, NAN, 0.],
+                        [-INF, -INF, NAN, -INF, 5., 5., INF, -1., 5., INF],
+                        [NAN, -INF, NAN, NAN, -INF, NAN, -INF, NAN, NAN, -INF]])
+
+CASES = {
+    "largest": (lambda x: torch.topk(x, 4), [torch.randn(6, 33)]),
+    "smallest": (lambda x: torch.topk(x, 3, largest=False), [torch.randn(6, 33)]),
+    "dim0": (lambda x: torch.topk(x, 2, dim=0), [torch.randn(9, 5, 4)]),
+    "middle_dim": (lambda x: x.topk(3, 1), [torch.randn(2, 7, 3)]),
+    "unsorted": (lambda x: torch.topk(x, 5, sorted=False), [torch.randn(4, 16)]),
+    "k_is_n": (lambda x: torch.topk(x, 6), [torch.randn(3, 6)]),
+    "one_d": (lambda x: torch.topk(x, 1), [torch.randn(40)]),
+    "ties": (lambda x: torch.topk(x, 7), [torch.randint(0, 4, (5, 20)).float()]),
+    "ties_smallest": (lambda x: torch.topk(x, 7, largest=False),
+                      [torch.randint(0, 4, (5, 20)).float()]),
+    "awkward": (lambda x: torch.topk(x, 10), [AWKWARD]),
+    "awkward_smallest": (lambda x: torch.topk(x, 10, largest=False), [AWKWARD]),
+    "int": (lambda x: torch.topk(x, 4), [torch.randint(-9, 9, (3, 12))]),
+    "int_smallest": (lambda x: torch.topk(x, 4, largest=False),
+                     [torch.randint(-9, 9, (3, 12), dtype=torch.int32)]),
+    "int_extremes": (lambda x: (torch.topk(x, 4), torch.topk(x, 4, largest=False)),
+                     [torch.tensor([[2**63 - 1, -2**63, -2**63, 0, 2**63 - 1, 5]])]),
+    "bf16": (lambda x: torch.topk(x, 5), [torch.randn(4, 64).bfloat16()]),
+    "router": (lambda x: _router(x), [torch.randn(8, 16)]),
+}
+
+
+def _router(logits):
+    weights, chosen = torch.topk(torch.softmax(logits, -1), 2)
+    return weights / weights.sum(-1, keepdim=True), chosen
+
+
+def _reference(fn, inputs):
+    with torch.no_grad():
+        return outputs_of(run_eager(Fn(fn), inputs))
+
+
+def _lowered(fn, inputs):
+    graph = capture(Fn(fn).eval(), inputs, name="t")
+    return graph, lower(graph)
+
+
+def _assert_same(got, want):
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if w.dtype.is_floating_point:
+            assert_matches(np.asarray(g), w, f"output {i}")
+        else:                                    # positions: exactly
+            np.testing.assert_array_equal(np.asarray(g), w.numpy(), err_msg=f"output {i}")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_topk_tensor_ir_matches_the_reference(name):
+    fn, inputs = CASES[name]
+    graph, program = _lowered(fn, inputs)
+    got = run_tensor(program, {p.name: v for p, v in zip(graph.inputs, inputs)})
+    _assert_same(got, _reference(fn, inputs))
+
+
+def _workload(name):
+    fn, inputs = CASES[name]
+    return Workload(name, Fn(fn).eval(), tuple(inputs), source=name, origin="<test>")
+
+
+@pytest.mark.parametrize("name", ["awkward", "awkward_smallest", "int_extremes", "router",
+                                  "dim0"])
+def test_topk_loop_ir_matches_the_reference(name):
+    w = _workload(name)
+    stages = compile_to(w, "loop")
+    got = run_loop(stages["loop"], program_inputs(stages["torch"], w.inputs))
+    _assert_same(got, _reference(CASES[name][0], w.inputs))
+
+
+@pytest.mark.parametrize("name", ["awkward", "awkward_smallest", "int_extremes", "router",
+                                  "bf16"])
+def test_topk_emitted_cuda_matches_the_reference(name):
+    w = _workload(name)
+    stages = compile_to(w, "cuda")
+    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+    assert report is not None, failed.log[-2000:]
+    assert report.ok, report.outputs
+    assert any(o.dtype.value == "i64" and o.atol == 0 for o in report.outputs)
+
+
+def test_reference_breaks_ties_lowest_position_first():
+    x = torch.tensor([[1., 3., 3., 2., 3., NAN, NAN]])
+    values, indices = run_eager(lambda t: torch.topk(t, 5), (x,))
+    assert indices.tolist() == [[5, 6, 1, 2, 4]]
+    assert torch.equal(values[:, 2:], torch.tensor([[3., 3., 3.]]))
+    values, indices = stable_topk(x, 3, largest=False)
+    assert indices.tolist() == [[0, 3, 1]] and values.tolist() == [[1., 2., 3.]]
+
+
+@pytest.mark.parametrize("call, message", [
+    ("torch.topk(x, 0)", "k=0 selects nothing"),
+    ("torch.topk(y, 33)", "at most 32"),
+    ("torch.topk(x > 0, 2)", "bool"),
+])
+def test_topk_refusals_say_why(call, message):
+    def fn(x, y):
+        return eval(call)
+
+    with pytest.raises(UnsupportedOp, match="topk") as e:
+        _lowered(fn, [torch.randn(4, 8), torch.randn(2, 40)])
+    assert message in str(e.value)
