@@ -1,5 +1,5 @@
 """Random torch programs through the whole compiler: each one a `-c` expression (elementwise
-ops with broadcasting, reductions, norms, softmax, scans, layout ops, gathers and embeddings,
+ops with broadcasting, reductions, top-k, norms, softmax, scans, layout ops, gathers and embeddings,
 matrix products, SwiGLU-like pairs of products and rotations of one, attention,
 convolutions), compiled with its default rows and with sampled
 legal rows of each kernel, and checked on the CPU emulator against PyTorch (CPU only: g++ and
@@ -159,7 +159,13 @@ class Gen:
             fewer = [f for f in fewer if "keepdim" in f[0]]   # keep the result a tensor
         if x.shape[d] == 1:
             fewer = [f for f in fewer if "var" not in f[0]]   # no NaN from one sample
-        f, shape = self.rng.choice(same + fewer)
+        k = self.rng.randint(1, min(x.shape[d], 5))
+        top = x.shape[:d] + (k,) + x.shape[d + 1:]
+        # the k largest (smallest) values (not their positions: values a rounding apart may
+        # rank otherwise in eager, and positions read on compare exactly)
+        picks = [(f"torch.topk({{}}, {k}, {{}}).values", top),
+                 (f"{{}}.topk({k}, {{}}, largest=False).values", top)]
+        f, shape = self.rng.choice(same + fewer + picks)
         return Node(f.format(x.code, d), shape)
 
     def norm(self, x: Node) -> Node:

@@ -7,11 +7,10 @@ which one a program picks is not the program's error. The reference therefore
 - records, while the model runs (`recording`), each selection's source tensor, so that an
   output that is such a selection's positions can be checked by what it points at
   (`positions_agree`): a position is right when it is in range, and the value it picks is the
-  value the reference's position picks within the relative tolerance of the least precise
-  floating type the values went through (the source's, or the model's own: bf16 logits make
-  float32 probabilities a bf16 rounding apart), measured against that value plus the rms of
-  its row (a product's rounding scales with its terms, not its result); topk takes no position
-  twice.
+  value the reference's position picks within `position_rtol` of the least precise floating
+  type the values went through (the source's, or the model's own: bf16 logits make float32
+  probabilities a bf16 rounding apart), relative to that value plus the rms of its row (a
+  product's rounding scales with its terms, not its result); topk takes no position twice.
 """
 
 from __future__ import annotations
@@ -140,6 +139,14 @@ def least_precise(dtypes) -> DType | None:
         (found[0] if found else None)
 
 
+def position_rtol(dtype: DType) -> float:
+    """How far apart, relatively, two values may be and still rank either way: two units in
+    the last place of a 16-bit type (its rounding decides the order of values closer than
+    that), the output tolerance of f32 and f64 (where accumulation order, not the final
+    rounding, moves a value), 0 for integers."""
+    return {DType.BF16: 2.0 ** -6, DType.F16: 2.0 ** -9}.get(dtype, tolerance(dtype)[1])
+
+
 def model_dtype(model, args) -> DType | None:
     """The least precise floating type of the model's parameters and tensor arguments."""
     import torch
@@ -150,7 +157,7 @@ def model_dtype(model, args) -> DType | None:
 
 def positions_agree(got, ref, sel: Selection):
     """Per element of `ref` (the reference's positions): (does `got` pick a value equal to the
-    one `ref` picks, within sel.dtype's relative tolerance of |wanted| + the rms of the row,
+    one `ref` picks, within position_rtol(sel.dtype) of |wanted| + the rms of the row,
     and, for topk, no position twice; |picked - wanted|, inf out of range). Two tensors shaped
     like `ref`."""
     import torch
@@ -170,7 +177,7 @@ def positions_agree(got, ref, sel: Selection):
     inside = (g >= 0) & (g < n)
     picked = src.gather(dim, g.clamp(0, n - 1))
     want = src.gather(dim, r)
-    rtol = tolerance(sel.dtype)[1]
+    rtol = position_rtol(sel.dtype)
     same = (picked == want) | (torch.isnan(picked) & torch.isnan(want))
     gap = torch.where(same, 0.0, (picked - want).abs())
     gap = torch.where(inside & ~torch.isnan(gap), gap, float("inf"))

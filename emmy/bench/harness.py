@@ -348,10 +348,10 @@ def _by_picked_values(name: str, dtype: DType, got, expected, selection) -> Outp
     the value the reference's picks, within the tolerance of the selection's source dtype."""
     import torch
 
-    from emmy.selections import positions_agree
+    from emmy.selections import position_rtol, positions_agree
 
     ok, gap = positions_agree(got, expected, selection)
-    rtol = tolerance(selection.dtype)[1]
+    rtol = position_rtol(selection.dtype)
     bad_mask = ~ok
     bad = int(bad_mask.sum())
     max_abs = float(gap.max()) if gap.numel() else 0.0

@@ -230,3 +230,17 @@ def test_gpu_mla_attention_passes_the_harness(row):
                   "torch.randn(1, 16, 512, 192).half(), torch.randn(1, 16, 512, 128).half(), "
                   "is_causal=True)")
     _passes_the_gpu_harness(w, "", row)
+
+
+@pytest.mark.gpu
+def test_gpu_moe_router_passes_the_harness():
+    """DeepSeek-V3's router shape: a bf16 gate projection over 256 experts, softmax in f32,
+    the top 8 (positions checked by the values they pick, against float64 on the GPU)."""
+    from emmy.bench.harness import check_program
+    from emmy.frontend.workload import load_file
+
+    w = load_file("examples/moe_router.py", (("tokens", 4096), ("hidden", 7168),
+                                              ("experts", 256), ("top_k", 8)))
+    stages = compile_to(w, "cuda")
+    result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
+    assert result.verdict == "ok" and len(result.cases) == 6, result
