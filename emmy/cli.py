@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 a check failed, 2 bad input.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -75,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="only the workloads whose name starts with NAME (repeatable)")
 
     sub.add_parser("ops", help="list the torch ops the compiler supports")
+
+    cache = sub.add_parser("cache", help="the compile cache: its size, pruning, clearing")
+    what = cache.add_mutually_exclusive_group()
+    what.add_argument("--prune", action="store_true",
+                      help="remove the least recently used artifacts down to the limit now")
+    what.add_argument("--clear", action="store_true",
+                      help="remove every artifact (the schedule database stays)")
+    cache.add_argument("--max-mb", type=float, metavar="MB",
+                       help="the limit --prune holds to (default: $EMMY_CACHE_MAX_MB or 2048)")
     return parser
 
 
@@ -313,8 +323,34 @@ def cmd_ops(args) -> int:
     return EXIT_OK
 
 
+def cmd_cache(args) -> int:
+    from emmy.cuda import cache
+
+    if args.max_mb is not None and not (args.prune and args.max_mb > 0):
+        raise UserError("--max-mb is the limit --prune holds to: give --prune and a number of "
+                        "megabytes above 0")
+    limit = int(args.max_mb * (1 << 20)) if args.max_mb is not None else cache.max_bytes()
+    root = cache.cache_root()
+    if args.clear or args.prune:
+        removed, freed = cache.clear() if args.clear else cache.prune(limit)
+        print(f"removed {removed} artifact(s), {freed / (1 << 20):.1f} MB")
+    found = cache.entries()
+    where = f"${cache.CACHE_ENV}" if os.environ.get(cache.CACHE_ENV) else "default"
+    print(f"cache: {root} ({where})")
+    for kind in sorted({e.kind for e in found}):
+        mine = [e for e in found if e.kind == kind]
+        print(f"  {kind:<10} {len(mine):6d} artifact(s) {sum(e.bytes for e in mine) / (1 << 20):9.1f} MB")
+    total = sum(e.bytes for e in found) / (1 << 20)
+    cap = "no limit" if limit is None else f"limit {limit / (1 << 20):.0f} MB"
+    print(f"  {'total':<10} {len(found):6d} artifact(s) {total:9.1f} MB  ({cap}, "
+          f"${cache.MAX_ENV})")
+    print("over the limit, the least recently used artifacts go (checked at most hourly, none "
+          "used in the last 10 minutes); the schedule database stays")
+    return EXIT_OK
+
+
 COMMANDS = {"compile": cmd_compile, "run": cmd_run, "space": cmd_space, "bench": cmd_bench,
-            "ops": cmd_ops}
+            "ops": cmd_ops, "cache": cmd_cache}
 
 
 def quiet_stdout() -> None:

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from emmy.cuda.cache import (EMULATE_DIR, INCLUDE_DIR, DiskCache, content_key, folder_hash,
-                             include_hash)
+                             include_hash, mark_used, maybe_prune)
 
 CXX = os.environ.get("CXX", "g++")
 CXX_FLAGS = ("-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing")
@@ -124,6 +124,7 @@ def build(source: str, kernel_name: str) -> Build:
                       folder_hash(EMULATE_DIR), include_hash())
     final = _CACHE.path(key)
     if final.exists():
+        mark_used(final)
         return Build(final, "", 0.0, cached=True)
     runtime, log = runtime_object()
     if runtime is None:
@@ -140,6 +141,7 @@ def build(source: str, kernel_name: str) -> Build:
         out.unlink(missing_ok=True)
         return Build(None, _failure(proc), seconds, cached=False)
     os.replace(out, final)
+    maybe_prune()
     return Build(final, proc.stderr, seconds, cached=False)
 
 
@@ -168,6 +170,7 @@ def _prebuilt(name: str, args: Sequence[str],
     folder = _CACHE.folder / "prebuilt" / key[:32]
     target = folder / name
     if target.exists():
+        mark_used(target)
         return target, ""
     if target in _FAILED:
         return None, _FAILED[target]
