@@ -141,10 +141,15 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
     # a whole decoder layer against eager and torch.compile: Llama-3-8B's sizes (width 4096, 32
     # query heads, 8 key/value heads, feed-forward 14336) over 2048 tokens, bf16; twelve kernels
     # (examples/llama_block.py), timed together
+    # and DeepSeek-V3's mixture-of-experts router over 4096 tokens: a bf16 gate projection
+    # (7168 -> 256 experts), softmax in f32, the top 8, weights renormalized (two kernels)
     "block": (WorkloadSpec("llama layer", "llama_block",
                            (("batch_size", 1), ("seq_len", 2048), ("dim", 4096), ("n_heads", 32),
                             ("n_kv_heads", 8), ("hidden", 14336), ("dtype", "bfloat16")),
-                           "bf16", "1x2048x4096 ffn 14336"),),
+                           "bf16", "1x2048x4096 ffn 14336"),
+              WorkloadSpec("moe router", "moe_router",
+                           (("tokens", 4096), ("hidden", 7168), ("experts", 256), ("top_k", 8)),
+                           "bf16", "4096x7168 -> 256 experts, top 8")),
 }
 
 

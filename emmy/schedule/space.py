@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from emmy.schedule import decisions as dec
 from emmy.schedule.facts import Facts, facts
@@ -41,6 +41,8 @@ _PREFERRED = {"WORK": ("block:256", "warp:4", "thread:256"), "TILE": ("v4x1", "v
               "REDUCE": ("shuffle", "serial"), "STAGE": ("direct",), "PLACE": ("fuse",)}
 SHORT_LANES = 8
 SPLIT_GAIN = 0.9        # a template's default splits its reduction for a tenth less time
+FILL_MIN_S = 20e-6      # a product's default takes smaller tiles only past this (modeled)
+CHAINED_REDUCES = 3     # a row kernel with more reductions a job has its WORK chosen by the model
 _APPLY = {"WORK": "work", "TILE": "tile", "REDUCE": "reduce", "STAGE": "stage", "PLACE": "cut"}
 _READ = {"WORK": dec.read_work, "TILE": dec.read_tile, "REDUCE": dec.read_reduce,
          "STAGE": dec.read_stage, "PLACE": lambda v: v == "cut"}
@@ -217,7 +219,10 @@ class Space:
         convolution into a linear layer) is cut: fused, every output of the second half would
         recompute the first half (a hundredfold and more), which the cut stores once.
         A template's reduction (a product's K, attention's keys) is split where its blocks are
-        fewer than the SMs and the cost model gives that a tenth less time (_cheapest_reduce)."""
+        fewer than the SMs and the cost model gives that a tenth less time (_cheapest_reduce);
+        a product whose blocks are still too few takes a smaller tile on the same terms
+        (_fill_the_gpu), and a row kernel chaining many reductions the WORK the model prefers
+        (_fewest_waits)."""
         return self._default
 
     @cached_property
@@ -228,26 +233,40 @@ class Space:
             cut = make_row({k: values[k] for k in self.keys})
             if not self.check(cut):
                 return cut
-        def walk(i: int, ctx, chosen: dict[str, str]) -> Row | None:
-            if i == len(self.keys):
-                return make_row(chosen)
-            key = self.keys[i]
-            options = dict(self.options(key, ctx))
-            order = [v for v in self._preferences(key, ctx) if v in options]
-            order += [v for v in options if v not in order]
-            for value in order:
-                row = walk(i + 1, options[value], {**chosen, key: value})
-                if row is not None:
-                    return row
-            return None
-        row = walk(0, self._ctx(), {})
+        row = self._preferred_row()
         if row is None:
             raise AssertionError(f"kernel {self.kernel.name}: no legal row")
         if self.template and self.facts.chain and row.get("PLACE") == "fuse":
             return self._fuse_or_cut(row)
         if self.template and "REDUCE" in self.keys:
-            return self._cheapest_reduce(row)
+            row = self._cheapest_reduce(row)
+        if self.kernel.kind is KernelKind.CONTRACT:
+            row = self._fill_the_gpu(row)
+        if not self.template and self.facts.fold_kinds.count(FoldKind.REDUCE) > CHAINED_REDUCES:
+            row = self._fewest_waits(row)
         return row
+
+    def _preferred_row(self, fixed: Mapping[str, str] | None = None) -> Row | None:
+        """The first legal row in preference order (depth first, so a late key can send an
+        earlier back) whose values at the keys of `fixed` are those; None when there is none."""
+        fixed = fixed or {}
+
+        def walk(i: int, ctx, chosen: dict[str, str]) -> Row | None:
+            if i == len(self.keys):
+                return make_row(chosen)
+            key = self.keys[i]
+            options = dict(self.options(key, ctx))
+            if key in fixed:
+                order = [fixed[key]] if fixed[key] in options else []
+            else:
+                order = [v for v in self._preferences(key, ctx) if v in options]
+                order += [v for v in options if v not in order]
+            for value in order:
+                row = walk(i + 1, options[value], {**chosen, key: value})
+                if row is not None:
+                    return row
+            return None
+        return walk(0, self._ctx(), {})
 
     def _estimate(self, row: Row):
         from emmy.runtime.costmodel.api import estimate_kernel
@@ -284,6 +303,53 @@ class Space:
         best = next(r for r in options if seconds[r] <= 1.05 * min(seconds.values()))
         return best if seconds[best] < SPLIT_GAIN * serial.seconds else row
 
+    def _fill_the_gpu(self, row: Row) -> Row:
+        """A matrix product's `row`, or, where its blocks are still fewer than the SMs and it
+        takes long enough to matter (FILL_MIN_S, modeled), the row with a smaller tile of the
+        same instruction and k step (its warps as preferred; the same reduction, staging and
+        raster) that the cost model (no NVRTC) gives at least a tenth less time: the preferred
+        largest tile leaves most SMs idle on a skinny product (a router's 4,096 x 256 x
+        7,168: 32 tiles of 128 x 256 on 132 SMs) where wgmma cannot split K. Among rows
+        within 5% of the fastest, the largest tile."""
+        serial = self._estimate(row)
+        if max(e.grid for e in serial.launches) >= self.target.sm_count or \
+                serial.seconds < FILL_MIN_S:
+            return row
+        inst, dims = row["TILE"].split(":")
+        bm, bn, bk = (int(d) for d in dims.split("x")[:3])
+        fixed = {k: row[k] for k in ("REDUCE", "STAGE", "RASTER") if k in self.keys}
+        options = {}
+        for tile in self.grammar["TILE"]:
+            t_inst, t_dims = tile.split(":")
+            m, n, k = (int(d) for d in t_dims.split("x")[:3])
+            if t_inst == inst and k == bk and m * n < bm * bn and m <= bm and n <= bn:
+                found = self._preferred_row({**fixed, "TILE": tile})
+                if found is not None:
+                    options[found] = None
+        if not options:
+            return row
+        seconds = {r: self._seconds(r) for r in options}
+        near = [r for r in options if seconds[r] <= 1.05 * min(seconds.values())]
+        best = max(near, key=lambda r: _tile_area(r["TILE"]))
+        return best if seconds[best] < SPLIT_GAIN * serial.seconds else row
+
+    def _fewest_waits(self, row: Row) -> Row:
+        """A row kernel's `row`, or, where each job chains many reductions (a top-k's two a
+        round), the row with other WORK (the rest as preferred) that the cost model (no NVRTC)
+        gives at least a tenth less time: every reduction across a block waits on barriers,
+        and one after another they make a block per row wait out most of its time, where a
+        warp per row exchanges by shuffles alone."""
+        options = {}
+        for work in self.grammar["WORK"]:
+            found = self._preferred_row({"WORK": work})
+            if found is not None and found != row:
+                options[found] = None
+        if not options:
+            return row
+        seconds = {r: self._seconds(r) for r in options}
+        best = min(options, key=seconds.__getitem__)
+        return best if seconds[best] < SPLIT_GAIN * self._seconds(row) else row
+
     def _fuse_or_cut(self, fused: Row) -> Row:
         """A chain a template tiles is fused unless the cost model says the cut is faster: fused,
         each row block computes its slice of the intermediate again for every column tile of
@@ -292,3 +358,9 @@ class Space:
         compute the 14,336-wide intermediate 64 times)."""
         cut = next((r for r in self.rows() if r.get("PLACE") == "cut"), None)
         return cut if cut is not None and self._faster(cut, fused) else fused
+
+
+def _tile_area(tile: str) -> int:
+    """bm * bn of a product's TILE value (inst:BMxBNxBK)."""
+    dims = tile.split(":")[1].split("x")
+    return int(dims[0]) * int(dims[1])

@@ -54,6 +54,7 @@ def test_the_command_line_offers_every_suite():
     ("embedding", (("batch_size", 2), ("seq_len", 8), ("vocab", 50), ("hidden", 16))),
     ("llama_block", (("batch_size", 1), ("seq_len", 8), ("dim", 64), ("n_heads", 4),
                      ("n_kv_heads", 2), ("hidden", 96), ("dtype", "bfloat16"))),
+    ("moe_router", (("tokens", 8), ("hidden", 32), ("experts", 16), ("top_k", 4))),
 ])
 def test_every_suite_workload_loads_and_casts(example, sets):
     """The suite's files and size constants exist; the bf16 cast reaches model and inputs."""

@@ -262,3 +262,52 @@ def test_a_template_default_splits_its_reduction_where_the_model_says_so():
     assert (estimate_kernel(k, row, SM90, nvrtc=False).seconds
             < 0.9 * estimate_kernel(k, serial, SM90, nvrtc=False).seconds)
     assert default(4096)[1]["REDUCE"] == "serial"
+
+
+def test_a_skinny_product_default_takes_tiles_that_fill_the_gpu():
+    """A router's gate: 4,096 tokens x 7,168 -> 256 experts, bf16. wgmma's preferred 128 x 256
+    tile makes 32 blocks on 132 SMs, and wgmma does not split K: the default takes a smaller
+    wgmma tile of the same k step and staging, at least 64 blocks, for more than a tenth less
+    modeled time. A square 4,096^3 product fills the GPU and keeps the preferred tile; so does
+    a product too small for its time to matter."""
+    from emmy.runtime.costmodel.api import estimate_kernel
+
+    def default(expr: str):
+        (k,) = compile_to(load_expr(expr), "tile")["tile"].program.kernels
+        return k, Space(k, SM90).default()
+
+    k, row = default("torch.randn(4096, 7168).bfloat16() @ torch.randn(7168, 256).bfloat16()")
+    tile = row["TILE"]
+    assert tile.startswith("wgmma:") and tile.endswith("x64") and tile != "wgmma:128x256x64"
+    m, n = (int(d) for d in tile.split(":")[1].split("x")[:2])
+    assert (4096 // m) * (256 // n) >= 64 and row["STAGE"] == "tma:4", row
+    preferred = Space(k, SM90)._preferred_row()
+    assert preferred["TILE"] == "wgmma:128x256x64"
+    assert (estimate_kernel(k, row, SM90, nvrtc=False).seconds
+            < 0.9 * estimate_kernel(k, preferred, SM90, nvrtc=False).seconds)
+    for other in ("torch.randn(4096, 4096).half() @ torch.randn(4096, 4096).half()",
+                  "torch.randn(64, 512).half() @ torch.randn(512, 256).half()"):
+        k, row = default(other)
+        sp = Space(k, SM90)
+        assert row == sp._cheapest_reduce(sp._preferred_row()), other
+    assert default("torch.randn(4096, 4096).half() @ torch.randn(4096, 4096).half()")[1][
+        "TILE"] == "wgmma:128x256x64"
+
+
+def test_a_row_kernel_chaining_many_reductions_takes_the_work_the_model_prefers():
+    """Top 8 of 256 per row is sixteen reductions a row, one after another: a block per row
+    (the preferred WORK for a 256-wide row) waits on barriers between them; the default takes
+    the WORK the cost model gives at least a tenth less time. Softmax's two reductions keep the
+    preferred WORK."""
+    from emmy.runtime.costmodel.api import estimate_kernel
+
+    w = load_expr("torch.topk(torch.randn(4096, 256), 8).values")
+    (k,) = compile_to(w, "tile")["tile"].program.kernels
+    sp = Space(k, SM90)
+    row, preferred = sp.default(), sp._preferred_row()
+    assert preferred["WORK"] == "block:256" and row["WORK"] != "block:256"
+    assert (estimate_kernel(k, row, SM90, nvrtc=False).seconds
+            < 0.9 * estimate_kernel(k, preferred, SM90, nvrtc=False).seconds)
+    (soft,) = compile_to(load_expr("torch.softmax(torch.randn(4096, 256), -1)"),
+                         "tile")["tile"].program.kernels
+    assert Space(soft, SM90).default() == Space(soft, SM90)._preferred_row()
