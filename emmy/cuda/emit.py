@@ -13,7 +13,7 @@ from emmy.tensor_ir.ir import ReduceOp
 _INFIX = {"add": "+", "sub": "-", "multiply": "*", "divide": "/", "lt": "<", "le": "<=",
           "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 _FUNCS = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "floor",
-          "ceil", "sigmoid", "reciprocal", "abs", "sign", "maximum", "minimum", "pow",
+          "ceil", "round", "sigmoid", "reciprocal", "abs", "sign", "maximum", "minimum", "pow",
           "fast_exp", "fast_sigmoid"}   # emmy/kernel_ir/fastmath.py
 _OPS = {ReduceOp.SUM: "EmSum", ReduceOp.PROD: "EmProd", ReduceOp.MAX: "EmMax",
         ReduceOp.MIN: "EmMin"}

@@ -200,7 +200,7 @@ def scalar(fn: Fn, s: Item, suffix: str, env: dict[str, Lin], *, lane0_stores: b
 # is rounded only where it is stored (a difference within the dtype's tolerance), but here
 # one rounding step can move the result by a whole unit (an index, a mask).
 _STEPS = frozenset({EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE, EwOp.FLOOR,
-                    EwOp.CEIL, EwOp.SIGN})
+                    EwOp.CEIL, EwOp.ROUND, EwOp.SIGN})
 
 
 def _rounded(fn: Fn, a, text: str) -> str:

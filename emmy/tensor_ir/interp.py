@@ -79,7 +79,9 @@ def _input(d: Input, program: Program, inputs) -> np.ndarray:
 
 
 def _elementwise(d: Elementwise, env) -> np.ndarray:
-    args = [env[a] if isinstance(a, str) else np.asarray(a.value, dtype=to_numpy(a.dtype))
+    # a literal in its type's compute type, as torch applies a Python scalar to f16 (3.7, not
+    # f16's 3.699)
+    args = [env[a] if isinstance(a, str) else np.asarray(a.value, dtype=to_numpy(a.dtype.compute))
             for a in d.args]
     args = [a.astype(np.float32) if a.dtype == np.float16 else a for a in args]  # f16 computes in f32
     out = UFUNC[d.op](*args)

@@ -17,7 +17,7 @@ UFUNC = {
     EwOp.RSQRT: lambda x: 1 / np.sqrt(x), EwOp.SIN: np.sin, EwOp.COS: np.cos,
     EwOp.TANH: np.tanh, EwOp.SIGMOID: lambda x: 1 / (1 + np.exp(-x)),
     EwOp.ERF: lambda x: _ERF(x).astype(np.asarray(x).dtype),
-    EwOp.FLOOR: np.floor, EwOp.CEIL: np.ceil, EwOp.SIGN: np.sign,
+    EwOp.FLOOR: np.floor, EwOp.CEIL: np.ceil, EwOp.ROUND: np.rint, EwOp.SIGN: lambda x: _sign(x),
     EwOp.RECIPROCAL: lambda x: 1 / x, EwOp.NOT: np.logical_not,
     EwOp.ADD: np.add, EwOp.SUB: np.subtract, EwOp.MUL: np.multiply, EwOp.DIV: np.divide,
     EwOp.POW: np.power, EwOp.MAX: np.maximum, EwOp.MIN: np.minimum,
@@ -25,6 +25,13 @@ UFUNC = {
     EwOp.EQ: np.equal, EwOp.NE: np.not_equal, EwOp.AND: np.logical_and, EwOp.OR: np.logical_or,
     EwOp.WHERE: np.where,
 }
+
+def _sign(x):
+    """(x > 0) - (x < 0), as torch.sign and the CUDA helper compute it: 0 for NaN (numpy's
+    sign gives NaN)."""
+    x = np.asarray(x)
+    return np.where(x != x, np.zeros_like(x), np.sign(x)) if x.dtype.kind == "f" else np.sign(x)
+
 
 REDUCE = {ReduceOp.SUM: np.sum, ReduceOp.PROD: np.prod, ReduceOp.MAX: np.max,
            ReduceOp.MIN: np.min, ReduceOp.ARGMAX: np.max, ReduceOp.ARGMIN: np.min}

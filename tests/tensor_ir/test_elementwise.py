@@ -124,3 +124,68 @@ def test_prelu(check):
 def test_integer_arithmetic_stays_integral(check):
     program = check(lambda x: x * 3 + 1, torch.arange(12).reshape(3, 4))
     assert str(program.get(program.outputs[0]).type) == "i64[3,4]"
+
+
+INF, NAN = float("inf"), float("nan")
+# halves both ways, whole numbers past 2^23, the non-finite
+EDGES = torch.cat([torch.arange(-12, 13) * 0.5, torch.tensor(
+    [2.0 ** 23 + 1, -(2.0 ** 23) - 3, 2.0 ** 22 + 0.5, 1e30, INF, -INF, NAN, -0.0, 0.49999997])])
+
+ROUNDING = {
+    "round": (torch.round, [EDGES]),
+    "round_random": (torch.round, [torch.randn(64) * 10]),
+    "round_f16": (torch.round, [(torch.randn(64) * 20).half()]),
+    "round_bf16": (torch.round, [(EDGES[:-6] * 3).bfloat16()]),
+    "round_computed_f16": (lambda x: torch.round(x * 3.7), [(torch.randn(256) * 8).half()]),
+    "round_decimals": (lambda x: torch.round(x, decimals=2), [torch.randn(64) * 3]),
+    "round_negative_decimals": (lambda x: torch.round(x, decimals=-1), [torch.randn(64) * 300]),
+    "round_int": (torch.round, [torch.arange(-5, 5)]),
+    "frac": (torch.frac, [torch.cat([EDGES[:25] * 1.3, torch.randn(16) * 5])]),
+    "lerp_low": (lambda x, y: torch.lerp(x, y, 0.3), [torch.randn(X), torch.randn(X)]),
+    "lerp_high": (lambda x, y: torch.lerp(x, y, -0.7), [torch.randn(X), torch.randn(X)]),
+    "lerp_tensor": (torch.lerp, [torch.randn(X), torch.randn(X),
+                                 torch.tensor([-1.0, -0.5, 0.0, 0.5, 0.49, 1.5])]),
+    "lerp_f16": (lambda x, y: torch.lerp(x, y, 0.8), [torch.randn(X).half(),
+                                                       torch.randn(X).half()]),
+    "addcmul": (lambda x, y: torch.addcmul(x, y, x, value=0.5), [torch.randn(X), torch.randn(X)]),
+    "addcdiv": (lambda x, y: torch.addcdiv(x, x, y.abs() + 1, value=-2),
+                [torch.randn(X), torch.randn(X)]),
+    "nan_to_num": (torch.nan_to_num, [EDGES]),
+    "nan_to_num_given": (lambda x: torch.nan_to_num(x, nan=1.5, posinf=9.0, neginf=-9.0),
+                         [EDGES]),
+    "nan_to_num_f16": (torch.nan_to_num, [EDGES.half()]),
+    "logit": (torch.logit, [torch.rand(32) * 0.98 + 0.01]),
+    "logit_eps": (lambda x: torch.logit(x, eps=1e-3), [torch.cat([torch.rand(16),
+                                                                  torch.tensor([0.0, 1.0])])]),
+    "logaddexp": (torch.logaddexp, [torch.tensor([INF, -INF, -INF, 3.0, 1e3, NAN, 0.0]),
+                                    torch.tensor([INF, -INF, 2.0, INF, -1e3, 1.0, 0.0])]),
+    "logaddexp_random": (torch.logaddexp, [torch.randn(X) * 5, torch.randn(X) * 5]),
+    "hypot": (torch.hypot, [torch.tensor([3.0, 1e30, 0.0, INF, NAN, -5.0, 1e-30]),
+                            torch.tensor([4.0, 1e30, 0.0, NAN, 2.0, 12.0, 1e-30])]),
+    "sgn": (torch.sgn, [EDGES]),
+}
+
+
+@pytest.mark.parametrize("name", ROUNDING)
+def test_rounding_and_composite_elementwise(check, name):
+    fn, inputs = ROUNDING[name]
+    check(fn, *inputs)
+
+
+@pytest.mark.parametrize("name", ["round", "round_f16", "round_bf16", "round_computed_f16",
+                                  "round_decimals", "frac", "lerp_tensor", "nan_to_num_f16",
+                                  "logaddexp", "hypot", "sgn", "logit_eps"])
+def test_rounding_and_composite_elementwise_as_emitted_cuda(name):
+    """The same through the whole pipeline: the emitted CUDA on the CPU emulator."""
+    from emmy.check import check_cuda_program
+    from emmy.frontend.workload import Workload
+    from emmy.pipeline import compile_to
+    from tests.tensor_ir.conftest import Fn
+
+    fn, inputs = ROUNDING[name]
+    w = Workload(name, Fn(fn).eval(), tuple(inputs), source=name, origin="<test>")
+    stages = compile_to(w, "cuda")
+    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+    assert report is not None, failed.log[-2000:]
+    assert report.ok and all(o.max_abs == 0 for o in report.outputs
+                             if name.startswith(("round", "frac", "sgn"))), report.outputs

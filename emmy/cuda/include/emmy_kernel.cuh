@@ -80,6 +80,7 @@ EM_UNARY(em_tanh, tanhf(x), tanh(x))
 EM_UNARY(em_erf, erff(x), erf(x))
 EM_UNARY(em_floor, floorf(x), floor(x))
 EM_UNARY(em_ceil, ceilf(x), ceil(x))
+EM_UNARY(em_round, rintf(x), rint(x))   // halves to even
 EM_UNARY(em_sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
 EM_UNARY(em_reciprocal, 1.0f / x, 1.0 / x)
 #undef EM_UNARY

@@ -21,7 +21,7 @@ UNARY = {
     "neg": E.NEG, "abs": E.ABS, "exp": E.EXP, "log": E.LOG, "log1p": E.LOG1P, "expm1": E.EXPM1,
     "sqrt": E.SQRT, "rsqrt": E.RSQRT, "sin": E.SIN, "cos": E.COS, "tanh": E.TANH,
     "sigmoid": E.SIGMOID, "erf": E.ERF, "floor": E.FLOOR, "ceil": E.CEIL, "sign": E.SIGN,
-    "reciprocal": E.RECIPROCAL,
+    "sgn": E.SIGN, "reciprocal": E.RECIPROCAL,
 }
 # ops whose integer inputs compute as floats (torch promotes them to the default float type)
 _FLOAT_ONLY = {E.EXP, E.LOG, E.LOG1P, E.EXPM1, E.SQRT, E.RSQRT, E.SIN, E.COS, E.TANH,
@@ -151,6 +151,104 @@ def trunc(b: Builder, x: str) -> str:
 @op("trunc")
 def lower_trunc(b, x):
     return trunc(b, x)
+
+
+@op("frac")
+def lower_frac(b, x):
+    return b.ew(E.SUB, x, trunc(b, x))
+
+
+@op("round")
+def lower_round(b, x):
+    """To the nearest integer, halves to even; integers as they are."""
+    return b.ew(E.ROUND, x) if b.dtype(x).is_float else x
+
+
+@op("round.decimals", opmath=True)
+def lower_round_decimals(b, x, *, decimals=0):
+    """torch's: rint(x * 10^d) / 10^d, or rint(x / 10^-d) * 10^-d for d < 0 (in f32 for
+    16-bit x)."""
+    if not b.dtype(x).is_float or decimals == 0:
+        return lower_round(b, x)
+    if decimals > 0:
+        scale = 10.0 ** decimals
+        return b.ew(E.DIV, b.ew(E.ROUND, b.ew(E.MUL, x, scale)), scale)
+    scale = 10.0 ** -decimals
+    return b.ew(E.MUL, b.ew(E.ROUND, b.ew(E.DIV, x, scale)), scale)
+
+
+@op("lerp.Scalar", "lerp.Tensor", opmath=True)
+def lower_lerp(b, start, end, weight):
+    """torch's two-sided form, exact at both ends: start + w (end - start) for w < 0.5, else
+    end - (end - start)(1 - w)."""
+    diff = b.ew(E.SUB, end, start)
+    low = b.ew(E.ADD, start, b.ew(E.MUL, weight, diff))
+    high = b.ew(E.SUB, end, b.ew(E.MUL, diff, b.ew(E.SUB, 1.0, weight)))
+    if not isinstance(weight, str):
+        return low if abs(weight) < 0.5 else high
+    return b.ew(E.WHERE, b.ew(E.LT, b.ew(E.ABS, weight), 0.5), low, high)
+
+
+@op("addcmul", opmath=True)
+def lower_addcmul(b, x, t1, t2, *, value=1):
+    return b.ew(E.ADD, x, b.ew(E.MUL, b.ew(E.MUL, t1, t2), value))
+
+
+@op("addcdiv", opmath=True)
+def lower_addcdiv(b, x, t1, t2, *, value=1):
+    return b.ew(E.ADD, x, b.ew(E.MUL, b.ew(E.DIV, t1, t2), value))
+
+
+@op("nan_to_num")
+def lower_nan_to_num(b, x, nan=0.0, posinf=None, neginf=None):
+    """NaN, +inf and -inf replaced (the infinities by the type's largest and lowest finite
+    values unless given); integers as they are."""
+    import torch
+
+    from emmy.dtypes import to_torch
+
+    dt = b.dtype(x)
+    if not dt.is_float:
+        return x
+    info = torch.finfo(to_torch(dt))
+    posinf = info.max if posinf is None else posinf
+    neginf = info.min if neginf is None else neginf
+    out = b.ew(E.WHERE, b.ew(E.EQ, x, float("inf")), posinf, x)
+    out = b.ew(E.WHERE, b.ew(E.EQ, x, float("-inf")), neginf, out)
+    return b.ew(E.WHERE, b.ew(E.NE, x, x), nan if nan is not None else 0.0, out)
+
+
+@op("logit", opmath=True)
+def lower_logit(b, x, eps=None):
+    """log(x / (1 - x)), x clamped to [eps, 1 - eps] when eps is given."""
+    x = to_float(b, x)
+    if eps is not None:
+        x = lower_clamp(b, x, eps, 1.0 - eps)
+    return b.ew(E.LOG, b.ew(E.DIV, x, b.ew(E.SUB, 1.0, x)))
+
+
+@op("logaddexp", opmath=True)
+def lower_logaddexp(b, x, y):
+    """log(e^x + e^y) = max + log1p(e^-|x - y|); where both are the same infinity, that
+    infinity (the difference would be NaN)."""
+    x, y = to_float(b, x), to_float(b, y)
+    top = b.ew(E.MAX, x, y)
+    sum_ = b.ew(E.ADD, top, b.ew(E.LOG1P, b.ew(E.EXP, b.ew(E.NEG, b.ew(E.ABS,
+                                                                        b.ew(E.SUB, x, y))))))
+    same_inf = b.ew(E.AND, b.ew(E.EQ, x, y), b.ew(E.EQ, b.ew(E.ABS, x), float("inf")))
+    return b.ew(E.WHERE, same_inf, x, sum_)
+
+
+@op("hypot", opmath=True)
+def lower_hypot(b, x, y):
+    """sqrt(x^2 + y^2) without overflow: big * sqrt(1 + (small / big)^2); inf where either is
+    infinite (even against NaN, as C's hypot), 0 where both are 0."""
+    ax, ay = b.ew(E.ABS, x), b.ew(E.ABS, y)
+    big, small = b.ew(E.MAX, ax, ay), b.ew(E.MIN, ax, ay)
+    ratio = b.ew(E.WHERE, b.ew(E.EQ, big, 0.0), 0.0, b.ew(E.DIV, small, big))
+    out = b.ew(E.MUL, big, b.ew(E.SQRT, b.ew(E.ADD, 1.0, b.ew(E.MUL, ratio, ratio))))
+    inf = b.ew(E.OR, b.ew(E.EQ, ax, float("inf")), b.ew(E.EQ, ay, float("inf")))
+    return b.ew(E.WHERE, inf, float("inf"), out)
 
 
 # exponent -> x**exponent without pow
