@@ -171,7 +171,10 @@ def scalar(fn: Fn, s: Item, suffix: str, env: dict[str, Lin], *, lane0_stores: b
             return [K.Let(name(s.dst), ctype(s.dtype), s.op.value, tuple(exact(a) for a in s.args))]
         case Compute():
             return [K.Let(name(s.dst), ctype(s.dtype), s.op.value, tuple(arg(a) for a in s.args))]
-        case CastTo() if not s.dtype.is_float:
+        case CastTo() if not s.dtype.is_float or s.dtype.itemsize > 2:
+            # to an integer (a step), or a 16-bit value read as f32/f64: its 16-bit value, as
+            # eager has it (`x.half().float()`, an op computing in f32 on a value a fused op
+            # before it gave as f16)
             return [K.Let(name(s.dst), ctype(s.dtype), "cast", (exact(s.arg),))]
         case CastTo():
             return [K.Let(name(s.dst), ctype(s.dtype), "cast", (name(s.arg),))]
@@ -197,8 +200,9 @@ def scalar(fn: Fn, s: Item, suffix: str, env: dict[str, Lin], *, lane0_stores: b
 # Ops whose result jumps where their operand crosses a threshold: comparisons, rounding to an
 # integer (and a cast to an integer or bool, in `scalar`). Their 16-bit operands are rounded
 # to their type first, as the program rounds them: elsewhere a 16-bit value computed in float
-# is rounded only where it is stored (a difference within the dtype's tolerance), but here
-# one rounding step can move the result by a whole unit (an index, a mask).
+# is rounded only where it is stored or read as a wider float (a difference within the
+# dtype's tolerance), but here one rounding step can move the result by a whole unit (an
+# index, a mask).
 _STEPS = frozenset({EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE, EwOp.FLOOR,
                     EwOp.CEIL, EwOp.ROUND, EwOp.SIGN})
 

@@ -163,6 +163,11 @@ ROUNDING = {
     "hypot": (torch.hypot, [torch.tensor([3.0, 1e30, 0.0, INF, NAN, -5.0, 1e-30]),
                             torch.tensor([4.0, 1e30, 0.0, NAN, 2.0, 12.0, 1e-30])]),
     "sgn": (torch.sgn, [EDGES]),
+    # a 16-bit value read as f32 is its 16-bit value (an explicit round trip, or an op computing
+    # in f32 on what a fused op before it gave as bf16)
+    "half_round_trip": (lambda x: (x * 3).half().float() * 1.5, [torch.randn(256)]),
+    "bf16_into_opmath": (lambda x: F.layer_norm((x * 3).bfloat16(), (64,)),
+                         [torch.randn(4, 64)]),
 }
 
 
@@ -174,7 +179,8 @@ def test_rounding_and_composite_elementwise(check, name):
 
 @pytest.mark.parametrize("name", ["round", "round_f16", "round_bf16", "round_computed_f16",
                                   "round_decimals", "frac", "lerp_tensor", "nan_to_num_f16",
-                                  "logaddexp", "hypot", "sgn", "logit_eps"])
+                                  "logaddexp", "hypot", "sgn", "logit_eps",
+                                  "half_round_trip", "bf16_into_opmath"])
 def test_rounding_and_composite_elementwise_as_emitted_cuda(name):
     """The same through the whole pipeline: the emitted CUDA on the CPU emulator."""
     from emmy.check import check_cuda_program
@@ -188,4 +194,4 @@ def test_rounding_and_composite_elementwise_as_emitted_cuda(name):
     report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
     assert report is not None, failed.log[-2000:]
     assert report.ok and all(o.max_abs == 0 for o in report.outputs
-                             if name.startswith(("round", "frac", "sgn"))), report.outputs
+                             if name.startswith(("round", "frac", "sgn", "half"))), report.outputs
