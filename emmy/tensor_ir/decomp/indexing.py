@@ -1,5 +1,7 @@
 """Reads at data-dependent positions: embedding, gather, index_select, take_along_dim and
-tensor indexing (`x[idx]`, `x[:, idx]`, `x[i, j]`), each one Gather.
+tensor indexing (`x[idx]`, `x[:, idx]`, `x[i, j]`), each one Gather; and writes at them with
+few positions a row (scatter, scatter_add, index_copy, index_add, index_fill), each a compare
+and select per position.
 
 Each index tensor is broadcast to the result's shape; `Builder.gather` wraps negative
 positions and clamps the rest into range (torch raises on an index out of range; a kernel
@@ -13,6 +15,7 @@ from emmy.symbolic import var
 from emmy.tensor_ir.builder import Builder, broadcast_shapes
 from emmy.tensor_ir.decomp.layout import axes, expand, norm_dim, reshape
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
+from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import axis_var, gather_var
 
 OPS: dict[str, Decomp] = {}
@@ -111,3 +114,106 @@ def lower_index(b, x, indices):
             spread = b.broadcast_to(indices[j], common)
             placed.append(b.index_map(spread, shape, b_axes))
     return b.gather(x, shape, where, placed)
+
+
+# ---- writes at data-dependent positions -------------------------------------------------------
+
+SCATTER_LIMIT = 32   # positions written per output row, each one compare and select (unrolled)
+
+
+def _written(b: Builder, x: str, dim: int, updates) -> str:
+    """x where, for each k, the elements along `dim` at position pos_k take value_k; `updates`
+    is a list of (pos_k, value_k, add): both broadcast over x's shape (pos_k is 1 along `dim`),
+    later ones written after earlier ones (the last write wins, as torch's CPU loop has it),
+    or added when `add`."""
+    pos = b.iota(b.shape(x), dim, DType.I64)
+    out = x
+    for at, value, add in updates:
+        hit = b.ew(E.EQ, pos, at)
+        out = b.ew(E.ADD, out, b.ew(E.WHERE, hit, value, 0)) if add else \
+            b.ew(E.WHERE, hit, value, out)
+    return b.cast(out, b.dtype(x))
+
+
+def _scatter(b: Builder, x: str, dim: int, index: str, src, add: bool) -> str:
+    """out = x, then for every position p of `index`: out[p with p[dim] = index[p]] = src[p]
+    (or += it). Written as one compare and select per position along `dim` (at most
+    SCATTER_LIMIT), with index's other extents those of x."""
+    idx = _positions(b, index)
+    rank = b.rank(x)
+    if rank == 0 or b.rank(idx) != rank:
+        raise Refused("scatter into a 0-d tensor, or an index of another rank than the tensor")
+    dim = norm_dim(dim, rank)
+    shape, ishape = b.shape(x), b.shape(idx)
+    if any(ishape[j] != shape[j] for j in range(rank) if j != dim):
+        raise Refused(f"an index of shape {ishape} into {shape}: emmy writes whole rows (the "
+                      f"index's extents besides dim {dim} those of the tensor)")
+    m = ishape[dim]
+    if m > SCATTER_LIMIT:
+        raise Refused(f"{m} positions along dim {dim}: scatter unrolls a compare and select "
+                      f"per position, at most {SCATTER_LIMIT}")
+    updates = []
+    for k in range(m):
+        at = [k if j == dim else var(axis_var(j)) for j in range(rank)]
+        one = b.index_map(idx, shape, at)
+        value = b.index_map(src, shape, at) if isinstance(src, str) else src
+        updates.append((b.cast(one, DType.I64), value, add))
+    return _written(b, x, dim, updates)
+
+
+@op("scatter.src", "scatter.value")
+def lower_scatter(b, x, dim, index, src):
+    return _scatter(b, x, dim, index, src, add=False)
+
+
+@op("scatter_add")
+def lower_scatter_add(b, x, dim, index, src):
+    return _scatter(b, x, dim, index, src, add=True)
+
+
+def _index_write(b: Builder, x: str, dim: int, index: str, source, add: bool, alpha=1,
+                 wrap: bool = False) -> str:
+    """index_copy / index_add / index_fill: slice k of `source` along dim (a scalar: the same
+    value) goes to position index[k] of x along dim (1-D index, at most SCATTER_LIMIT);
+    `wrap`: a negative position counts from the end (index_fill; the others refuse it in
+    eager)."""
+    idx = _positions(b, index)
+    rank = b.rank(x)
+    if b.rank(idx) > 1 or rank == 0:
+        raise Refused("a 1-D index into a tensor with at least one dimension")
+    dim = norm_dim(dim, rank)
+    m = b.shape(idx)[0] if b.rank(idx) else 1
+    if m > SCATTER_LIMIT:
+        raise Refused(f"{m} positions along dim {dim}: writes unroll a compare and select per "
+                      f"position, at most {SCATTER_LIMIT}")
+    shape = b.shape(x)
+    updates = []
+    for k in range(m):
+        one = b.index_map(idx, [1 if j == dim else n for j, n in enumerate(shape)],
+                          [k] if b.rank(idx) else [])
+        if isinstance(source, str):
+            at = [k if j == dim else var(axis_var(j)) for j in range(rank)]
+            value = b.index_map(source, shape, at)
+            value = b.ew(E.MUL, value, alpha) if alpha != 1 else value
+        else:
+            value = source
+        one = b.cast(one, DType.I64)
+        if wrap:
+            one = b.ew(E.WHERE, b.ew(E.LT, one, 0), b.ew(E.ADD, one, shape[dim]), one)
+        updates.append((one, value, add))
+    return _written(b, x, dim, updates)
+
+
+@op("index_copy")
+def lower_index_copy(b, x, dim, index, source):
+    return _index_write(b, x, dim, index, source, add=False)
+
+
+@op("index_add")
+def lower_index_add(b, x, dim, index, source, *, alpha=1):
+    return _index_write(b, x, dim, index, source, add=True, alpha=alpha)
+
+
+@op("index_fill.int_Scalar")
+def lower_index_fill(b, x, dim, index, value):
+    return _index_write(b, x, dim, index, value, add=False, wrap=True)

@@ -1,0 +1,99 @@
+"""Writes at data-dependent positions with few positions a row (scatter, scatter_add,
+index_copy, index_add, index_fill): against eager through the Tensor IR and Loop IR
+interpreters and the emitted CUDA on the CPU emulator."""
+
+import numpy as np
+import pytest
+import torch
+
+from emmy.check import check_cuda_program
+from emmy.errors import UnsupportedOp
+from emmy.frontend.workload import Workload
+from emmy.loop_ir import interp as loop_interp
+from emmy.loop_ir.lower import lower as lower_loops
+from emmy.pipeline import compile_to
+from emmy.tensor_ir.interp import run
+from emmy.tensor_ir.lower import lower
+from emmy.torch_ir.capture import capture
+from tests.tensor_ir.conftest import Fn, assert_matches
+
+
+def _top(x, k):
+    return torch.topk(x, k, dim=-1).indices
+
+
+CASES = {
+    # a top-k mask and a dense gate (an MoE router's): distinct positions per row
+    "scatter_value_mask": (lambda x: torch.zeros_like(x).scatter_(1, _top(x, 3), 1.0),
+                           lambda: (torch.randn(6, 16),)),
+    "scatter_src_gate": (lambda x: torch.zeros_like(x).scatter(1, _top(x, 2),
+                                                               torch.softmax(x, -1)[:, :2]),
+                         lambda: (torch.randn(5, 8),)),
+    # repeated positions: the last write wins (torch's CPU loop)
+    "scatter_repeated": (lambda x, i, s: x.scatter(1, i, s),
+                         lambda: (torch.randn(3, 5), torch.tensor([[1, 1], [0, 4], [2, 2]]),
+                                  torch.randn(3, 2))),
+    "scatter_dim0": (lambda x, i, s: torch.scatter(x, 0, i, s),
+                     lambda: (torch.randn(7, 4), torch.randint(0, 7, (3, 4)),
+                              torch.randn(5, 6))),
+    "scatter_add_repeated": (lambda x, i, s: x.scatter_add(1, i, s),
+                             lambda: (torch.randn(3, 6), torch.randint(0, 6, (3, 9)),
+                                      torch.randn(3, 9))),
+    "scatter_add_f16": (lambda x, i, s: x.scatter_add(-1, i, s),
+                        lambda: (torch.randn(4, 6).half(), torch.randint(0, 6, (4, 3)),
+                                 torch.randn(4, 3).half())),
+    "index_add": (lambda x, i, s: x.index_add(1, i, s, alpha=0.5),
+                  lambda: (torch.randn(2, 7, 3), torch.tensor([6, 0, 6, 2]),
+                           torch.randn(2, 4, 3))),
+    "index_copy": (lambda x, i, s: x.index_copy(0, i, s),
+                   lambda: (torch.randn(6, 4), torch.tensor([5, 1, 3]), torch.randn(3, 4))),
+    "index_fill_wraps": (lambda x, i: x.index_fill(1, i, -2.5),
+                         lambda: (torch.randn(3, 6), torch.tensor([-1, 2]))),
+}
+
+
+def _model_and_inputs(name):
+    torch.manual_seed(0)
+    fn, make = CASES[name]
+    return Fn(fn).eval(), make()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_tensor_and_loop_ir_match_eager(name):
+    model, inputs = _model_and_inputs(name)
+    graph = capture(model, inputs, name=name)
+    program = lower(graph)
+    bound = {p.name: v for p, v in zip(graph.inputs, inputs)}
+    bound |= dict(graph.values)
+    with torch.no_grad():
+        want = model(*inputs)
+    assert_matches(run(program, bound)[0], want, "Tensor IR")
+    got = loop_interp.run(lower_loops(program), bound)[0]
+    assert_matches(got.astype(np.float32) if want.dtype == torch.bfloat16 else got, want,
+                   "Loop IR")
+
+
+@pytest.mark.parametrize("name", ["scatter_value_mask", "scatter_src_gate", "scatter_repeated",
+                                  "scatter_add_f16", "index_add", "index_fill_wraps"])
+def test_emitted_cuda_matches_eager(name):
+    model, inputs = _model_and_inputs(name)
+    w = Workload(name, model, tuple(inputs), source=name, origin="<test>")
+    stages = compile_to(w, "cuda")
+    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+    assert report is not None, failed.log[-2000:]
+    assert report.ok, report.outputs
+
+
+@pytest.mark.parametrize("fn, inputs, message", [
+    (lambda x, i: x.scatter(1, i, 1.0), (torch.randn(4, 64), torch.randint(0, 64, (4, 40))),
+     "40 positions along dim 1: scatter unrolls a compare and select per position, at most 32"),
+    (lambda x, i: x.scatter(1, i, 1.0), (torch.randn(4, 8), torch.randint(0, 8, (2, 3))),
+     "emmy writes whole rows"),
+    (lambda x, i: x.index_add(0, i, torch.ones(40, 3)), (torch.randn(50, 3),
+                                                         torch.randint(0, 50, (40,))),
+     "at most 32"),
+])
+def test_refusals_say_why(fn, inputs, message):
+    with pytest.raises(UnsupportedOp, match="scatter|index_add") as e:
+        lower(capture(Fn(fn).eval(), inputs, name="t"))
+    assert message in str(e.value)
