@@ -163,6 +163,8 @@ ROUNDING = {
     "hypot": (torch.hypot, [torch.tensor([3.0, 1e30, 0.0, INF, NAN, -5.0, 1e-30]),
                             torch.tensor([4.0, 1e30, 0.0, NAN, 2.0, 12.0, 1e-30])]),
     "sgn": (torch.sgn, [EDGES]),
+    "linspace": (lambda x: x * torch.linspace(-1.5, 2.25, 7), [torch.randn(3, 7)]),
+    "linspace_even": (lambda x: x + torch.linspace(0, 1, 10), [torch.randn(10)]),
     # a 16-bit value read as f32 is its 16-bit value (an explicit round trip, or an op computing
     # in f32 on what a fused op before it gave as bf16)
     "half_round_trip": (lambda x: (x * 3).half().float() * 1.5, [torch.randn(256)]),
@@ -180,7 +182,7 @@ def test_rounding_and_composite_elementwise(check, name):
 @pytest.mark.parametrize("name", ["round", "round_f16", "round_bf16", "round_computed_f16",
                                   "round_decimals", "frac", "lerp_tensor", "nan_to_num_f16",
                                   "logaddexp", "hypot", "sgn", "logit_eps",
-                                  "half_round_trip", "bf16_into_opmath"])
+                                  "half_round_trip", "bf16_into_opmath", "linspace"])
 def test_rounding_and_composite_elementwise_as_emitted_cuda(name):
     """The same through the whole pipeline: the emitted CUDA on the CPU emulator."""
     from emmy.check import check_cuda_program

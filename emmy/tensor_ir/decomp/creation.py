@@ -97,6 +97,30 @@ def lower_arange(b, *bounds, dtype=None, **placement):
     return b.cast(b.ew(E.ADD, b.ew(E.MUL, positions, step), start), dtype)
 
 
+@op("linspace")
+def lower_linspace(b, start, end, steps, *, dtype=None, **placement):
+    """torch's CPU form: start + step * i in the first half, end - step * (steps - 1 - i) in
+    the second (each end exact), step = (end - start) / (steps - 1), in the result's float
+    type."""
+    dtype = dtype or DType.F32
+    if not dtype.is_float or not all(isinstance(v, (int, float)) for v in (start, end)):
+        raise Refused("linspace between two numbers into a float type (a tensor bound or an "
+                      "integer result is not supported)")
+    if steps < 1:
+        raise Refused(f"steps={steps}: an empty linspace")
+    if steps == 1:
+        return b.full((1,), start, dtype)
+    step = (float(end) - float(start)) / (steps - 1)
+    if dtype is not DType.F64:                  # in f32, as torch computes a float's step
+        import numpy as np
+
+        step = float((np.float32(end) - np.float32(start)) / np.float32(steps - 1))
+    i = b.iota((steps,), 0, dtype)
+    first = b.ew(E.ADD, b.ew(E.MUL, i, step), float(start))
+    second = b.ew(E.SUB, float(end), b.ew(E.MUL, b.ew(E.SUB, float(steps - 1), i), step))
+    return b.ew(E.WHERE, b.ew(E.LT, i, float(steps // 2)), first, second)
+
+
 def triangle(b: Builder, x: str, diagonal: int, keep: E) -> str:
     """Keep x[..., i, j] where (j - i) `keep` diagonal, zero elsewhere."""
     rank = b.rank(x)
