@@ -1,9 +1,11 @@
-"""Outputs that hold positions (topk, argmax, max over a dimension) as a reference sees them.
+"""Outputs that hold positions (topk, sort, argmax, max over a dimension) as a reference sees
+them.
 
 Positions are discrete: where two candidates hold equal values, or values a rounding apart,
 which one a program picks is not the program's error. The reference therefore
-- breaks exact ties as emmy's kernels do, lowest position first (torch.topk leaves their order
-  unspecified, and its CPU kernel returns them in any order): `stable_topk`;
+- breaks exact ties as emmy's kernels do, lowest position first (torch.topk and an unstable
+  sort leave their order unspecified, and topk's CPU kernel returns them in any order):
+  `stable_topk`, sorts with stable=True;
 - records, while the model runs (`recording`), each selection's source tensor, so that an
   output that is such a selection's positions can be checked by what it points at
   (`positions_agree`): a position is right when it is in range, and the value it picks is the
@@ -66,6 +68,7 @@ def _mode_class():
     from torch.overrides import TorchFunctionMode
 
     topk = (torch.topk, torch.Tensor.topk)
+    sort = (torch.sort, torch.Tensor.sort, torch.argsort, torch.Tensor.argsort)
     arg = (torch.argmax, torch.argmin, torch.Tensor.argmax, torch.Tensor.argmin)
     extreme = (torch.max, torch.min, torch.Tensor.max, torch.Tensor.min)
 
@@ -78,6 +81,11 @@ def _mode_class():
             kwargs = kwargs or {}
             if func in topk:
                 out = stable_topk(*args, **kwargs)
+            elif func in sort:
+                p = _bound(("input", "dim", "descending"), args, kwargs)
+                values, indices = torch.sort(p["input"], dim=p.get("dim", -1),
+                                             descending=bool(p.get("descending")), stable=True)
+                out = indices if func in sort[2:] else torch.return_types.sort((values, indices))
             else:
                 out = func(*args, **kwargs)
             if self.into is not None:
@@ -88,6 +96,10 @@ def _mode_class():
             if func in topk:
                 p = _bound(("input", "k", "dim"), args, kwargs)
                 found = (p["input"], p.get("dim", -1), True, True, out[1])
+            elif func in sort:
+                p = _bound(("input", "dim"), args, kwargs)
+                found = (p["input"], p.get("dim", -1), True, True,
+                         out if func in sort[2:] else out[1])
             elif func in arg:
                 p = _bound(("input", "dim", "keepdim"), args, kwargs)
                 found = (p["input"], p.get("dim"), bool(p.get("keepdim")), False, out)

@@ -1,6 +1,6 @@
-"""torch.topk as k rounds of a row reduction: values and positions against a reference that
-breaks ties lowest position first (emmy.check.stable_topk), through the Tensor IR, the Loop IR
-and the emitted CUDA on the emulator."""
+"""torch.topk (and sort, argsort: the top n) as k rounds of a row reduction: values and
+positions against a reference that breaks ties lowest position first (emmy.selections),
+through the Tensor IR, the Loop IR and the emitted CUDA on the emulator."""
 
 import numpy as np
 import pytest
@@ -43,6 +43,11 @@ CASES = {
                      [torch.tensor([[2**63 - 1, -2**63, -2**63, 0, 2**63 - 1, 5]])]),
     "bf16": (lambda x: torch.topk(x, 5), [torch.randn(4, 64).bfloat16()]),
     "router": (lambda x: _router(x), [torch.randn(8, 16)]),
+    "sort": (lambda x: torch.sort(x, 1), [AWKWARD]),
+    "sort_descending_stable": (lambda x: x.sort(dim=0, descending=True, stable=True),
+                               [torch.randint(0, 3, (9, 4)).float()]),
+    "argsort": (lambda x: (torch.argsort(x), x.argsort(dim=1, descending=True)),
+                [torch.randint(-4, 4, (3, 11))]),
 }
 
 
@@ -93,7 +98,7 @@ def test_topk_loop_ir_matches_the_reference(name):
 
 
 @pytest.mark.parametrize("name", ["awkward", "awkward_smallest", "int_extremes", "router",
-                                  "bf16"])
+                                  "bf16", "sort", "argsort"])
 def test_topk_emitted_cuda_matches_the_reference(name):
     w = _workload(name)
     stages = compile_to(w, "cuda")
@@ -116,11 +121,12 @@ def test_reference_breaks_ties_lowest_position_first():
     ("torch.topk(x, 0)", "k=0 selects nothing"),
     ("torch.topk(y, 33)", "at most 32"),
     ("torch.topk(x > 0, 2)", "bool"),
+    ("torch.sort(y)", "sorting 40 elements: sort unrolls one round per element, at most 32"),
 ])
 def test_topk_refusals_say_why(call, message):
     def fn(x, y):
         return eval(call)
 
-    with pytest.raises(UnsupportedOp, match="topk") as e:
+    with pytest.raises(UnsupportedOp, match="topk|sort") as e:
         _lowered(fn, [torch.randn(4, 8), torch.randn(2, 40)])
     assert message in str(e.value)

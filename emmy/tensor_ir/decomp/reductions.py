@@ -202,6 +202,25 @@ def lower_all(b, x, dim=None, keepdim=False):
 TOPK_LIMIT = 32   # rounds unrolled into the program: each is two (three) row reductions
 
 
+@op("sort", "sort.stable")
+def lower_sort(b, x, dim=-1, descending=False, *, stable=None):
+    """values, positions in order along `dim` (at most TOPK_LIMIT elements): the top n,
+    largest or smallest first. Stable whether asked or not (equal values keep their order;
+    torch leaves it unspecified without stable=True), NaN last ascending, first descending."""
+    if b.rank(x) == 0:
+        return x, b.full((), 0, DType.I64)
+    n = b.shape(x)[norm_dim(dim, b.rank(x))]
+    if n > TOPK_LIMIT:
+        raise Refused(f"sorting {n} elements: sort unrolls one round per element, at most "
+                      f"{TOPK_LIMIT}")
+    return lower_topk(b, x, n, dim, largest=descending)
+
+
+@op("argsort", "argsort.stable")
+def lower_argsort(b, x, dim=-1, descending=False, *, stable=None):
+    return lower_sort(b, x, dim, descending)[1]
+
+
 @op("topk")
 def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
     """values, indices of the k largest (smallest) elements along `dim`, in order: round j takes
