@@ -114,10 +114,10 @@ def _by_picked_values(name, dtype, got, expected, sel) -> OutputCheck:
     """Positions that differ from the reference's, checked by the values they pick."""
     import torch
 
-    from emmy.selections import position_rtol, positions_agree
+    from emmy.selections import magnitude, position_rtol, positions_agree
 
     ok, gap = positions_agree(torch.as_tensor(np.asarray(got)), expected, sel)
-    scale = float(sel.source.detach().to(torch.float64).abs().max())
+    scale = magnitude(sel)
     max_abs = float(gap.max()) if gap.numel() else 0.0
     return OutputCheck(name, dtype, tuple(expected.shape), max_abs, max_abs / max(scale, 1e-30),
                        0.0, position_rtol(sel.dtype), bool(ok.all()),

@@ -54,8 +54,9 @@ _MODE = None
 
 @contextmanager
 def recording(into: list | None = None):
-    """Run torch code with torch.topk / Tensor.topk as stable_topk; each selection's positions
-    are appended to `into` (a Selection) when given."""
+    """Run torch code with topk as stable_topk and every sort stable; each selection's
+    positions (topk, sort, argsort, argmax, argmin, max / min over a dim) are appended to
+    `into` (a Selection) when given."""
     global _MODE
     if _MODE is None:
         _MODE = _mode_class()
@@ -202,3 +203,12 @@ def positions_agree(got, ref, sel: Selection):
         twice = (s.narrow(dim, 1, k - 1) == s.narrow(dim, 0, k - 1)).any(dim, keepdim=True)
         ok = ok & ~twice
     return ok.reshape(ref.shape), gap.reshape(ref.shape)
+
+
+def magnitude(sel: Selection) -> float:
+    """The largest finite |value| of the selection's source (the scale of its max rel err)."""
+    import torch
+
+    src = sel.source.detach().to(torch.float64).abs()
+    finite = src[torch.isfinite(src)]
+    return float(finite.max()) if finite.numel() else 0.0

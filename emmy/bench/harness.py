@@ -345,17 +345,17 @@ def compare_output(name: str, dtype: DType, got, expected, own=None, *,
 
 def _by_picked_values(name: str, dtype: DType, got, expected, selection) -> OutputError:
     """Positions (topk, argmax, ...) that differ from the reference's: right where each picks
-    the value the reference's picks, within the tolerance of the selection's source dtype."""
+    the value the reference's picks (emmy.selections.positions_agree)."""
     import torch
 
-    from emmy.selections import position_rtol, positions_agree
+    from emmy.selections import magnitude, position_rtol, positions_agree
 
     ok, gap = positions_agree(got, expected, selection)
     rtol = position_rtol(selection.dtype)
     bad_mask = ~ok
     bad = int(bad_mask.sum())
     max_abs = float(gap.max()) if gap.numel() else 0.0
-    scale = float(selection.source.detach().abs().max()) if selection.source.numel() else 0.0
+    scale = magnitude(selection)
     worst = ""
     if bad:
         flat = int(torch.argmax(bad_mask.reshape(-1).to(torch.int8)))
