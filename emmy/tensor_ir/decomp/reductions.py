@@ -250,25 +250,27 @@ def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
     far = (float("-inf") if largest else float("inf")) if dt.is_float else \
         (-(1 << bits) if largest else (1 << bits) - 1)
     pick = R.MAX if largest else R.MIN
-    taken, values, indices = None, [], []
+    def among(mask, cond):                      # cond where the element is free (all, first)
+        return cond if mask is None else (mask if cond is None else b.ew(E.AND, mask, cond))
+
+    free, values, indices = None, [], []
     for _ in range(k):
-        free = b.ew(E.NOT, taken) if taken is not None else b.full(b.shape(x), True, DType.BOOL)
         # taking the smallest, NaN comes after +inf: leave it out of the extreme
-        candidates = b.ew(E.AND, free, b.ew(E.NOT, nan)) if nan is not None and not largest \
-            else free
-        v = b.reduce(pick, b.ew(E.WHERE, candidates, x, far), (dim,), keepdim=True)
+        candidates = among(free, b.ew(E.NOT, nan) if nan is not None and not largest else None)
+        v = b.reduce(pick, x if candidates is None else b.ew(E.WHERE, candidates, x, far),
+                     (dim,), keepdim=True)
         hit = b.ew(E.EQ, x, v)
         if nan is not None and largest:
             hit = b.ew(E.OR, hit, nan)          # the max is NaN exactly when a NaN is free
-        i = b.reduce(R.MIN, b.ew(E.WHERE, b.ew(E.AND, free, hit), pos, n), (dim,), keepdim=True)
+        i = b.reduce(R.MIN, b.ew(E.WHERE, among(free, hit), pos, n), (dim,), keepdim=True)
         if nan is not None and not largest:     # no number left (only NaNs): the first NaN
-            i_nan = b.reduce(R.MIN, b.ew(E.WHERE, b.ew(E.AND, free, nan), pos, n), (dim,),
+            i_nan = b.reduce(R.MIN, b.ew(E.WHERE, among(free, nan), pos, n), (dim,),
                              keepdim=True)
             number = b.ew(E.LT, i, n)
             v = b.ew(E.WHERE, number, v, float("nan"))
             i = b.ew(E.WHERE, number, i, i_nan)
         values.append(v)
         indices.append(i)
-        took = b.ew(E.EQ, pos, i)
-        taken = took if taken is None else b.ew(E.OR, taken, took)
+        left = b.ew(E.NE, pos, i)
+        free = left if free is None else b.ew(E.AND, free, left)
     return cat(b, values, dim), cat(b, indices, dim)
