@@ -41,10 +41,12 @@ class EwOp(Enum):
     SQRT = "sqrt"; RSQRT = "rsqrt"; SIN = "sin"; COS = "cos"; TANH = "tanh"
     SIGMOID = "sigmoid"; ERF = "erf"; FLOOR = "floor"; CEIL = "ceil"; SIGN = "sign"
     ROUND = "round"  # to the nearest integer, halves to even (rint)
+    TAN = "tan"; ASIN = "asin"; ACOS = "acos"; ATAN = "atan"; SINH = "sinh"; COSH = "cosh"
+    ASINH = "asinh"; ACOSH = "acosh"; ATANH = "atanh"
     RECIPROCAL = "reciprocal"; NOT = "not"
     # binary
     ADD = "add"; SUB = "sub"; MUL = "multiply"; DIV = "divide"; POW = "pow"
-    MAX = "maximum"; MIN = "minimum"
+    MAX = "maximum"; MIN = "minimum"; ATAN2 = "atan2"
     LT = "lt"; LE = "le"; GT = "gt"; GE = "ge"; EQ = "eq"; NE = "ne"; AND = "and"; OR = "or"
     # ternary
     WHERE = "where"
@@ -55,7 +57,8 @@ class EwOp(Enum):
 
 _UNARY = {EwOp.NEG, EwOp.ABS, EwOp.EXP, EwOp.LOG, EwOp.LOG1P, EwOp.EXPM1, EwOp.SQRT,
           EwOp.RSQRT, EwOp.SIN, EwOp.COS, EwOp.TANH, EwOp.SIGMOID, EwOp.ERF, EwOp.FLOOR,
-          EwOp.CEIL, EwOp.SIGN, EwOp.ROUND, EwOp.RECIPROCAL, EwOp.NOT}
+          EwOp.CEIL, EwOp.SIGN, EwOp.ROUND, EwOp.TAN, EwOp.ASIN, EwOp.ACOS, EwOp.ATAN,
+          EwOp.SINH, EwOp.COSH, EwOp.ASINH, EwOp.ACOSH, EwOp.ATANH, EwOp.RECIPROCAL, EwOp.NOT}
 ARITY: Mapping[EwOp, int] = {op: 1 if op in _UNARY else 3 if op is EwOp.WHERE else 2 for op in EwOp}
 COMMUTATIVE = frozenset({EwOp.ADD, EwOp.MUL, EwOp.MAX, EwOp.MIN, EwOp.EQ, EwOp.NE, EwOp.AND, EwOp.OR})
 COMPARISON = frozenset({EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE, EwOp.AND, EwOp.OR,

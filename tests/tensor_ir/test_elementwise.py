@@ -163,6 +163,14 @@ ROUNDING = {
     "hypot": (torch.hypot, [torch.tensor([3.0, 1e30, 0.0, INF, NAN, -5.0, 1e-30]),
                             torch.tensor([4.0, 1e30, 0.0, NAN, 2.0, 12.0, 1e-30])]),
     "sgn": (torch.sgn, [EDGES]),
+    "inverse_trig": (lambda x: (torch.asin(x), torch.acos(x), torch.atan(x * 10),
+                                torch.atanh(x * 0.99), torch.tan(x)),
+                     [torch.rand(40) * 2 - 1]),
+    "hyperbolic": (lambda x: (torch.sinh(x), torch.cosh(x), torch.asinh(x * 30),
+                              torch.acosh(x.abs() + 1)), [torch.randn(40) * 3]),
+    "atan2": (torch.atan2, [torch.tensor([0.0, -0.0, 1.0, -1.0, INF, -INF, NAN, 3.0]),
+                            torch.tensor([0.0, -1.0, -0.0, 0.0, INF, 2.0, 1.0, -INF])]),
+    "atan2_int": (torch.atan2, [torch.randint(-3, 4, (16,)), torch.randint(-3, 4, (16,))]),
     "linspace": (lambda x: x * torch.linspace(-1.5, 2.25, 7), [torch.randn(3, 7)]),
     "linspace_even": (lambda x: x + torch.linspace(0, 1, 10), [torch.randn(10)]),
     # a 16-bit value read as f32 is its 16-bit value (an explicit round trip, or an op computing
@@ -182,7 +190,8 @@ def test_rounding_and_composite_elementwise(check, name):
 @pytest.mark.parametrize("name", ["round", "round_f16", "round_bf16", "round_computed_f16",
                                   "round_decimals", "frac", "lerp_tensor", "nan_to_num_f16",
                                   "logaddexp", "hypot", "sgn", "logit_eps",
-                                  "half_round_trip", "bf16_into_opmath", "linspace"])
+                                  "half_round_trip", "bf16_into_opmath", "linspace",
+                                  "inverse_trig", "hyperbolic", "atan2"])
 def test_rounding_and_composite_elementwise_as_emitted_cuda(name):
     """The same through the whole pipeline: the emitted CUDA on the CPU emulator."""
     from emmy.check import check_cuda_program

@@ -81,6 +81,15 @@ EM_UNARY(em_erf, erff(x), erf(x))
 EM_UNARY(em_floor, floorf(x), floor(x))
 EM_UNARY(em_ceil, ceilf(x), ceil(x))
 EM_UNARY(em_round, rintf(x), rint(x))   // halves to even
+EM_UNARY(em_tan, tanf(x), tan(x))
+EM_UNARY(em_asin, asinf(x), asin(x))
+EM_UNARY(em_acos, acosf(x), acos(x))
+EM_UNARY(em_atan, atanf(x), atan(x))
+EM_UNARY(em_sinh, sinhf(x), sinh(x))
+EM_UNARY(em_cosh, coshf(x), cosh(x))
+EM_UNARY(em_asinh, asinhf(x), asinh(x))
+EM_UNARY(em_acosh, acoshf(x), acosh(x))
+EM_UNARY(em_atanh, atanhf(x), atanh(x))
 EM_UNARY(em_sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
 EM_UNARY(em_reciprocal, 1.0f / x, 1.0 / x)
 #undef EM_UNARY
@@ -105,6 +114,8 @@ EMMY_FN float em_minimum(float a, float b) {
 #endif
 EMMY_FN float em_pow(float a, float b) { return powf(a, b); }
 EMMY_FN double em_pow(double a, double b) { return pow(a, b); }
+EMMY_FN float em_atan2(float a, float b) { return atan2f(a, b); }
+EMMY_FN double em_atan2(double a, double b) { return atan2(a, b); }
 
 // Fast approximations, for kernels whose floating-point data is all 16-bit
 // (emmy/kernel_ir/fastmath.py says why that is safe): ex2.approx.ftz (subnormal results flushed

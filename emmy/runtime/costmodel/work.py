@@ -32,7 +32,9 @@ _SPECIAL: dict[EwOp, tuple[int, int]] = {
     EwOp.DIV: (8, 1), EwOp.RECIPROCAL: (3, 1), EwOp.EXP: (4, 1), EwOp.EXPM1: (10, 1),
     EwOp.LOG: (6, 1), EwOp.LOG1P: (10, 1), EwOp.SQRT: (3, 1), EwOp.RSQRT: (1, 1),
     EwOp.SIN: (12, 1), EwOp.COS: (12, 1), EwOp.TANH: (8, 1), EwOp.SIGMOID: (8, 2),
-    EwOp.ERF: (14, 0), EwOp.POW: (20, 2),
+    EwOp.ERF: (14, 0), EwOp.POW: (20, 2), EwOp.TAN: (20, 2), EwOp.ASIN: (16, 1),
+    EwOp.ACOS: (16, 1), EwOp.ATAN: (14, 1), EwOp.ATAN2: (20, 2), EwOp.SINH: (10, 1),
+    EwOp.COSH: (10, 1), EwOp.ASINH: (14, 2), EwOp.ACOSH: (14, 2), EwOp.ATANH: (12, 1),
 }
 # ... and in kernels whose floating-point data is all 16-bit, which take the approximations
 # (emmy/kernel_ir/fastmath.py): ex2.approx, and an approximate reciprocal for sigmoid.

@@ -21,11 +21,14 @@ UNARY = {
     "neg": E.NEG, "abs": E.ABS, "exp": E.EXP, "log": E.LOG, "log1p": E.LOG1P, "expm1": E.EXPM1,
     "sqrt": E.SQRT, "rsqrt": E.RSQRT, "sin": E.SIN, "cos": E.COS, "tanh": E.TANH,
     "sigmoid": E.SIGMOID, "erf": E.ERF, "floor": E.FLOOR, "ceil": E.CEIL, "sign": E.SIGN,
-    "sgn": E.SIGN, "reciprocal": E.RECIPROCAL,
+    "sgn": E.SIGN, "reciprocal": E.RECIPROCAL, "tan": E.TAN, "asin": E.ASIN, "acos": E.ACOS,
+    "atan": E.ATAN, "sinh": E.SINH, "cosh": E.COSH, "asinh": E.ASINH, "acosh": E.ACOSH,
+    "atanh": E.ATANH,
 }
 # ops whose integer inputs compute as floats (torch promotes them to the default float type)
 _FLOAT_ONLY = {E.EXP, E.LOG, E.LOG1P, E.EXPM1, E.SQRT, E.RSQRT, E.SIN, E.COS, E.TANH,
-               E.SIGMOID, E.ERF, E.RECIPROCAL}
+               E.SIGMOID, E.ERF, E.RECIPROCAL, E.TAN, E.ASIN, E.ACOS, E.ATAN, E.SINH, E.COSH,
+               E.ASINH, E.ACOSH, E.ATANH}
 
 # torch op -> the one EwOp it is (binary): mul and the comparisons come as .Tensor and .Scalar
 BINARY = {
@@ -225,6 +228,12 @@ def lower_logit(b, x, eps=None):
     if eps is not None:
         x = lower_clamp(b, x, eps, 1.0 - eps)
     return b.ew(E.LOG, b.ew(E.DIV, x, b.ew(E.SUB, 1.0, x)))
+
+
+@op("atan2")
+def lower_atan2(b, y, x):
+    """The angle of (x, y), in (-pi, pi]; integers compute as f32."""
+    return b.ew(E.ATAN2, to_float(b, y), to_float(b, x))
 
 
 @op("logaddexp", opmath=True)
