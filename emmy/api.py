@@ -32,6 +32,11 @@ class Compiled:
             self._gpu = GpuProgram(self.program)
         self.backend = "cuda (emmy kernels)" if self._gpu else "eager torch (no CUDA GPU here)"
 
+    def __repr__(self) -> str:
+        rows = "".join(f"\n  {k}: {r}" for k, r in self.rows.items())
+        return (f"<emmy.Compiled {self.program.name} for {self.program.target}: "
+                f"{len(self.rows)} kernel(s), backend {self.backend}>{rows}")
+
     @property
     def source(self) -> str:
         return "\n".join(u.source for u in self.program.units)
