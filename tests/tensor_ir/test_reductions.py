@@ -46,6 +46,9 @@ SCANS = {
     "reverse_cumsum": lambda x: torch.cumsum(x.flip(1), 1).flip(1),
     "exclusive_cumsum": lambda x: torch.cumsum(x, 1) - x,
     "int_cumsum": lambda x: torch.cumsum((x > 0).to(torch.int32), 1),
+    "cummax": lambda x: torch.cummax(x, 1),
+    "cummin_dim0": lambda x: torch.cummin(x, 0),
+    "cummax_ties": lambda x: torch.cummax(torch.round(x), 1),
 }
 
 
@@ -83,3 +86,19 @@ def test_half_sum_and_softmax_accumulate_in_f32(check, dtype):
     program = check(lambda x: (x.sum(1), torch.softmax(x, 1)), torch.randn(4, 300).to(dtype))
     reduces = [d for d in program.defs if type(d).__name__ == "Reduce"]
     assert reduces and all(str(d.type.dtype) == "f32" for d in reduces)
+
+
+def test_cummax_with_nan_and_ties_keeps_torch_positions(check):
+    nan = float("nan")
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, nan, 5.0, nan], [2.0, 2.0, 1.0, 2.0, 0.0, 4.0, 4.0]])
+    check(lambda t: (torch.cummax(t, 1), torch.cummin(t, 1)), x)
+
+
+@pytest.mark.parametrize("expr", [
+    "torch.cummax(torch.randint(0, 5, (16, 100)).float(), 1)",
+    "torch.cummin(torch.randn(300, 7).half(), 0)",
+])
+def test_cummax_emitted_cuda_matches_eager(expr):
+    from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
+
+    assert_emitted_cuda_matches_eager(expr)
