@@ -224,11 +224,12 @@ def lower_argsort(b, x, dim=-1, descending=False, *, stable=None):
 @op("topk")
 def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
     """values, indices of the k largest (smallest) elements along `dim`, in order: round j takes
-    the extreme of the elements no earlier round took, then the first position holding it.
+    the extreme of the elements after round j-1's pick in that order (an O(1) test against
+    the last pick), then the first position holding it.
 
     As torch orders them: NaN above every number (first when largest, last when smallest); among
     equal values the lower position first (torch leaves that order unspecified; the check's
-    reference breaks ties the same way, emmy.check.run_eager). `sorted=False` gives them sorted
+    reference breaks ties the same way, emmy.selections). `sorted=False` gives them sorted
     too (any order is allowed)."""
     if b.rank(x) == 0:
         raise Refused("topk of a 0-d tensor: give it at least one dimension")
@@ -250,7 +251,24 @@ def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
     far = (float("-inf") if largest else float("inf")) if dt.is_float else \
         (-(1 << bits) if largest else (1 << bits) - 1)
     pick = R.MAX if largest else R.MIN
-    def among(mask, cond):                      # cond where the element is free (all, first)
+
+    def after(v, i):
+        """The elements after the pick (v, i) in topk's order: a round's candidates, known from
+        the last pick alone (each round takes the next in that order), not from a mask of
+        everything taken so far."""
+        later = b.ew(E.GT, pos, i)
+        beyond = b.ew(E.OR, b.ew(E.LT if largest else E.GT, x, v),
+                      b.ew(E.AND, b.ew(E.EQ, x, v), later))     # NaN x: neither
+        if nan is None:
+            return beyond
+        if largest:     # NaN first: after a NaN, the later NaNs and every number
+            after_nan = b.ew(E.OR, b.ew(E.NOT, nan), b.ew(E.AND, nan, later))
+        else:           # NaN last: after a NaN, the later NaNs; after a number, every NaN too
+            after_nan = b.ew(E.AND, nan, later)
+            beyond = b.ew(E.OR, beyond, nan)
+        return b.ew(E.WHERE, b.ew(E.NE, v, v), after_nan, beyond)
+
+    def among(mask, cond):                      # cond where the element is a candidate
         return cond if mask is None else (mask if cond is None else b.ew(E.AND, mask, cond))
 
     free, values, indices = None, [], []
@@ -271,6 +289,5 @@ def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
             i = b.ew(E.WHERE, number, i, i_nan)
         values.append(v)
         indices.append(i)
-        left = b.ew(E.NE, pos, i)
-        free = left if free is None else b.ew(E.AND, free, left)
+        free = after(v, i)
     return cat(b, values, dim), cat(b, indices, dim)
