@@ -246,7 +246,7 @@ def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
         raise Refused(f"k={k}: topk unrolls one round per element taken, at most {TOPK_LIMIT}")
     pos = b.iota(b.shape(x), dim)
     nan = b.ew(E.NE, x, x) if dt.is_float else None
-    # what a taken (or, taking the smallest, NaN) element reads as: no worse than any other
+    # what a non-candidate (or, taking the smallest, a NaN) reads as: no better than any
     bits = 8 * dt.itemsize - 1
     far = (float("-inf") if largest else float("inf")) if dt.is_float else \
         (-(1 << bits) if largest else (1 << bits) - 1)
@@ -271,23 +271,23 @@ def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
     def among(mask, cond):                      # cond where the element is a candidate
         return cond if mask is None else (mask if cond is None else b.ew(E.AND, mask, cond))
 
-    free, values, indices = None, [], []
+    rest, values, indices = None, [], []      # rest: the candidates (None: all of them)
     for _ in range(k):
         # taking the smallest, NaN comes after +inf: leave it out of the extreme
-        candidates = among(free, b.ew(E.NOT, nan) if nan is not None and not largest else None)
+        candidates = among(rest, b.ew(E.NOT, nan) if nan is not None and not largest else None)
         v = b.reduce(pick, x if candidates is None else b.ew(E.WHERE, candidates, x, far),
                      (dim,), keepdim=True)
         hit = b.ew(E.EQ, x, v)
         if nan is not None and largest:
-            hit = b.ew(E.OR, hit, nan)          # the max is NaN exactly when a NaN is free
-        i = b.reduce(R.MIN, b.ew(E.WHERE, among(free, hit), pos, n), (dim,), keepdim=True)
+            hit = b.ew(E.OR, hit, nan)          # the max is NaN exactly when a NaN is a candidate
+        i = b.reduce(R.MIN, b.ew(E.WHERE, among(rest, hit), pos, n), (dim,), keepdim=True)
         if nan is not None and not largest:     # no number left (only NaNs): the first NaN
-            i_nan = b.reduce(R.MIN, b.ew(E.WHERE, among(free, nan), pos, n), (dim,),
+            i_nan = b.reduce(R.MIN, b.ew(E.WHERE, among(rest, nan), pos, n), (dim,),
                              keepdim=True)
             number = b.ew(E.LT, i, n)
             v = b.ew(E.WHERE, number, v, float("nan"))
             i = b.ew(E.WHERE, number, i, i_nan)
         values.append(v)
         indices.append(i)
-        free = after(v, i)
+        rest = after(v, i)
     return cat(b, values, dim), cat(b, indices, dim)
