@@ -296,12 +296,19 @@ class Space:
         options = [make_row({**dict(row.items), "REDUCE": v}) for v in self.grammar["REDUCE"]
                    if v != row["REDUCE"] and not v.endswith(":atomic")]
         options = [r for r in options if not self.check(r)]
+        # the fewest splits within 5% of the fastest: less scratch traffic and fewer blocks
+        return self._cheaper(row, serial.seconds, options, prefer=options.index)
+
+    def _cheaper(self, row: Row, seconds_now: float, options, prefer=None) -> Row:
+        """Of `options` (legal rows), the one `prefer` ranks lowest among those within 5% of
+        the fastest (no NVRTC; without `prefer`, the fastest), if it gives at least a tenth
+        less time than `row`'s `seconds_now` (SPLIT_GAIN); else `row`."""
         if not options:
             return row
         seconds = {r: self._seconds(r) for r in options}
-        # the fewest splits within 5% of the fastest: less scratch traffic and fewer blocks
-        best = next(r for r in options if seconds[r] <= 1.05 * min(seconds.values()))
-        return best if seconds[best] < SPLIT_GAIN * serial.seconds else row
+        near = [r for r in options if seconds[r] <= 1.05 * min(seconds.values())]
+        best = min(near, key=prefer or seconds.__getitem__)
+        return best if seconds[best] < SPLIT_GAIN * seconds_now else row
 
     def _fill_the_gpu(self, row: Row) -> Row:
         """A matrix product's `row`, or, where its blocks are still fewer than the SMs and it
@@ -315,23 +322,17 @@ class Space:
         if max(e.grid for e in serial.launches) >= self.target.sm_count or \
                 serial.seconds < FILL_MIN_S:
             return row
-        inst, dims = row["TILE"].split(":")
-        bm, bn, bk = (int(d) for d in dims.split("x")[:3])
+        inst, bm, bn, bk = _tile_dims(row["TILE"])
         fixed = {k: row[k] for k in ("REDUCE", "STAGE", "RASTER") if k in self.keys}
         options = {}
         for tile in self.grammar["TILE"]:
-            t_inst, t_dims = tile.split(":")
-            m, n, k = (int(d) for d in t_dims.split("x")[:3])
+            t_inst, m, n, k = _tile_dims(tile)
             if t_inst == inst and k == bk and m * n < bm * bn and m <= bm and n <= bn:
                 found = self._preferred_row({**fixed, "TILE": tile})
                 if found is not None:
                     options[found] = None
-        if not options:
-            return row
-        seconds = {r: self._seconds(r) for r in options}
-        near = [r for r in options if seconds[r] <= 1.05 * min(seconds.values())]
-        best = max(near, key=lambda r: _tile_area(r["TILE"]))
-        return best if seconds[best] < SPLIT_GAIN * serial.seconds else row
+        return self._cheaper(row, serial.seconds, list(options),
+                             prefer=lambda r: -_tile_area(r["TILE"]))
 
     def _fewest_waits(self, row: Row) -> Row:
         """A row kernel's `row`, or, where each job chains many reductions (a top-k's two a
@@ -344,11 +345,7 @@ class Space:
             found = self._preferred_row({"WORK": work})
             if found is not None and found != row:
                 options[found] = None
-        if not options:
-            return row
-        seconds = {r: self._seconds(r) for r in options}
-        best = min(options, key=seconds.__getitem__)
-        return best if seconds[best] < SPLIT_GAIN * self._seconds(row) else row
+        return self._cheaper(row, self._seconds(row), list(options))
 
     def _fuse_or_cut(self, fused: Row) -> Row:
         """A chain a template tiles is fused unless the cost model says the cut is faster: fused,
@@ -360,7 +357,13 @@ class Space:
         return cut if cut is not None and self._faster(cut, fused) else fused
 
 
+def _tile_dims(tile: str) -> tuple[str, int, int, int]:
+    """(instruction, bm, bn, bk) of a product's TILE value (inst:BMxBNxBK[xWK])."""
+    inst, dims = tile.split(":")
+    bm, bn, bk = (int(d) for d in dims.split("x")[:3])
+    return inst, bm, bn, bk
+
+
 def _tile_area(tile: str) -> int:
-    """bm * bn of a product's TILE value (inst:BMxBNxBK)."""
-    dims = tile.split(":")[1].split("x")
-    return int(dims[0]) * int(dims[1])
+    _, bm, bn, _ = _tile_dims(tile)
+    return bm * bn
