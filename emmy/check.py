@@ -114,14 +114,11 @@ def _by_picked_values(name, dtype, got, expected, sel) -> OutputCheck:
     """Positions that differ from the reference's, checked by the values they pick."""
     import torch
 
-    from emmy.selections import magnitude, position_rtol, positions_agree
+    from emmy.selections import check_positions
 
-    ok, gap = positions_agree(torch.as_tensor(np.asarray(got)), expected, sel)
-    scale = magnitude(sel)
-    max_abs = float(gap.max()) if gap.numel() else 0.0
-    return OutputCheck(name, dtype, tuple(expected.shape), max_abs, max_abs / max(scale, 1e-30),
-                       0.0, position_rtol(sel.dtype), bool(ok.all()),
-                       "eager, by the values the positions pick")
+    c = check_positions(torch.as_tensor(np.asarray(got)), expected, sel)
+    return OutputCheck(name, dtype, tuple(expected.shape), c.max_abs, c.max_rel, 0.0, c.rtol,
+                       c.bad == 0, "eager, by the values the positions pick")
 
 
 def eager_outputs(workload, selections: list | None = None) -> list:

@@ -205,10 +205,28 @@ def positions_agree(got, ref, sel: Selection):
     return ok.reshape(ref.shape), gap.reshape(ref.shape)
 
 
-def magnitude(sel: Selection) -> float:
-    """The largest finite |value| of the selection's source (the scale of its max rel err)."""
+@dataclass(frozen=True)
+class PositionCheck:
+    """positions_agree's verdict on one output, summed up for a report."""
+
+    ok: Any              # per element (a bool tensor shaped like the reference)
+    gap: Any             # per element, |picked - wanted| (inf out of range)
+    max_abs: float
+    max_rel: float       # max_abs over the source's largest finite |value|
+    rtol: float          # position_rtol of the selection
+
+    @property
+    def bad(self) -> int:
+        return int((~self.ok).sum())
+
+
+def check_positions(got, ref, sel: Selection) -> PositionCheck:
+    """positions_agree, with the figures a report prints."""
     import torch
 
+    ok, gap = positions_agree(got, ref, sel)
     src = sel.source.detach().to(torch.float64).abs()
     finite = src[torch.isfinite(src)]
-    return float(finite.max()) if finite.numel() else 0.0
+    scale = float(finite.max()) if finite.numel() else 0.0
+    max_abs = float(gap.max()) if gap.numel() else 0.0
+    return PositionCheck(ok, gap, max_abs, max_abs / max(scale, 1e-30), position_rtol(sel.dtype))

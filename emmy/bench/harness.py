@@ -348,23 +348,18 @@ def _by_picked_values(name: str, dtype: DType, got, expected, selection) -> Outp
     the value the reference's picks (emmy.selections.positions_agree)."""
     import torch
 
-    from emmy.selections import magnitude, position_rtol, positions_agree
+    from emmy.selections import check_positions
 
-    ok, gap = positions_agree(got, expected, selection)
-    rtol = position_rtol(selection.dtype)
-    bad_mask = ~ok
-    bad = int(bad_mask.sum())
-    max_abs = float(gap.max()) if gap.numel() else 0.0
-    scale = magnitude(selection)
+    c = check_positions(got, expected, selection)
     worst = ""
-    if bad:
-        flat = int(torch.argmax(bad_mask.reshape(-1).to(torch.int8)))
+    if c.bad:
+        flat = int(torch.argmax((~c.ok).reshape(-1).to(torch.int8)))
         worst = (f"position {int(got.reshape(-1)[flat])} where the reference took "
                  f"{int(expected.reshape(-1)[flat])}: their values differ by "
-                 f"{float(gap.reshape(-1)[flat]):.3g}, or the position is out of range or "
+                 f"{float(c.gap.reshape(-1)[flat]):.3g}, or the position is out of range or "
                  "taken twice")
-    return OutputError(name, str(dtype), max_abs, max_abs / max(scale, 1e-30), 0.0, 0.0, rtol,
-                       bad, 0, expected.numel(), bad == 0, worst)
+    return OutputError(name, str(dtype), c.max_abs, c.max_rel, 0.0, 0.0, c.rtol, c.bad, 0,
+                       expected.numel(), c.bad == 0, worst)
 
 
 def _rounds_to_overflow(val, ref, dtype: DType, tol: Tolerance):
