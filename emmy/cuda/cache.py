@@ -212,26 +212,18 @@ def prune(limit: int | None, *, grace_s: float = GRACE_S, now: float | None = No
     if total <= limit:
         return 0, 0
     now = time.time() if now is None else now
-    removed = freed = 0
+    victims, left = [], total
     for e in sorted(found, key=lambda e: e.used):
-        if total - freed <= 0.9 * limit:
-            break
-        if now - e.used < grace_s:
-            break                                   # the rest were used more recently still
-        if _remove(e.path):
-            removed += 1
-            freed += e.bytes
-    return removed, freed
+        if left <= 0.9 * limit or now - e.used < grace_s:
+            break                          # small enough, or the rest were used more recently
+        victims.append(e)
+        left -= e.bytes
+    return _remove(victims)
 
 
 def clear(root: Path | None = None) -> tuple[int, int]:
     """Remove every artifact (the schedule database stays); (entries removed, bytes freed)."""
-    removed = freed = 0
-    for e in entries(root):
-        if _remove(e.path):
-            removed += 1
-            freed += e.bytes
-    return removed, freed
+    return _remove(entries(root))
 
 
 def maybe_prune() -> None:
@@ -255,12 +247,17 @@ def maybe_prune() -> None:
         return
 
 
-def _remove(path: Path) -> bool:
-    try:
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-        return True
-    except OSError:
-        return False
+def _remove(victims: list[Entry]) -> tuple[int, int]:
+    """Remove the entries (files, or prebuilt folders); (entries removed, bytes freed)."""
+    removed = freed = 0
+    for e in victims:
+        try:
+            if e.path.is_dir():
+                shutil.rmtree(e.path)
+            else:
+                e.path.unlink()
+        except OSError:
+            continue
+        removed += 1
+        freed += e.bytes
+    return removed, freed
