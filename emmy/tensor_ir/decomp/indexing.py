@@ -121,14 +121,14 @@ def lower_index(b, x, indices):
 SCATTER_LIMIT = 32   # positions written per output row, each one compare and select (unrolled)
 
 
-def _written(b: Builder, x: str, dim: int, updates) -> str:
+def _written(b: Builder, x: str, dim: int, updates, add: bool) -> str:
     """x where, for each k, the elements along `dim` at position pos_k take value_k; `updates`
-    is a list of (pos_k, value_k, add): both broadcast over x's shape (pos_k is 1 along `dim`),
+    is a list of (pos_k, value_k): both broadcast over x's shape (pos_k is 1 along `dim`),
     later ones written after earlier ones (the last write wins, as torch's CPU loop has it),
-    or added when `add`."""
+    or all added when `add`."""
     pos = b.iota(b.shape(x), dim, DType.I64)
     out = x
-    for at, value, add in updates:
+    for at, value in updates:
         hit = b.ew(E.EQ, pos, at)
         out = b.ew(E.ADD, out, b.ew(E.WHERE, hit, value, 0)) if add else \
             b.ew(E.WHERE, hit, value, out)
@@ -157,8 +157,8 @@ def _scatter(b: Builder, x: str, dim: int, index: str, src, add: bool) -> str:
         at = [k if j == dim else var(axis_var(j)) for j in range(rank)]
         one = b.index_map(idx, shape, at)
         value = b.index_map(src, shape, at) if isinstance(src, str) else src
-        updates.append((b.cast(one, DType.I64), value, add))
-    return _written(b, x, dim, updates)
+        updates.append((b.cast(one, DType.I64), value))
+    return _written(b, x, dim, updates, add)
 
 
 @op("scatter.src", "scatter.value")
@@ -200,8 +200,8 @@ def _index_write(b: Builder, x: str, dim: int, index: str, source, add: bool, al
         one = b.cast(one, DType.I64)
         if wrap:
             one = b.ew(E.WHERE, b.ew(E.LT, one, 0), b.ew(E.ADD, one, shape[dim]), one)
-        updates.append((one, value, add))
-    return _written(b, x, dim, updates)
+        updates.append((one, value))
+    return _written(b, x, dim, updates, add)
 
 
 @op("index_copy")
