@@ -82,12 +82,17 @@ def problem_of(fc):
     from emmy.cuda.chain import ChainProblem
     from emmy.schedule.gemm import problem_of as gemm_problem
 
-    first = gemm_problem(fc.first.contract)
-    second = gemm_problem(fc.second.contract)
-    by_buffer = {op.buffer: op for op in (first.a, first.b, second.a, second.b)}
-    return ChainProblem(m=fc.i.extent, k1=fc.first.contract.k.extent, k2=fc.k2.extent,
-                        n=fc.j.extent, batch=first.batch, a=by_buffer[fc.a.buffer],
-                        b=by_buffer[fc.b.buffer], c=by_buffer[fc.c.buffer])
+    f, s = fc.first.contract, fc.second.contract
+    first, second = gemm_problem(f), gemm_problem(s)
+    # by the operand, not its buffer: one buffer may be two operands ((x @ x) @ z), each read
+    # in its own layout
+    pairs = ((f.a, first.a), (f.b, first.b), (s.a, second.a), (s.b, second.b))
+
+    def layout(op):
+        return next(g for o, g in pairs if o is op)
+
+    return ChainProblem(m=fc.i.extent, k1=f.k.extent, k2=fc.k2.extent, n=fc.j.extent,
+                        batch=first.batch, a=layout(fc.a), b=layout(fc.b), c=layout(fc.c))
 
 
 def config_of(c: ChainCtx):

@@ -7,6 +7,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from emmy.check import check_cuda_program
+from emmy.frontend.workload import Workload
+from emmy.kernel_ir.printer import print_program as print_kernel
+from emmy.pipeline import compile_to
 from emmy.tensor_ir.ir import Elementwise, IndexMap, Reduce
 from emmy.tensor_ir.lower import lower
 from emmy.tensor_ir.printer import print_program
@@ -162,3 +166,24 @@ def test_causal_mask_is_an_iota_comparison(check):
 def test_half_attention(check):
     q = r(1, 2, 16, 8).to(torch.float16)
     check(lambda q: F.scaled_dot_product_attention(q, q, q, is_causal=True), q)
+
+
+@pytest.mark.parametrize("expr", ["(x @ x) @ z", "(x @ y) @ x", "(x @ x.t()) @ x",
+                                  "torch.relu(x.t() @ y) @ x"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_chained_products_reading_one_buffer_twice(expr, dtype):
+    """One buffer as two operands of a fused chain, each read in its own layout (the chain
+    once took both layouts from whichever operand came last)."""
+    n = 24 if dtype is torch.float32 else 32
+
+    def fn(x, y, z):
+        return eval(expr)
+
+    inputs = tuple(r(n, n).to(dtype) for _ in range(3))
+    w = Workload("chain", _Fn(fn).eval(), inputs, source=expr, origin="<test>")
+    stages = compile_to(w, "cuda")
+    kernels = "\n".join(print_kernel(k) for k in stages["kernel"].kernels)
+    assert "chained products" in kernels, "not the fused chain: tests nothing"
+    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+    assert report is not None, failed.log[-2000:]
+    assert report.ok, report.outputs
