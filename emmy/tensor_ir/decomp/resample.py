@@ -71,7 +71,13 @@ def _pad_axis(b: Builder, x: str, dim: int, left: int, right: int, mode: str, va
     return b.ew(E.WHERE, b.ew(E.GE, pos, left + extent), high, out)
 
 
-@op("pad", "constant_pad_nd")
+@op("constant_pad_nd")
+def lower_constant_pad_nd(b, x, pad, value=0):
+    """aten's own constant pad: the value comes third (F.pad's third is the mode)."""
+    return lower_pad(b, x, pad, "constant", value)
+
+
+@op("pad")
 def lower_pad(b, x, pad, mode="constant", value=None):
     pad = list(pad)
     if len(pad) % 2 or len(pad) // 2 > b.rank(x):
