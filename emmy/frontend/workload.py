@@ -74,7 +74,8 @@ def load_file(path: str | Path, sets: tuple[tuple[str, Any], ...] = ()) -> Workl
     for fn in ("get_inputs",):
         if not callable(namespace.get(fn)):
             raise UserError(f"{path} defines no `{fn}()` function")
-    init_args = namespace["get_init_inputs"]() if callable(namespace.get("get_init_inputs")) else []
+    init_args = _call_user(namespace["get_init_inputs"], path, "get_init_inputs()") \
+        if callable(namespace.get("get_init_inputs")) else []
     model = _call_user(lambda: model_cls(*init_args), path, "Model(*get_init_inputs())")
     model.eval()
     make_inputs = namespace["get_inputs"]

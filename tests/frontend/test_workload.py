@@ -84,6 +84,14 @@ def test_failing_model_constructor_names_the_line(tmp_path):
         load_file(write(tmp_path, text))
 
 
+def test_failing_get_init_inputs_names_the_line(tmp_path):
+    text = GOOD.replace("def get_init_inputs():\n    return [dim]",
+                        "def get_init_inputs():\n    return [undefined_size]")
+    assert text != GOOD
+    with pytest.raises(UserError, match=r"w.py:\d+: get_init_inputs\(\) failed: NameError"):
+        load_file(write(tmp_path, text))
+
+
 def test_expression_workload():
     w = load_expr("nn.RMSNorm(2048)(torch.randn(32, 2048))")
     assert w.name == "rmsnorm" and tuple(w.inputs[0].shape) == (32, 2048)
