@@ -320,6 +320,9 @@ def cmd_ops(args) -> int:
     from emmy.tensor_ir.lower import SUPPORTED_OPS
 
     print("\n".join(SUPPORTED_OPS))
+    print("# and the ops torch decomposes into these (torch._decomp's decompositions and the "
+          "composite ops: diff, tile, outer, kron, tensordot, heaviside, nansum, F.unfold, ...); "
+          "`emmy compile --ir tensor` shows what an op became", file=sys.stderr)
     return EXIT_OK
 
 

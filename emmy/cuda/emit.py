@@ -14,7 +14,7 @@ _INFIX = {"add": "+", "sub": "-", "multiply": "*", "divide": "/", "lt": "<", "le
           "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 _FUNCS = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "floor",
           "ceil", "round", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
-          "atanh", "atan2", "sigmoid", "reciprocal", "abs", "sign", "maximum", "minimum", "pow",
+          "atanh", "atan2", "lgamma", "sigmoid", "reciprocal", "abs", "sign", "maximum", "minimum", "pow",
           "fast_exp", "fast_sigmoid"}   # emmy/kernel_ir/fastmath.py
 _OPS = {ReduceOp.SUM: "EmSum", ReduceOp.PROD: "EmProd", ReduceOp.MAX: "EmMax",
         ReduceOp.MIN: "EmMin"}
@@ -156,6 +156,8 @@ def _let(s: K.Let) -> list[str]:
             return [f"{const}{c} {n} = -{a[0]};"]
         case "not":
             return [f"{const}{c} {n} = !{a[0]};"]
+        case "signbit":                     # a bool of a float: the operand as it is
+            return [f"{const}{c} {n} = em_signbit({a[0]});"]
         case op if op in _INFIX:
             return [f"{const}{c} {n} = {_as(c, f'{a[0]} {_INFIX[op]} {a[1]}')};"]
         case op if op in _FUNCS:

@@ -43,6 +43,8 @@ class EwOp(Enum):
     ROUND = "round"  # to the nearest integer, halves to even (rint)
     TAN = "tan"; ASIN = "asin"; ACOS = "acos"; ATAN = "atan"; SINH = "sinh"; COSH = "cosh"
     ASINH = "asinh"; ACOSH = "acosh"; ATANH = "atanh"
+    LGAMMA = "lgamma"  # log |gamma(x)|
+    SIGNBIT = "signbit"  # the sign bit (true for -0.0 and a negative NaN)
     RECIPROCAL = "reciprocal"; NOT = "not"
     # binary
     ADD = "add"; SUB = "sub"; MUL = "multiply"; DIV = "divide"; POW = "pow"
@@ -58,11 +60,12 @@ class EwOp(Enum):
 _UNARY = {EwOp.NEG, EwOp.ABS, EwOp.EXP, EwOp.LOG, EwOp.LOG1P, EwOp.EXPM1, EwOp.SQRT,
           EwOp.RSQRT, EwOp.SIN, EwOp.COS, EwOp.TANH, EwOp.SIGMOID, EwOp.ERF, EwOp.FLOOR,
           EwOp.CEIL, EwOp.SIGN, EwOp.ROUND, EwOp.TAN, EwOp.ASIN, EwOp.ACOS, EwOp.ATAN,
-          EwOp.SINH, EwOp.COSH, EwOp.ASINH, EwOp.ACOSH, EwOp.ATANH, EwOp.RECIPROCAL, EwOp.NOT}
+          EwOp.SINH, EwOp.COSH, EwOp.ASINH, EwOp.ACOSH, EwOp.ATANH, EwOp.LGAMMA,
+          EwOp.SIGNBIT, EwOp.RECIPROCAL, EwOp.NOT}
 ARITY: Mapping[EwOp, int] = {op: 1 if op in _UNARY else 3 if op is EwOp.WHERE else 2 for op in EwOp}
 COMMUTATIVE = frozenset({EwOp.ADD, EwOp.MUL, EwOp.MAX, EwOp.MIN, EwOp.EQ, EwOp.NE, EwOp.AND, EwOp.OR})
 COMPARISON = frozenset({EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE, EwOp.AND, EwOp.OR,
-                        EwOp.NOT})
+                        EwOp.NOT, EwOp.SIGNBIT})   # the ops whose result is a bool
 
 
 class ReduceOp(Enum):

@@ -8,6 +8,7 @@ from typing import Any
 
 from emmy.dtypes import DType
 from emmy.errors import InternalError, UnsupportedOp
+from emmy.tensor_ir import torch_decomp
 from emmy.tensor_ir.builder import Builder
 from emmy.tensor_ir.decomp import REGISTRY, SUPPORTED_OPS
 from emmy.tensor_ir.decomp.table import Refused
@@ -36,11 +37,11 @@ def lower(graph: Graph) -> Program:
     return replace(b.finish(outputs, values), tf32=graph.tf32)
 
 
-def lower_node(b: Builder, node: Node, env: dict[str, Any]):
+def lower_node(b: Builder, node: Node, env: dict[str, Any], _expanding: tuple[str, ...] = ()):
     """The Tensor IR value(s) of one node: a name, a tuple of names, or None."""
     decomp = REGISTRY.get(node.op)
     if decomp is None:
-        raise UnsupportedOp(node.op, source=node.source)
+        return _lower_through_torch(b, node, env, _expanding)
     halves: list[DType] = []
     tensor = _widen(b, halves) if decomp.opmath else None
     args = tuple(_resolve(a, env, tensor) for a in node.args)
@@ -55,6 +56,32 @@ def lower_node(b: Builder, node: Node, env: dict[str, Any]):
     except Refused as e:
         raise UnsupportedOp(node.op, source=node.source, detail=e.detail) from None
     return _conform(b, node, result, halves[0] if halves else None)
+
+
+def _lower_through_torch(b: Builder, node: Node, env: dict[str, Any], expanding: tuple[str, ...]):
+    """An op emmy has no decomposition of: the ops torch decomposes it into, each lowered as
+    a node of the graph would be (emmy.tensor_ir.torch_decomp)."""
+    types = {}
+    for name, value in env.items():
+        if isinstance(value, str) and value in b.defs:
+            types[name] = b.type(value)
+    expansion = None if node.op in expanding else torch_decomp.expand(node, types)
+    if expansion is None:
+        raise UnsupportedOp(node.op, source=node.source)
+    refs: list[str] = []
+    torch_decomp._collect(node.args, refs)
+    torch_decomp._collect(tuple(v for _, v in node.kwargs), refs)
+    local = {inp: env[r] for inp, r in zip(expansion.inputs, refs)}
+    for sub in expansion.nodes:
+        try:
+            local[sub.name] = lower_node(b, sub, local, expanding + (node.op,))
+        except UnsupportedOp as e:
+            if e.op == node.op:
+                raise
+            raise UnsupportedOp(node.op, source=node.source,
+                                detail=f"torch decomposes it into ops that include `{e.op}`, "
+                                       "which emmy does not lower") from None
+    return _conform(b, node, _resolve(expansion.outputs, local), None)
 
 
 def _resolve(a, env: dict[str, Any], tensor=None):

@@ -11,6 +11,16 @@ from emmy.tensor_ir.ir import EwOp, ReduceOp
 
 _ERF = np.frompyfunc(math.erf, 1, 1)
 
+
+def _lgamma1(x: float) -> float:
+    try:
+        return math.lgamma(x)
+    except ValueError:          # a pole (0, -1, -2, ...): +inf, as lgammaf and torch give
+        return math.inf
+
+
+_LGAMMA = np.frompyfunc(_lgamma1, 1, 1)
+
 UFUNC = {
     EwOp.NEG: np.negative, EwOp.ABS: np.abs, EwOp.EXP: np.exp, EwOp.LOG: np.log,
     EwOp.LOG1P: np.log1p, EwOp.EXPM1: np.expm1, EwOp.SQRT: np.sqrt,
@@ -21,6 +31,7 @@ UFUNC = {
     EwOp.TAN: np.tan, EwOp.ASIN: np.arcsin, EwOp.ACOS: np.arccos, EwOp.ATAN: np.arctan,
     EwOp.SINH: np.sinh, EwOp.COSH: np.cosh, EwOp.ASINH: np.arcsinh, EwOp.ACOSH: np.arccosh,
     EwOp.ATANH: np.arctanh, EwOp.ATAN2: np.arctan2,
+    EwOp.LGAMMA: lambda x: _LGAMMA(x).astype(np.asarray(x).dtype), EwOp.SIGNBIT: np.signbit,
     EwOp.RECIPROCAL: lambda x: 1 / x, EwOp.NOT: np.logical_not,
     EwOp.ADD: np.add, EwOp.SUB: np.subtract, EwOp.MUL: np.multiply, EwOp.DIV: np.divide,
     EwOp.POW: np.power, EwOp.MAX: np.maximum, EwOp.MIN: np.minimum,

@@ -55,13 +55,16 @@ def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | Non
 
 
 def op_name(target: Any) -> str:
-    """`aten.add.Tensor` -> "add.Tensor", `aten.rms_norm.default` -> "rms_norm"."""
+    """`aten.add.Tensor` -> "add.Tensor", `aten.rms_norm.default` -> "rms_norm", other namespaces
+    named: `prims.where.default` -> "prims.where"."""
     if getattr(target, "__name__", None) == "getitem" and not hasattr(target, "_schema"):
         return "getitem"
     name = getattr(target, "_name", None) or str(target)  # "aten::add.Tensor"
-    name = name.split("::", 1)[-1]
+    ns, _, name = name.rpartition("::")
     overload = getattr(target, "_overloadname", "default")
     base = name.split(".")[0]
+    if ns and ns != "aten":                 # "prims::where" -> "prims.where"
+        base = f"{ns}.{base}"
     return base if overload in ("default", "") else f"{base}.{overload}"
 
 

@@ -9,7 +9,11 @@ from emmy.pipeline import compile_to
 def assert_emitted_cuda_matches_eager(expr: str):
     """Compile `expr` (an `emmy -c` expression) to CUDA with its default rows and assert the
     emulated result matches eager; returns the compiled stages."""
-    w = load_expr(expr)
+    return assert_workload_cuda_matches_eager(load_expr(expr))
+
+
+def assert_workload_cuda_matches_eager(w):
+    """The same for a Workload."""
     stages = compile_to(w, "cuda")
     report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
     assert report is not None, failed.log[-2000:]

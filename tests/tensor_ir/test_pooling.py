@@ -6,7 +6,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from emmy.errors import UserError
 
 from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
 
@@ -61,13 +60,15 @@ def test_pool_with_infinities_and_a_fused_epilogue(check):
     check(lambda t: torch.relu(F.max_pool2d(t, 3, 2, 1)) + F.avg_pool2d(t, 2).mean(), x)
 
 
-def test_return_indices_is_refused_by_name():
-    from emmy.frontend.workload import load_expr
-    from emmy.pipeline import compile_to
-
-    w = load_expr("nn.MaxPool2d(2, return_indices=True)(torch.randn(1, 2, 4, 4))")
-    with pytest.raises(UserError, match="max_pool2d_with_indices"):
-        compile_to(w, "tensor")
+@pytest.mark.parametrize("expr", [
+    "nn.MaxPool2d(2, return_indices=True)(torch.randn(1, 2, 4, 4))",
+    "nn.MaxPool2d(3, stride=2, padding=1, return_indices=True)(torch.randn(2, 3, 9, 9).half())",
+    "F.adaptive_max_pool2d(torch.randn(2, 3, 8, 8), 2, return_indices=True)",
+])
+def test_max_positions_lower_through_torchs_decomposition(expr):
+    """max_pool2d_with_indices has no decomposition of emmy's own: torch's (a window's max,
+    its argmax, turned into a position in the input plane)."""
+    assert_emitted_cuda_matches_eager(expr)
 
 
 @pytest.mark.parametrize("expr", [

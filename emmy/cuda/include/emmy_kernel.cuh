@@ -90,12 +90,24 @@ EM_UNARY(em_cosh, coshf(x), cosh(x))
 EM_UNARY(em_asinh, asinhf(x), asinh(x))
 EM_UNARY(em_acosh, acoshf(x), acosh(x))
 EM_UNARY(em_atanh, atanhf(x), atanh(x))
+#if defined(__CUDACC__)
+EM_UNARY(em_lgamma, lgammaf(x), lgamma(x))
+#else   // the C library's lgamma writes the global signgam: the re-entrant form, per thread
+EM_UNARY(em_lgamma, ({ int s; lgammaf_r(x, &s); }), ({ int s; lgamma_r(x, &s); }))
+#endif
 EM_UNARY(em_sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
 EM_UNARY(em_reciprocal, 1.0f / x, 1.0 / x)
 #undef EM_UNARY
 
 template <class T> EMMY_FN T em_abs(T x) { return x < T(0) ? -x : x; }
 template <class T> EMMY_FN T em_sign(T x) { return T((x > T(0)) - (x < T(0))); }
+#if defined(__CUDACC__)
+EMMY_FN bool em_signbit(float x) { return signbit(x); }
+EMMY_FN bool em_signbit(double x) { return signbit(x); }
+#else
+EMMY_FN bool em_signbit(float x) { return std::signbit(x); }
+EMMY_FN bool em_signbit(double x) { return std::signbit(x); }
+#endif
 template <class T> EMMY_FN T em_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> EMMY_FN T em_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
 #if defined(__CUDACC__)

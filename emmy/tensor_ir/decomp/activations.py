@@ -6,7 +6,7 @@ import math
 
 from emmy.tensor_ir.builder import Builder
 from emmy.tensor_ir.decomp.layout import along, norm_dim, slice_axis
-from emmy.tensor_ir.decomp.table import Decomp, registrar
+from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 
 OPS: dict[str, Decomp] = {}
@@ -79,6 +79,16 @@ def lower_celu(b, x, alpha=1.0):
 @op("leaky_relu", opmath=True)
 def lower_leaky_relu(b, x, negative_slope=0.01):
     return b.ew(E.WHERE, b.ew(E.GT, x, 0), x, b.ew(E.MUL, x, negative_slope))
+
+
+@op("rrelu", opmath=True)
+def lower_rrelu(b, x, lower=1 / 8, upper=1 / 3, training=False, generator=None):
+    """Evaluation mode: leaky_relu with the mean slope (lower + upper) / 2. In training each
+    element draws its slope at random, which a compiled program cannot reproduce."""
+    if training:
+        raise Refused("training mode draws a random slope per element; call it with "
+                      "training=False (model.eval())")
+    return lower_leaky_relu(b, x, (lower + upper) / 2)
 
 
 @op("hardsigmoid", opmath=True)

@@ -6,6 +6,8 @@ Activation functions live in `activations.py`.
 
 from __future__ import annotations
 
+import math
+
 from emmy.dtypes import DType
 from emmy.tensor_ir.builder import Builder
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
@@ -200,6 +202,66 @@ def lower_addcmul(b, x, t1, t2, *, value=1):
 @op("addcdiv", opmath=True)
 def lower_addcdiv(b, x, t1, t2, *, value=1):
     return b.ew(E.ADD, x, b.ew(E.MUL, b.ew(E.DIV, t1, t2), value))
+
+
+# ---- floating-point classes and signs ------------------------------------------------------------
+
+def isnan(b: Builder, x: str) -> str:
+    """x != x for floats; no integer is NaN."""
+    if b.dtype(x).is_float:
+        return b.ew(E.NE, x, x)
+    return b.full(b.shape(x), False, DType.BOOL)
+
+
+@op("isnan")
+def lower_isnan(b, x):
+    return isnan(b, x)
+
+
+@op("signbit")
+def lower_signbit(b, x):
+    """The sign bit: true for negative numbers, -0.0 and a NaN with its sign bit set."""
+    dt = b.dtype(x)
+    if dt.is_float:
+        return b.ew(E.SIGNBIT, x)
+    if dt is DType.BOOL:
+        return b.full(b.shape(x), False, DType.BOOL)
+    return b.ew(E.LT, x, 0)
+
+
+@op("copysign.Tensor", "copysign.Scalar")
+def lower_copysign(b, x, y):
+    """|x| with y's sign bit (-0.0 and a negative NaN count as negative); integers compute as
+    f32, as torch promotes them."""
+    dt = b.result_type(x, y)
+    dt = dt if dt.is_float else DType.F32
+    magnitude = b.ew(E.ABS, b.cast(x, dt))
+    if not isinstance(y, str):
+        return b.ew(E.NEG, magnitude) if math.copysign(1.0, y) < 0 else magnitude
+    return b.ew(E.WHERE, lower_signbit(b, y), b.ew(E.NEG, magnitude), magnitude)
+
+
+def _nan_ignoring(extreme: EwOp):
+    """fmax (fmin): maximum (minimum) ignoring NaN, the other operand where one is NaN, NaN
+    only where both are."""
+    def lower(b, x, y):
+        out = b.ew(extreme, x, y)
+        if not b.result_type(x, y).is_float:
+            return out
+        out = b.ew(E.WHERE, isnan(b, y), x, out)
+        return b.ew(E.WHERE, isnan(b, x), y, out)
+
+    return lower
+
+
+op("fmax")(_nan_ignoring(E.MAX))
+op("fmin")(_nan_ignoring(E.MIN))
+
+
+@op("lgamma")
+def lower_lgamma(b, x):
+    """log |gamma(x)|; +inf at the poles (0, -1, -2, ...)."""
+    return b.ew(E.LGAMMA, to_float(b, x))
 
 
 @op("nan_to_num")

@@ -383,6 +383,24 @@ def lower_diag(b, x, diagonal=0):
     return b.ew(EwOp.WHERE, on, values, 0)
 
 
+@op("unfold")
+def lower_unfold(b, x, dimension, size, step):
+    """Windows of `size` elements every `step` along `dimension` (Tensor.unfold): that
+    dimension counts the windows, a new last one the elements of each,
+    out[..., w, ..., e] = x[..., w * step + e, ...]."""
+    shape = list(b.shape(x))
+    d = norm_dim(dimension, len(shape))
+    n = shape[d] if shape else 1
+    if size > n or size < 0 or step < 1:
+        raise Refused(f"windows of {size} every {step} along a dimension of {n}")
+    if not shape:                                   # a 0-d tensor: one window of itself
+        return b.index_map(x, [size], [])
+    shape[d] = (n - size) // step + 1
+    index = axes(len(shape))
+    index[d] = index[d] * step + var(axis_var(len(shape)))
+    return b.index_map(x, shape + [size], index)
+
+
 @op("repeat")
 def lower_repeat(b, x, repeats):
     src = (1,) * (len(repeats) - b.rank(x)) + b.shape(x)

@@ -7,12 +7,12 @@ Tensor IR. Half inputs are multiplied and summed in f32 (opmath), then cast back
 
 from __future__ import annotations
 
+import math
 import string
-
 
 from emmy.symbolic import Lin, var
 from emmy.tensor_ir.builder import Builder, broadcast_shapes
-from emmy.tensor_ir.decomp.layout import transpose
+from emmy.tensor_ir.decomp.layout import reshape, transpose
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
@@ -66,6 +66,52 @@ def lower_linear(b, x, weight, bias=None):
 def lower_addmm(b, bias, x, y, *, beta=1, alpha=1):
     """alpha * (x @ y) + beta * bias"""
     return b.ew(E.ADD, scaled(b, matmul(b, x, y), alpha), scaled(b, bias, beta))
+
+
+@op("addbmm", opmath=True)
+def lower_addbmm(b, bias, x, y, *, beta=1, alpha=1):
+    """alpha * (the sum over the batch of x[i] @ y[i]) + beta * bias"""
+    return b.ew(E.ADD, scaled(b, lower_einsum(b, "bij,bjk->ik", (x, y)), alpha),
+                scaled(b, bias, beta))
+
+
+@op("bilinear", opmath=True)
+def lower_bilinear(b, x1, x2, weight, bias=None):
+    """out[..., o] = x1[..., i] weight[o, i, j] x2[..., j] (+ bias[o]), one product over i and
+    j (nn.Bilinear)."""
+    lead = broadcast_shapes(b.shape(x1)[:-1], b.shape(x2)[:-1])
+    rows = math.prod(lead)
+    flat = [reshape(b, b.broadcast_to(x, (*lead, b.shape(x)[-1])), (rows, b.shape(x)[-1]))
+            for x in (x1, x2)]
+    out = reshape(b, lower_einsum(b, "ni,oij,nj->no", (flat[0], weight, flat[1])),
+                  (*lead, b.shape(weight)[0]))
+    return out if bias is None else b.ew(E.ADD, out, bias)
+
+
+@op("cdist", opmath=True)
+def lower_cdist(b, x1, x2, p=2.0, compute_mode=None):
+    """The p-norm distance between each row of x1 (.., P, M) and each of x2 (.., R, M):
+    (.., P, R), from the differences themselves (torch may use a product for p = 2, which
+    loses digits where points are close). p = 0 counts the coordinates that differ, p = inf
+    takes the largest."""
+    lead = broadcast_shapes(b.shape(x1)[:-2], b.shape(x2)[:-2])
+    (p1, m), (r2, _) = b.shape(x1)[-2:], b.shape(x2)[-2:]
+    shape = (*lead, p1, r2, m)
+    batch = [var(axis_var(i)) for i in range(len(lead))]
+    i, j, k = (var(axis_var(len(lead) + t)) for t in range(3))
+    a = b.index_map(b.broadcast_to(x1, (*lead, p1, m)), shape, [*batch, i, k])
+    c = b.index_map(b.broadcast_to(x2, (*lead, r2, m)), shape, [*batch, j, k])
+    diff = b.ew(E.ABS, b.ew(E.SUB, a, c))
+    last = (len(shape) - 1,)
+    if p == 0:
+        return b.reduce(R.SUM, b.cast(b.ew(E.NE, diff, 0.0), b.dtype(diff)), last)
+    if p == float("inf"):
+        return b.reduce(R.MAX, diff, last)
+    if p == 1:
+        return b.reduce(R.SUM, diff, last)
+    if p == 2:
+        return b.ew(E.SQRT, b.reduce(R.SUM, b.ew(E.MUL, diff, diff), last))
+    return b.ew(E.POW, b.reduce(R.SUM, b.ew(E.POW, diff, float(p)), last), 1.0 / p)
 
 
 @op("einsum", opmath=True)

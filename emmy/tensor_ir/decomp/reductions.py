@@ -10,7 +10,7 @@ import math
 
 from emmy.dtypes import DType
 from emmy.tensor_ir.builder import Builder
-from emmy.tensor_ir.decomp.layout import cat, norm_dim, norm_dims
+from emmy.tensor_ir.decomp.layout import cat, norm_dim, norm_dims, reshape, select, unsqueeze
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
@@ -291,3 +291,47 @@ def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
         indices.append(i)
         rest = after(v, i)
     return cat(b, values, dim), cat(b, indices, dim)
+
+
+@op("kthvalue")
+def lower_kthvalue(b, x, k, dim=-1, keepdim=False):
+    """values, positions of the k-th smallest along `dim` (NaN the largest): the last of the k
+    smallest, or of the n - k + 1 largest, whichever takes fewer rounds of topk."""
+    if b.rank(x) == 0:
+        if k != 1:
+            raise Refused(f"k={k} out of range: a 0-d tensor has one element")
+        return x, b.full((), 0, DType.I64)
+    dim = norm_dim(dim, b.rank(x))
+    n = b.shape(x)[dim]
+    if not 1 <= k <= n:
+        raise Refused(f"k={k} out of range: dimension {dim} has {n} elements")
+    rounds = min(k, n - k + 1)
+    if rounds > TOPK_LIMIT:
+        raise Refused(f"the {k}-th of {n} elements takes {rounds} rounds of topk, at most "
+                      f"{TOPK_LIMIT}")
+    values, indices = lower_topk(b, x, rounds, dim, largest=k > n - k + 1)
+    last = [select(b, v, dim, rounds - 1) for v in (values, indices)]
+    return tuple(unsqueeze(b, v, dim) for v in last) if keepdim else tuple(last)
+
+
+@op("median.dim")
+def lower_median_dim(b, x, dim, keepdim=False):
+    """The lower median along `dim` (the ((n + 1) // 2)-th smallest) and its position; NaN,
+    at the first NaN's position, where the row holds one (as torch)."""
+    if b.rank(x) == 0:
+        return x, b.full((), 0, DType.I64)
+    d = norm_dim(dim, b.rank(x))
+    n = b.shape(x)[d]
+    value, index = lower_kthvalue(b, x, (n + 1) // 2, d, keepdim)
+    if not b.dtype(x).is_float:
+        return value, index
+    nan = b.ew(E.NE, x, x)
+    first = b.reduce(R.MIN, b.ew(E.WHERE, nan, b.iota(b.shape(x), d), n), (d,), keepdim=keepdim)
+    some = b.ew(E.LT, first, n)
+    return b.ew(E.WHERE, some, float("nan"), value), b.ew(E.WHERE, some, first, index)
+
+
+@op("median")
+def lower_median_all(b, x):
+    """The lower median of all elements (NaN if any is)."""
+    return lower_median_dim(b, reshape(b, x, [-1]) if b.rank(x) > 1 else x, 0)[0]

@@ -1,0 +1,154 @@
+"""Ops emmy has no decomposition of its own for, lowered through torch's.
+
+PyTorch describes many ops in terms of others: composite ops (`diff`, `tile`, `outer`,
+`tensordot`, ...) are written in other aten ops, and `torch._decomp` holds Python
+decompositions of many more (`isnan`, `copysign`, `heaviside`, `xlogy`, `multi_margin_loss`,
+...). For a node whose op is not in emmy's tables, `expand` traces the op alone with make_fx on
+fake tensors of its arguments' types (shapes are static, so the trace is exact) and returns the
+ops it became as Torch IR nodes, for the caller to lower one by one as it does the graph's own.
+The Torch IR keeps the op as the user wrote it; the decomposition shows from the Tensor IR on.
+
+An op torch has no decomposition for traces to itself and stays unsupported; so does one whose
+decomposition depends on the values (a data-dependent branch or shape).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from emmy.dtypes import DType, to_torch
+from emmy.torch_ir.ir import Node, Ref, TensorType
+
+# Literals the capture wrote as strings (emmy.torch_ir.capture._arg): back to torch's objects.
+_OBJECTS = ("torch.strided", "torch.contiguous_format", "torch.preserve_format",
+            "torch.channels_last")
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """The nodes an op decomposes into, in order; `inputs` names the placeholder each tensor
+    argument became (in the order of Ref leaves in the node's arguments), `outputs` the value
+    (or values) the op returns, as Refs, Nones and tuples of them."""
+
+    inputs: tuple[str, ...]
+    nodes: tuple[Node, ...]
+    outputs: Any
+
+
+def overload(name: str):
+    """The OpOverload of a Torch IR op name ("add.Tensor", "rms_norm", "prims.where"), or None."""
+    import torch
+
+    ns, rest = ("prims", name[len("prims."):]) if name.startswith("prims.") else ("aten", name)
+    base, _, which = rest.partition(".")
+    packet = getattr(getattr(torch.ops, ns), base, None)
+    return getattr(packet, which or "default", None) if packet is not None else None
+
+
+def expand(node: Node, types: dict[str, TensorType]) -> Expansion | None:
+    """torch's decomposition of `node` (its Ref arguments of the given types), or None where
+    torch has none that applies here."""
+    import torch
+    from torch._decomp import decomposition_table
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    op = overload(node.op)
+    if op is None or not isinstance(op, torch._ops.OpOverload):
+        return None
+    refs: list[str] = []
+    _collect(node.args, refs)
+    _collect(tuple(v for _, v in node.kwargs), refs)
+    if any(r not in types for r in refs):
+        return None
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty(types[r].shape, dtype=to_torch(types[r].dtype)) for r in refs]
+
+    def call(*tensors):
+        it = iter(tensors)
+        args = tuple(_torch_arg(a, it) for a in node.args)
+        kwargs = {k: _torch_arg(v, it) for k, v in node.kwargs}
+        return op(*args, **kwargs)
+
+    table = {op: decomposition_table[op]} if op in decomposition_table else {}
+    try:
+        gm = make_fx(call, decomposition_table=table, tracing_mode="fake")(*fakes)
+    except Exception:  # a data-dependent decomposition, arguments it refuses: none applies
+        return None
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    if any(n.target is op for n in calls) or not all(map(_out_of_place, calls)):
+        return None  # torch computes it with its own kernel: no decomposition
+    return _mirror(gm, node)
+
+
+def _out_of_place(n) -> bool:
+    """Make an in-place call of a decomposition (nanmean's `isnan(x).logical_not_()`) its
+    out-of-place twin, later readers of the tensor it updated reading its result instead;
+    False where that is not the same program (it updates an input, or a view of something)."""
+    import torch
+
+    schema = getattr(n.target, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return True
+    base, _, which = str(n.target).split(".", 1)[1].partition(".")
+    twin = getattr(getattr(torch.ops.aten, base[:-1], None), which or "default", None)
+    first = n.args[0] if n.args else None
+    if (not base.endswith("_") or twin is None or getattr(first, "op", None) != "call_function"
+            or getattr(first.target, "_schema", None) is None
+            or any(r.alias_info is not None for r in first.target._schema.returns)):
+        return False
+    order = {m: i for i, m in enumerate(n.graph.nodes)}
+    n.target = twin
+    first.replace_all_uses_with(n, delete_user_cb=lambda u: order[u] > order[n])
+    return True
+
+
+def _collect(a, refs: list[str]) -> None:
+    if isinstance(a, Ref):
+        refs.append(a.name)
+    elif isinstance(a, tuple):
+        for x in a:
+            _collect(x, refs)
+
+
+def _torch_arg(a, tensors):
+    import torch
+
+    if isinstance(a, Ref):
+        return next(tensors)
+    if isinstance(a, tuple):
+        items = [_torch_arg(x, tensors) for x in a]
+        return items
+    if isinstance(a, DType):
+        return to_torch(a)
+    if isinstance(a, str) and a in _OBJECTS:
+        return getattr(torch, a.split(".", 1)[1])
+    if isinstance(a, str) and a in ("cpu", "meta") or isinstance(a, str) and a.startswith("cuda"):
+        return torch.device(a)
+    return a
+
+
+def _mirror(gm, node: Node) -> Expansion:
+    """The traced graph as Torch IR nodes named after `node` (so messages point at it)."""
+    from emmy.torch_ir.capture import _arg, _value_type, op_name
+
+    names: dict[str, str] = {}
+    inputs: list[str] = []
+    nodes: list[Node] = []
+    outputs: Any = None
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            names[n.name] = f"{node.name}.{n.name}"
+            inputs.append(names[n.name])
+        elif n.op == "call_function":
+            names[n.name] = f"{node.name}.{n.name}"
+            nodes.append(Node(name=names[n.name], op=op_name(n.target),
+                              args=tuple(_arg(a, names) for a in n.args),
+                              kwargs=tuple((k, _arg(v, names)) for k, v in n.kwargs.items()),
+                              type=_value_type(n.meta.get("val"), node.name),
+                              source=node.source))
+        elif n.op == "output":
+            outputs = _arg(n.args[0], names)
+    return Expansion(tuple(inputs), tuple(nodes), outputs)

@@ -1,0 +1,155 @@
+"""Ops emmy has no decomposition of its own for, lowered through torch's (emmy.tensor_ir.
+torch_decomp), and the elementwise ops those decompositions lean on (isnan, signbit,
+copysign, fmax / fmin, lgamma): the Tensor IR against eager PyTorch, a sample through the
+emitted CUDA on the emulator, and the messages where torch's decomposition does not help."""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from emmy.errors import UnsupportedOp
+from emmy.frontend.workload import Workload
+from emmy.tensor_ir.decomp import REGISTRY
+from emmy.tensor_ir.lower import lower
+from emmy.torch_ir.capture import capture
+from tests.tensor_ir.conftest import Fn, check_module
+from tests.tensor_ir.emitted import assert_workload_cuda_matches_eager
+
+r = torch.randn
+INF, NAN = math.inf, math.nan
+# -0.0, NaN of both signs, the infinities, gamma's poles
+AWKWARD = torch.tensor([[0.0, -0.0, NAN, -NAN, INF, -INF, 1.5, -2.5],
+                        [-1.0, -2.0, 3.0, -0.5, 1e-30, -1e-30, 7.0, 0.25]])
+
+# op as torch.export names it -> (function, inputs); none of these ops is in emmy's tables
+THROUGH_TORCH = {
+    "diff": (lambda x: torch.diff(x, dim=-1), (r(4, 9),)),
+    "tile": (lambda x: x.tile((2, 1, 3)), (r(3, 4),)),
+    "outer": (torch.outer, (r(5), r(7))),
+    "kron": (torch.kron, (r(2, 3), r(3, 2))),
+    "tensordot": (lambda x, y: torch.tensordot(x, y, dims=2), (r(4, 5, 3), r(5, 3, 2))),
+    "rot90": (lambda x: torch.rot90(x, 1, [0, 1]), (r(3, 5),)),
+    "heaviside": (torch.heaviside, (AWKWARD, r(2, 8))),
+    "xlogy.Tensor": (torch.xlogy, (torch.tensor([0.0, 1.0, 2.0, NAN, 0.0]),
+                                   torch.tensor([0.0, 2.0, NAN, 1.0, NAN]))),
+    "nansum": (lambda x: torch.nansum(x, dim=-1), (AWKWARD.clamp(-9, 9),)),
+    "nanmean": (lambda x: torch.nanmean(x, dim=-1), (AWKWARD.clamp(-9, 9),)),
+    "pairwise_distance": (F.pairwise_distance, (r(6, 16), r(6, 16))),
+    "multi_margin_loss": (F.multi_margin_loss, (r(8, 5), torch.randint(0, 5, (8,)))),
+    "count_nonzero": (lambda x: torch.count_nonzero(x > 0, dim=-1), (r(4, 9),)),
+    "channel_shuffle": (nn.ChannelShuffle(2), (r(2, 4, 3, 3),)),
+    "sinc": (torch.sinc, (torch.tensor([0.0, 0.5, -1.0, 2.5]),)),
+    "deg2rad": (torch.deg2rad, (r(3, 4),)),
+    "bucketize.Tensor": (lambda x, edges: torch.bucketize(x, edges),
+                         (r(4, 6), torch.linspace(-2, 2, 9))),
+    "im2col": (lambda x: F.unfold(x, kernel_size=3, padding=1), (r(2, 3, 5, 6),)),
+    "upsample_bicubic2d.vec": (lambda x: F.interpolate(x, scale_factor=2, mode="bicubic"),
+                               (r(1, 2, 4, 5),)),
+    "grid_sampler": (lambda x, g: F.grid_sample(x, g, align_corners=False),
+                     (r(1, 2, 5, 5), torch.rand(1, 3, 4, 2) * 2 - 1)),
+    "special_entr": (torch.special.entr, (torch.tensor([0.0, 0.5, 1.0, -1.0, INF]),)),
+}
+
+NATIVE = {
+    "isnan": (lambda x: torch.isnan(x), (AWKWARD,)),
+    "isnan_int": (lambda x: torch.isnan(x), (torch.arange(6),)),
+    "signbit": (torch.signbit, (AWKWARD,)),
+    "signbit_int": (torch.signbit, (torch.arange(-3, 3),)),
+    "copysign": (torch.copysign, (AWKWARD.flip(1), AWKWARD)),
+    "copysign_scalar": (lambda x: torch.copysign(x, -0.0), (AWKWARD,)),
+    "copysign_int": (torch.copysign, (torch.arange(-4, 4), AWKWARD[0])),
+    "fmax": (torch.fmax, (AWKWARD, AWKWARD.flip(1))),
+    "fmin": (torch.fmin, (AWKWARD, AWKWARD.flip(0))),
+    "fmax_int": (torch.fmax, (torch.arange(6), torch.arange(6).flip(0))),
+    "lgamma": (torch.lgamma, (torch.cat([AWKWARD.flatten(), r(16) * 4]),)),
+    "unfold": (lambda x: x.unfold(1, 3, 2), (r(2, 9, 4),)),
+    "constant_pad_nd": (lambda x: torch.constant_pad_nd(x, (1, 2), 2.5), (r(3, 4),)),
+    "rrelu_eval": (lambda x: F.rrelu(x, training=False), (r(4, 8),)),
+    "addbmm": (lambda c, x, y: torch.addbmm(c, x, y, beta=0.5, alpha=2.0),
+               (r(3, 5), r(4, 3, 6), r(4, 6, 5))),
+    "bilinear": (nn.Bilinear(6, 4, 3), (r(2, 5, 6), r(2, 5, 4))),
+    "cdist": (torch.cdist, (r(2, 7, 5), r(2, 6, 5))),
+    "cdist_p": (lambda x, y: (torch.cdist(x, y, p=1.0), torch.cdist(x, y, p=0.0),
+                              torch.cdist(x, y, p=INF), torch.cdist(x, y, p=3.0)),
+                (r(7, 5), torch.cat([r(3, 5), torch.zeros(1, 5)]))),
+    "median": (lambda x: torch.median(x, dim=1), (r(4, 9),)),
+    "median_even_keepdim": (lambda x: torch.median(x, dim=0, keepdim=True), (r(8, 3),)),
+    "median_nan": (lambda x: torch.median(x, dim=-1).values, (AWKWARD,)),
+    "median_all": (torch.median, (r(5, 7),)),
+    "kthvalue": (lambda x: torch.kthvalue(x, 3, dim=-1), (r(4, 10),)),
+    "kthvalue_from_the_top": (lambda x: torch.kthvalue(x, 39, dim=-1, keepdim=True),
+                              (r(3, 40),)),
+}
+
+
+def _check_tensor_ir(fn, inputs):
+    torch.manual_seed(0)
+    return check_module(fn, *inputs)
+
+
+@pytest.mark.parametrize("name", THROUGH_TORCH)
+def test_op_lowers_through_torchs_decomposition(name):
+    fn, inputs = THROUGH_TORCH[name]
+    graph = capture(Fn(fn).eval(), inputs, name="t")
+    assert name in {n.op for n in graph.nodes}, "the Torch IR keeps the op as written"
+    assert name not in REGISTRY, "emmy has its own decomposition: this case tests nothing"
+    _check_tensor_ir(fn, inputs)
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_new_op_matches_eager(name):
+    fn, inputs = NATIVE[name]
+    _check_tensor_ir(fn, inputs)
+
+
+@pytest.mark.parametrize("name", ["heaviside", "nanmean", "im2col", "tensordot"])
+def test_through_torch_emitted_cuda_matches(name):
+    _assert_cuda_matches(*THROUGH_TORCH[name], name)
+
+
+@pytest.mark.parametrize("name", ["isnan", "signbit", "copysign", "copysign_int", "fmax",
+                                  "lgamma", "unfold", "cdist_p", "median", "median_nan",
+                                  "kthvalue_from_the_top", "bilinear"])
+def test_new_op_emitted_cuda_matches(name):
+    _assert_cuda_matches(*NATIVE[name], name)
+
+
+def _assert_cuda_matches(fn, inputs, name):
+    model = fn if isinstance(fn, nn.Module) else Fn(fn)
+    assert_workload_cuda_matches_eager(
+        Workload(name, model.eval(), tuple(inputs), source=name, origin="<test>"))
+
+
+def test_median_positions_among_ties_are_judged_by_value():
+    x = torch.randint(0, 3, (9, 6)).float()           # every column full of ties
+    _assert_cuda_matches(lambda t: torch.median(t, dim=0), (x,), "median_ties")
+
+
+def test_in_place_step_of_a_decomposition_reads_as_its_result():
+    """nanmean decomposes into `isnan(x).logical_not_()` and a sum of the updated tensor."""
+    x = torch.tensor([[1.0, NAN, 3.0], [NAN, NAN, 2.0]])
+    program = _check_tensor_ir(lambda t: torch.nanmean(t, dim=1), (x,))
+    assert "logical_not" not in str(program)
+
+
+@pytest.mark.parametrize("call, message", [
+    ("torch.logcumsumexp(x, dim=1)", "unsupported op `logcumsumexp`"),
+    ("torch.logdet(x @ x.t())", "torch decomposes it into ops that include"),
+    ("torch.kthvalue(x, 1, dim=1)", None),
+    ("torch.kthvalue(y, 40, dim=1)", "takes 40 rounds of topk, at most 32"),
+    ("F.rrelu(x, training=True)", "training mode draws a random slope"),
+])
+def test_what_torch_cannot_decompose_is_refused_with_the_reason(call, message):
+    def fn(x, y):
+        return eval(call)
+
+    inputs = (r(4, 6), r(2, 80))
+    if message is None:
+        lower(capture(Fn(fn).eval(), inputs, name="t"))
+        return
+    with pytest.raises(UnsupportedOp) as e:
+        lower(capture(Fn(fn).eval(), inputs, name="t"))
+    assert message in str(e.value)
