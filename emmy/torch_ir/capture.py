@@ -14,10 +14,43 @@ _KINDS = {"PARAMETER": InputKind.PARAM, "BUFFER": InputKind.BUFFER,
           "CONSTANT_TENSOR": InputKind.CONSTANT, "USER_INPUT": InputKind.INPUT}
 
 
+class _SharedWrite(UserError):
+    """An in-place op writes memory that something else reads afterwards (a slice assignment
+    `y[:, 0] = 1`, `out[..., 1:] = x`): the graph needs functionalizing first."""
+
+
 def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | None = None,
             tf32: bool = False) -> Graph:
-    """Export `model(*inputs)` and mirror the exported graph, one node per op."""
+    """Export `model(*inputs)` and mirror the exported graph, one node per op. A program that
+    writes into a view or a tensor read again (`y[:, 0] = 1`, `y[mask] = 0`) is mirrored
+    functionalized: torch rewrites each such write as a whole new tensor (slice_scatter,
+    select_scatter, index_put, ...) and later reads read it."""
     ep = _export(model, inputs)
+    try:
+        return _mirror(ep, name, origin, tf32)
+    except _SharedWrite as e:
+        functional = _functionalized(ep)
+        if functional is None:
+            raise UserError(str(e)) from None
+        return _mirror(functional, name, origin, tf32)
+
+
+def _functionalized(ep):
+    """The exported program with every in-place op out of place, or None where that would
+    change what the model returns (it writes into an input, a parameter or a buffer)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            functional = ep.run_decompositions({})
+        except Exception:     # torch's own error types vary by version
+            return None
+    sig = functional.graph_signature
+    if sig.user_inputs_to_mutate or sig.buffers_to_mutate:
+        return None
+    return functional
+
+
+def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
     sig = {spec.arg.name: spec for spec in ep.graph_signature.input_specs
            if hasattr(spec.arg, "name")}
     names = _readable_names(ep, sig)
@@ -87,15 +120,15 @@ def _functional(fx_node, order, origin: str | None) -> str:
         return name          # not a plain in-place update of `self`: the op table decides
     shared = _aliases(fx_node.args[0])
     if any(getattr(n, "op", None) == "placeholder" for n in shared):
-        raise UserError(f"in-place `{name}`{at} writes into a model input or parameter; emmy "
+        raise UserError(f"in-place `{name}`{at} writes into a model input, parameter or buffer; emmy "
                         "compiles functional programs (use the out-of-place op)")
     later = [(n, u) for n in shared for u in n.users
              if u is not fx_node and order[u] > order[fx_node]]
     if later:
         n, u = min(later, key=lambda p: order[p[1]])
-        raise UserError(f"in-place `{name}`{at} overwrites the memory of `{n.name}`, which "
-                        f"`{u.name}` reads afterwards; emmy compiles functional programs "
-                        "(use the out-of-place op)")
+        raise _SharedWrite(f"in-place `{name}`{at} overwrites the memory of `{n.name}`, which "
+                           f"`{u.name}` reads afterwards; emmy compiles functional programs "
+                           "(use the out-of-place op)")
     return base[:-1] + dot + overload
 
 

@@ -10,6 +10,8 @@ reads the nearest row instead of faulting).
 
 from __future__ import annotations
 
+import math
+
 from emmy.dtypes import DType
 from emmy.symbolic import var
 from emmy.tensor_ir.builder import Builder, broadcast_shapes
@@ -217,3 +219,38 @@ def lower_index_add(b, x, dim, index, source, *, alpha=1):
 @op("index_fill.int_Scalar")
 def lower_index_fill(b, x, dim, index, value):
     return _index_write(b, x, dim, index, value, add=False, wrap=True)
+
+
+@op("index_put")
+def lower_index_put(b, x, indices, values, accumulate=False):
+    """x with `values` written (added, with accumulate) where `indices` point: what torch
+    makes of `y[mask] = v`, `y[idx] = v`, `y[:, idx] += v`. A boolean mask (after any leading
+    `:`) takes one value for every element it selects; one integer index tensor (at most
+    SCATTER_LIMIT positions, negative ones counting from the end) takes the slices of `values`
+    in order, as index_copy (index_add) along its dimension."""
+    given = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(given) != 1:
+        raise Refused("writes through several index tensors at once (`y[i, j] = v`); one "
+                      "index tensor or one boolean mask")
+    (dim, index), shape = given[0], b.shape(x)
+    if b.dtype(index) is DType.BOOL:
+        mshape = b.shape(index)
+        if tuple(shape[dim:dim + len(mshape)]) != tuple(mshape):
+            raise Refused(f"a mask of shape {mshape} at dimension {dim} of a tensor of shape "
+                          f"{shape}")
+        if isinstance(values, str) and math.prod(b.shape(values)) != 1:
+            raise Refused("a mask writing several values (one per element it selects, a "
+                          "number only known at run time); write one value, or use "
+                          "torch.where(mask, values, y)")
+        mask = b.index_map(index, shape, axes(len(shape))[dim:dim + len(mshape)])
+        value = b.cast(reshape(b, values, ()), b.dtype(x)) if isinstance(values, str) \
+            else values
+        if accumulate:
+            return b.cast(b.ew(E.ADD, x, b.ew(E.WHERE, mask, value, 0)), b.dtype(x))
+        return b.ew(E.WHERE, mask, value, x)
+    idx = _positions(b, index)
+    if b.rank(idx) != 1:
+        raise Refused(f"an index tensor of rank {b.rank(idx)} in a write; a 1-D one")
+    slices = shape[:dim] + (b.shape(idx)[0],) + shape[dim + 1:]
+    source = b.broadcast_to(values, slices) if isinstance(values, str) else values
+    return _index_write(b, x, dim, idx, source, add=accumulate, wrap=True)

@@ -443,6 +443,99 @@ def lower_copy(b, x, *args, **kwargs):
     return x
 
 
+# ---- whole tensors with a part replaced: what torch makes of writes into views ----------------
+# (`y[:, 0] = 1` is select_scatter(y, fill(...), 1, 0); `y[..., 1:] = x` slice_scatter(y, x, ...))
+
+def _as_type_of(b: Builder, x: str, value, shape: Sequence[int]):
+    """`value` (a tensor or a number) in x's element type, broadcast to `shape`."""
+    if not isinstance(value, str):
+        return b.full(shape, value, b.dtype(x))
+    return b.broadcast_to(b.cast(value, b.dtype(x)), shape)
+
+
+@op("fill.Scalar", "fill.Tensor", "copy")
+def lower_fill(b, x, value, non_blocking=False):
+    """x's shape and type, every element `value` (fill) or `value` broadcast (copy)."""
+    return _as_type_of(b, x, value, b.shape(x))
+
+
+@op("select_scatter")
+def lower_select_scatter(b, x, src, dim, index):
+    """x with its `index`-th slice along `dim` replaced by src."""
+    shape = b.shape(x)
+    dim = norm_dim(dim, len(shape))
+    index %= shape[dim]
+    placed = _as_type_of(b, x, unsqueeze(b, src, dim) if isinstance(src, str) else src, shape)
+    return b.ew(EwOp.WHERE, b.ew(EwOp.EQ, b.iota(shape, dim), index), placed, x)
+
+
+@op("diagonal_scatter")
+def lower_diagonal_scatter(b, x, src, offset=0, dim1=0, dim2=1):
+    """x with its diagonal (as `diagonal(x, offset, dim1, dim2)` reads it) replaced by src,
+    whose last dimension runs along the diagonal."""
+    shape = list(b.shape(x))
+    d1, d2 = norm_dim(dim1, len(shape)), norm_dim(dim2, len(shape))
+    n = b.shape(src)[-1] if isinstance(src, str) and b.rank(src) else 0
+    if n == 0:
+        return x
+    bounds = {axis_var(i): m for i, m in enumerate(shape)}
+    rest = [var(axis_var(i)) for i in range(len(shape)) if i not in (d1, d2)]
+    skip = max(0, -offset)                 # rows above the diagonal's first element
+    along = mod(var(axis_var(d1)) + (n * (-(-skip // n) + 1) - skip), n, bounds)
+    values = b.index_map(b.cast(src, b.dtype(x)), shape, rest + [along])
+    on = b.ew(EwOp.EQ, b.ew(EwOp.SUB, b.iota(shape, d2), b.iota(shape, d1)), offset)
+    return b.ew(EwOp.WHERE, on, values, x)
+
+
+@op("fill_diagonal")
+def lower_fill_diagonal(b, x, fill_value, wrap=False):
+    """fill_diagonal_ out of place: every element whose indices are all equal; a tall matrix
+    with wrap=True starts the diagonal again every columns + 1 rows."""
+    shape = b.shape(x)
+    if len(shape) < 2 or (len(shape) > 2 and len(set(shape)) != 1):
+        raise Refused(f"fill_diagonal_ of a tensor of shape {tuple(shape)}: a matrix, or all "
+                      "dimensions equal")
+    if wrap and len(shape) == 2 and shape[0] > shape[1] + 1:
+        rows, cols = shape
+        bounds = {axis_var(0): rows, axis_var(1): cols}
+        first = b.ew(EwOp.EQ, b.iota([cols + 1], 0), 0)
+        flat = var(axis_var(0)) * cols + var(axis_var(1))
+        on = b.index_map(first, shape, [mod(flat, cols + 1, bounds)])
+    else:
+        on = b.ew(EwOp.EQ, b.iota(shape, 0), b.iota(shape, 1))
+        for d in range(2, len(shape)):
+            on = b.ew(EwOp.AND, on, b.ew(EwOp.EQ, b.iota(shape, 0), b.iota(shape, d)))
+    return b.ew(EwOp.WHERE, on, _as_type_of(b, x, fill_value, shape), x)
+
+
+@op("slice_scatter")
+def lower_slice_scatter(b, x, src, dim=0, start=None, end=None, step=1):
+    """x with x[start:end:step] along `dim` replaced by src: where a position is one of the
+    slice's, src at (position - start) / step (an index map, wrapped into range elsewhere and
+    not selected there)."""
+    shape = list(b.shape(x))
+    dim = norm_dim(dim, len(shape))
+    start, end, _ = slice(start, end).indices(shape[dim])
+    m = len(range(start, end, step))
+    if m == 0:
+        return x
+    bounds = {axis_var(i): n for i, n in enumerate(shape)}
+    p = var(axis_var(dim))
+    lead = -(-start // step)                       # p + c is a multiple of step on the slice
+    c = lead * step - start
+    k = -(-lead // m) + 1                          # keeps the wrapped index non-negative
+    index = axes(len(shape))
+    index[dim] = mod(floordiv(p + c, step, bounds) + (k * m - lead), m, bounds)
+    src_shape = shape[:dim] + [m] + shape[dim + 1:]
+    values = b.index_map(_as_type_of(b, x, src, src_shape), shape, index)
+    pos = b.iota(shape, dim)
+    on = b.ew(EwOp.AND, b.ew(EwOp.GE, pos, start), b.ew(EwOp.LE, pos, start + (m - 1) * step))
+    if step > 1:
+        first = b.ew(EwOp.EQ, b.iota([step], 0), 0)       # position 0 of each step
+        on = b.ew(EwOp.AND, on, b.index_map(first, shape, [mod(p + c, step, bounds)]))
+    return b.ew(EwOp.WHERE, on, values, x)
+
+
 @op("dropout")
 def lower_dropout(b, x, p=0.5, train=False):
     if train and p > 0:
