@@ -141,7 +141,8 @@ class Gen:
     def binary(self, x: Node) -> Node:
         y = self.leaf(self.broadcastable(x.shape))
         forms = (["({} + {})", "({} - {})", "({} * {})", "torch.maximum({}, {})",
-                  "({} / ({}.abs() + 1))", "torch.where({0} > 0, {0}, {1})"]
+                  "({} / ({}.abs() + 1))", "torch.where({0} > 0, {0}, {1})",
+                  "torch.fmax({}, {})"]
                  if self.rng.random() < 0.5 else   # or the broadcast operand first
                  ["({1} + {0})", "({1} * {0})", "torch.minimum({1}, {0})"])
         return Node(self.rng.choice(forms).format(x.code, y.code), x.shape)
@@ -164,7 +165,12 @@ class Gen:
         # the k largest (smallest) values (not their positions: values a rounding apart may
         # rank otherwise in eager, and positions read on compare exactly)
         picks = [(f"torch.topk({{}}, {k}, {{}}).values", top),
-                 (f"{{}}.topk({k}, {{}}, largest=False).values", top)]
+                 (f"{{}}.topk({k}, {{}}, largest=False).values", top),
+                 (f"torch.kthvalue({{}}, {k}, {{}}).values", rest)]
+        if x.shape[d] < 64 and rest:                  # at most 32 rounds of top-k
+            picks.append(("torch.median({}, {}).values", rest))
+        if not rest:
+            picks = picks[:2]
         f, shape = self.rng.choice(same + fewer + picks)
         return Node(f.format(x.code, d), shape)
 
@@ -176,7 +182,7 @@ class Gen:
 
     def layout(self, x: Node) -> Node:
         r = len(x.shape)
-        choice = self.rng.randrange(5)
+        choice = self.rng.randrange(7)
         if choice == 0 and r >= 2:
             a, b = self.rng.sample(range(r), 2)
             s = list(x.shape)
@@ -195,6 +201,19 @@ class Gen:
             y = self.leaf(x.shape[:d] + (self.rng.choice(self.dims[:4]),) + x.shape[d + 1:])
             return Node(f"torch.cat([{x.code}, {y.code}], {d})",
                         x.shape[:d] + (x.shape[d] + y.shape[d],) + x.shape[d + 1:])
+        if choice == 5 and x.shape[-1] > 1:
+            d = r - 1 if self.rng.random() < 0.5 else self.rng.randrange(r)
+            if x.shape[d] > 1:
+                return Node(f"torch.diff({x.code}, dim={d})",
+                            x.shape[:d] + (x.shape[d] - 1,) + x.shape[d + 1:])
+        if choice == 6:
+            d = self.rng.randrange(r)
+            size = self.rng.randint(1, min(x.shape[d], 4))
+            step = self.rng.randint(1, 3)
+            windows = (x.shape[d] - size) // step + 1
+            shape = x.shape[:d] + (windows,) + x.shape[d + 1:] + (size,)
+            if math.prod(shape) <= self.max_elements:
+                return Node(f"{x.code}.unfold({d}, {size}, {step})", shape)
         n = 1
         for s in x.shape:
             n *= s
