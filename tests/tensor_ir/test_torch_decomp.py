@@ -75,6 +75,10 @@ NATIVE = {
     "cdist_p": (lambda x, y: (torch.cdist(x, y, p=1.0), torch.cdist(x, y, p=0.0),
                               torch.cdist(x, y, p=INF), torch.cdist(x, y, p=3.0)),
                 (r(7, 5), torch.cat([r(3, 5), torch.zeros(1, 5)]))),
+    "searchsorted": (lambda s, v: (torch.searchsorted(s, v), torch.searchsorted(s, v, right=True)),
+                     (torch.tensor([-1.0, 0.0, 0.0, 2.0]), AWKWARD)),
+    "searchsorted_rows": (lambda s, v: torch.searchsorted(s, v, side="right", out_int32=True),
+                          (torch.sort(r(3, 7), dim=-1).values, r(3, 5))),
     "median": (lambda x: torch.median(x, dim=1), (r(4, 9),)),
     "median_even_keepdim": (lambda x: torch.median(x, dim=0, keepdim=True), (r(8, 3),)),
     "median_nan": (lambda x: torch.median(x, dim=-1).values, (AWKWARD,)),
@@ -112,7 +116,7 @@ def test_through_torch_emitted_cuda_matches(name):
 
 @pytest.mark.parametrize("name", ["isnan", "signbit", "copysign", "copysign_int", "fmax",
                                   "lgamma", "unfold", "cdist_p", "median", "median_nan",
-                                  "kthvalue_from_the_top", "bilinear"])
+                                  "kthvalue_from_the_top", "bilinear", "searchsorted"])
 def test_new_op_emitted_cuda_matches(name):
     _assert_cuda_matches(*NATIVE[name], name)
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 
 from emmy.dtypes import DType
+from emmy.symbolic import var
 from emmy.tensor_ir.builder import Builder
 from emmy.tensor_ir.decomp.layout import cat, norm_dim, norm_dims, reshape, select, unsqueeze
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
+from emmy.tensor_ir.ir import axis_var
 
 OPS: dict[str, Decomp] = {}
 op = registrar(OPS)
@@ -335,3 +337,32 @@ def lower_median_dim(b, x, dim, keepdim=False):
 def lower_median_all(b, x):
     """The lower median of all elements (NaN if any is)."""
     return lower_median_dim(b, reshape(b, x, [-1]) if b.rank(x) > 1 else x, 0)[0]
+
+
+@op("searchsorted.Tensor", "searchsorted.Scalar")
+def lower_searchsorted(b, sorted_sequence, x, *, out_int32=False, right=False, side=None,
+                       sorter=None):
+    """For each value, how many elements of its row of `sorted_sequence` come before it (are
+    smaller; with right=True, not larger): a count, one pass over the row, rather than a
+    binary search; NaN goes last, as in torch. (The two differ only where the boundaries hold
+    NaN, which sorts last but breaks a count.)"""
+    if sorter is not None:
+        raise Refused("searchsorted with a sorter (the positions that sort the sequence)")
+    right = right or side == "right"
+    seq = sorted_sequence
+    if not isinstance(x, str):
+        x = b.full((), x, b.dtype(seq))
+    lead, n = b.shape(seq)[:-1], b.shape(seq)[-1]
+    if lead and tuple(lead) != tuple(b.shape(x)[:-1]):
+        raise Refused(f"boundaries of shape {b.shape(seq)} for values of shape {b.shape(x)}: "
+                      "one row, or a row per row of values")
+    shape = (*b.shape(x), n)
+    r = len(shape)
+    rows = [var(axis_var(i)) for i in range(r - 2)] if lead else []
+    bounds = b.index_map(seq, shape, rows + [var(axis_var(r - 1))])
+    values = b.index_map(x, shape, [var(axis_var(i)) for i in range(r - 1)])
+    before = b.ew(E.LE if right else E.LT, bounds, values)
+    count = b.reduce(R.SUM, b.cast(before, DType.I64), (r - 1,))
+    if b.dtype(x).is_float:
+        count = b.ew(E.WHERE, b.ew(E.NE, x, x), n, count)
+    return b.cast(count, DType.I32 if out_int32 else DType.I64)
