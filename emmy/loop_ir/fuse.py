@@ -599,7 +599,9 @@ def _group(roots, reads, touched, defs, scan_of) -> list[list[str]]:
                     and defs[g[0]].type.shape == defs[r].type.shape \
                     and any(touched[r] & (touched[m] | {m}) for m in g) \
                     and _one_product(products[r], set().union(*(products[m] for m in g))) \
-                    and _can_share(g + [r], reads):
+                    and _can_share(g + [r], reads) \
+                    and _kernels_acyclic([m for m in roots if m not in g and m != r],
+                                         [x + [r] if x is g else x for x in groups], reads):
                 g.append(r)
                 break
         else:
@@ -623,6 +625,31 @@ def _can_share(group: list[str], reads) -> bool:
             if m not in members and members & _reaches(m, reads):
                 return False  # through another kernel: the group would wait on itself
     return True
+
+
+def _kernels_acyclic(rest: list[str], groups: list[list[str]], reads) -> bool:
+    """Whether the kernels, `groups` and every root of `rest` not in one (a kernel of its
+    own), can run in some order, each after the kernels it loads from. Two groups can each
+    read the other (a reads d, c reads b, with {a, b} and {c, d} grouped) while no stored
+    tensor depends on itself."""
+    owner = {r: i for i, g in enumerate(groups) for r in g}
+    for r in rest:
+        owner.setdefault(r, len(owner) + len(groups))
+    deps: dict[int, set[int]] = {}
+    for r, i in owner.items():
+        deps.setdefault(i, set()).update(owner[m] for m in reads.get(r, {})
+                                         if m in owner and owner[m] != i)
+    state: dict[int, int] = {}                     # 1: on the path, 2: done
+
+    def visit(i: int) -> bool:
+        state[i] = 1
+        for j in deps.get(i, ()):
+            if state.get(j) == 1 or (j not in state and not visit(j)):
+                return False
+        state[i] = 2
+        return True
+
+    return all(i in state or visit(i) for i in deps)
 
 
 def _reaches(name: str, reads) -> set[str]:

@@ -111,6 +111,32 @@ def test_kernels_follow_what_they_load():
     check(p, random_feeds(p))
 
 
+def test_grouped_kernels_never_wait_on_each_other():
+    """Two branches, each a product, a rotation and a product, gathered and normalized, then
+    combined: grouping outputs by shape could put one branch's first product with the other's
+    second, two kernels each reading the other (found by bench/fuzz.py, seed 1702)."""
+    def rotate(t):
+        return t * 0.5 + torch.cat((-t[..., 8:], t[..., :8]), -1) * 0.25
+
+    def branch(x, w, v, idx):
+        return F.log_softmax(rotate(rotate(x @ w) @ v)[idx], 1)
+
+    def fn(x1, w1, v1, i1, x2, w2, v2, i2):
+        return branch(x1, w1, v1, i1) - branch(x2, w2, v2, i2).mean(-1, keepdim=True)
+
+    def one():
+        return (torch.randn(17, 1), torch.randn(1, 16), torch.randn(16, 16),
+                torch.randint(-17, 17, (32,)))
+
+    lp = check_torch(fn, *one(), *one())
+    done: set[str] = set()
+    for k in lp.kernels:          # each kernel after every kernel whose stores it loads
+        stored_here = {s.buffer for s in walk(k.body) if isinstance(s, Store)}
+        assert all(b in done or b in stored_here for b in loads(k)
+                   if b in {t.name for t in lp.intermediates}), k.name
+        done |= stored_here
+
+
 def test_stores_write_each_output_once_per_element():
     lp = check_torch(lambda x: (torch.softmax(x, -1), x + 1), torch.randn(4, 16))
     for k in lp.kernels:
