@@ -24,6 +24,9 @@ INF, NAN = math.inf, math.nan
 AWKWARD = torch.tensor([[0.0, -0.0, NAN, -NAN, INF, -INF, 1.5, -2.5],
                         [-1.0, -2.0, 3.0, -0.5, 1e-30, -1e-30, 7.0, 0.25]])
 
+# bags of 2, 0, 3 and 3 indices (an empty one; 2 is the padding_idx some cases leave out)
+BAG_INDICES, BAG_OFFSETS = torch.tensor([1, 2, 3, 4, 5, 1, 2, 9]), torch.tensor([0, 2, 2, 5])
+
 # op as torch.export names it -> (function, inputs); none of these ops is in emmy's tables
 THROUGH_TORCH = {
     "diff": (lambda x: torch.diff(x, dim=-1), (r(4, 9),)),
@@ -79,6 +82,19 @@ NATIVE = {
                      (torch.tensor([-1.0, 0.0, 0.0, 2.0]), AWKWARD)),
     "searchsorted_rows": (lambda s, v: torch.searchsorted(s, v, side="right", out_int32=True),
                           (torch.sort(r(3, 7), dim=-1).values, r(3, 5))),
+    **{f"embedding_bag_{mode}_{pad}": (
+        lambda w, i, o, mode=mode, pad=pad: torch.ops.aten.embedding_bag.padding_idx(
+            w, i, o, False, mode, False, None, False, pad),
+        (r(10, 4), BAG_INDICES, BAG_OFFSETS)) for mode in (0, 1, 2) for pad in (None, 2)},
+    "embedding_bag_weighted_last_offset": (
+        lambda w, i, o, p: torch.ops.aten.embedding_bag.padding_idx(w, i, o, False, 0, False, p,
+                                                                   True, None)[:3],
+        (r(10, 4), BAG_INDICES, torch.tensor([0, 2, 2, 5, 8]), torch.rand(8))),
+    "embedding_bag_mean_last_offset": (
+        lambda w, i, o: torch.ops.aten.embedding_bag.padding_idx(w, i, o, False, 1, False, None,
+                                                                True, 2)[0],
+        (r(10, 4), BAG_INDICES, torch.tensor([0, 2, 2, 5, 8]))),
+    "embedding_bag_2d": (nn.EmbeddingBag(10, 4, mode="max"), (torch.randint(0, 10, (3, 5)),)),
     "median": (lambda x: torch.median(x, dim=1), (r(4, 9),)),
     "median_even_keepdim": (lambda x: torch.median(x, dim=0, keepdim=True), (r(8, 3),)),
     "median_nan": (lambda x: torch.median(x, dim=-1).values, (AWKWARD,)),
@@ -116,7 +132,8 @@ def test_through_torch_emitted_cuda_matches(name):
 
 @pytest.mark.parametrize("name", ["isnan", "signbit", "copysign", "copysign_int", "fmax",
                                   "lgamma", "unfold", "cdist_p", "median", "median_nan",
-                                  "kthvalue_from_the_top", "bilinear", "searchsorted"])
+                                  "kthvalue_from_the_top", "bilinear", "searchsorted",
+                                  "embedding_bag_2d"])
 def test_new_op_emitted_cuda_matches(name):
     _assert_cuda_matches(*NATIVE[name], name)
 

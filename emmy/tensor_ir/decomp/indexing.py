@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 
 from emmy.dtypes import DType
-from emmy.symbolic import var
+from emmy.symbolic import mod, var
 from emmy.tensor_ir.builder import Builder, broadcast_shapes
 from emmy.tensor_ir.decomp.layout import axes, expand, norm_dim, reshape
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
+from emmy.tensor_ir.ir import ReduceOp as R
 from emmy.tensor_ir.ir import axis_var, gather_var
 
 OPS: dict[str, Decomp] = {}
@@ -254,3 +255,106 @@ def lower_index_put(b, x, indices, values, accumulate=False):
     slices = shape[:dim] + (b.shape(idx)[0],) + shape[dim + 1:]
     source = b.broadcast_to(values, slices) if isinstance(values, str) else values
     return _index_write(b, x, dim, idx, source, add=accumulate, wrap=True)
+
+
+EMBEDDING_BAG_MODES = ("sum", "mean", "max")
+
+
+@op("embedding_bag.padding_idx", "embedding_bag")
+def lower_embedding_bag(b, weight, indices, offsets, scale_grad_by_freq=False, mode=0,
+                        sparse=False, per_sample_weights=None, include_last_offset=False,
+                        padding_idx=None):
+    """nn.EmbeddingBag: per bag (the indices from offsets[b] to the next offset), the sum, mean
+    or max of the weight rows they name (an empty bag: zeros; entries equal to padding_idx
+    left out). Bags of one size (a 2-D input: offsets an arange) reduce over that size; others
+    over every index, each masked to its bag. Also torch's other three results (offset2bag,
+    bag_size, max_indices) as its CPU kernel gives them, for a program that reads them."""
+    idx = _positions(b, indices)
+    if b.rank(idx) != 1 or b.rank(offsets) != 1:
+        raise Refused("embedding_bag with indices and offsets of rank 1 (a 2-D input is "
+                      "reshaped by F.embedding_bag)")
+    n, d = b.shape(idx)[0], b.shape(weight)[1]
+    bags = b.shape(offsets)[0] - (1 if include_last_offset else 0)
+    step = b.affine_value(offsets)
+    fixed = (step is not None and not include_last_offset and not step.const
+             and len(step.terms) == 1 and n == bags * step.terms[0][1])
+    if fixed:                                 # bags of `size` indices each
+        size = step.terms[0][1]
+        k_pos = b.ew(E.ADD, b.ew(E.MUL, b.iota((bags, size), 0), size), b.iota((bags, size), 1))
+        inside = b.full((bags, size), True, DType.BOOL)
+    else:                                     # every index, masked to the bag
+        size = n
+        k_pos = b.iota((bags, n), 1)
+        start = b.index_map(offsets, (bags, n), [var(axis_var(0))])
+        if include_last_offset:
+            end = b.index_map(offsets, (bags, n), [var(axis_var(0)) + 1])
+        else:
+            bounds = {axis_var(0): bags}
+            nxt = b.index_map(offsets, (bags, n), [mod(var(axis_var(0)) + 1, bags, bounds)])
+            end = b.ew(E.WHERE, b.ew(E.EQ, b.iota((bags, n), 0), bags - 1), n, nxt)
+        inside = b.ew(E.AND, b.ew(E.GE, k_pos, start), b.ew(E.LT, k_pos, end))
+    rows = b.gather(idx, (bags, size), [var(gather_var(0))], [k_pos])   # the row each names
+    valid = inside if padding_idx is None or padding_idx < 0 else \
+        b.ew(E.AND, inside, b.ew(E.NE, rows, padding_idx))
+    shape3 = (bags, size, d)
+    vectors = lower_embedding(b, weight, rows)                          # (bags, size, d)
+    if per_sample_weights is not None:
+        if mode != 0:
+            raise Refused("per_sample_weights with mode sum only (as torch)")
+        vectors = b.ew(E.MUL, vectors, b.gather(per_sample_weights, shape3, [var(gather_var(0))],
+                                                [b.index_map(k_pos, shape3, axes(2))]))
+    keep = b.index_map(valid, shape3, axes(2))
+    count = b.reduce(R.SUM, b.cast(valid, DType.I64), (1,))
+    some = b.index_map(b.ew(E.GT, count, 0), (bags, d), axes(1))
+    if mode == 2:
+        low = b.ew(E.WHERE, keep, vectors, float("-inf"))
+        top = b.reduce(R.MAX, low, (2 - 1,))
+        out = b.ew(E.WHERE, some, top, 0.0)
+        hit = b.ew(E.AND, keep, b.ew(E.EQ, low, b.index_map(top, shape3, [var(axis_var(0)),
+                                                                        var(axis_var(2))])))
+        at = b.reduce(R.MIN, b.ew(E.WHERE, hit, b.index_map(k_pos, shape3, axes(2)), n), (1,))
+        first_row = b.gather(idx, (bags, d), [var(gather_var(0))],
+                             [b.ew(E.WHERE, b.ew(E.LT, at, n), at, 0)])
+        max_indices = b.ew(E.WHERE, some, first_row, 0)
+    else:
+        out = b.reduce(R.SUM, b.ew(E.WHERE, keep, vectors, 0.0), (1,))
+        if mode == 1:
+            out = b.ew(E.WHERE, some, b.ew(E.DIV, out, b.index_map(count, (bags, d), axes(1))),
+                       0.0)
+    if mode not in (0, 1, 2):
+        raise Refused(f"embedding_bag mode {mode} ({', '.join(EMBEDDING_BAG_MODES)})")
+    out = b.cast(out, b.dtype(weight))
+    # torch's bookkeeping results: for sum zeros (offset2bag empty without a padding_idx);
+    # for mean and max each index's bag and each bag's count (max: each maximum's row), as
+    # its CPU kernel gives them
+    i_pos = b.iota((n, bags), 0)
+    starts = b.index_map(offsets, (n, bags), [var(axis_var(1))])
+    offset2bag = b.ew(E.SUB, b.reduce(R.SUM, b.cast(b.ew(E.LE, starts, i_pos), DType.I64), (1,)),
+                      1)
+    if mode == 0:
+        aux = (offset2bag if padding_idx is not None else None, None, None)
+    else:
+        aux = (offset2bag, count, max_indices if mode == 2 else count)
+    # torch's shapes for them come from its meta kernel, which with include_last_offset
+    # disagrees with its CPU kernel; where they are not these, zeros of its shape
+    want = _embedding_bag_shapes(b, weight, idx, offsets, mode, per_sample_weights,
+                                 include_last_offset, padding_idx)
+    return (out, *(a if a is not None and b.shape(a) == w else b.full(w, 0, DType.I64)
+                   for a, w in zip(aux, want)))
+
+
+def _embedding_bag_shapes(b, weight, idx, offsets, mode, weights, last, padding_idx):
+    """The shapes torch.export gives embedding_bag's three bookkeeping results."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from emmy.dtypes import to_torch
+
+    with FakeTensorMode():            # as torch.export traces it
+        def fake(x):
+            return None if x is None else torch.empty(b.shape(x), dtype=to_torch(b.dtype(x)))
+
+        results = torch.ops.aten.embedding_bag.padding_idx(
+            fake(weight), fake(idx), fake(offsets), False, mode, False, fake(weights), last,
+            padding_idx)
+        return [tuple(t.shape) for t in results[1:]]
