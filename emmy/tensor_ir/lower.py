@@ -68,10 +68,7 @@ def _lower_through_torch(b: Builder, node: Node, env: dict[str, Any], expanding:
     expansion = None if node.op in expanding else torch_decomp.expand(node, types)
     if expansion is None:
         raise UnsupportedOp(node.op, source=node.source)
-    refs: list[str] = []
-    torch_decomp._collect(node.args, refs)
-    torch_decomp._collect(tuple(v for _, v in node.kwargs), refs)
-    local = {inp: env[r] for inp, r in zip(expansion.inputs, refs)}
+    local = {inp: env[r] for inp, r in zip(expansion.inputs, torch_decomp.tensor_refs(node))}
     for sub in expansion.nodes:
         try:
             local[sub.name] = lower_node(b, sub, local, expanding + (node.op,))

@@ -57,9 +57,7 @@ def expand(node: Node, types: dict[str, TensorType]) -> Expansion | None:
     op = overload(node.op)
     if op is None or not isinstance(op, torch._ops.OpOverload):
         return None
-    refs: list[str] = []
-    _collect(node.args, refs)
-    _collect(tuple(v for _, v in node.kwargs), refs)
+    refs = tensor_refs(node)
     if any(r not in types for r in refs):
         return None
     mode = FakeTensorMode()
@@ -78,15 +76,18 @@ def expand(node: Node, types: dict[str, TensorType]) -> Expansion | None:
     except Exception:  # a data-dependent decomposition, arguments it refuses: none applies
         return None
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-    if any(n.target is op for n in calls) or not all(map(_out_of_place, calls)):
+    if any(n.target is op for n in calls):
         return None  # torch computes it with its own kernel: no decomposition
+    if not all(map(_out_of_place, calls)):
+        return None  # it updates an input or a view in place
     return _mirror(gm, node)
 
 
 def _out_of_place(n) -> bool:
-    """Make an in-place call of a decomposition (nanmean's `isnan(x).logical_not_()`) its
-    out-of-place twin, later readers of the tensor it updated reading its result instead;
-    False where that is not the same program (it updates an input, or a view of something)."""
+    """Turn an in-place call of a decomposition (nanmean's `isnan(x).logical_not_()`) into
+    its out-of-place twin, later readers of the tensor it updated reading its result instead
+    (True); False where that would not be the same program (it updates an input, or a
+    view)."""
     import torch
 
     schema = getattr(n.target, "_schema", None)
@@ -105,6 +106,14 @@ def _out_of_place(n) -> bool:
     return True
 
 
+def tensor_refs(node: Node) -> list[str]:
+    """The tensors a node reads, in the order of its arguments (positional, then keyword)."""
+    refs: list[str] = []
+    _collect(node.args, refs)
+    _collect(tuple(v for _, v in node.kwargs), refs)
+    return refs
+
+
 def _collect(a, refs: list[str]) -> None:
     if isinstance(a, Ref):
         refs.append(a.name)
@@ -119,8 +128,7 @@ def _torch_arg(a, tensors):
     if isinstance(a, Ref):
         return next(tensors)
     if isinstance(a, tuple):
-        items = [_torch_arg(x, tensors) for x in a]
-        return items
+        return [_torch_arg(x, tensors) for x in a]
     if isinstance(a, DType):
         return to_torch(a)
     if isinstance(a, str) and a in _OBJECTS:
