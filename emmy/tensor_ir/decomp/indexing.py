@@ -273,6 +273,8 @@ def lower_embedding_bag(b, weight, indices, offsets, scale_grad_by_freq=False, m
     if b.rank(idx) != 1 or b.rank(offsets) != 1:
         raise Refused("embedding_bag with indices and offsets of rank 1 (a 2-D input is "
                       "reshaped by F.embedding_bag)")
+    if mode not in (0, 1, 2):
+        raise Refused(f"embedding_bag mode {mode} (0, 1, 2: {', '.join(EMBEDDING_BAG_MODES)})")
     n, d = b.shape(idx)[0], b.shape(weight)[1]
     bags = b.shape(offsets)[0] - (1 if include_last_offset else 0)
     step = b.affine_value(offsets)
@@ -308,7 +310,7 @@ def lower_embedding_bag(b, weight, indices, offsets, scale_grad_by_freq=False, m
     some = b.index_map(b.ew(E.GT, count, 0), (bags, d), axes(1))
     if mode == 2:
         low = b.ew(E.WHERE, keep, vectors, float("-inf"))
-        top = b.reduce(R.MAX, low, (2 - 1,))
+        top = b.reduce(R.MAX, low, (1,))
         out = b.ew(E.WHERE, some, top, 0.0)
         hit = b.ew(E.AND, keep, b.ew(E.EQ, low, b.index_map(top, shape3, [var(axis_var(0)),
                                                                         var(axis_var(2))])))
@@ -321,8 +323,6 @@ def lower_embedding_bag(b, weight, indices, offsets, scale_grad_by_freq=False, m
         if mode == 1:
             out = b.ew(E.WHERE, some, b.ew(E.DIV, out, b.index_map(count, (bags, d), axes(1))),
                        0.0)
-    if mode not in (0, 1, 2):
-        raise Refused(f"embedding_bag mode {mode} ({', '.join(EMBEDDING_BAG_MODES)})")
     out = b.cast(out, b.dtype(weight))
     # torch's bookkeeping results: for sum zeros (offset2bag empty without a padding_idx);
     # for mean and max each index's bag and each bag's count (max: each maximum's row), as

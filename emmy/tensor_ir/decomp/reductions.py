@@ -1,5 +1,6 @@
 """Reductions: sum, mean, prod, max/min (values and indices), argmax/argmin, var/std, any/all,
-and the k largest or smallest elements (topk) as k rounds of a max and an argmin.
+and the k largest or smallest elements (topk) as k rounds of a max and an argmin; median and
+kthvalue through those rounds; searchsorted as a count.
 
 `dim=None` or an empty dim list means every dimension, as in torch.
 """
