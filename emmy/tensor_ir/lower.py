@@ -61,10 +61,8 @@ def lower_node(b: Builder, node: Node, env: dict[str, Any], _expanding: tuple[st
 def _lower_through_torch(b: Builder, node: Node, env: dict[str, Any], expanding: tuple[str, ...]):
     """An op emmy has no decomposition of: the ops torch decomposes it into, each lowered as
     a node of the graph would be (emmy.tensor_ir.torch_decomp)."""
-    types = {}
-    for name, value in env.items():
-        if isinstance(value, str) and value in b.defs:
-            types[name] = b.type(value)
+    types = {r: b.type(env[r]) for r in torch_decomp.tensor_refs(node)
+             if isinstance(env.get(r), str)}
     expansion = None if node.op in expanding else torch_decomp.expand(node, types)
     if expansion is None:
         raise UnsupportedOp(node.op, source=node.source)

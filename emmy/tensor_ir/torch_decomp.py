@@ -51,7 +51,6 @@ def expand(node: Node, types: dict[str, TensorType]) -> Expansion | None:
     torch has none that applies here."""
     import torch
     from torch._decomp import decomposition_table
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
     op = overload(node.op)
@@ -60,9 +59,7 @@ def expand(node: Node, types: dict[str, TensorType]) -> Expansion | None:
     refs = tensor_refs(node)
     if any(r not in types for r in refs):
         return None
-    mode = FakeTensorMode()
-    with mode:
-        fakes = [torch.empty(types[r].shape, dtype=to_torch(types[r].dtype)) for r in refs]
+    fakes = fake_tensors([types[r] for r in refs])
 
     def call(*tensors):
         it = iter(tensors)
@@ -81,6 +78,16 @@ def expand(node: Node, types: dict[str, TensorType]) -> Expansion | None:
     if not all(map(_out_of_place, calls)):
         return None  # it updates an input or a view in place
     return _mirror(gm, node)
+
+
+def fake_tensors(types) -> list:
+    """Fake tensors (shape and type, no data) of these TensorTypes, as torch.export traces
+    with."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        return [torch.empty(t.shape, dtype=to_torch(t.dtype)) for t in types]
 
 
 def _out_of_place(n) -> bool:

@@ -346,15 +346,11 @@ def lower_embedding_bag(b, weight, indices, offsets, scale_grad_by_freq=False, m
 def _embedding_bag_shapes(b, weight, idx, offsets, mode, weights, last, padding_idx):
     """The shapes torch.export gives embedding_bag's three bookkeeping results."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from emmy.dtypes import to_torch
+    from emmy.tensor_ir.torch_decomp import fake_tensors
 
-    with FakeTensorMode():            # as torch.export traces it
-        def fake(x):
-            return None if x is None else torch.empty(b.shape(x), dtype=to_torch(b.dtype(x)))
-
-        results = torch.ops.aten.embedding_bag.padding_idx(
-            fake(weight), fake(idx), fake(offsets), False, mode, False, fake(weights), last,
-            padding_idx)
-        return [tuple(t.shape) for t in results[1:]]
+    given = [weight, idx, offsets] + ([weights] if weights is not None else [])
+    w, i, o, *p = fake_tensors([b.type(v) for v in given])
+    results = torch.ops.aten.embedding_bag.padding_idx(w, i, o, False, mode, False,
+                                                       p[0] if p else None, last, padding_idx)
+    return [tuple(t.shape) for t in results[1:]]
