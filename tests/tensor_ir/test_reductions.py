@@ -102,3 +102,23 @@ def test_cummax_emitted_cuda_matches_eager(expr):
     from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
 
     assert_emitted_cuda_matches_eager(expr)
+
+
+# any / all are max / min over bool: the accumulator starts at false for any (true for all)
+# and crosses lanes as an int (CUDA's shuffles take no bool). Most rows of `> 2` over 16
+# values hold no true value, so a wrong start value shows.
+@pytest.mark.parametrize("expr", [
+    "torch.any(torch.randn(64, 16) > 2, dim=-1).float()",
+    "torch.all(torch.randn(64, 16) > -2, dim=-1).float()",
+    "torch.any(torch.randn(8, 16, 4) > 2, dim=1).float()",
+    "torch.any(torch.randn(4, 3000) > 3.5, dim=-1).float()",
+    "torch.cummax(torch.randn(8, 64) > 0, dim=-1).values.float()",
+])
+def test_bool_reductions_on_sampled_rows_compile_and_match_eager(expr):
+    from emmy.frontend.workload import load_expr
+    from emmy.verify import verify_rows
+
+    results = verify_rows(load_expr(expr), per_kernel=3, seed=4)
+    assert results
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad

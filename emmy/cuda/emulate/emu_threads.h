@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -374,30 +375,38 @@ inline void __trap() {
 
 // Shuffles, as PTX shfl.sync defines them for a `width`-lane segment: idx wraps within the
 // segment; up/down give back the caller's value past the segment's start/end; xor may read an
-// earlier segment but not a later one.
-template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = warpSize) {
-    const T* all = emmy_emu::warp_exchange(mask, v);
+// earlier segment but not a later one. CUDA declares them for int, unsigned, long, long long
+// (and unsigned), float, double and the 16-bit float types only: a bool, char or short argument
+// is promoted and an int comes back, so code that expects its own narrow type back fails to
+// compile here as it does under NVRTC.
+namespace emmy_emu {
+template <class T> using shfl_t =
+    std::conditional_t<std::is_integral_v<T> && (sizeof(T) < sizeof(int)), int, T>;
+}
+template <class T, class R = emmy_emu::shfl_t<T>>
+inline R __shfl_sync(unsigned mask, T v, int src, int width = warpSize) {
+    const R* all = emmy_emu::warp_exchange(mask, R(v));
     const unsigned me = emmy_emu::lane(), base = me & ~unsigned(width - 1);
     return all[base + (unsigned(src) & unsigned(width - 1))];
 }
-template <class T>
-inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
-    const T* all = emmy_emu::warp_exchange(mask, v);
+template <class T, class R = emmy_emu::shfl_t<T>>
+inline R __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
+    const R* all = emmy_emu::warp_exchange(mask, R(v));
     const unsigned me = emmy_emu::lane(), base = me & ~unsigned(width - 1);
-    return me - base >= delta ? all[me - delta] : v;
+    return me - base >= delta ? all[me - delta] : R(v);
 }
-template <class T>
-inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
-    const T* all = emmy_emu::warp_exchange(mask, v);
+template <class T, class R = emmy_emu::shfl_t<T>>
+inline R __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
+    const R* all = emmy_emu::warp_exchange(mask, R(v));
     const unsigned me = emmy_emu::lane(), base = me & ~unsigned(width - 1);
-    return me - base + delta < unsigned(width) ? all[me + delta] : v;
+    return me - base + delta < unsigned(width) ? all[me + delta] : R(v);
 }
-template <class T>
-inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = warpSize) {
-    const T* all = emmy_emu::warp_exchange(mask, v);
+template <class T, class R = emmy_emu::shfl_t<T>>
+inline R __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = warpSize) {
+    const R* all = emmy_emu::warp_exchange(mask, R(v));
     const unsigned me = emmy_emu::lane(), base = me & ~unsigned(width - 1);
     const unsigned src = me ^ unsigned(lane_mask);
-    return src < base + unsigned(width) ? all[src] : v;
+    return src < base + unsigned(width) ? all[src] : R(v);
 }
 
 // Votes over the lanes in `mask` (lanes that have exited do not vote).

@@ -143,12 +143,14 @@ EMMY_FN float em_fast_sigmoid(float x) { return em_fast_rcp(1.0f + em_fast_exp(-
 
 // --- reductions: an op is a type with identity() and apply() --------------------------------
 template <class T> EMMY_FN T em_lowest() {
-  if constexpr (em_same<T, float>::value) return -EMMY_INF_F32;
+  if constexpr (em_same<T, bool>::value) return false;
+  else if constexpr (em_same<T, float>::value) return -EMMY_INF_F32;
   else if constexpr (em_same<T, double>::value) return -static_cast<double>(EMMY_INF_F32);
   else return static_cast<T>(1ull << (8 * sizeof(T) - 1));  // most negative two's complement
 }
 template <class T> EMMY_FN T em_highest() {
-  if constexpr (em_same<T, float>::value) return EMMY_INF_F32;
+  if constexpr (em_same<T, bool>::value) return true;
+  else if constexpr (em_same<T, float>::value) return EMMY_INF_F32;
   else if constexpr (em_same<T, double>::value) return static_cast<double>(EMMY_INF_F32);
   else return static_cast<T>(~(1ull << (8 * sizeof(T) - 1)));
 }
@@ -162,9 +164,14 @@ struct EmMax  { template <class T> static EMMY_FN T identity() { return em_lowes
 struct EmMin  { template <class T> static EMMY_FN T identity() { return em_highest<T>(); }
                 template <class T> static EMMY_FN T apply(T a, T b) { return em_minimum(a, b); } };
 
+// Shuffles of a value of type T (CUDA's shuffles take a bool as an int and give an int back).
+template <class T> EMMY_FN T em_shfl_xor(T x, int o) { return T(__shfl_xor_sync(EM_FULL, x, o)); }
+template <class T> EMMY_FN T em_shfl_up(T x, int o) { return T(__shfl_up_sync(EM_FULL, x, o)); }
+template <class T> EMMY_FN T em_shfl(T x, int src) { return T(__shfl_sync(EM_FULL, x, src)); }
+
 // Every lane of the warp gets the combination of all 32 lanes' values (butterfly).
 template <class Op, class T> EMMY_FN T em_warp_allreduce(T x) {
-  for (int o = 16; o > 0; o >>= 1) x = Op::apply(x, __shfl_xor_sync(EM_FULL, x, o));
+  for (int o = 16; o > 0; o >>= 1) x = Op::apply(x, em_shfl_xor(x, o));
   return x;
 }
 
@@ -201,13 +208,13 @@ template <class Op, class T> EMMY_FN void em_warp_scan(T v, T& carry, T& incl, T
   const int lane = threadIdx.x % 32;
   T x = v;
   for (int o = 1; o < 32; o <<= 1) {
-    T y = __shfl_up_sync(EM_FULL, x, o);
+    T y = em_shfl_up(x, o);
     if (lane >= o) x = Op::apply(y, x);
   }
-  T prev = __shfl_up_sync(EM_FULL, x, 1);
+  T prev = em_shfl_up(x, 1);
   excl = lane == 0 ? carry : Op::apply(carry, prev);
   incl = Op::apply(carry, x);
-  carry = __shfl_sync(EM_FULL, incl, 31);
+  carry = em_shfl(incl, 31);
 }
 
 // argmax / argmin: (value, position) pairs; position -1 means "nothing seen"; ties keep the
@@ -223,7 +230,7 @@ template <bool Max, class T> EMMY_FN void em_arg_update(T& bv, long long& bp, T 
 }
 template <bool Max, class T> EMMY_FN void em_warp_allreduce_arg(T& v, long long& p) {
   for (int o = 16; o > 0; o >>= 1) {
-    T ov = __shfl_xor_sync(EM_FULL, v, o);
+    T ov = em_shfl_xor(v, o);
     long long op = __shfl_xor_sync(EM_FULL, p, o);
     em_arg_update<Max>(v, p, ov, op);
   }
