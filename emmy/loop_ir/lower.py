@@ -27,7 +27,7 @@ from emmy.loop_ir.names import kernel_name
 from emmy.loop_ir.normalize import normalize
 from emmy.loop_ir.place import Placer, order_loops
 from emmy.tensor_ir.builder import operands
-from emmy.tensor_ir.ir import IndexMap, Program, Reduce
+from emmy.tensor_ir.ir import IndexMap, Input, Program, Reduce
 
 
 MAX_NODES = 1024  # DAG nodes (about statements) one kernel may reach before something is stored
@@ -49,29 +49,42 @@ def lower(p: Program, *, normalized: bool = True) -> LoopProgram:
         notes=plan.notes + tuple(n for _, extra in built for n in extra), tf32=p.tf32)
 
 
-def _build_within_budget(p: Program):
+def _build_within_budget(p: Program, memo: dict | None = None):
     """Plan and build every kernel; while one passes MAX_NODES, store one more tensor; while an
-    attention's scores are fused into a kernel no flash template takes, store them."""
+    attention's scores are fused into a kernel no flash template takes, store them. `memo`
+    holds the kernels built so far (by what each build read)."""
     defs = {d.name: d for d in p.defs}
     forced: dict[str, str] = (windowed_reads(p) | reduced_products(p) | attention_operands(p)
                               | gathered_reads(p) | normalized_operands(p))
     scores = attention_scores(p)
     flashless: set[str] = set()
     budget: int | None = MAX_NODES
+    # Each pass plans again and builds every kernel; a kernel whose build reads the same
+    # things as in an earlier pass is taken from that pass (a long chain, an unrolled
+    # recurrence, stores one tensor per pass: without this, passes x kernels builds).
+    memo = {} if memo is None else memo
+    flash: dict[tuple, bool] = {}
     while True:
         plan = plan_fusion(p, forced)
         names = {d.name: d.name for d in p.inputs} | plan.buffers
         single = len(plan.kernels) == 1
+        loaded_all = set(plan.stored) | {d.name for d in p.inputs}
         try:
             built, unflashed, uses = [], set(), []
             for i, kp in enumerate(plan.kernels):
-                inlined: Counter[str] = Counter()
-                built.append(build_kernel(p, kp, set(plan.stored),
-                                          kernel_name(i, defs[kp.roots[0]], p.name, single),
-                                          names, budget, inlined))
+                name = kernel_name(i, defs[kp.roots[0]], p.name, single)
+                frontier = _frontier(defs, kp.roots, loaded_all)
+                key = (kp, name, budget, tuple(names[r] for r in kp.roots),
+                       tuple((n, names[n]) for n in sorted(frontier)))
+                if key not in memo:
+                    inlined: Counter[str] = Counter()
+                    memo[key] = (build_kernel(p, kp, set(plan.stored), name, names, budget,
+                                              inlined), inlined)
+                kernel, inlined = memo[key]
+                built.append(kernel)
                 uses.append(inlined)
                 fused = {scores[n] for n in scores.keys() & inlined.keys()} - set(plan.stored)
-                if fused and not _flash(built[-1][0]):
+                if fused and not flash.setdefault(key, _flash(kernel[0])):
                     unflashed |= fused
             recomputed = {n: why for n, why in recomputed_products(p, uses).items()
                           if n not in plan.stored}
@@ -94,6 +107,22 @@ def _build_within_budget(p: Program):
                 continue
             forced[cut] = (f"inlined, it would be computed at {e.uses[cut]} different indices "
                            f"in one kernel, which would pass {MAX_NODES} statements")
+
+
+def _frontier(defs, roots, loaded: set[str]) -> frozenset[str]:
+    """The loaded tensors a kernel computing `roots` reads: what its build depends on, besides
+    the roots themselves (the definitions between are then the same too)."""
+    seen, out, todo = set(roots), set(), list(roots)
+    while todo:
+        for a in operands(defs[todo.pop()]):
+            if a in seen:
+                continue
+            seen.add(a)
+            if a in loaded:
+                out.add(a)
+            else:
+                todo.append(a)
+    return frozenset(out)
 
 
 def _flash(k: Kernel) -> bool:
@@ -136,11 +165,19 @@ def build_kernel(p: Program, kp: KernelPlan, stored: set[str], name: str,
 def choose_cut(p: Program, uses, stored: set[str]) -> str | None:
     """The tensor to store when a kernel grows too large: the latest one that holds a
     reduction and that the kernel computes at several indices (not an index_map: storing its
-    operand does the same with less memory)."""
+    operand does the same with less memory); failing that, the latest one computed at several
+    indices from data (an element-wise chain: the cell states of an unrolled LSTM, read by
+    every later step and by the stack of its outputs), not from positions alone."""
     heavy: set[str] = set()
+    data: set[str] = set()
     for d in p.defs:
+        if isinstance(d, Input) or d.name in stored or data.intersection(operands(d)):
+            data.add(d.name)
         if d.name not in stored and (isinstance(d, Reduce) or heavy.intersection(operands(d))):
             heavy.add(d.name)
-    cuts = [d.name for d in p.defs if d.name in heavy and uses.get(d.name, 0) > 1
-            and not isinstance(d, IndexMap)]
-    return cuts[-1] if cuts else None
+    for pool in (heavy, data - stored):
+        cuts = [d.name for d in p.defs if d.name in pool and uses.get(d.name, 0) > 1
+                and not isinstance(d, (IndexMap, Input))]
+        if cuts:
+            return cuts[-1]
+    return None

@@ -1,9 +1,12 @@
 """Lowering to loop nests: what fuses into one kernel, and where each statement lands."""
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from emmy import symbolic
+from emmy.dtypes import DType
 from emmy.loop_ir.dataflow import walk
 from emmy.loop_ir.ir import Init, Load, Loop, LoopKind, Store
 
@@ -124,3 +127,67 @@ def test_a_kernel_that_would_grow_too_large_stores_a_tensor_and_says_why():
     lp = check_torch(alternating, torch.randn(5, 6))
     assert len(lp.kernels) >= 2 and len(lp.intermediates) == len(lp.kernels) - 1
     assert any("materialized as" in n and "would pass 1024 statements" in n for n in lp.notes)
+
+
+def test_an_unrolled_recurrence_builds_each_kernel_about_once():
+    """Each pass of the budget loop stores one more tensor of the chain and plans again; the
+    kernels whose builds read the same things as in an earlier pass are taken from it, and
+    the result is the one building every kernel afresh in every pass gives."""
+    import emmy.loop_ir.lower as lower_module
+    from emmy.tensor_ir.lower import lower as to_tensor_ir
+    from emmy.torch_ir.capture import capture
+
+    torch.manual_seed(0)
+    lstm, x = nn.LSTM(4, 8).eval(), torch.randn(12, 2, 4)
+    lp = check_torch(lstm, x)
+    graph = capture(lstm, (x,), name="t")
+    program = to_tensor_ir(graph)
+
+    class Forgetful(dict):  # a memo that never holds anything
+        def __contains__(self, key):
+            return False
+
+    builds = []
+    real = lower_module.build_kernel
+    try:
+        lower_module.build_kernel = lambda *a, **k: builds.append(1) or real(*a, **k)
+        plan, remembered = lower_module._build_within_budget(program)
+        n_remembered = len(builds)
+        _, afresh = lower_module._build_within_budget(program, Forgetful())
+    finally:
+        lower_module.build_kernel = real
+    assert [k for k, _ in remembered] == [k for k, _ in afresh]
+    assert len(lp.kernels) == len(remembered) >= 12          # a kernel per step at least
+    assert n_remembered <= 3 * len(remembered)
+    assert 2 * n_remembered < len(builds) - n_remembered
+
+
+def test_without_a_reduction_to_store_the_cut_is_a_data_chain_not_a_position():
+    """An element-wise chain computed at several indices (an unrolled LSTM's cell states, read
+    by each later step and by the stack of its outputs) is stored when no reduction is left to
+    store; tensors computed from positions alone (iota, its comparisons) and views are not."""
+    from emmy.loop_ir.lower import choose_cut
+    from emmy.tensor_ir.builder import Builder
+    from emmy.tensor_ir.ir import EwOp, TensorType
+
+    b = Builder("chain")
+    x = b.input("x", TensorType((4, 8), DType.F32))
+    c2 = b.ew(EwOp.MUL, b.ew(EwOp.TANH, x), x)
+    view = b.index_map(c2, (8, 4), [symbolic.var("a1"), symbolic.var("a0")])
+    out = b.ew(EwOp.WHERE, b.ew(EwOp.LT, b.iota((8, 4), 0), 3), view, 0.0)
+    p = b.finish([out])
+    x, c1, c2, view, _, step, _ = (d.name for d in p.defs)   # the names `finish` gave them
+    uses = {x: 3, c1: 2, c2: 2, view: 2, step: 5}
+    assert choose_cut(p, uses, stored=set()) == c2
+    assert choose_cut(p, uses, stored={c2}) == c1
+    assert choose_cut(p, {x: 3, step: 5, view: 2}, stored=set()) is None
+
+
+@pytest.mark.slow
+def test_a_two_layer_lstm_over_32_steps_lowers_within_the_budget():
+    """Layer 2 reads the stack of layer 1's outputs at every step; with the products stored,
+    only cell states are left to cut (before, the kernel was accepted whole and its build ran
+    for minutes in gigabytes)."""
+    torch.manual_seed(0)
+    lp = check_torch(nn.LSTM(3, 4, num_layers=2).eval(), torch.randn(32, 2, 3))
+    assert 64 <= len(lp.kernels) <= 4 * 64
