@@ -14,6 +14,7 @@ decomposition depends on the values (a data-dependent branch or shape).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,7 @@ def expand(node: Node, types: dict[str, TensorType]) -> Expansion | None:
     torch has none that applies here."""
     import torch
     from torch._decomp import decomposition_table
+    from torch.func import functionalize
     from torch.fx.experimental.proxy_tensor import make_fx
 
     op = overload(node.op)
@@ -69,14 +71,24 @@ def expand(node: Node, types: dict[str, TensorType]) -> Expansion | None:
 
     table = {op: decomposition_table[op]} if op in decomposition_table else {}
     try:
-        gm = make_fx(call, decomposition_table=table, tracing_mode="fake")(*fakes)
+        # oneDNN off: the decompositions of the recurrent layers (lstm, gru) otherwise pick
+        # oneDNN's fused layer for CPU tensors, which is a kernel of its own, not ops (setting
+        # the flags warns about Intel GPUs)
+        with warnings.catch_warnings(action="ignore"), torch.backends.mkldnn.flags(enabled=False):
+            gm = make_fx(call, decomposition_table=table, tracing_mode="fake")(*fakes)
+            calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+            if any(n.target is op for n in calls):
+                return None  # torch computes it with its own kernel: no decomposition
+            if not all(map(_out_of_place, calls)):
+                # it updates views in place (gru_cell: `gates.chunk(3, 1)[0].add_(...)`):
+                # the same trace again through functionalization, which writes each update as
+                # a new tensor
+                gm = make_fx(functionalize(gm, remove="mutations"), tracing_mode="fake")(*fakes)
+                calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+                if not all(map(_out_of_place, calls)):
+                    return None  # it updates an input
     except Exception:  # a data-dependent decomposition, arguments it refuses: none applies
         return None
-    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-    if any(n.target is op for n in calls):
-        return None  # torch computes it with its own kernel: no decomposition
-    if not all(map(_out_of_place, calls)):
-        return None  # it updates an input or a view in place
     return _mirror(gm, node)
 
 

@@ -54,6 +54,12 @@ THROUGH_TORCH = {
     "grid_sampler": (lambda x, g: F.grid_sample(x, g, align_corners=False),
                      (r(1, 2, 5, 5), torch.rand(1, 3, 4, 2) * 2 - 1)),
     "special_entr": (torch.special.entr, (torch.tensor([0.0, 0.5, 1.0, -1.0, INF]),)),
+    # recurrent layers, unrolled over their steps (their cells update chunks of the gates in
+    # place: traced again through functionalization)
+    "lstm.input": (nn.LSTM(5, 6, num_layers=2, bidirectional=True), (r(4, 2, 5),)),
+    "gru.input": (nn.GRU(5, 6, batch_first=True), (r(2, 4, 5), r(1, 2, 6))),
+    "lstm_cell": (nn.LSTMCell(5, 6), (r(3, 5),)),
+    "gru_cell": (nn.GRUCell(5, 6), (r(3, 5), r(3, 6))),
 }
 
 NATIVE = {
@@ -125,7 +131,8 @@ def test_new_op_matches_eager(name):
     _check_tensor_ir(fn, inputs)
 
 
-@pytest.mark.parametrize("name", ["heaviside", "nanmean", "im2col", "tensordot"])
+@pytest.mark.parametrize("name", ["heaviside", "nanmean", "im2col", "tensordot", "lstm.input",
+                                  "gru_cell"])
 def test_through_torch_emitted_cuda_matches(name):
     _assert_cuda_matches(*THROUGH_TORCH[name], name)
 
