@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from emmy.frontend.workload import Workload
+from emmy.memo import ByIdentity
+
+# a loop program's Tile IR, and a Tile IR kernel's Kernel IR under a row (emmy.memo)
+_LIFTED, _APPLIED = ByIdentity(8), ByIdentity()
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ def _to_tile(lp, o: Options) -> Scheduled:
     from emmy.tile_ir.lift import lift_program
 
     target = get_target(o.target)
-    tp, rows = choose_rows(lift_program(lp), target, o.rows, db=o.db)
+    tp, rows = choose_rows(_LIFTED(lp, None, lambda: lift_program(lp)), target, o.rows, db=o.db)
     return Scheduled(tp, rows, target)
 
 
@@ -74,8 +78,12 @@ def _to_kernel(s: Scheduled, o: Options) -> Materialized:
     from emmy.kernel_ir.lower import lower_applied
     from emmy.tile_ir.apply import apply_row
 
-    return Materialized(s, tuple(lower_applied(k.name, apply_row(k, s.rows[k.name], s.target))
-                                 for k in s.program.kernels))
+    def materialize(k):
+        row = s.rows[k.name]
+        return _APPLIED(k, (str(row), s.target.name),
+                        lambda: lower_applied(k.name, apply_row(k, row, s.target)))
+
+    return Materialized(s, tuple(materialize(k) for k in s.program.kernels))
 
 
 def _to_cuda(m: Materialized, o: Options):

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from emmy.cuda.emit import emit_program
 from emmy.cuda.emulate.run import TensorMapArg
 from emmy.loop_ir.ir import Buffer
+from emmy.memo import ByIdentity
+
+_EMITTED = ByIdentity()   # a Kernel IR program's CUDA (emmy.memo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,8 @@ def build_program(m) -> CudaProgram:
                                     fns[l.function].tensor_maps, fns[l.function].cluster,
                                     fns[l.function].persistent)
                          for l in kp.launches)
-        units.append(Unit(k.name, str(m.scheduled.rows[k.name]), emit_program(kp), launches,
+        units.append(Unit(k.name, str(m.scheduled.rows[k.name]),
+                          _EMITTED(kp, None, lambda kp=kp: emit_program(kp)), launches,
                           kp.temporaries, kp.zero_fill))
     return CudaProgram(tp.name, tp.inputs, tp.intermediates, tp.outputs, tuple(units),
                        m.scheduled.target.name)
