@@ -44,6 +44,8 @@ class EwOp(Enum):
     TAN = "tan"; ASIN = "asin"; ACOS = "acos"; ATAN = "atan"; SINH = "sinh"; COSH = "cosh"
     ASINH = "asinh"; ACOSH = "acosh"; ATANH = "atanh"
     LGAMMA = "lgamma"  # log |gamma(x)|
+    DIGAMMA = "digamma"  # gamma's logarithmic derivative
+    ERFINV = "erfinv"  # erf's inverse on [-1, 1]
     SIGNBIT = "signbit"  # the sign bit (true for -0.0 and a negative NaN)
     RECIPROCAL = "reciprocal"; NOT = "not"
     # binary
@@ -61,7 +63,7 @@ _UNARY = {EwOp.NEG, EwOp.ABS, EwOp.EXP, EwOp.LOG, EwOp.LOG1P, EwOp.EXPM1, EwOp.S
           EwOp.RSQRT, EwOp.SIN, EwOp.COS, EwOp.TANH, EwOp.SIGMOID, EwOp.ERF, EwOp.FLOOR,
           EwOp.CEIL, EwOp.SIGN, EwOp.ROUND, EwOp.TAN, EwOp.ASIN, EwOp.ACOS, EwOp.ATAN,
           EwOp.SINH, EwOp.COSH, EwOp.ASINH, EwOp.ACOSH, EwOp.ATANH, EwOp.LGAMMA,
-          EwOp.SIGNBIT, EwOp.RECIPROCAL, EwOp.NOT}
+          EwOp.DIGAMMA, EwOp.ERFINV, EwOp.SIGNBIT, EwOp.RECIPROCAL, EwOp.NOT}
 ARITY: Mapping[EwOp, int] = {op: 1 if op in _UNARY else 3 if op is EwOp.WHERE else 2 for op in EwOp}
 COMMUTATIVE = frozenset({EwOp.ADD, EwOp.MUL, EwOp.MAX, EwOp.MIN, EwOp.EQ, EwOp.NE, EwOp.AND, EwOp.OR})
 COMPARISON = frozenset({EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE, EwOp.AND, EwOp.OR,

@@ -1,7 +1,8 @@
 """Ops emmy has no decomposition of its own for, lowered through torch's (emmy.tensor_ir.
 torch_decomp), and the elementwise ops those decompositions lean on (isnan, signbit,
-copysign, fmax / fmin, lgamma): the Tensor IR against eager PyTorch, a sample through the
-emitted CUDA on the emulator, and the messages where torch's decomposition does not help."""
+copysign, fmax / fmin, lgamma; digamma and erfinv, which torch has no decomposition for): the
+Tensor IR against eager PyTorch, a sample through the emitted CUDA on the emulator, and the
+messages where torch's decomposition does not help."""
 
 import math
 
@@ -74,6 +75,12 @@ NATIVE = {
     "fmin": (torch.fmin, (AWKWARD, AWKWARD.flip(0))),
     "fmax_int": (torch.fmax, (torch.arange(6), torch.arange(6).flip(0))),
     "lgamma": (torch.lgamma, (torch.cat([AWKWARD.flatten(), r(16) * 4]),)),
+    # the poles and their signed zeros, the recurrence's end (10), reflection (x < 0)
+    "digamma": (torch.digamma, (torch.cat([AWKWARD.flatten(), r(16) * 30, torch.tensor(
+        [-3.0, -2.5, -0.25, 10.0, 9.999, 1e20])]),)),
+    "digamma_f64": (torch.special.psi, (torch.cat([AWKWARD.flatten(), r(16) * 30]).double(),)),
+    "erfinv": (torch.erfinv, (torch.tensor([-1.0, 1.0, 1.5, -2.0, 0.0, -0.0, NAN, INF, 0.5,
+                                            -0.999, 0.99999, 1e-8, -0.3]),)),
     "unfold": (lambda x: x.unfold(1, 3, 2), (r(2, 9, 4),)),
     "constant_pad_nd": (lambda x: torch.constant_pad_nd(x, (1, 2), 2.5), (r(3, 4),)),
     "rrelu_eval": (lambda x: F.rrelu(x, training=False), (r(4, 8),)),
@@ -138,7 +145,8 @@ def test_through_torch_emitted_cuda_matches(name):
 
 
 @pytest.mark.parametrize("name", ["isnan", "signbit", "copysign", "copysign_int", "fmax",
-                                  "lgamma", "unfold", "cdist_p", "median", "median_nan",
+                                  "lgamma", "digamma", "digamma_f64", "erfinv", "unfold",
+                                  "cdist_p", "median", "median_nan",
                                   "kthvalue_from_the_top", "bilinear", "searchsorted",
                                   "embedding_bag_2d"])
 def test_new_op_emitted_cuda_matches(name):

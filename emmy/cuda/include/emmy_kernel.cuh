@@ -97,7 +97,34 @@ EM_UNARY(em_lgamma, ({ int s; lgammaf_r(x, &s); }), ({ int s; lgamma_r(x, &s); }
 #endif
 EM_UNARY(em_sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
 EM_UNARY(em_reciprocal, 1.0f / x, 1.0 / x)
+#if defined(__CUDACC__)
+EM_UNARY(em_erfinv, erfinvf(x), erfinv(x))
+#else   // the C library has no erfinv: Giles' single-precision estimate, then Newton on erf
+inline double em_erfinv_host(double x) {
+  if (!(x >= -1.0 && x <= 1.0)) return __builtin_nan("");
+  if (x == 1.0 || x == -1.0) return x * __builtin_inf();
+  double w = -log((1.0 - x) * (1.0 + x)), p;
+  if (w < 5.0) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    p = 3.43273939e-07 + p * w; p = -3.5233877e-06 + p * w; p = -4.39150654e-06 + p * w;
+    p = 0.00021858087 + p * w;  p = -0.00125372503 + p * w; p = -0.00417768164 + p * w;
+    p = 0.246640727 + p * w;    p = 1.50140941 + p * w;
+  } else {
+    w = sqrt(w) - 3.0;
+    p = -0.000200214257;
+    p = 0.000100950558 + p * w; p = 0.00134934322 + p * w;  p = -0.00367342844 + p * w;
+    p = 0.00573950773 + p * w;  p = -0.0076224613 + p * w;  p = 0.00943887047 + p * w;
+    p = 1.00167406 + p * w;     p = 2.83297682 + p * w;
+  }
+  double y = p * x;
+  for (int i = 0; i < 2; ++i) y -= (erf(y) - x) / (1.1283791670955126 * exp(-y * y));
+  return y;
+}
+EM_UNARY(em_erfinv, float(em_erfinv_host(x)), em_erfinv_host(x))
+#endif
 #undef EM_UNARY
+
 
 template <class T> EMMY_FN T em_abs(T x) { return x < T(0) ? -x : x; }
 template <class T> EMMY_FN T em_sign(T x) { return T((x > T(0)) - (x < T(0))); }
@@ -108,6 +135,33 @@ EMMY_FN bool em_signbit(double x) { return signbit(x); }
 EMMY_FN bool em_signbit(float x) { return std::signbit(x); }
 EMMY_FN bool em_signbit(double x) { return std::signbit(x); }
 #endif
+
+// digamma as torch computes it: reflection below 0, the recurrence up to 10, then the
+// asymptotic series (Bernoulli numbers); -inf at +0, +inf at -0, NaN at negative integers.
+template <class T> EMMY_FN T em_digamma_t(T x) {
+  const T pi = T(3.14159265358979323846);
+  if (x == T(0)) return em_signbit(x) ? T(EM_INF) : -T(EM_INF);
+  T result = T(0);
+  if (x < T(0)) {
+    if (x == floor(x)) return T(EM_INF) * T(0);   // NaN
+    const T frac = x - trunc(x);          // tan(pi x) from the fractional part: no big argument
+    result = -pi / tan(pi * frac);
+    x = T(1) - x;
+  }
+  while (x < T(10)) { result -= T(1) / x; x += T(1); }
+  if (x == T(10)) return result + T(2.25175258906672110764);
+  T y = T(0);
+  if (x < T(1.0e17)) {
+    const T z = T(1) / (x * x);
+    y = T(1.0 / 12); y = y * z + T(-691.0 / 32760); y = y * z + T(1.0 / 132);
+    y = y * z + T(-1.0 / 240); y = y * z + T(1.0 / 252); y = y * z + T(-1.0 / 120);
+    y = y * z + T(1.0 / 12); y *= z;
+  }
+  return result + log(x) - T(0.5) / x - y;
+}
+EMMY_FN float em_digamma(float x) { return em_digamma_t<float>(x); }
+EMMY_FN double em_digamma(double x) { return em_digamma_t<double>(x); }
+
 template <class T> EMMY_FN T em_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> EMMY_FN T em_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
 #if defined(__CUDACC__)

@@ -36,6 +36,8 @@ _SPECIAL: dict[EwOp, tuple[int, int]] = {
     EwOp.ACOS: (16, 1), EwOp.ATAN: (14, 1), EwOp.ATAN2: (20, 2), EwOp.SINH: (10, 1),
     EwOp.COSH: (10, 1), EwOp.ASINH: (14, 2), EwOp.ACOSH: (14, 2), EwOp.ATANH: (12, 1),
     EwOp.LGAMMA: (30, 2),
+    EwOp.DIGAMMA: (40, 2),
+    EwOp.ERFINV: (30, 2),
 }
 # ... and in kernels whose floating-point data is all 16-bit, which take the approximations
 # (emmy/kernel_ir/fastmath.py): ex2.approx, and an approximate reciprocal for sigmoid.

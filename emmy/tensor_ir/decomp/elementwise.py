@@ -264,6 +264,19 @@ def lower_lgamma(b, x):
     return b.ew(E.LGAMMA, to_float(b, x))
 
 
+@op("digamma")
+def lower_digamma(b, x):
+    """gamma'(x) / gamma(x); -inf at +0, +inf at -0, NaN at the negative integers (torch's
+    values)."""
+    return b.ew(E.DIGAMMA, to_float(b, x))
+
+
+@op("erfinv")
+def lower_erfinv(b, x):
+    """y with erf(y) = x; +-inf at +-1, NaN outside [-1, 1]."""
+    return b.ew(E.ERFINV, to_float(b, x))
+
+
 @op("nan_to_num")
 def lower_nan_to_num(b, x, nan=0.0, posinf=None, neginf=None):
     """NaN, +inf and -inf replaced (the infinities by the type's largest and lowest finite
