@@ -135,7 +135,8 @@ class Gen:
                              "torch.sin(torch.tanh({}) * 3)", "-{}", "({} * {})",
                              "torch.log({}.abs() + 1)",
                              "torch.sqrt({}.abs())", "F.softplus({})", "({} * 0.5 + 1)",
-                             "torch.clamp({}, -1, 1)", "F.leaky_relu({}, 0.1)"])
+                             "torch.clamp({}, -1, 1)", "F.leaky_relu({}, 0.1)",
+                             "torch.digamma({}.abs() + 0.5)", "torch.erfinv(torch.tanh({}) * 0.9)"])
         return Node(f.format(x.code, x.code), x.shape)   # ("{} * {}" takes it twice)
 
     def binary(self, x: Node) -> Node:
@@ -155,7 +156,8 @@ class Gen:
                 ("torch.cumsum({}, {})", x.shape), ("F.normalize({}, dim={})", x.shape)]
         fewer = [("{}.sum({})", rest), ("{}.mean({})", rest), ("{}.amax({})", rest),
                  ("{}.var({})", rest), ("torch.logsumexp({}, {})", rest),
-                 ("{}.sum({}, keepdim=True)", keep), ("{}.amax({}, keepdim=True)", keep)]
+                 ("{}.sum({}, keepdim=True)", keep), ("{}.amax({}, keepdim=True)", keep),
+                 ("({} > 0.5).any({}).float()", rest), ("({} > -1).all({}).float()", rest)]
         if len(x.shape) == 1:
             fewer = [f for f in fewer if "keepdim" in f[0]]   # keep the result a tensor
         if x.shape[d] == 1:

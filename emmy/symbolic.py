@@ -187,6 +187,11 @@ def floordiv(e: "Lin | int | str", d: int, bounds: Bounds) -> Lin:
         return base
     if lo // d == hi // d:
         return base + lo // d
+    if lo < 0:
+        # a numerator that may be negative (a flip: `2239 - a0`) is shifted by whole multiples
+        # of d to start at 0, so that C's division (which truncates) is the floor division
+        k = -(lo // d)
+        return base - k + Lin(((FloorDiv(rest + k * d, d), 1),), 0)
     return base + Lin(((FloorDiv(rest, d), 1),), 0)
 
 
@@ -231,7 +236,8 @@ def evaluate(e: Lin, env: Mapping[str, object]):
 
 
 def render(e: "Lin | Atom") -> str:
-    """C-compatible text (all values non-negative where // and % appear, so C and Python agree)."""
+    """C-compatible text: every numerator of // and % is non-negative (`floordiv` shifts one
+    that could be negative; `mod` takes its coefficients mod d), so C and Python agree."""
     if isinstance(e, Sym):
         return e.name
     if isinstance(e, FloorDiv):

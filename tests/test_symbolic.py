@@ -49,6 +49,41 @@ def test_floordiv_and_mod_agree_with_python(c0, c1, k, d, e0, e1):
         assert evaluate(lin(0) + q * d + r, env) == value
 
 
+def _c_evaluate(e, env):
+    """`evaluate` as the emitted C computes it: / truncates toward zero, % keeps the sign of
+    the numerator."""
+    from emmy.symbolic import FloorDiv, Sym
+
+    total = e.const
+    for atom, coef in e.terms:
+        if isinstance(atom, Sym):
+            val = env[atom.name]
+        else:
+            n = _c_evaluate(atom.num, env)
+            q = abs(n) // atom.den * (1 if n >= 0 else -1)
+            val = q if isinstance(atom, FloorDiv) else n - q * atom.den
+        total += coef * val
+    return total
+
+
+@settings(max_examples=200, deadline=None)
+@given(c0=st.integers(-6, 6), c1=st.integers(-6, 6), k=st.integers(-20, 20),
+       d=st.integers(1, 9), d2=st.integers(2, 9), m=st.integers(-3, 3),
+       e0=st.integers(1, 6), e1=st.integers(1, 6))
+def test_divisions_are_right_as_c_computes_them(c0, c1, k, d, d2, m, e0, e1):
+    """A numerator that can be negative (a flipped axis: `2239 - a0`) is shifted to start at
+    zero, so C's truncating / and % give the floor division and modulo, nested too."""
+    bounds = {"a0": e0, "a1": e1}
+    e = var("a0") * c0 + var("a1") * c1 + k
+    q = floordiv(e, d, bounds)
+    outer = mod(q * m + k, d2, bounds)
+    for x0, x1 in itertools.product(range(e0), range(e1)):
+        env = {"a0": x0, "a1": x1}
+        value = c0 * x0 + c1 * x1 + k
+        assert _c_evaluate(q, env) == value // d, render(q)
+        assert _c_evaluate(outer, env) == (value // d * m + k) % d2, render(outer)
+
+
 def test_a_split_index_recombines():
     # collapsing nested loops writes k as (k / 3, k % 3); reading them back as a row-major
     # offset must give k again, so the offset stays affine (a contraction's operand)
