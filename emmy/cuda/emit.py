@@ -14,7 +14,8 @@ _INFIX = {"add": "+", "sub": "-", "multiply": "*", "divide": "/", "lt": "<", "le
           "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 _FUNCS = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "floor",
           "ceil", "round", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
-          "atanh", "atan2", "lgamma", "digamma", "erfinv", "sigmoid", "reciprocal", "abs", "sign", "maximum", "minimum", "pow",
+          "atanh", "atan2", "lgamma", "digamma", "erfinv", "sigmoid", "reciprocal", "abs",
+          "sign", "maximum", "minimum", "pow",
           "fast_exp", "fast_sigmoid"}   # emmy/kernel_ir/fastmath.py
 _OPS = {ReduceOp.SUM: "EmSum", ReduceOp.PROD: "EmProd", ReduceOp.MAX: "EmMax",
         ReduceOp.MIN: "EmMin"}

@@ -125,7 +125,6 @@ EM_UNARY(em_erfinv, float(em_erfinv_host(x)), em_erfinv_host(x))
 #endif
 #undef EM_UNARY
 
-
 template <class T> EMMY_FN T em_abs(T x) { return x < T(0) ? -x : x; }
 template <class T> EMMY_FN T em_sign(T x) { return T((x > T(0)) - (x < T(0))); }
 #if defined(__CUDACC__)
