@@ -84,7 +84,9 @@ def _build_within_budget(p: Program, memo: dict | None = None):
                 built.append(kernel)
                 uses.append(inlined)
                 fused = {scores[n] for n in scores.keys() & inlined.keys()} - set(plan.stored)
-                if fused and not flash.setdefault(key, _flash(kernel[0])):
+                if fused and key not in flash:
+                    flash[key] = _flash(kernel[0])
+                if fused and not flash[key]:
                     unflashed |= fused
             recomputed = {n: why for n, why in recomputed_products(p, uses).items()
                           if n not in plan.stored}

@@ -31,6 +31,7 @@ def _through_torch(name: str):
         return getattr(torch.special, name)(torch.from_numpy(np.ascontiguousarray(x))).numpy()
     return fn
 
+
 UFUNC = {
     EwOp.NEG: np.negative, EwOp.ABS: np.abs, EwOp.EXP: np.exp, EwOp.LOG: np.log,
     EwOp.LOG1P: np.log1p, EwOp.EXPM1: np.expm1, EwOp.SQRT: np.sqrt,

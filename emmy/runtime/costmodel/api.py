@@ -12,6 +12,7 @@ from emmy.cuda.nvrtc import Resources, compile_cuda
 from emmy.cuda.program import LaunchSpec
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.lower import lower_applied
+from emmy.memo import ByIdentity
 from emmy.runtime.costmodel.constants import L2_USABLE_FRACTION, METHOD
 from emmy.runtime.costmodel.timing import LaunchEstimate, estimate_launch, memset_estimate
 from emmy.runtime.costmodel.traffic import L2Residency
@@ -152,7 +153,7 @@ def estimate_kernel(tk: TileKernel, row: Row | str, target: Target, *, nvrtc: bo
     return ProgramEstimate(tuple(launches), sum(e.seconds for e in launches), target.name)
 
 
-_SCHEDULED: dict[int, tuple[Any, Any]] = {}
+_SCHEDULED = ByIdentity(8)   # a workload's "tile" stage, per target (emmy.memo)
 
 
 def _tile_kernel(source, kernel_name: str, target: Target) -> TileKernel:
@@ -161,12 +162,10 @@ def _tile_kernel(source, kernel_name: str, target: Target) -> TileKernel:
         return source
     program = getattr(source, "program", source)
     if not hasattr(program, "kernels"):            # a Workload: lift it once per object
-        if id(source) not in _SCHEDULED:
-            from emmy.pipeline import Options, compile_to
+        from emmy.pipeline import Options, compile_to
 
-            tile = compile_to(source, "tile", Options(target=target.name))["tile"]
-            _SCHEDULED[id(source)] = (source, tile)
-        program = _SCHEDULED[id(source)][1].program
+        program = _SCHEDULED(source, target.name, lambda: compile_to(
+            source, "tile", Options(target=target.name))["tile"]).program
     kernels = {k.name: k for k in program.kernels}
     if kernel_name == "" and len(kernels) == 1:
         return next(iter(kernels.values()))
