@@ -481,7 +481,7 @@ def lower_diagonal_scatter(b, x, src, offset=0, dim1=0, dim2=1):
     bounds = {axis_var(i): m for i, m in enumerate(shape)}
     rest = [var(axis_var(i)) for i in range(len(shape)) if i not in (d1, d2)]
     skip = max(0, -offset)                 # rows above the diagonal's first element
-    along = mod(var(axis_var(d1)) + (n * (-(-skip // n) + 1) - skip), n, bounds)
+    along = mod(var(axis_var(d1)) - skip, n, bounds)   # (wrapped where not on the diagonal)
     values = b.index_map(b.cast(src, b.dtype(x)), shape, rest + [along])
     on = b.ew(EwOp.EQ, b.ew(EwOp.SUB, b.iota(shape, d2), b.iota(shape, d1)), offset)
     return b.ew(EwOp.WHERE, on, values, x)
@@ -523,9 +523,8 @@ def lower_slice_scatter(b, x, src, dim=0, start=None, end=None, step=1):
     p = var(axis_var(dim))
     lead = -(-start // step)                       # p + c is a multiple of step on the slice
     c = lead * step - start
-    k = -(-lead // m) + 1                          # keeps the wrapped index non-negative
     index = axes(len(shape))
-    index[dim] = mod(floordiv(p + c, step, bounds) + (k * m - lead), m, bounds)
+    index[dim] = mod(floordiv(p + c, step, bounds) - lead, m, bounds)
     src_shape = shape[:dim] + [m] + shape[dim + 1:]
     values = b.index_map(_as_type_of(b, x, src, src_shape), shape, index)
     pos = b.iota(shape, dim)
