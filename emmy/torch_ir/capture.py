@@ -155,15 +155,29 @@ def _aliases(node) -> set:
     return out
 
 
+# torch's loggers that print a whole traceback for an error export then raises (an op whose
+# meta kernel refuses its inputs): the raised error is the message, once
+_EXPORT_LOGGERS = ("torch._subclasses.fake_tensor",)
+
+
 def _export(model, inputs):
+    import logging
+
     import torch
 
+    loggers = [logging.getLogger(n) for n in _EXPORT_LOGGERS]
+    levels = [lg.level for lg in loggers]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
+            for lg in loggers:
+                lg.setLevel(logging.CRITICAL)
             return torch.export.export(model, tuple(inputs))
         except Exception as e:  # torch's own error types vary by version
             raise UserError(_export_message(e)) from None
+        finally:
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
 
 
 def _export_message(e: Exception) -> str:
