@@ -7,7 +7,7 @@ from typing import Mapping
 
 from emmy.errors import UserError
 from emmy.schedule.row import Row, RowError, parse
-from emmy.schedule.space import Space
+from emmy.schedule.space import space_of
 from emmy.schedule.targets import Target
 from emmy.tile_ir.chain import cut_chain, find_chain
 from emmy.tile_ir.ir import TileProgram
@@ -50,7 +50,7 @@ def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str], *,
     unknown = [n for n in given if n not in rows and n not in names]
     if unknown:
         hint = [f"{k.name}_cut0, {k.name}_cut1 exist when {k.name}'s row has PLACE=cut"
-                for k in tp.kernels if Space(k, target).facts.chain]
+                for k in tp.kernels if space_of(k, target).facts.chain]
         listed = dict.fromkeys([*(k.name for k in tp.kernels), *rows])   # a chain, its halves
         raise UserError(f"no kernel `{unknown[0]}`; the kernels are {', '.join(listed)}"
                         + (f" ({'; '.join(hint)})" if hint else ""))
@@ -59,7 +59,7 @@ def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str], *,
 
 
 def _choose(k, target: Target, given: Mapping[str, str], db: str | None) -> Row:
-    space = Space(k, target)
+    space = space_of(k, target)
     if k.name not in given:
         return _recorded(k, space, target, db) or space.default()
     text = given[k.name]
@@ -75,7 +75,7 @@ def _choose(k, target: Target, given: Mapping[str, str], db: str | None) -> Row:
     return row
 
 
-def _recorded(k, space: Space, target: Target, db: str | None) -> Row | None:
+def _recorded(k, space, target: Target, db: str | None) -> Row | None:
     if db is None:
         return None
     from emmy.schedule.db import recorded_row

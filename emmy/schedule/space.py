@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Iterator, Mapping
 
+from emmy.memo import ByIdentity
 from emmy.schedule import decisions as dec
 from emmy.schedule.facts import Facts, facts
 from emmy.schedule.row import Row, make_row
@@ -76,6 +77,15 @@ def has_edge(f: Facts) -> bool:
     """A reduce fold feeding a later map fold: the edge PLACE=cut splits."""
     kinds = f.fold_kinds
     return FoldKind.REDUCE in kinds and FoldKind.MAP in kinds[kinds.index(FoldKind.REDUCE):]
+
+
+_SPACES = ByIdentity()
+
+
+def space_of(kernel: TileKernel, target: Target) -> "Space":
+    """The kernel's Space, built once per kernel object and target (a Space is immutable and
+    computes its default row and counts once: rebuilding it per compile redid them)."""
+    return _SPACES(kernel, target, lambda: Space(kernel, target))
 
 
 def template_config(profile, kernel: TileKernel, row: Row, target: Target):

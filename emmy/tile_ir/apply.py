@@ -67,9 +67,9 @@ def apply_row(k: TileKernel, row: Row, target: Target) -> Applied:
 
 def _map_row(k: TileKernel, d: dec.Decisions, target: Target) -> Row:
     """The map kernel after a cut keeps the row's threads and the widest vector legal for it."""
-    from emmy.schedule.space import Space
+    from emmy.schedule.space import space_of
 
-    space = Space(k, target)
+    space = space_of(k, target)
     threads = min(d.work.threads, target.max_threads_per_block)
     for vec in (d.tile.vec, 4, 2, 1):
         candidate = make_row({"WORK": f"thread:{threads}", "TILE": f"v{vec}x1"})

@@ -83,18 +83,28 @@ def _unit_launches(tk: TileKernel, row: Row, kp: K.KProgram, source: str, target
         res = resources_of(source, target, nvrtc=nvrtc)
         return [estimate(tk.name, f.name, problem, config, f.grid, f.threads, f.shared_bytes,
                          res.get(f.name), target) for f in kp.functions]
-    applied = apply_row(tk, row, target)
-    functions = {f.name: f for f in kp.functions}
-    parts = {p.kernel.name: p for p in applied.parts}
+    launched = {launch.function for launch in kp.launches}
+    functions = {f.name: f for f in kp.functions if f.name in launched}
+    works = _WORKS(tk, (str(row), target), lambda: _launch_works(tk, row, target, functions))
     res = resources_of(source, target, nvrtc=nvrtc)
     sizes = {b.name: b.type.numel * b.type.dtype.itemsize for b in tk.outputs}
     out = [memset_estimate(tk.name, name, sizes.get(name, 0), target) for name in zero_fill]
     for launch in kp.launches:
         fn = functions[launch.function]
         spec = LaunchSpec(fn.name, fn.grid, fn.threads, fn.shared_bytes, launch.args)
-        work = launch_work(parts[fn.name], fn)
-        out.append(estimate_launch(work, spec, res.get(fn.name), target, l2, kernel=tk.name))
+        out.append(estimate_launch(works[fn.name], spec, res.get(fn.name), target, l2,
+                                   kernel=tk.name))
     return out
+
+
+# A kernel's work counts under a row, per function: the Kernel IR functions are those the row
+# lowers to, so (kernel, row, target) decides them; only the L2 state varies between programs.
+_WORKS = ByIdentity()
+
+
+def _launch_works(tk: TileKernel, row: Row, target: Target, functions) -> dict[str, Any]:
+    parts = {p.kernel.name: p for p in apply_row(tk, row, target).parts}
+    return {name: launch_work(parts[name], fn) for name, fn in functions.items()}
 
 
 def _contract_launches(tk: TileKernel, row: Row, kp: K.KProgram, source: str, target: Target,
@@ -140,11 +150,11 @@ def estimate_kernel(tk: TileKernel, row: Row | str, target: Target, *, nvrtc: bo
     row = parse(row) if isinstance(row, str) else row
     if row.get("PLACE") == "cut" and (chain := find_chain(tk)) is not None:
         # two kernels, each at its default row (the pipeline gives each its own row)
-        from emmy.schedule.space import Space
+        from emmy.schedule.space import space_of
 
         parts = cut_chain(tk, chain)[:2]
         launches = tuple(e for part in parts for e in estimate_kernel(
-            part, Space(part, target).default(), target, nvrtc=nvrtc).launches)
+            part, space_of(part, target).default(), target, nvrtc=nvrtc).launches)
         return ProgramEstimate(launches, sum(e.seconds for e in launches), target.name)
     kp = lower_applied(tk.name, apply_row(tk, row, target))
     l2 = L2Residency(target.l2_bytes * L2_USABLE_FRACTION)
@@ -178,11 +188,11 @@ def estimate_row(source, kernel_name: str, row_text: str, target: Target, *,
                  nvrtc: bool = True) -> float:
     """Modeled seconds of one kernel under one row. `source`: a Workload, the "tile" stage
     (Scheduled), a TileProgram or a TileKernel; "" names the only kernel."""
-    from emmy.schedule.space import Space
+    from emmy.schedule.space import space_of
 
     tk = _tile_kernel(source, kernel_name, target)
     row = parse(row_text)
-    refusals = Space(tk, target).check(row)
+    refusals = space_of(tk, target).check(row)
     if refusals:
         raise ValueError(f"row `{row_text}` is illegal for `{tk.name}`: "
                          + "; ".join(str(r) for r in refusals))
