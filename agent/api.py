@@ -228,10 +228,11 @@ class Session:
                 for k in self.kernel_infos.values()]
 
     def record(self, result: EvaluationResult, source: str) -> None:
-        """Keep a fresh evaluation: cache it, spend one evaluation, trace it."""
+        """Keep a fresh evaluation: cache it, spend one evaluation (none when it is the program
+        of one evaluated before), trace it."""
         self.cache[(result.kernel, result.row)] = result
         self.results.append(result)
-        self.budget.used_evaluations += 1
+        self.budget.used_evaluations += result.same_program_as is None
         result.evaluations_left = self.budget.evaluations_left
         self.emit(EvaluationEvent(index=len(self.results) - 1, source=source, result=result))
 
@@ -240,7 +241,7 @@ class Session:
         for r in results:
             self.cache[(r.kernel, r.row)] = r
             self.results.append(r)
-            self.budget.used_evaluations += 1
+            self.budget.used_evaluations += r.same_program_as is None
 
     def best_entry(self, kernel: str) -> BestEntry:
         mine = [r for r in self.results if r.kernel == kernel]
@@ -299,7 +300,7 @@ class Session:
             kernel=kernel, row=row, verdict=e.verdict, reasons=list(e.reasons),
             kernel_hash=e.kernel_hash, resources=e.resources, max_abs_error=e.max_abs_error,
             max_rel_error=e.max_rel_error, timing=timing, baselines=baselines,
-            seconds=round(e.seconds, 4))
+            seconds=round(e.seconds, 4), same_program_as=getattr(e, "same_program_as", None))
         if timing:
             result.speedup_vs_default = self.speedup(result)
             result.speedup_vs_baselines = {

@@ -80,7 +80,8 @@ class View:
         for index, r, _ in self.rows[-LIVE_ROWS:]:
             colour = COLOURS.get(r.verdict, "white")
             best = " ★" if r.new_best else ""
-            table.add_row(str(index), f"[{colour}]{r.verdict}[/]", time_text(r),
+            reused = " [dim](same program)[/]" if r.same_program_as else ""
+            table.add_row(str(index), f"[{colour}]{r.verdict}[/]{reused}", time_text(r),
                           speedup_text(r.speedup_vs_default) + best,
                           *((r.kernel,) if many else ()), r.row)
         return Group(table, self.progress)

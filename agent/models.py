@@ -133,6 +133,8 @@ class EvaluationResult(BaseModel):
     speedup_vs_baselines: dict[str, float] = {}
     seconds: float = 0.0
     cached: bool = False
+    same_program_as: str | None = None   # "kernel: row" evaluated before whose program this is
+                                         # (its check and time reused; no evaluation spent)
     new_best: bool = False
     evaluations_left: int = 0
 

@@ -15,7 +15,7 @@ from emmy.errors import UserError
 from emmy.pipeline import STAGE_NAMES, Options, compile_to, resume_from, show
 from emmy.schedule.row import RowError, parse
 from emmy.schedule.choose import with_cut_chains
-from emmy.schedule.space import Space
+from emmy.schedule.space import Space, space_of
 from emmy.schedule.targets import get_target
 
 
@@ -43,6 +43,8 @@ class Evaluation:
     timing: dict | None = None      # method, median_us, p10_us, p90_us, n
     baselines: dict = field(default_factory=dict)
     seconds: float = 0.0
+    same_program_as: str | None = None   # "kernel: row" whose program this row's is: its check
+                                         # and time are that evaluation's, not run again
 
     @property
     def ok(self) -> bool:
@@ -62,8 +64,12 @@ class Evaluator:
         self._graph = base["torch"]
         self._tile = base["tile"].program
         self._kernels = with_cut_chains(self._tile.kernels, base["loop"])
-        self._spaces = {k.name: Space(k, self._target) for k in self._kernels}
+        self._spaces = {k.name: space_of(k, self._target) for k in self._kernels}
         self._baselines: dict | None = None
+        # The check and time of each program evaluated, by its rows: another kernel's default
+        # row (the other kernels on theirs) is the same program, and is not run again.
+        self._programs: dict[tuple, tuple[str, tuple, float | None, float | None, dict | None,
+                                          str]] = {}
 
     @property
     def workload_name(self) -> str:
@@ -140,13 +146,20 @@ class Evaluator:
                 return Evaluation(kernel, row, "compile_error", (failure,), k.identity,
                                   seconds=time.perf_counter() - t0)
             resources.update(found)
-        verdict, reasons, abs_err, rel_err = self._check(prog)
-        timing = None
-        if verdict == "ok":
-            timing = self._time(compiled)
+        key = tuple((name, str(r)) for name, r in compiled["tile"].rows.items())
+        same = self._programs.get(key)
+        if same is None:
+            verdict, reasons, abs_err, rel_err = self._check(prog)
+            timing = self._time(compiled) if verdict == "ok" else None
+            if verdict in ("ok", "incorrect"):     # not a crash or timeout: those may not recur
+                self._programs[key] = (verdict, reasons, abs_err, rel_err, timing,
+                                       f"{kernel}: {row}")
+        else:
+            verdict, reasons, abs_err, rel_err, timing, _ = same
         baselines = self.baselines() if timing is not None else {}
         return Evaluation(kernel, row, verdict, reasons, k.identity, resources, abs_err, rel_err,
-                          timing, baselines, time.perf_counter() - t0)
+                          timing, baselines, time.perf_counter() - t0,
+                          same_program_as=same[-1] if same else None)
 
     # --- the steps ----------------------------------------------------------------------------
 

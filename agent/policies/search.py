@@ -44,16 +44,21 @@ class SearchPolicy:
         return "search: no neighbour of the best rows improves"
 
     def _search_kernel(self, session: Session, kernel: str, share: int) -> int:
-        """Spend at most `share` evaluations on one kernel; return how many it used."""
+        """Spend at most `share` evaluations on one kernel; return how many it used. A row
+        whose program was evaluated before (the default row, after another kernel's default)
+        spends none."""
         tried: dict[str, EvaluationResult] = {}
+        spent = 0
 
         def evaluate(row: str) -> EvaluationResult | None:
-            if row in tried or len(tried) >= share or session.budget.exhausted():
+            nonlocal spent
+            if row in tried or spent >= share or session.budget.exhausted():
                 return tried.get(row)
             result = session.invoke("evaluate_row", "search", kernel=kernel, row=row)
             session.budget.used_turns += 1
             if isinstance(result, EvaluationResult) and result.verdict != "illegal":
                 tried[row] = result
+                spent += result.same_program_as is None   # cached: paid when first made (--resume)
                 return result
             return None
 
@@ -67,7 +72,7 @@ class SearchPolicy:
         for row in ranked[: max(1, min(share // 2, self.top))]:
             evaluate(row)
         center = session.best_entry(kernel).row
-        while center and len(tried) < share and not session.budget.exhausted():
+        while center and spent < share and not session.budget.exhausted():
             before = session.best_entry(kernel)
             for row in self._neighbours(session, kernel, center):
                 if row in tried:
@@ -76,13 +81,13 @@ class SearchPolicy:
                 now = session.best_entry(kernel)
                 if now.row != before.row:
                     break
-                if len(tried) >= share or session.budget.exhausted():
+                if spent >= share or session.budget.exhausted():
                     break
             after = session.best_entry(kernel).row
             if after == center:
                 break   # every neighbour tried (or the share spent) without improvement
             center = after
-        return len(tried)
+        return spent
 
     def _rank(self, session: Session, kernel: str, share: int) -> list[str]:
         """Rows by the cost model's estimate, fastest first; sample order when it has none."""

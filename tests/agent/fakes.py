@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 from agent.models import WorkloadRecord
 from emmy.evaluate import Evaluation as FakeEvaluation
@@ -23,9 +24,13 @@ class FakeEvaluator:
     workload_name = "fake"
     target = "sm_90a"
 
-    def __init__(self, *, two: bool = False, device: str = "cpu", cost_model: bool = True):
+    def __init__(self, *, two: bool = False, device: str = "cpu", cost_model: bool = True,
+                 programs: bool = False):
         self.device = device
         self.cost_model = cost_model
+        # programs=True: as emmy's Evaluator, a row whose program (every kernel's row, the
+        # others at their defaults) was evaluated before reuses that check and time
+        self.programs: dict[tuple, FakeEvaluation] | None = {} if programs else None
         self.keys = {"k0_norm": ("WORK", "TILE", "REDUCE")}
         if two:
             self.keys["k1_map"] = ("WORK", "TILE")
@@ -91,6 +96,17 @@ class FakeEvaluator:
         return self.time_us(kernel, row) if self.cost_model else None
 
     def evaluate(self, kernel: str, row: str) -> FakeEvaluation:
+        if self.programs is None:
+            return self._evaluate(kernel, row)
+        key = tuple(row if k == kernel else self.default(k) for k in self.keys)
+        if key in self.programs:
+            same = self.programs[key]
+            return replace(same, kernel=kernel, row=row,
+                           same_program_as=f"{same.kernel}: {same.row}")
+        self.programs[key] = result = self._evaluate(kernel, row)
+        return result
+
+    def _evaluate(self, kernel: str, row: str) -> FakeEvaluation:
         self.evaluated.append((kernel, row))
         reasons = self.check(kernel, row)
         if reasons:

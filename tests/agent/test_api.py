@@ -138,6 +138,29 @@ def test_template_kernels_show_their_own_grammar():
     assert "Matrix-product kernels (kind contract)" in prompt and "async:N" in prompt
 
 
+def test_a_second_default_row_is_the_same_program_and_spends_nothing():
+    """Each kernel's default row, the other kernels on theirs, is one program: the compiler
+    checks and times it once; the second kernel's default gets that check and time (and its
+    own kernel's ptxas resources) without spending an evaluation. A new row is run."""
+    from emmy.evaluate import Evaluator
+    from emmy.frontend.workload import load_expr
+
+    ev = Evaluator(load_expr("torch.softmax(torch.randn(8, 32) @ torch.randn(32, 16), -1)"),
+                   device="cpu")
+    s = Session(ev, Budget(evaluations=3))
+    first, second = s.kernel_summaries()
+    a = s.invoke("evaluate_row", "test", kernel=first.name, row=first.default_row)
+    b = s.invoke("evaluate_row", "test", kernel=second.name, row=second.default_row)
+    assert a.verdict == b.verdict == "ok" and a.same_program_as is None
+    assert b.same_program_as == f"{first.name}: {first.default_row}"
+    assert b.timing == a.timing and b.speedup_vs_default == 1.0
+    assert b.kernel_hash == second.identity and b.resources != a.resources
+    assert s.budget.used_evaluations == 1 and len(s.results) == 2
+    other = next(r for r in ev.sample_rows(second.name, 4, 1) if r != second.default_row)
+    c = s.invoke("evaluate_row", "test", kernel=second.name, row=other)
+    assert c.verdict == "ok" and c.same_program_as is None and s.budget.used_evaluations == 2
+
+
 class _SlowEvaluator(FakeEvaluator):
     def evaluate(self, kernel, row):
         import dataclasses

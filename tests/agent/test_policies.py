@@ -64,6 +64,24 @@ def test_multi_kernel_budget_follows_expected_gain():
     assert all(b.row for b in s.best().kernels)
 
 
+def test_a_default_row_whose_program_was_evaluated_spends_nothing():
+    """Every kernel's default row, the others on theirs, is one program: evaluated once. With
+    a budget of one evaluation a kernel, the search spends none on the second default and
+    evaluates a row of its own for each kernel instead."""
+    s, _ = run(SearchPolicy(), 2, two=True, programs=True)
+    assert s.budget.used_evaluations == 2
+    defaults = [r for r in s.results if r.row == s.kernel_infos[r.kernel].default_row]
+    assert [r.same_program_as for r in defaults] == [None, f"{defaults[0].kernel}: "
+                                                           f"{defaults[0].row}"]
+    assert defaults[1].timing == defaults[0].timing
+    fresh = [(r.kernel, r.row) for r in s.results if r.same_program_as is None]
+    assert fresh == s.ev.evaluated and len(fresh) == 2
+    assert any(r.kernel == defaults[1].kernel and r.row != defaults[1].row for r in s.results)
+    # before: both evaluations went to the two defaults, one program
+    s, _ = run(SearchPolicy(), 2, two=True)
+    assert all(r.row == s.kernel_infos[r.kernel].default_row for r in s.results)
+
+
 def test_allocate_edge_cases():
     assert allocate(1, {"a": 5.0, "b": 1.0}) == {"a": 1, "b": 0}
     assert allocate(10, {"a": 0.0, "b": 0.0}) == {"a": 5, "b": 5}

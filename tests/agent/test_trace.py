@@ -88,6 +88,21 @@ def test_cut_trace_reads_back_and_resume_finishes(tmp_path, workload):
         optimize(RunConfig(file=None, resume=str(out.trace)), Quiet, FakeEvaluator())
 
 
+def test_resume_does_not_charge_evaluations_that_reused_a_program(tmp_path, workload):
+    """A row whose program was evaluated before spent nothing; taken back by --resume, it
+    still spends nothing, and the resumed run ends where the whole one did."""
+    cfg = config(tmp_path, workload, policy="search", budget=4)
+    out = optimize(cfg, Quiet, FakeEvaluator(two=True, programs=True))
+    whole = Trace.read(out.trace).evaluations
+    assert sum(r.same_program_as is not None for r in whole) == 1 and len(whole) == 5
+    reused = next(i for i, r in enumerate(whole) if r.same_program_as)
+    cut_after_evaluations(out.trace, reused + 1)
+    resumed = optimize(RunConfig(file=None, resume=str(out.trace)), Quiet,
+                       FakeEvaluator(two=True, programs=True))
+    assert resumed.summary.budget.evaluations_used == 4
+    assert [r.row for r in Trace.read(resumed.trace).evaluations] == [r.row for r in whole]
+
+
 def test_llm_resume_replays_then_goes_live(tmp_path, workload):
     k, rows = "k0_norm", ["WORK=block:256 TILE=v1x1 REDUCE=shuffle",
                           "WORK=block:256 TILE=v4x1 REDUCE=shuffle",
