@@ -272,9 +272,13 @@ template <class Op, class T> EMMY_FN void em_warp_scan(T v, T& carry, T& incl, T
 
 // argmax / argmin: (value, position) pairs; position -1 means "nothing seen"; ties keep the
 // lowest position, so the first occurrence wins as in torch.
+// NaN is the extreme of both (torch's max and min propagate it): a NaN beats any number, and
+// among NaNs the lowest position wins.
 template <bool Max, class T> EMMY_FN bool em_arg_better(T v, long long p, T bv, long long bp) {
   if (p < 0) return false;
   if (bp < 0) return true;
+  const bool v_nan = v != v, b_nan = bv != bv;   // false for integers and booleans
+  if (v_nan || b_nan) return v_nan && (!b_nan || p < bp);
   if (Max ? v > bv : v < bv) return true;
   return v == bv && p < bp;
 }
