@@ -11,11 +11,12 @@ from emmy.symbolic import Lin, render
 from emmy.tensor_ir.ir import ReduceOp
 
 _INFIX = {"add": "+", "sub": "-", "multiply": "*", "divide": "/", "lt": "<", "le": "<=",
-          "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+          "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||",
+          "bitand": "&", "bitor": "|", "bitxor": "^"}
 _FUNCS = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "floor",
           "ceil", "round", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
           "atanh", "atan2", "lgamma", "digamma", "erfinv", "sigmoid", "reciprocal", "abs",
-          "sign", "maximum", "minimum", "pow",
+          "sign", "maximum", "minimum", "pow", "shl", "shr",
           "fast_exp", "fast_sigmoid"}   # emmy/kernel_ir/fastmath.py
 _OPS = {ReduceOp.SUM: "EmSum", ReduceOp.PROD: "EmProd", ReduceOp.MAX: "EmMax",
         ReduceOp.MIN: "EmMin"}
@@ -157,6 +158,8 @@ def _let(s: K.Let) -> list[str]:
             return [f"{const}{c} {n} = -{a[0]};"]
         case "not":
             return [f"{const}{c} {n} = !{a[0]};"]
+        case "bitnot":
+            return [f"{const}{c} {n} = ~{a[0]};"]
         case "signbit":                     # a bool of a float: the operand as it is
             return [f"{const}{c} {n} = em_signbit({a[0]});"]
         case op if op in _INFIX:

@@ -48,10 +48,13 @@ class EwOp(Enum):
     ERFINV = "erfinv"  # erf's inverse on [-1, 1]
     SIGNBIT = "signbit"  # the sign bit (true for -0.0 and a negative NaN)
     RECIPROCAL = "reciprocal"; NOT = "not"
+    BITNOT = "bitnot"  # an integer's bits inverted (~)
     # binary
     ADD = "add"; SUB = "sub"; MUL = "multiply"; DIV = "divide"; POW = "pow"
     MAX = "maximum"; MIN = "minimum"; ATAN2 = "atan2"
     LT = "lt"; LE = "le"; GT = "gt"; GE = "ge"; EQ = "eq"; NE = "ne"; AND = "and"; OR = "or"
+    BITAND = "bitand"; BITOR = "bitor"; BITXOR = "bitxor"   # integers' bits (&, |, ^)
+    SHL = "shl"; SHR = "shr"  # shifts as torch's: a count outside [0, bits) gives 0, or the sign
     # ternary
     WHERE = "where"
 
@@ -63,9 +66,10 @@ _UNARY = {EwOp.NEG, EwOp.ABS, EwOp.EXP, EwOp.LOG, EwOp.LOG1P, EwOp.EXPM1, EwOp.S
           EwOp.RSQRT, EwOp.SIN, EwOp.COS, EwOp.TANH, EwOp.SIGMOID, EwOp.ERF, EwOp.FLOOR,
           EwOp.CEIL, EwOp.SIGN, EwOp.ROUND, EwOp.TAN, EwOp.ASIN, EwOp.ACOS, EwOp.ATAN,
           EwOp.SINH, EwOp.COSH, EwOp.ASINH, EwOp.ACOSH, EwOp.ATANH, EwOp.LGAMMA,
-          EwOp.DIGAMMA, EwOp.ERFINV, EwOp.SIGNBIT, EwOp.RECIPROCAL, EwOp.NOT}
+          EwOp.DIGAMMA, EwOp.ERFINV, EwOp.SIGNBIT, EwOp.RECIPROCAL, EwOp.NOT, EwOp.BITNOT}
 ARITY: Mapping[EwOp, int] = {op: 1 if op in _UNARY else 3 if op is EwOp.WHERE else 2 for op in EwOp}
-COMMUTATIVE = frozenset({EwOp.ADD, EwOp.MUL, EwOp.MAX, EwOp.MIN, EwOp.EQ, EwOp.NE, EwOp.AND, EwOp.OR})
+COMMUTATIVE = frozenset({EwOp.ADD, EwOp.MUL, EwOp.MAX, EwOp.MIN, EwOp.EQ, EwOp.NE, EwOp.AND, EwOp.OR,
+                         EwOp.BITAND, EwOp.BITOR, EwOp.BITXOR})
 COMPARISON = frozenset({EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE, EwOp.AND, EwOp.OR,
                         EwOp.NOT, EwOp.SIGNBIT})   # the ops whose result is a bool
 

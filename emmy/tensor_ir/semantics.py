@@ -49,8 +49,27 @@ UFUNC = {
     EwOp.POW: np.power, EwOp.MAX: np.maximum, EwOp.MIN: np.minimum,
     EwOp.LT: np.less, EwOp.LE: np.less_equal, EwOp.GT: np.greater, EwOp.GE: np.greater_equal,
     EwOp.EQ: np.equal, EwOp.NE: np.not_equal, EwOp.AND: np.logical_and, EwOp.OR: np.logical_or,
+    EwOp.BITAND: np.bitwise_and, EwOp.BITOR: np.bitwise_or, EwOp.BITXOR: np.bitwise_xor,
+    EwOp.BITNOT: np.invert, EwOp.SHL: lambda a, b: _shift(a, b, left=True),
+    EwOp.SHR: lambda a, b: _shift(a, b, left=False),
     EwOp.WHERE: np.where,
 }
+
+
+def _shift(a, b, *, left: bool):
+    """a << b, a >> b as torch computes them on integers: a count outside [0, bits) gives 0
+    (left) or the sign, 0 or -1 (right); a left shift drops the bits past the type's width."""
+    a, b = np.asarray(a), np.asarray(b)
+    dtype = np.result_type(a, b)
+    a, b = a.astype(dtype), b.astype(dtype)
+    bits = 8 * dtype.itemsize
+    inside = (b >= 0) & (b < bits)
+    count = np.where(inside, b, 0)
+    if left:
+        unsigned = np.dtype(f"u{dtype.itemsize}")
+        moved = np.left_shift(a.astype(unsigned), count.astype(unsigned)).astype(dtype)
+        return np.where(inside, moved, np.zeros_like(moved))
+    return np.where(inside, np.right_shift(a, count), np.where(a < 0, -1, 0).astype(dtype))
 
 def _sign(x):
     """(x > 0) - (x < 0), as torch.sign and the CUDA helper compute it: 0 for NaN (numpy's

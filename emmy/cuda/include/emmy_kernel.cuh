@@ -270,6 +270,17 @@ template <class Op, class T> EMMY_FN void em_warp_scan(T v, T& carry, T& incl, T
   carry = em_shfl(incl, 31);
 }
 
+// Shifts as torch computes them: a count outside [0, bits) gives 0 (left) or the sign, 0 or
+// -1 (right), where C++ leaves it undefined; a left shift drops the bits past the width.
+EMMY_FN int em_shl(int a, int b) { return b < 0 || b >= 32 ? 0 : int(unsigned(a) << b); }
+EMMY_FN long long em_shl(long long a, long long b) {
+  return b < 0 || b >= 64 ? 0 : static_cast<long long>(static_cast<unsigned long long>(a) << b);
+}
+EMMY_FN int em_shr(int a, int b) { return b < 0 || b >= 32 ? (a < 0 ? -1 : 0) : a >> b; }
+EMMY_FN long long em_shr(long long a, long long b) {
+  return b < 0 || b >= 64 ? (a < 0 ? -1 : 0) : a >> b;
+}
+
 // argmax / argmin: (value, position) pairs; position -1 means "nothing seen"; ties keep the
 // lowest position, so the first occurrence wins as in torch.
 // NaN is the extreme of both (torch's max and min propagate it): a NaN beats any number, and

@@ -40,13 +40,16 @@ BINARY = {
        for overload in ("Tensor", "Scalar")},
     "maximum": E.MAX, "minimum": E.MIN,
 }
-# logical ops read their operands as booleans (bitwise ones accept booleans only)
+# logical ops read their operands as booleans; bitwise ones on booleans are the same ops, and
+# on integers they work on the bits
 LOGICAL = {
     "logical_and": E.AND, "logical_or": E.OR, "logical_xor": E.NE,
     **{f"{name}.{overload}": ew_op
        for name, ew_op in {"bitwise_and": E.AND, "bitwise_or": E.OR, "bitwise_xor": E.NE,
                            "__and__": E.AND, "__or__": E.OR, "__xor__": E.NE}.items()
        for overload in ("Tensor", "Scalar")},
+    **{f"bitwise_{name}.Scalar_Tensor": ew_op
+       for name, ew_op in {"and": E.AND, "or": E.OR, "xor": E.NE}.items()},
 }
 
 
@@ -69,14 +72,26 @@ def _binary(ew_op: EwOp):
     return lower
 
 
+_ON_BITS = {E.AND: E.BITAND, E.OR: E.BITOR, E.NE: E.BITXOR}
+
+
 def _logical(ew_op: EwOp, name: str):
     def lower(b, x, y):
-        if not name.startswith("logical") and any(
-                b.dtype(v) is not DType.BOOL for v in (x, y) if isinstance(v, str)):
-            raise Refused("bitwise ops on integers (booleans only)")
+        if not name.startswith("logical"):
+            dtype = b.result_type(x, y)
+            if dtype.is_float:
+                raise Refused(f"bitwise ops on {dtype} (torch takes integers and booleans)")
+            if dtype is not DType.BOOL:
+                return b.ew(_ON_BITS[ew_op], x, y)
         return b.ew(ew_op, _as_bool(b, x), _as_bool(b, y))
 
     return lower
+
+
+def _integers(b: Builder, *values) -> None:
+    dtype = b.result_type(*values)
+    if dtype.is_float:
+        raise Refused(f"bitwise ops on {dtype} (torch takes integers and booleans)")
 
 
 def _as_bool(b: Builder, x):
@@ -397,9 +412,22 @@ def lower_not(b, x):
 
 @op("bitwise_not", "__invert__")
 def lower_invert(b, x):
-    if b.dtype(x) is not DType.BOOL:
-        raise Refused("bitwise ops on integers (booleans only)")
-    return b.ew(E.NOT, x)
+    _integers(b, x)
+    return b.ew(E.NOT if b.dtype(x) is DType.BOOL else E.BITNOT, x)
+
+
+@op("__lshift__.Tensor", "__lshift__.Scalar", "bitwise_left_shift.Tensor",
+    "bitwise_left_shift.Tensor_Scalar", "bitwise_left_shift.Scalar_Tensor")
+def lower_shift_left(b, x, y):
+    _integers(b, x, y)
+    return b.ew(E.SHL, x, y)
+
+
+@op("__rshift__.Tensor", "__rshift__.Scalar", "bitwise_right_shift.Tensor",
+    "bitwise_right_shift.Tensor_Scalar", "bitwise_right_shift.Scalar_Tensor")
+def lower_shift_right(b, x, y):
+    _integers(b, x, y)
+    return b.ew(E.SHR, x, y)
 
 
 @op("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
