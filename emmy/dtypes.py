@@ -12,6 +12,9 @@ class DType(Enum):
     BF16 = "bf16"
     I64 = "i64"
     I32 = "i32"
+    I16 = "i16"
+    I8 = "i8"
+    U8 = "u8"
     BOOL = "bool"
 
     def __str__(self) -> str:
@@ -23,12 +26,14 @@ class DType(Enum):
 
     @property
     def itemsize(self) -> int:
-        return {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "bool": 1}[self.value]
+        return {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1,
+                "u8": 1, "bool": 1}[self.value]
 
     @property
     def c_name(self) -> str:
         return {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16",
-                "i64": "long long", "i32": "int", "bool": "bool"}[self.value]
+                "i64": "long long", "i32": "int", "i16": "short", "i8": "signed char",
+                "u8": "unsigned char", "bool": "bool"}[self.value]
 
     @property
     def compute(self) -> "DType":
@@ -39,6 +44,7 @@ class DType(Enum):
 _FROM_TORCH = {
     "torch.float64": DType.F64, "torch.float32": DType.F32, "torch.float16": DType.F16,
     "torch.bfloat16": DType.BF16, "torch.int64": DType.I64, "torch.int32": DType.I32,
+    "torch.int16": DType.I16, "torch.int8": DType.I8, "torch.uint8": DType.U8,
     "torch.bool": DType.BOOL,
 }
 
@@ -56,6 +62,7 @@ def to_torch(dtype: DType):
 
     return {DType.F64: torch.float64, DType.F32: torch.float32, DType.F16: torch.float16,
             DType.BF16: torch.bfloat16, DType.I64: torch.int64, DType.I32: torch.int32,
+            DType.I16: torch.int16, DType.I8: torch.int8, DType.U8: torch.uint8,
             DType.BOOL: torch.bool}[dtype]
 
 
@@ -65,6 +72,7 @@ def to_numpy(dtype: DType):
 
     return {DType.F64: np.float64, DType.F32: np.float32, DType.F16: np.float16,
             DType.BF16: np.float32, DType.I64: np.int64, DType.I32: np.int32,
+            DType.I16: np.int16, DType.I8: np.int8, DType.U8: np.uint8,
             DType.BOOL: np.bool_}[dtype]
 
 

@@ -7,7 +7,8 @@ import numpy as np
 from emmy.dtypes import DType
 
 _STORAGE = {DType.F64: np.float64, DType.F32: np.float32, DType.F16: np.float16,
-            DType.BF16: np.uint16, DType.I64: np.int64, DType.I32: np.int32, DType.BOOL: np.bool_}
+            DType.BF16: np.uint16, DType.I64: np.int64, DType.I32: np.int32,
+            DType.I16: np.int16, DType.I8: np.int8, DType.U8: np.uint8, DType.BOOL: np.bool_}
 _C_TO_DTYPE = {d.c_name: d for d in DType}
 
 

@@ -297,11 +297,13 @@ class Builder:
 
 # ---- type rules ----------------------------------------------------------------------------
 
-_CATEGORY = {DType.BOOL: 0, DType.I32: 1, DType.I64: 1, DType.F16: 2, DType.BF16: 2,
-             DType.F32: 2, DType.F64: 2}
+_CATEGORY = {DType.BOOL: 0, DType.U8: 1, DType.I8: 1, DType.I16: 1, DType.I32: 1, DType.I64: 1,
+             DType.F16: 2, DType.BF16: 2, DType.F32: 2, DType.F64: 2}
 _DEFAULT = {0: DType.BOOL, 1: DType.I64, 2: DType.F32}
-_WIDTH = {DType.BOOL: 0, DType.I32: 1, DType.I64: 2, DType.F16: 1, DType.BF16: 1, DType.F32: 2,
-          DType.F64: 3}
+_WIDTH = {DType.BOOL: 0, DType.U8: 1, DType.I8: 1, DType.I16: 2, DType.I32: 3, DType.I64: 4,
+          DType.F16: 1, DType.BF16: 1, DType.F32: 2, DType.F64: 3}   # compared within a category
+# two types of one width neither holds: the next wider one holds both (torch's promotion)
+_BOTH = {frozenset({DType.F16, DType.BF16}): DType.F32, frozenset({DType.U8, DType.I8}): DType.I16}
 
 
 def promote(*typed: tuple[DType, int]) -> DType:
@@ -311,9 +313,9 @@ def promote(*typed: tuple[DType, int]) -> DType:
     if rank == 0:
         return _DEFAULT[top]  # only literals reach the top category: torch's default type
     cands = {d for d, p in typed if _CATEGORY[d] == top and p == rank}
-    if cands == {DType.F16, DType.BF16}:
-        return DType.F32
-    return max(cands, key=lambda d: _WIDTH[d])
+    widest = max(cands, key=lambda d: _WIDTH[d])
+    pair = frozenset(d for d in cands if _WIDTH[d] == _WIDTH[widest])
+    return _BOTH.get(pair, widest)
 
 
 def _literal_dtype(v) -> DType:

@@ -73,11 +73,17 @@ def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
             if kind is not InputKind.INPUT:
                 values[ph.name] = _state_value(ep, spec.target).detach()
         elif fx_node.op == "call_function":
+            source = _source_line(fx_node.meta.get("stack_trace"), origin)
+            try:
+                args = tuple(_arg(a, names) for a in fx_node.args)
+                kwargs = tuple((k, _arg(v, names)) for k, v in fx_node.kwargs.items())
+            except ValueError as e:   # an element type emmy has not (a cast to uint16, ...)
+                at = f" at {source}" if source else ""
+                raise UserError(f"`{op_name(fx_node.target)}`{at}: {e}") from None
             nodes.append(Node(name=fx_node.name, op=_functional(fx_node, order, origin),
-                              args=tuple(_arg(a, names) for a in fx_node.args),
-                              kwargs=tuple((k, _arg(v, names)) for k, v in fx_node.kwargs.items()),
+                              args=args, kwargs=kwargs,
                               type=_value_type(fx_node.meta.get("val"), fx_node.name),
-                              source=_source_line(fx_node.meta.get("stack_trace"), origin)))
+                              source=source))
         elif fx_node.op == "output":
             outputs = tuple(Ref(names.get(r.name, r.name)) for r in _flatten_outputs(fx_node.args[0]))
             if not outputs or len(outputs) != len(_flat(fx_node.args[0])):

@@ -245,3 +245,44 @@ def test_bitwise_ops_on_sampled_rows_compile_and_match_eager(expr):
     assert results
     bad = [r for r in results if r.verdict != "ok"]
     assert not bad, bad
+
+
+# ---- 8- and 16-bit integers --------------------------------------------------------------------
+
+_SMALL = (torch.uint8, torch.int8, torch.int16)
+
+
+@pytest.mark.parametrize("dtype", _SMALL, ids=str)
+def test_small_integers_wrap_and_promote_as_torch_does(check, dtype):
+    """Arithmetic stays in the type and wraps (u8 200 + 100 is 44); u8 with i8 is i16; with an
+    i32 tensor, i32; with a Python int, the tensor's type; true division is f32; a sum widens
+    to i64."""
+    info = torch.iinfo(dtype)
+    a = torch.randint(info.min, info.max + 1, (6, 40), dtype=torch.int64).to(dtype)
+    b = torch.randint(info.min, info.max + 1, (6, 40), dtype=torch.int64).to(dtype)
+    other = torch.randint(-128, 128, (6, 40)).to(torch.int8 if dtype is torch.uint8 else torch.uint8)
+    program = check(lambda x, y, z: (x + y, x * 3 - 100, x - z, x + z.int(), x / 7,
+                                     x.sum(-1), (x >> 2) ^ y, x.amax(-1), x.amin(0)), a, b, other)
+    types = [str(program.get(o).type.dtype) for o in program.outputs]
+    small = {torch.uint8: "u8", torch.int8: "i8", torch.int16: "i16"}[dtype]
+    assert types == [small, small, "i16", "i32", "f32", "i64", small, small, small]
+
+
+@pytest.mark.parametrize("expr", [
+    "torch.randint(0, 256, (64, 40)).to(torch.uint8) * 3 + torch.randint(0, 256, (64, 40))"
+    ".to(torch.uint8)",
+    # the max of bytes starts at 0 and their min at 255 (not 128, the i8 bound)
+    "torch.randint(0, 100, (16, 3000)).to(torch.uint8).amax(-1).int() + "
+    "torch.randint(150, 256, (16, 3000)).to(torch.uint8).amin(-1)",
+    "(torch.randint(-128, 128, (32, 64)).to(torch.int8).float() * torch.rand(32, 1))"
+    ".round().clamp(-128, 127).to(torch.int8)",
+    "torch.randint(-30000, 30000, (8, 300)).to(torch.int16).cumsum(-1)",
+])
+def test_small_integers_on_sampled_rows_compile_and_match_eager(expr):
+    from emmy.frontend.workload import load_expr
+    from emmy.verify import verify_rows
+
+    results = verify_rows(load_expr(expr), per_kernel=2, seed=8)
+    assert results
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad

@@ -51,13 +51,14 @@ def test_supported_ops_is_sorted_and_covers_the_families():
         assert name in SUPPORTED_OPS
 
 
-def test_bitwise_ops_on_integers_are_refused():
+def test_bitwise_ops_on_integers_work_on_the_bits_and_on_booleans_stay_logical():
     class And(nn.Module):
         def forward(self, x):
-            return x & 3
+            return x & 3, (x > 2) & (x < 5), ~x, ~(x > 2)
 
-    with pytest.raises(UnsupportedOp, match="booleans only"):
-        lower(capture(And(), (torch.arange(6),)))
+    program = lower(capture(And(), (torch.arange(6),)))
+    ops = [str(program.get(o).op) for o in program.outputs]
+    assert ops == ["bitand", "and", "bitnot", "not"]
 
 
 def test_einsum_with_an_ellipsis_is_refused():

@@ -199,12 +199,14 @@ template <class T> EMMY_FN T em_lowest() {
   if constexpr (em_same<T, bool>::value) return false;
   else if constexpr (em_same<T, float>::value) return -EMMY_INF_F32;
   else if constexpr (em_same<T, double>::value) return -static_cast<double>(EMMY_INF_F32);
+  else if constexpr (em_same<T, unsigned char>::value) return 0;
   else return static_cast<T>(1ull << (8 * sizeof(T) - 1));  // most negative two's complement
 }
 template <class T> EMMY_FN T em_highest() {
   if constexpr (em_same<T, bool>::value) return true;
   else if constexpr (em_same<T, float>::value) return EMMY_INF_F32;
   else if constexpr (em_same<T, double>::value) return static_cast<double>(EMMY_INF_F32);
+  else if constexpr (em_same<T, unsigned char>::value) return 255;
   else return static_cast<T>(~(1ull << (8 * sizeof(T) - 1)));
 }
 
