@@ -1,4 +1,4 @@
-"""Pooling (max, average, adaptive average; 1d, 2d, 3d) against eager PyTorch: the Tensor IR
+"""Pooling (max, average, adaptive average and max; 1d, 2d, 3d) against eager PyTorch: the Tensor IR
 interpreter on every option torch has, the emitted CUDA on the CPU emulator for a sample."""
 
 import pytest
@@ -36,6 +36,12 @@ POOLS = {
     "adaptive2d_ragged": (nn.AdaptiveAvgPool2d((3, 4)), (2, 2, 7, 10)),
     "adaptive2d_none": (nn.AdaptiveAvgPool2d((None, 2)), (1, 2, 5, 6)),
     "adaptive3d": (nn.AdaptiveAvgPool3d((2, 3, 2)), (1, 2, 5, 7, 4)),
+    # adaptive max: values and positions in the input plane, ragged windows too
+    "adaptive_max1d_ragged": (nn.AdaptiveMaxPool1d(5, return_indices=True), (2, 3, 12)),
+    "adaptive_max2d_ragged": (nn.AdaptiveMaxPool2d((3, 4), return_indices=True), (2, 2, 7, 10)),
+    "adaptive_max2d_global": (nn.AdaptiveMaxPool2d(1), (2, 3, 7, 5)),
+    "adaptive_max2d_unbatched": (nn.AdaptiveMaxPool2d((4, None), return_indices=True), (3, 9, 5)),
+    "adaptive_max3d": (nn.AdaptiveMaxPool3d((2, 3, 2), return_indices=True), (1, 2, 5, 7, 4)),
 }
 
 
@@ -68,6 +74,22 @@ def test_pool_with_infinities_and_a_fused_epilogue(check):
 def test_max_positions_lower_through_torchs_decomposition(expr):
     """max_pool2d_with_indices has no decomposition of emmy's own: torch's (a window's max,
     its argmax, turned into a position in the input plane)."""
+    assert_emitted_cuda_matches_eager(expr)
+
+
+def test_adaptive_max_takes_the_first_nan_and_the_first_of_ties(check):
+    x = torch.randint(0, 3, (2, 3, 10, 13)).float()
+    x[0, 0, 1, 2] = x[1, 2, 7, 11] = torch.nan
+    check(lambda t: F.adaptive_max_pool2d(t, (3, 4), return_indices=True), x)
+
+
+@pytest.mark.parametrize("expr", [
+    "nn.AdaptiveMaxPool2d((3, 4), return_indices=True)(torch.randn(2, 3, 10, 13))",
+    "F.adaptive_max_pool3d(torch.randn(1, 2, 5, 7, 6).half(), (2, 3, 4), return_indices=True)",
+    # bytes: the padding's fill is 0, the least byte (it was -128, which a byte reads as 128)
+    "F.max_pool2d(torch.randint(0, 256, (2, 3, 10, 13)).to(torch.uint8), 3, 2, padding=1)",
+])
+def test_emitted_cuda_adaptive_max_and_byte_pools_match_eager(expr):
     assert_emitted_cuda_matches_eager(expr)
 
 

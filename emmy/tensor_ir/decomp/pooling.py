@@ -1,5 +1,5 @@
 """Pooling: max and average pools over 1, 2 or 3 trailing spatial dimensions (stride, padding,
-dilation, ceil_mode, count_include_pad, divisor_override) and adaptive average pools.
+dilation, ceil_mode, count_include_pad, divisor_override) and adaptive average and max pools.
 
 A pool is a window view and a reduction. The view is one IndexMap to a tensor with the
 window's axes appended (out[..., o1, o2, j1, j2] = x[..., o1*s1 + j1*d1 - p1, ...]); where a
@@ -174,6 +174,8 @@ def max_pool(b: Builder, x: str, n: int, name: str, kernel_size, stride=(), padd
 
 
 def _lowest(dtype: DType) -> int:
+    if dtype is DType.U8:
+        return 0
     bits = dtype.itemsize * 8
     return -(1 << (bits - 1))
 
@@ -248,6 +250,27 @@ def adaptive_avg(b: Builder, x: str, n: int, name: str, output_size) -> str:
     return b.ew(E.DIV, total, b.cast(combine(b, E.MUL, sizes), DType.F32))
 
 
+def adaptive_max(b: Builder, x: str, n: int, name: str, output_size) -> tuple[str, str]:
+    """The largest value of each adaptive window and its input position, flat over the
+    spatial dimensions (h * W + w), the first one where several tie; NaN wins, as in torch."""
+    dims = adaptive_dims(b, x, n, name, output_size)
+    view = _window(b, x, dims, -math.inf if b.dtype(x).is_float else _lowest(b.dtype(x)))
+    axes = _window_axes(b, view, dims)
+    values = b.reduce(R.MAX, view, axes)
+    j = b.reduce(R.ARGMAX, view, axes)            # row-major over the window's axes
+    shape, batch = b.shape(values), b.rank(values) - n
+    index, inner = None, math.prod(d.window for d in dims)
+    for i, d in enumerate(dims):
+        inner //= d.window
+        o = b.iota(shape, batch + i)
+        start = floor_div(b, b.ew(E.MUL, o, d.extent), d.out)
+        step = b.ew(E.SUB, floor_div(b, j, inner), b.ew(E.MUL, floor_div(b, j, inner * d.window),
+                                                         d.window))
+        pos = b.ew(E.ADD, start, step)
+        index = pos if index is None else b.ew(E.ADD, b.ew(E.MUL, index, d.extent), pos)
+    return values, index
+
+
 # ---- the table ---------------------------------------------------------------------------------
 
 def _register(n: int) -> None:
@@ -265,6 +288,11 @@ def _register(n: int) -> None:
     @op(f"adaptive_avg_pool{n}d", opmath=True)
     def lower_adaptive_avg_pool(b, x, output_size):
         return adaptive_avg(b, x, n, f"adaptive_avg_pool{n}d", output_size)
+
+    if n > 1:   # torch's adaptive_max_pool1d is the 2-d one over a unit height
+        @op(f"adaptive_max_pool{n}d")
+        def lower_adaptive_max_pool(b, x, output_size):
+            return adaptive_max(b, x, n, f"adaptive_max_pool{n}d", output_size)
 
 
 for _n in (1, 2, 3):
