@@ -36,6 +36,18 @@ class DType(Enum):
                 "u8": "unsigned char", "bool": "bool"}[self.value]
 
     @property
+    def int_range(self) -> tuple[int, int]:
+        """The least and the greatest value of an integer type (bool: 0, 1)."""
+        if self.is_float:
+            raise ValueError(f"{self} is not an integer type")
+        if self is DType.BOOL:
+            return 0, 1
+        if self is DType.U8:
+            return 0, 255
+        bits = 8 * self.itemsize - 1
+        return -(1 << bits), (1 << bits) - 1
+
+    @property
     def compute(self) -> "DType":
         """The type arithmetic on this type is carried out in (half types compute in f32)."""
         return DType.F32 if self in (DType.F16, DType.BF16) else self

@@ -48,6 +48,9 @@ CASES = {
                                [torch.randint(0, 3, (9, 4)).float()]),
     "argsort": (lambda x: (torch.argsort(x), x.argsort(dim=1, descending=True)),
                 [torch.randint(-4, 4, (3, 11))]),
+    # the smallest bytes: what a taken byte reads as is 255 (not 127, an i8's largest)
+    "bytes": (lambda x: (torch.sort(x, 1), torch.topk(x, 5), torch.topk(x, 5, largest=False)),
+              [torch.randint(0, 256, (6, 20)).to(torch.uint8)]),
 }
 
 
@@ -89,7 +92,7 @@ def _workload(name):
 
 
 @pytest.mark.parametrize("name", ["awkward", "awkward_smallest", "int_extremes", "router",
-                                  "dim0"])
+                                  "dim0", "bytes"])
 def test_topk_loop_ir_matches_the_reference(name):
     w = _workload(name)
     stages = compile_to(w, "loop")
@@ -98,7 +101,7 @@ def test_topk_loop_ir_matches_the_reference(name):
 
 
 @pytest.mark.parametrize("name", ["awkward", "awkward_smallest", "int_extremes", "router",
-                                  "bf16", "sort", "argsort"])
+                                  "bf16", "sort", "argsort", "bytes"])
 def test_topk_emitted_cuda_matches_the_reference(name):
     w = _workload(name)
     stages = compile_to(w, "cuda")

@@ -174,10 +174,7 @@ def max_pool(b: Builder, x: str, n: int, name: str, kernel_size, stride=(), padd
 
 
 def _lowest(dtype: DType) -> int:
-    if dtype is DType.U8:
-        return 0
-    bits = dtype.itemsize * 8
-    return -(1 << (bits - 1))
+    return dtype.int_range[0]
 
 
 def avg_pool(b: Builder, x: str, n: int, name: str, kernel_size, stride=(), padding=0,

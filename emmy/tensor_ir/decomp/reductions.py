@@ -250,9 +250,8 @@ def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
     pos = b.iota(b.shape(x), dim)
     nan = b.ew(E.NE, x, x) if dt.is_float else None
     # what a non-candidate (or, taking the smallest, a NaN) reads as: no better than any
-    bits = 8 * dt.itemsize - 1
     far = (float("-inf") if largest else float("inf")) if dt.is_float else \
-        (-(1 << bits) if largest else (1 << bits) - 1)
+        dt.int_range[0 if largest else 1]
     pick = R.MAX if largest else R.MIN
 
     def after(v, i):
