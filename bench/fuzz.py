@@ -1,7 +1,7 @@
 """Random torch programs through the whole compiler: each one a `-c` expression (elementwise
 ops with broadcasting, reductions, top-k, norms, softmax, scans, layout ops, gathers and embeddings,
 matrix products, SwiGLU-like pairs of products and rotations of one, attention,
-convolutions), compiled with its default rows and with sampled
+convolutions, round trips through 8- to 32-bit integers with bit operations), compiled with its default rows and with sampled
 legal rows of each kernel, and checked on the CPU emulator against PyTorch (CPU only: g++ and
 NVRTC, no GPU).
 
@@ -303,8 +303,26 @@ class Gen:
         return Node(f"(lambda t: t * 0.5 + torch.cat((-t[..., {n}:], t[..., :{n}]), -1) * 0.25)"
                     f"({x.code} @ {w.code} * {s})", shape)
 
+    def integer(self, x: Node) -> Node:
+        """A fresh input into 8-, 16- or 32-bit integers, with bit operations, shifts and
+        wrapping arithmetic, added on as floats. Clamped into the type first (a float out of
+        an integer type's range converts to whatever the hardware gives), and rounded right
+        after one multiply of an input: a value several fused ops computed is rounded to its
+        type once, where eager rounds after each op, and a step function of it (round) could
+        land on the other side of a half."""
+        f = self.rng.choice([
+            "((({} * 30).round().clamp(-128, 127).to(torch.int8).int() >> 1) ^ 5)",
+            "(torch.bitwise_and((({} * 40).round().clamp(-128, 127).to(torch.int16) + 128)"
+            ".to(torch.uint8), 0xF0) >> 4)",
+            "(({} * 100).round().clamp(-8000, 8000).to(torch.int16) << 2)",
+            "(({} * 50).round().clamp(0, 255).to(torch.uint8) * 3)",
+            "(~({} * 9).round().clamp(-99, 99).int() | 3)",
+        ])
+        bits = f.format(self.leaf(x.shape).code)
+        return Node(f"({x.code} + {bits}{self.cast or '.float()'})", x.shape)
+
     OPS = [unary, unary, binary, binary, reduce, norm, layout, matmul, window, batched, gather,
-           glu]
+           glu, integer]
 
 
 def run(args) -> int:
