@@ -38,8 +38,8 @@ from typing import Callable, Mapping
 
 from emmy.loop_ir.names import buffer_names, describe
 from emmy.tensor_ir.builder import operands
-from emmy.tensor_ir.ir import (Cast, Def, Elementwise, EwOp, Gather, IndexMap, Input, Program,
-                              Reduce, ReduceOp, Scan, axis_var)
+from emmy.tensor_ir.ir import (Cast, Def, Elementwise, EwOp, Gather, IndexMap, Input, Iota,
+                              Program, Reduce, ReduceOp, Scan, axis_var)
 from emmy import symbolic
 from emmy.dtypes import DType
 
@@ -249,6 +249,84 @@ def normalized_operands(p: Program, flashless: frozenset[str] = frozenset()) -> 
                                 f"kernel would compute the reduction, then the product element "
                                 f"by element")
     return out
+
+
+def elementwise_operands(p: Program) -> dict[str, str]:
+    """Operands of products that the program computes element by element from its inputs (an
+    activation before a linear layer or a convolution, a scaled weight, an int8 weight
+    dequantized: w.half() * scale), each with the reason to store it. Inlined, the product's
+    kernel is no matrix product (its operand is not a load of a float tensor, nor a window
+    over one) but a row kernel that computes each output element's dot product on its own,
+    the operand again for every output; stored, the operand is a map kernel and the product
+    a matrix-product template (tensor cores for 16-bit operands). A convolution's input is
+    stored before its window (the implicit-GEMM template reads the window). Kept fused: an
+    operand whose elements each feed fewer than MIN_OPERAND_REUSE products (a matrix-vector
+    product: one pass is best), a product of two types (no template multiplies those),
+    attention's, and what a reduction or a gather computes (their own rules:
+    `normalized_operands`, chains of products, `gathered_reads`)."""
+    defs = {d.name: d for d in p.defs}
+    users = _users(p)
+    outputs = set(p.outputs)
+    attention = _attentions(p, users, defs)
+    out: dict[str, str] = {}
+    for d in p.defs:
+        factors = _factors(d, defs)
+        if factors is None or d.name in attention:
+            continue
+        if len({_source(a, defs).type.dtype for a in factors}) > 1:
+            continue
+        wide = math.prod(defs[d.arg].type.shape)
+        for a in factors:
+            src = _computed_source(a, defs)
+            if src is None or not _element_wise(src, defs):
+                continue
+            for name in _store_points(src, defs, wide):
+                if name not in outputs:
+                    out.setdefault(name, f"a product (`{d.name}`) reads it, computed element by "
+                                         f"element from the program's inputs: stored, the "
+                                         f"product is a matrix-product kernel of its own; "
+                                         f"inlined, a row kernel would compute it again for "
+                                         f"every output element's dot product")
+    return out
+
+
+def _element_wise(name: str, defs) -> bool:
+    """Whether `name` is computed from inputs by element-wise ops, casts and index maps alone
+    (no reduction, scan or gather on the way)."""
+    return all(isinstance(defs[n], (Input, Iota, Elementwise, Cast, IndexMap))
+               for n in _closure_of(name, defs))
+
+
+def _closure_of(name: str, defs) -> set[str]:
+    seen, todo = {name}, [name]
+    while todo:
+        for a in operands(defs[todo.pop()]):
+            if a not in seen:
+                seen.add(a)
+                todo.append(a)
+    return seen
+
+
+def _store_points(src: str, defs, wide: int) -> list[str]:
+    """Where to store an element-wise operand: from `src` down, the first tensors each of whose
+    elements feeds at least MIN_OPERAND_REUSE products and that read an input (not index maps:
+    under a convolution's window, the activation before it; not a mask computed from positions
+    alone)."""
+    out, seen, todo = [], {src}, [src]
+    while todo:
+        d = defs[todo.pop()]
+        if isinstance(d, (Input, Iota)):
+            continue
+        reads = any(isinstance(defs[n], Input) for n in _closure_of(d.name, defs))
+        if (reads and not isinstance(d, IndexMap)
+                and wide // math.prod(d.type.shape) >= MIN_OPERAND_REUSE):
+            out.append(d.name)
+            continue
+        for a in operands(d):
+            if a not in seen:
+                seen.add(a)
+                todo.append(a)
+    return sorted(out)
 
 
 def recomputed_products(p: Program, kernels_uses: list[Mapping[str, int]]) -> dict[str, str]:

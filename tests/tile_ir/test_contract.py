@@ -358,3 +358,21 @@ def test_a_cut_chain_carries_the_job_statements_its_producer_reads():
         "nn.Sequential(nn.Conv2d(4, 4, 3, padding=1, groups=4), nn.Conv2d(4, 8, 1))"
         "(torch.randn(2, 4, 6, 6))")
     assert [u.kernel.endswith(("_cut0", "_cut1")) for u in stages["cuda"].units] == [True, True]
+
+
+@pytest.mark.parametrize("expr", [
+    # an int8 weight dequantized in f16: the product on tensor cores (mma.sync, wgmma rows)
+    "torch.randn(40, 64).half() @ (torch.randint(-127, 128, (64, 48)).to(torch.int8).half()"
+    " * torch.rand(48).half())",
+    # a convolution of an activation: the activation stored, the window read by the template
+    "nn.Conv2d(8, 16, 3, padding=1)(torch.relu(torch.randn(2, 8, 10, 10)))",
+])
+def test_a_product_of_an_element_wise_operand_is_a_contraction_on_sampled_rows(expr):
+    from emmy.verify import verify_rows
+
+    kinds = [k.kind for k in compile_to(load_expr(expr), "tile")["tile"].program.kernels]
+    assert kinds[-1] is KernelKind.CONTRACT and KernelKind.ROW not in kinds
+    results = verify_rows(load_expr(expr), per_kernel=2, seed=9)
+    assert results
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
