@@ -224,31 +224,38 @@ def normalized_operands(p: Program, flashless: frozenset[str] = frozenset()) -> 
     probabilities (the flash kernel folds the softmax into P V), unless its scores
     are in `flashless` (stored: no flash template took the fused kernel)."""
     defs = {d.name: d for d in p.defs}
-    users = _users(p)
     outputs = set(p.outputs)
-    attention = _attentions(p, users, defs, flashless)
     out: dict[str, str] = {}
+    for d, src, wide in _computed_operands(p, defs, flashless):
+        if src in outputs:
+            continue
+        stat = _statistic(src, defs)
+        if stat is None or wide // math.prod(defs[src].type.shape) < MIN_OPERAND_REUSE:
+            continue
+        out.setdefault(src, f"a product (`{d.name}`) reads it, and it is computed from a "
+                            f"reduction (`{stat}`, {describe(defs[stat])}): stored, the "
+                            f"product is a matrix-product kernel of its own; inlined, its "
+                            f"kernel would compute the reduction, then the product element "
+                            f"by element")
+    return out
+
+
+def _computed_operands(p: Program, defs, flashless: frozenset[str] = frozenset()):
+    """(product, the tensor an operand of it reads that the program computes, the number of
+    multiplies the product makes) for the products outside attention whose operands are of
+    one type (f32 probabilities times f16 values: no template multiplies those)."""
+    attention = _attentions(p, _users(p), defs, flashless)
     for d in p.defs:
         factors = _factors(d, defs)
         if factors is None or d.name in attention:
             continue
         if len({_source(a, defs).type.dtype for a in factors}) > 1:
-            continue     # f32 probabilities times f16 values: no template multiplies those
+            continue
         wide = math.prod(defs[d.arg].type.shape)
         for a in factors:
             src = _computed_source(a, defs)
-            if src is None or src in outputs:
-                continue
-            stat = _statistic(src, defs)
-            reuse = wide // math.prod(defs[src].type.shape) if isinstance(wide, int) else None
-            if stat is None or (reuse is not None and reuse < MIN_OPERAND_REUSE):
-                continue
-            out.setdefault(src, f"a product (`{d.name}`) reads it, and it is computed from a "
-                                f"reduction (`{stat}`, {describe(defs[stat])}): stored, the "
-                                f"product is a matrix-product kernel of its own; inlined, its "
-                                f"kernel would compute the reduction, then the product element "
-                                f"by element")
-    return out
+            if src is not None:
+                yield d, src, wide
 
 
 def elementwise_operands(p: Program) -> dict[str, str]:
@@ -265,28 +272,18 @@ def elementwise_operands(p: Program) -> dict[str, str]:
     attention's, and what a reduction or a gather computes (their own rules:
     `normalized_operands`, chains of products, `gathered_reads`)."""
     defs = {d.name: d for d in p.defs}
-    users = _users(p)
     outputs = set(p.outputs)
-    attention = _attentions(p, users, defs)
     out: dict[str, str] = {}
-    for d in p.defs:
-        factors = _factors(d, defs)
-        if factors is None or d.name in attention:
+    for d, src, wide in _computed_operands(p, defs):
+        if not _element_wise(src, defs):
             continue
-        if len({_source(a, defs).type.dtype for a in factors}) > 1:
-            continue
-        wide = math.prod(defs[d.arg].type.shape)
-        for a in factors:
-            src = _computed_source(a, defs)
-            if src is None or not _element_wise(src, defs):
-                continue
-            for name in _store_points(src, defs, wide):
-                if name not in outputs:
-                    out.setdefault(name, f"a product (`{d.name}`) reads it, computed element by "
-                                         f"element from the program's inputs: stored, the "
-                                         f"product is a matrix-product kernel of its own; "
-                                         f"inlined, a row kernel would compute it again for "
-                                         f"every output element's dot product")
+        for name in _store_points(src, defs, wide):
+            if name not in outputs:
+                out.setdefault(name, f"a product (`{d.name}`) reads it, computed element by "
+                                     f"element from the program's inputs: stored, the product "
+                                     f"is a matrix-product kernel of its own; inlined, a row "
+                                     f"kernel would compute it again for every output "
+                                     f"element's dot product")
     return out
 
 

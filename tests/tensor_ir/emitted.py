@@ -19,3 +19,14 @@ def assert_workload_cuda_matches_eager(w):
     assert report is not None, failed.log[-2000:]
     assert report.ok, report.outputs
     return stages
+
+
+def assert_sampled_rows_match_eager(expr: str, per_kernel: int, seed: int):
+    """Sampled legal rows of each kernel of `expr`, through NVRTC (both targets) and the
+    emulator against eager (emmy.verify): every one correct."""
+    from emmy.verify import verify_rows
+
+    results = verify_rows(load_expr(expr), per_kernel=per_kernel, seed=seed)
+    assert results
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad

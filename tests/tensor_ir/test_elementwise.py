@@ -238,13 +238,9 @@ def test_bitwise_ops_on_integers(check, name):
 def test_bitwise_ops_on_sampled_rows_compile_and_match_eager(expr):
     """Through NVRTC (both targets) and the emulator: em_shl / em_shr give torch's results
     for every count, where C++'s shifts leave counts outside [0, bits) undefined."""
-    from emmy.frontend.workload import load_expr
-    from emmy.verify import verify_rows
+    from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
 
-    results = verify_rows(load_expr(expr), per_kernel=2, seed=6)
-    assert results
-    bad = [r for r in results if r.verdict != "ok"]
-    assert not bad, bad
+    assert_sampled_rows_match_eager(expr, per_kernel=2, seed=6)
 
 
 # ---- 8- and 16-bit integers --------------------------------------------------------------------
@@ -279,10 +275,6 @@ def test_small_integers_wrap_and_promote_as_torch_does(check, dtype):
     "torch.randint(-30000, 30000, (8, 300)).to(torch.int16).cumsum(-1)",
 ])
 def test_small_integers_on_sampled_rows_compile_and_match_eager(expr):
-    from emmy.frontend.workload import load_expr
-    from emmy.verify import verify_rows
+    from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
 
-    results = verify_rows(load_expr(expr), per_kernel=2, seed=8)
-    assert results
-    bad = [r for r in results if r.verdict != "ok"]
-    assert not bad, bad
+    assert_sampled_rows_match_eager(expr, per_kernel=2, seed=8)

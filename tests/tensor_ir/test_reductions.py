@@ -115,13 +115,9 @@ def test_cummax_emitted_cuda_matches_eager(expr):
     "torch.cummax(torch.randn(8, 64) > 0, dim=-1).values.float()",
 ])
 def test_bool_reductions_on_sampled_rows_compile_and_match_eager(expr):
-    from emmy.frontend.workload import load_expr
-    from emmy.verify import verify_rows
+    from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
 
-    results = verify_rows(load_expr(expr), per_kernel=3, seed=4)
-    assert results
-    bad = [r for r in results if r.verdict != "ok"]
-    assert not bad, bad
+    assert_sampled_rows_match_eager(expr, per_kernel=3, seed=4)
 
 
 # argmax / argmin take the first NaN of a row, as torch's max and min propagate NaN: about one
@@ -133,10 +129,6 @@ def test_bool_reductions_on_sampled_rows_compile_and_match_eager(expr):
     ".max(dim=-1).indices",
 ])
 def test_argmax_and_argmin_take_the_first_nan_on_sampled_rows(expr):
-    from emmy.frontend.workload import load_expr
-    from emmy.verify import verify_rows
+    from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
 
-    results = verify_rows(load_expr(expr), per_kernel=3, seed=5)
-    assert results
-    bad = [r for r in results if r.verdict != "ok"]
-    assert not bad, bad
+    assert_sampled_rows_match_eager(expr, per_kernel=3, seed=5)
