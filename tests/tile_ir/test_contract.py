@@ -373,3 +373,15 @@ def test_a_product_of_an_element_wise_operand_is_a_contraction_on_sampled_rows(e
     kinds = [k.kind for k in compile_to(load_expr(expr), "tile")["tile"].program.kernels]
     assert kinds[-1] is KernelKind.CONTRACT and KernelKind.ROW not in kinds
     assert_sampled_rows_match_eager(expr, per_kernel=2, seed=9)
+
+
+@pytest.mark.parametrize("expr", [
+    "torch.randn(40, 64).half() @ torch.randn(64, 48).half() > 0",
+    "(torch.randn(40, 64) @ torch.randn(64, 48)).round().clamp(-128, 127).to(torch.int8)",
+])
+def test_a_product_whose_epilogue_stores_bytes_or_bools(expr):
+    """A tensor-core thread stores two neighbouring columns as one vector: two bytes, which
+    the explicit st.global path (4, 8 or 16 bytes) did not take; NVRTC refused the kernel."""
+    from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
+
+    assert_sampled_rows_match_eager(expr, per_kernel=2, seed=10)

@@ -41,16 +41,21 @@ template <class T, class... C> EMMY_FN void em_vstore(T* p, C... in) {
 
 // The same as one explicit st.global of 4, 8 or 16 bytes (st_global_words), for the template
 // epilogues: NVVM splits their 8-byte stores (addresses computed in 64 bits) into words.
+// A vector of fewer than 4 bytes (a pair of bytes or bools) is one plain store.
 template <class T, class... C> EMMY_FN void em_vstore_st(T* p, C... in) {
   constexpr int V = sizeof...(C);
-  static_assert(sizeof(T) * V == 4 || sizeof(T) * V == 8 || sizeof(T) * V == 16,
-                "em_vstore_st stores 4, 8 or 16 bytes");
-  EmVec<V, T> v;
-  int i = 0;
-  ((v.x[i++] = em_cvt<T>(in)), ...);
-  uint32_t words[sizeof(v) / 4];
-  memcpy(words, &v, sizeof(v));
-  st_global_words<sizeof(v) / 4>(p, words);
+  static_assert(sizeof(T) * V <= 2 || sizeof(T) * V == 4 || sizeof(T) * V == 8
+                || sizeof(T) * V == 16, "em_vstore_st stores 1, 2, 4, 8 or 16 bytes");
+  if constexpr (sizeof(T) * V < 4) {
+    em_vstore(p, in...);
+  } else {
+    EmVec<V, T> v;
+    int i = 0;
+    ((v.x[i++] = em_cvt<T>(in)), ...);
+    uint32_t words[sizeof(v) / 4];
+    memcpy(words, &v, sizeof(v));
+    st_global_words<sizeof(v) / 4>(p, words);
+  }
 }
 
 template <int BYTES> EMMY_FN void em_cp_async(void* smem, const void* gmem) {
