@@ -732,6 +732,7 @@ def _wgmma_rows_compile_clean(d: int):
         assert all(x.spill_store_bytes == 0 for x in r.resources.values()), f"{row}: {r.resources}"
 
 
+@pytest.mark.slow   # the main, TMA and overlapped configurations are checked by default (below)
 def test_every_wgmma_row_at_head_dim_128_compiles_clean():
     _wgmma_rows_compile_clean(128)
 
