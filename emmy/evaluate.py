@@ -9,7 +9,7 @@ events), else modeled by the cost model, and always labelled with its method.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from emmy.errors import UserError
 from emmy.pipeline import STAGE_NAMES, Options, compile_to, resume_from, show
@@ -66,10 +66,9 @@ class Evaluator:
         self._kernels = with_cut_chains(self._tile.kernels, base["loop"])
         self._spaces = {k.name: space_of(k, self._target) for k in self._kernels}
         self._baselines: dict | None = None
-        # The check and time of each program evaluated, by its rows: another kernel's default
-        # row (the other kernels on theirs) is the same program, and is not run again.
-        self._programs: dict[tuple, tuple[str, tuple, float | None, float | None, dict | None,
-                                          str]] = {}
+        # The evaluation of each program checked, by its rows: another kernel's default row
+        # (the other kernels on theirs) is the same program, and is not run again.
+        self._programs: dict[tuple, Evaluation] = {}
 
     @property
     def workload_name(self) -> str:
@@ -147,19 +146,19 @@ class Evaluator:
                                   seconds=time.perf_counter() - t0)
             resources.update(found)
         key = tuple((name, str(r)) for name, r in compiled["tile"].rows.items())
-        same = self._programs.get(key)
-        if same is None:
-            verdict, reasons, abs_err, rel_err = self._check(prog)
-            timing = self._time(compiled) if verdict == "ok" else None
-            if verdict in ("ok", "incorrect"):     # not a crash or timeout: those may not recur
-                self._programs[key] = (verdict, reasons, abs_err, rel_err, timing,
-                                       f"{kernel}: {row}")
-        else:
-            verdict, reasons, abs_err, rel_err, timing, _ = same
+        first = self._programs.get(key)
+        if first is not None:
+            return replace(first, kernel=kernel, row=row, kernel_hash=k.identity,
+                           resources=resources, seconds=time.perf_counter() - t0,
+                           same_program_as=f"{first.kernel}: {first.row}")
+        verdict, reasons, abs_err, rel_err = self._check(prog)
+        timing = self._time(compiled) if verdict == "ok" else None
         baselines = self.baselines() if timing is not None else {}
-        return Evaluation(kernel, row, verdict, reasons, k.identity, resources, abs_err, rel_err,
-                          timing, baselines, time.perf_counter() - t0,
-                          same_program_as=same[-1] if same else None)
+        result = Evaluation(kernel, row, verdict, reasons, k.identity, resources, abs_err,
+                            rel_err, timing, baselines, time.perf_counter() - t0)
+        if verdict in ("ok", "incorrect"):     # not a crash or a timeout: those may not recur
+            self._programs[key] = result
+        return result
 
     # --- the steps ----------------------------------------------------------------------------
 

@@ -291,17 +291,7 @@ def _element_wise(name: str, defs) -> bool:
     """Whether `name` is computed from inputs by element-wise ops, casts and index maps alone
     (no reduction, scan or gather on the way)."""
     return all(isinstance(defs[n], (Input, Iota, Elementwise, Cast, IndexMap))
-               for n in _closure_of(name, defs))
-
-
-def _closure_of(name: str, defs) -> set[str]:
-    seen, todo = {name}, [name]
-    while todo:
-        for a in operands(defs[todo.pop()]):
-            if a not in seen:
-                seen.add(a)
-                todo.append(a)
-    return seen
+               for n in _ancestors(name, defs) | {name})
 
 
 def _store_points(src: str, defs, wide: int) -> list[str]:
@@ -314,7 +304,7 @@ def _store_points(src: str, defs, wide: int) -> list[str]:
         d = defs[todo.pop()]
         if isinstance(d, (Input, Iota)):
             continue
-        reads = any(isinstance(defs[n], Input) for n in _closure_of(d.name, defs))
+        reads = any(isinstance(defs[n], Input) for n in _ancestors(d.name, defs))
         if (reads and not isinstance(d, IndexMap)
                 and wide // math.prod(d.type.shape) >= MIN_OPERAND_REUSE):
             out.append(d.name)

@@ -77,21 +77,19 @@ _ON_BITS = {E.AND: E.BITAND, E.OR: E.BITOR, E.NE: E.BITXOR}
 
 def _logical(ew_op: EwOp, name: str):
     def lower(b, x, y):
-        if not name.startswith("logical"):
-            dtype = b.result_type(x, y)
-            if dtype.is_float:
-                raise Refused(f"bitwise ops on {dtype} (torch takes integers and booleans)")
-            if dtype is not DType.BOOL:
-                return b.ew(_ON_BITS[ew_op], x, y)
+        if not name.startswith("logical") and _integers(b, x, y) is not DType.BOOL:
+            return b.ew(_ON_BITS[ew_op], x, y)
         return b.ew(ew_op, _as_bool(b, x), _as_bool(b, y))
 
     return lower
 
 
-def _integers(b: Builder, *values) -> None:
+def _integers(b: Builder, *values) -> DType:
+    """The operands' type, an integer or bool one (a bitwise op's)."""
     dtype = b.result_type(*values)
     if dtype.is_float:
         raise Refused(f"bitwise ops on {dtype} (torch takes integers and booleans)")
+    return dtype
 
 
 def _as_bool(b: Builder, x):

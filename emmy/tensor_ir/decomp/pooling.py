@@ -43,6 +43,10 @@ class _Dim:
     def start(self, o: Lin, bounds) -> Lin:
         return floordiv(o * self.num, self.den, bounds) - self.pad
 
+    def begin(self, b: Builder, o: str) -> str:
+        """Start of output o's adaptive window: floor(o*extent / out)."""
+        return floor_div(b, b.ew(E.MUL, o, self.extent), self.out)
+
     def end(self, b: Builder, o: str) -> str:
         """End (exclusive) of output o's adaptive window: ceil((o+1)*extent / out)."""
         return floor_div(b, b.ew(E.ADD, b.ew(E.MUL, b.ew(E.ADD, o, 1), self.extent), self.out - 1),
@@ -102,7 +106,7 @@ def window_view(b: Builder, x: str, out_shape, lead: list[Lin], dims: list[_Dim]
             continue
         o, j = b.iota(out_shape, oa), b.iota(out_shape, ka)
         if d.den != 1:                                    # adaptive: j < end(o) - start(o)
-            start = floor_div(b, b.ew(E.MUL, o, d.extent), d.out)
+            start = d.begin(b, o)
             masks.append(b.ew(E.LT, j, b.ew(E.SUB, d.end(b, o), start)))
             continue
         pos = b.ew(E.SUB, b.ew(E.ADD, b.ew(E.MUL, o, d.num), b.ew(E.MUL, j, d.dilation)), d.pad)
@@ -169,12 +173,13 @@ def _dims(b: Builder, x: str, n: int, name: str, kernel_size, stride, padding, d
 def max_pool(b: Builder, x: str, n: int, name: str, kernel_size, stride=(), padding=0,
              dilation=1, ceil_mode=False) -> str:
     dims = _dims(b, x, n, name, kernel_size, stride, padding, dilation, ceil_mode)
-    view = _window(b, x, dims, -math.inf if b.dtype(x).is_float else _lowest(b.dtype(x)))
+    view = _window(b, x, dims, _lowest(b.dtype(x)))
     return b.reduce(R.MAX, view, _window_axes(b, view, dims))
 
 
-def _lowest(dtype: DType) -> int:
-    return dtype.int_range[0]
+def _lowest(dtype: DType) -> float | int:
+    """What a max pool's padding reads as: no value of the type is below it."""
+    return -math.inf if dtype.is_float else dtype.int_range[0]
 
 
 def avg_pool(b: Builder, x: str, n: int, name: str, kernel_size, stride=(), padding=0,
@@ -243,7 +248,7 @@ def adaptive_avg(b: Builder, x: str, n: int, name: str, output_size) -> str:
     sizes = []
     for i, d in enumerate(dims):
         o = b.iota(shape, batch + i)
-        sizes.append(b.ew(E.SUB, d.end(b, o), floor_div(b, b.ew(E.MUL, o, d.extent), d.out)))
+        sizes.append(b.ew(E.SUB, d.end(b, o), d.begin(b, o)))
     return b.ew(E.DIV, total, b.cast(combine(b, E.MUL, sizes), DType.F32))
 
 
@@ -251,7 +256,7 @@ def adaptive_max(b: Builder, x: str, n: int, name: str, output_size) -> tuple[st
     """The largest value of each adaptive window and its input position, flat over the
     spatial dimensions (h * W + w), the first one where several tie; NaN wins, as in torch."""
     dims = adaptive_dims(b, x, n, name, output_size)
-    view = _window(b, x, dims, -math.inf if b.dtype(x).is_float else _lowest(b.dtype(x)))
+    view = _window(b, x, dims, _lowest(b.dtype(x)))
     axes = _window_axes(b, view, dims)
     values = b.reduce(R.MAX, view, axes)
     j = b.reduce(R.ARGMAX, view, axes)            # row-major over the window's axes
@@ -260,7 +265,7 @@ def adaptive_max(b: Builder, x: str, n: int, name: str, output_size) -> tuple[st
     for i, d in enumerate(dims):
         inner //= d.window
         o = b.iota(shape, batch + i)
-        start = floor_div(b, b.ew(E.MUL, o, d.extent), d.out)
+        start = d.begin(b, o)
         step = b.ew(E.SUB, floor_div(b, j, inner), b.ew(E.MUL, floor_div(b, j, inner * d.window),
                                                          d.window))
         pos = b.ew(E.ADD, start, step)
