@@ -46,7 +46,7 @@ UFUNC = {
     EwOp.DIGAMMA: _through_torch("digamma"), EwOp.ERFINV: _through_torch("erfinv"),
     EwOp.RECIPROCAL: lambda x: 1 / x, EwOp.NOT: np.logical_not,
     EwOp.ADD: np.add, EwOp.SUB: np.subtract, EwOp.MUL: np.multiply, EwOp.DIV: np.divide,
-    EwOp.POW: np.power, EwOp.MAX: np.maximum, EwOp.MIN: np.minimum,
+    EwOp.POW: lambda a, b: _power(a, b), EwOp.MAX: np.maximum, EwOp.MIN: np.minimum,
     EwOp.LT: np.less, EwOp.LE: np.less_equal, EwOp.GT: np.greater, EwOp.GE: np.greater_equal,
     EwOp.EQ: np.equal, EwOp.NE: np.not_equal, EwOp.AND: np.logical_and, EwOp.OR: np.logical_or,
     EwOp.BITAND: np.bitwise_and, EwOp.BITOR: np.bitwise_or, EwOp.BITXOR: np.bitwise_xor,
@@ -70,6 +70,24 @@ def _shift(a, b, *, left: bool):
         moved = np.left_shift(a.astype(unsigned), count.astype(unsigned)).astype(dtype)
         return np.where(inside, moved, np.zeros_like(moved))
     return np.where(inside, np.right_shift(a, count), np.where(a < 0, -1, 0).astype(dtype))
+
+
+def _power(a, b):
+    """a ** b; on integers as torch computes them, wrapping at the type's width, and a negative
+    exponent gives 1 for a base of 1, +-1 for -1 and 0 otherwise (numpy refuses it)."""
+    a, b = np.asarray(a), np.asarray(b)
+    dtype = np.result_type(a, b)
+    if dtype.kind not in "iu":
+        return np.power(a, b)
+    a, b = a.astype(dtype), b.astype(dtype)
+    negative = b < 0
+    with np.errstate(over="ignore"):
+        raised = np.power(a, np.where(negative, 0, b))
+    odd = (b & 1) == 1
+    small = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0)) if dtype.kind == "i" \
+        else np.zeros_like(raised)
+    return np.where(negative, small, raised).astype(dtype)
+
 
 def _sign(x):
     """(x > 0) - (x < 0), as torch.sign and the CUDA helper compute it: 0 for NaN (numpy's

@@ -278,3 +278,26 @@ def test_small_integers_on_sampled_rows_compile_and_match_eager(expr):
     from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
 
     assert_sampled_rows_match_eager(expr, per_kernel=2, seed=8)
+
+
+@pytest.mark.parametrize("dtype", (torch.int64, torch.int32, torch.int8, torch.uint8), ids=str)
+def test_integer_powers_wrap_and_take_negative_exponents_as_torch_does(check, dtype):
+    """A tensor exponent on integers: by squaring, wrapping at the type's width; a negative
+    exponent gives 1 for a base of 1, +-1 for -1 and 0 otherwise (numpy's power refuses it)."""
+    low = 0 if dtype is torch.uint8 else -3
+    base = torch.randint(low, 5, (4, 64)).to(dtype)
+    exponent = torch.randint(low, 40, (4, 64)).to(dtype)
+    check(lambda x, y: (torch.pow(x, y), x ** 5), base, exponent)
+
+
+@pytest.mark.parametrize("expr", [
+    "torch.pow(torch.randint(-3, 5, (16, 64)), torch.randint(-3, 70, (16, 64)))",
+    "torch.randint(-3, 5, (16, 64)).int() ** torch.randint(-3, 40, (16, 64)).int()",
+    "torch.randint(0, 256, (16, 64)).to(torch.uint8) ** torch.randint(0, 9, (16, 64)).to(torch.uint8)",
+])
+def test_integer_powers_on_sampled_rows_compile_and_match_eager(expr):
+    """em_pow has integer overloads: a pow of two integer tensors was ambiguous between the float
+    and double ones and did not compile."""
+    from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
+
+    assert_sampled_rows_match_eager(expr, per_kernel=2, seed=9)

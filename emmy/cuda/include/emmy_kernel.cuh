@@ -184,6 +184,20 @@ EMMY_FN float em_minimum(float a, float b) {
 #endif
 EMMY_FN float em_pow(float a, float b) { return powf(a, b); }
 EMMY_FN double em_pow(double a, double b) { return pow(a, b); }
+// Integer powers as torch computes them: by squaring, wrapping at the type's width (in the
+// unsigned type U, where a signed overflow is undefined); a negative exponent gives 1 for a base
+// of 1, +-1 for -1 and 0 otherwise.
+template <class T, class U> EMMY_FN T em_ipow(T a, T b) {
+  if (b < 0) return a == T(1) ? T(1) : a == T(-1) ? ((b & 1) ? T(-1) : T(1)) : T(0);
+  U r = 1, x = U(a);
+  for (; b; b >>= 1, x *= x)
+    if (b & 1) r *= x;
+  return T(r);
+}
+EMMY_FN int em_pow(int a, int b) { return em_ipow<int, unsigned>(a, b); }
+EMMY_FN long long em_pow(long long a, long long b) {
+  return em_ipow<long long, unsigned long long>(a, b);
+}
 EMMY_FN float em_atan2(float a, float b) { return atan2f(a, b); }
 EMMY_FN double em_atan2(double a, double b) { return atan2(a, b); }
 
