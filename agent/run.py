@@ -229,9 +229,12 @@ def _from_header(cfg: RunConfig, header: HeaderEvent) -> RunConfig:
 
 def open_recorded(w: WorkloadRecord, target: str, device: str = "auto"):
     """The Evaluator of the workload a record names: its expression, or its file as recorded."""
-    if w.path == EXPR_PATH:
-        return open_evaluator(None, [], target, device, expr=w.source)
-    return open_evaluator(materialize(w), list(w.sets), target, device)
+    ev = open_evaluator(None, [], target, device, expr=w.source) if w.path == EXPR_PATH \
+        else open_evaluator(materialize(w), list(w.sets), target, device)
+    if not ev.kernels():
+        raise BadInput(f"{ev.workload_name} has no kernels to schedule (none of its outputs has "
+                       "an element)")
+    return ev
 
 
 def materialize(w: WorkloadRecord) -> str:

@@ -11,7 +11,7 @@ import sys
 import time
 import traceback
 
-from emmy.errors import UserError
+from emmy.errors import UserError, unknown_kernel
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -291,8 +291,10 @@ def cmd_space(args) -> int:
     listed = with_cut_chains(results["tile"].program.kernels, results["loop"])
     kernels = [k for k in listed if not args.kernel or k.name == args.kernel]
     if not kernels:
-        raise UserError(f"no kernel `{args.kernel}`; the kernels are "
-                        + ", ".join(k.name for k in listed))
+        if not listed and not args.kernel:
+            print(f"{workload.name}: no kernels (none of its outputs has an element)")
+            return 0
+        raise unknown_kernel(args.kernel, [k.name for k in listed])
     if args.sample < 0:
         raise UserError("--sample takes a count >= 0")
     report = []

@@ -17,6 +17,14 @@ class UserError(Exception):
         return f"{base}\n  hint: {self.hint}" if self.hint else base
 
 
+def unknown_kernel(name, kernels, note: str = "") -> UserError:
+    """The error for a kernel name the program does not have; `kernels`: the names it has."""
+    names = ", ".join(kernels)
+    listed = f"the kernels are {names}" if names else \
+        "the program has no kernels (none of its outputs has an element)"
+    return UserError(f"no kernel `{name}`; {listed}" + (f" ({note})" if note else ""))
+
+
 class UnsupportedOp(UserError):
     """An op the compiler cannot lower (names the op and, when known, the source line)."""
 

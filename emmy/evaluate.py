@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from emmy.errors import UserError
+from emmy.errors import UserError, unknown_kernel
 from emmy.pipeline import STAGE_NAMES, Options, compile_to, resume_from, show
 from emmy.schedule.row import RowError, parse
 from emmy.schedule.choose import with_cut_chains
@@ -80,7 +80,7 @@ class Evaluator:
 
     def space(self, kernel: str) -> Space:
         if kernel not in self._spaces:
-            raise UserError(f"no kernel `{kernel}`; the kernels are {', '.join(self._spaces)}")
+            raise unknown_kernel(kernel, self._spaces)
         return self._spaces[kernel]
 
     def decision_points(self, kernel: str) -> list[tuple[str, list[str]]]:
@@ -131,7 +131,7 @@ class Evaluator:
         t0 = time.perf_counter()
         k = next((k for k in self._kernels if k.name == kernel), None)
         if k is None:
-            raise UserError(f"no kernel `{kernel}`; the kernels are {', '.join(self._spaces)}")
+            raise unknown_kernel(kernel, self._spaces)
         reasons = self.check(kernel, row)
         if reasons:
             return Evaluation(kernel, row, "illegal", tuple(reasons), k.identity,

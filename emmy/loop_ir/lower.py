@@ -69,11 +69,14 @@ def _build_within_budget(p: Program, memo: dict | None = None):
     while True:
         plan = plan_fusion(p, forced)
         names = {d.name: d.name for d in p.inputs} | plan.buffers
-        single = len(plan.kernels) == 1
+        # a kernel storing only tensors of no elements has nothing to do: none is built
+        kernels = [kp for kp in plan.kernels
+                   if not all(0 in defs[r].type.shape for r in kp.roots)]
+        single = len(kernels) == 1
         loaded_all = set(plan.stored) | {d.name for d in p.inputs}
         try:
             built, unflashed, uses = [], set(), []
-            for i, kp in enumerate(plan.kernels):
+            for i, kp in enumerate(kernels):
                 name = kernel_name(i, defs[kp.roots[0]], p.name, single)
                 frontier = _frontier(defs, kp.roots, loaded_all)
                 key = (kp, name, budget, tuple(names[r] for r in kp.roots),

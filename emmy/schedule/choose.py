@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping
 
-from emmy.errors import UserError
+from emmy.errors import UserError, unknown_kernel
 from emmy.schedule.row import Row, RowError, parse
 from emmy.schedule.space import space_of
 from emmy.schedule.targets import Target
@@ -52,8 +52,7 @@ def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str], *,
         hint = [f"{k.name}_cut0, {k.name}_cut1 exist when {k.name}'s row has PLACE=cut"
                 for k in tp.kernels if space_of(k, target).facts.chain]
         listed = dict.fromkeys([*(k.name for k in tp.kernels), *rows])   # a chain, its halves
-        raise UserError(f"no kernel `{unknown[0]}`; the kernels are {', '.join(listed)}"
-                        + (f" ({'; '.join(hint)})" if hint else ""))
+        raise unknown_kernel(unknown[0], listed, "; ".join(hint))
     program = replace(tp, kernels=tuple(kernels), intermediates=tuple(intermediates))
     return program, rows
 

@@ -195,7 +195,11 @@ class Builder:
         axes = {a % len(shape) for a in axes} if shape else set()
         work = tuple(a for a in sorted(axes) if shape[a] != 1)
         positions = op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN)
-        if work:
+        if work and 0 in shape and op in (ReduceOp.SUM, ReduceOp.PROD):
+            # nothing to reduce (torch refuses max, min and the positions over no elements)
+            kept = tuple(n for i, n in enumerate(shape) if i not in work)
+            x = self.full(kept, 0 if op is ReduceOp.SUM else 1, self.dtype(x))
+        elif work:
             kept = tuple(n for i, n in enumerate(shape) if i not in work)
             x = self._add(Reduce, TensorType(kept, DType.I64 if positions else self.dtype(x)),
                           op, x, work)

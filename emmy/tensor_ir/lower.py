@@ -120,4 +120,6 @@ def _conform_one(b: Builder, node: Node, name: str, want: TensorType | None, hal
     if b.shape(name) != want.shape:
         raise InternalError(f"lowering {node.op} ({node.name}) gave shape {b.shape(name)}, "
                             f"torch gives {want.shape}")
+    if 0 in want.shape:     # no elements: nothing to compute, whatever the op
+        return b.full(want.shape, 0, want.dtype)
     return b.cast(name, want.dtype)

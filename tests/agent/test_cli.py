@@ -159,6 +159,7 @@ BAD = [
     (["optimize", "--resume", "x.jsonl", "-c", "torch.exp(torch.randn(4))"], "drop the workload"),
     (["optimize", "-c", "torch.exp(x)"], "`x` is not defined"),
     (["propose", "--row", DEFAULT], "exactly one"),
+    (["optimize", "-c", "F.softmax(torch.randn(0, 5), dim=1)"], "softmax has no kernels to schedule"),
 ]
 
 

@@ -206,3 +206,11 @@ def test_legal_correct_script_refuses_bad_input(argv, message):
     assert proc.returncode == 2, proc.stderr
     assert "legal_correct: error:" in proc.stderr and message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_program_without_kernels_says_so(capsys):
+    expr = "F.softmax(torch.randn(0, 5), dim=1)"
+    rc, out, _ = run(capsys, "space", "-c", expr)
+    assert rc == 0 and "no kernels (none of its outputs has an element)" in out
+    rc, _, err = run(capsys, "run", "-c", expr, "--check", "--row", "k0: WORK=thread:256")
+    assert rc == 2 and "no kernel `k0`; the program has no kernels" in err
