@@ -1,6 +1,6 @@
-"""Writes at data-dependent positions with few positions a row (scatter, scatter_add,
-index_copy, index_add, index_fill): against eager through the Tensor IR and Loop IR
-interpreters and the emitted CUDA on the CPU emulator."""
+"""Writes at data-dependent positions (scatter, scatter_add, scatter_reduce, index_copy,
+index_add, index_fill, index_put), unrolled and as reductions over the writes: against eager
+through the Tensor IR and Loop IR interpreters and the emitted CUDA on the CPU emulator."""
 
 import numpy as np
 import pytest
@@ -49,6 +49,48 @@ CASES = {
                    lambda: (torch.randn(6, 4), torch.tensor([5, 1, 3]), torch.randn(3, 4))),
     "index_fill_wraps": (lambda x, i: x.index_fill(1, i, -2.5),
                          lambda: (torch.randn(3, 6), torch.tensor([-1, 2]))),
+    # past SCATTER_LIMIT positions a row: reductions over the writes
+    "scatter_add_many": (lambda x, i, s: x.scatter_add(1, i, s),
+                         lambda: (torch.randn(3, 16), torch.randint(0, 16, (3, 70)),
+                                  torch.randn(3, 70))),
+    "scatter_many_last_wins": (lambda x, i, s: x.scatter(0, i, s),
+                               lambda: (torch.randn(9, 4), torch.randint(0, 9, (50, 4)),
+                                        torch.randn(60, 5))),
+    "scatter_value_many": (lambda x, i: x.scatter(1, i, -1.5),
+                           lambda: (torch.randn(2, 40), torch.randint(0, 40, (2, 45)))),
+    "index_add_many": (lambda x, i, s: x.index_add(0, i, s, alpha=2),
+                       lambda: (torch.randint(-9, 9, (20, 3)), torch.randint(0, 20, (64,)),
+                                torch.randint(-9, 9, (64, 3)))),
+    "index_copy_many": (lambda x, i, s: x.index_copy(1, i, s),
+                        lambda: (torch.randn(2, 50), torch.randperm(50)[:40],
+                                 torch.randn(2, 40))),
+    "index_put_many_wraps": (lambda x, i, v: x.index_put((i,), v),
+                             lambda: (torch.randn(30), torch.randint(-30, 30, (40,)),
+                                      torch.randn(40))),
+    # scatter_reduce, with and without the tensor's own values
+    "scatter_reduce_amax": (lambda x, i, s: x.scatter_reduce(1, i, s, "amax"),
+                            lambda: (torch.randn(3, 8), torch.randint(0, 8, (3, 12)),
+                                     torch.randn(3, 12))),
+    "scatter_reduce_amin_alone": (
+        lambda x, i, s: x.scatter_reduce(0, i, s, "amin", include_self=False),
+        lambda: (torch.randn(10), torch.randint(0, 10, (6,)), torch.randn(6))),
+    "scatter_reduce_sum_alone": (
+        lambda x, i, s: x.scatter_reduce(0, i, s, "sum", include_self=False),
+        lambda: (torch.randn(10), torch.randint(0, 10, (40,)), torch.randn(40))),
+    "scatter_reduce_prod": (lambda x, i, s: x.scatter_reduce(1, i, s, "prod"),
+                            lambda: (torch.randn(3, 8), torch.randint(0, 8, (3, 10)),
+                                     torch.rand(3, 10) + 0.5)),
+    "scatter_reduce_mean": (lambda x, i, s: x.scatter_reduce(0, i, s, "mean"),
+                            lambda: (torch.randn(10, 2), torch.randint(0, 10, (30, 2)),
+                                     torch.randn(30, 2))),
+    # integers: the mean rounds down (-3.5 is -4), as torch's does
+    "scatter_reduce_mean_int_alone": (
+        lambda x, i, s: x.scatter_reduce(0, i, s, "mean", include_self=False),
+        lambda: (torch.randint(-50, 50, (10,)), torch.randint(0, 10, (30,)),
+                 torch.randint(-50, 50, (30,)))),
+    "scatter_reduce_arg_multiply": (lambda x, i, s: x.scatter(1, i, s, reduce="multiply"),
+                                    lambda: (torch.randn(3, 8), torch.randint(0, 8, (3, 5)),
+                                             torch.randn(3, 5))),
 }
 
 
@@ -74,7 +116,10 @@ def test_tensor_and_loop_ir_match_eager(name):
 
 
 @pytest.mark.parametrize("name", ["scatter_value_mask", "scatter_src_gate", "scatter_repeated",
-                                  "scatter_add_f16", "index_add", "index_fill_wraps"])
+                                  "scatter_add_f16", "index_add", "index_fill_wraps",
+                                  "scatter_add_many", "scatter_many_last_wins",
+                                  "index_put_many_wraps", "scatter_reduce_amax",
+                                  "scatter_reduce_mean_int_alone"])
 def test_emitted_cuda_matches_eager(name):
     model, inputs = _model_and_inputs(name)
     w = Workload(name, model, tuple(inputs), source=name, origin="<test>")
@@ -85,15 +130,21 @@ def test_emitted_cuda_matches_eager(name):
 
 
 @pytest.mark.parametrize("fn, inputs, message", [
-    (lambda x, i: x.scatter(1, i, 1.0), (torch.randn(4, 64), torch.randint(0, 64, (4, 40))),
-     "40 positions along dim 1: scatter unrolls a compare and select per position, at most 32"),
     (lambda x, i: x.scatter(1, i, 1.0), (torch.randn(4, 8), torch.randint(0, 8, (2, 3))),
      "emmy writes whole rows"),
-    (lambda x, i: x.index_add(0, i, torch.ones(40, 3)), (torch.randn(50, 3),
-                                                         torch.randint(0, 50, (40,))),
-     "at most 32"),
 ])
 def test_refusals_say_why(fn, inputs, message):
     with pytest.raises(UnsupportedOp, match="scatter|index_add") as e:
         lower(capture(Fn(fn).eval(), inputs, name="t"))
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize("expr", [
+    "torch.zeros(8, 16).scatter_add(1, torch.randint(0, 16, (8, 40)), torch.randn(8, 40))",
+    "torch.randn(64, 4).scatter_reduce(0, torch.randint(0, 64, (90, 4)), torch.randn(90, 4), "
+    "reduce='amax', include_self=False)",
+])
+def test_writes_as_reductions_on_sampled_rows_compile_and_match_eager(expr):
+    from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
+
+    assert_sampled_rows_match_eager(expr, per_kernel=3, seed=4)

@@ -1,7 +1,8 @@
 """Reads at data-dependent positions: embedding, gather, index_select, take_along_dim and
-tensor indexing (`x[idx]`, `x[:, idx]`, `x[i, j]`), each one Gather; and writes at them with
-few positions a row (scatter, scatter_add, index_copy, index_add, index_fill), each a compare
-and select per position.
+tensor indexing (`x[idx]`, `x[:, idx]`, `x[i, j]`), each one Gather; and writes at them
+(scatter, scatter_add, scatter_reduce, index_copy, index_add, index_fill, index_put): with few
+positions a row, a compare and select per position; with more, reductions over the writes,
+each output element reading every write along its dimension.
 
 Each index tensor is broadcast to the result's shape; `Builder.gather` wraps negative
 positions and clamps the rest into range (torch raises on an index out of range; a kernel
@@ -122,6 +123,10 @@ def lower_index(b, x, indices):
 # ---- writes at data-dependent positions -------------------------------------------------------
 
 SCATTER_LIMIT = 32   # positions written per output row, each one compare and select (unrolled)
+# past it, the writes are reductions over a last axis of them (_reduced_writes)
+
+# scatter_reduce's reductions, and each one's value for "no write"
+_REDUCTIONS = {"sum": R.SUM, "mean": R.SUM, "prod": R.PROD, "amax": R.MAX, "amin": R.MIN}
 
 
 def _written(b: Builder, x: str, dim: int, updates, add: bool) -> str:
@@ -138,10 +143,59 @@ def _written(b: Builder, x: str, dim: int, updates, add: bool) -> str:
     return b.cast(out, b.dtype(x))
 
 
-def _scatter(b: Builder, x: str, dim: int, index: str, src, add: bool) -> str:
+def _identity(op: R, dtype: DType):
+    if op in (R.SUM, R.PROD):
+        return int(op is R.PROD) if dtype is not DType.BOOL else op is R.PROD
+    if dtype is DType.BOOL:
+        return op is R.MIN
+    if dtype.is_float:
+        return -math.inf if op is R.MAX else math.inf
+    return dtype.int_range[0 if op is R.MAX else 1]
+
+
+def _reduced_writes(b: Builder, x: str, dim: int, positions: str, values, how: str,
+                    include_self: bool = True) -> str:
+    """x with m writes along `dim`, as reductions over them (any m): `positions` (integers) and
+    `values` (or one scalar) are over x's shape plus a last axis of the m writes, `positions`
+    the same along `dim`. `how`: "last" (the last write to a position wins, as torch's CPU
+    loop has it), "add" (x plus every write), or one of scatter_reduce's reductions, which
+    take x in only with `include_self`."""
+    wide = b.shape(positions)
+    last = len(wide) - 1
+    dtype = b.dtype(x)
+    hit = b.ew(E.EQ, b.iota(wide, dim, DType.I64), positions)
+    values = b.cast(values, dtype) if isinstance(values, str) else values
+    if how == "last":
+        k = b.iota(wide, last, DType.I64)
+        chosen = b.reduce(R.MAX, b.ew(E.WHERE, hit, k, -1), [last])
+        mine = b.ew(E.EQ, k, b.index_map(chosen, wide, axes(last)))
+        value = b.reduce(R.MAX, b.ew(E.WHERE, mine, values, _identity(R.MAX, dtype)), [last])
+        return b.ew(E.WHERE, b.ew(E.GE, chosen, 0), value, x)
+    op = R.SUM if how == "add" else _REDUCTIONS[how]
+    reduced = b.reduce(op, b.ew(E.WHERE, hit, values, _identity(op, dtype)), [last])
+    if how == "add":
+        return b.cast(b.ew(E.ADD, x, reduced), dtype)
+    count = b.reduce(R.SUM, b.cast(hit, DType.I64), [last])
+    if how == "mean":
+        total = b.ew(E.ADD, x, reduced) if include_self else reduced
+        n = b.ew(E.ADD, count, 1) if include_self else b.ew(E.MAX, count, 1)
+        out = b.ew(E.DIV, total, n) if dtype.is_float else \
+            b.ew(E.FLOOR, b.ew(E.DIV, b.cast(total, DType.F64), b.cast(n, DType.F64)))
+    elif include_self:
+        out = b.ew({R.SUM: E.ADD, R.PROD: E.MUL, R.MAX: E.MAX, R.MIN: E.MIN}[op], x, reduced)
+    else:
+        out = reduced
+    if not include_self:
+        out = b.ew(E.WHERE, b.ew(E.GT, count, 0), out, x)
+    return b.cast(out, dtype)
+
+
+def _scatter(b: Builder, x: str, dim: int, index: str, src, how: str,
+             include_self: bool = True) -> str:
     """out = x, then for every position p of `index`: out[p with p[dim] = index[p]] = src[p]
-    (or += it). Written as one compare and select per position along `dim` (at most
-    SCATTER_LIMIT), with index's other extents those of x."""
+    (`how`: "last", "add" or a scatter_reduce reduction, as _reduced_writes), with index's
+    other extents those of x. Up to SCATTER_LIMIT positions along `dim` (and "last" or "add"),
+    a compare and select per position; past it, reductions over the positions."""
     idx = _positions(b, index)
     rank = b.rank(x)
     if rank == 0 or b.rank(idx) != rank:
@@ -152,33 +206,52 @@ def _scatter(b: Builder, x: str, dim: int, index: str, src, add: bool) -> str:
         raise Refused(f"an index of shape {ishape} into {shape}: emmy writes whole rows (the "
                       f"index's extents besides dim {dim} those of the tensor)")
     m = ishape[dim]
-    if m > SCATTER_LIMIT:
-        raise Refused(f"{m} positions along dim {dim}: scatter unrolls a compare and select "
-                      f"per position, at most {SCATTER_LIMIT}")
+    if m > SCATTER_LIMIT or how not in ("last", "add"):
+        wide = shape + (m,)
+        at = [var(axis_var(rank)) if j == dim else var(axis_var(j)) for j in range(rank)]
+        value = b.index_map(src, wide, at) if isinstance(src, str) else src
+        return _reduced_writes(b, x, dim, b.cast(b.index_map(idx, wide, at), DType.I64), value,
+                               how, include_self)
     updates = []
     for k in range(m):
         at = [k if j == dim else var(axis_var(j)) for j in range(rank)]
         one = b.index_map(idx, shape, at)
         value = b.index_map(src, shape, at) if isinstance(src, str) else src
         updates.append((b.cast(one, DType.I64), value))
-    return _written(b, x, dim, updates, add)
+    return _written(b, x, dim, updates, how == "add")
 
 
 @op("scatter.src", "scatter.value")
 def lower_scatter(b, x, dim, index, src):
-    return _scatter(b, x, dim, index, src, add=False)
+    return _scatter(b, x, dim, index, src, "last")
 
 
 @op("scatter_add")
 def lower_scatter_add(b, x, dim, index, src):
-    return _scatter(b, x, dim, index, src, add=True)
+    return _scatter(b, x, dim, index, src, "add")
+
+
+@op("scatter.reduce", "scatter.value_reduce")
+def lower_scatter_reduce_arg(b, x, dim, index, src, *, reduce):
+    """scatter(..., reduce="add" | "multiply"), the older spelling of scatter_reduce."""
+    if reduce not in ("add", "multiply"):
+        raise Refused(f"reduce={reduce!r}; scatter takes 'add' or 'multiply'")
+    return _scatter(b, x, dim, index, src, "sum" if reduce == "add" else "prod")
+
+
+@op("scatter_reduce.two")
+def lower_scatter_reduce(b, x, dim, index, src, reduce, *, include_self=True):
+    if reduce not in _REDUCTIONS:
+        raise Refused(f"reduce={reduce!r}; scatter_reduce takes one of "
+                      f"{', '.join(sorted(_REDUCTIONS))}")
+    return _scatter(b, x, dim, index, src, reduce, include_self)
 
 
 def _index_write(b: Builder, x: str, dim: int, index: str, source, add: bool, alpha=1,
                  wrap: bool = False) -> str:
     """index_copy / index_add / index_fill: slice k of `source` along dim (a scalar: the same
-    value) goes to position index[k] of x along dim (1-D index, at most SCATTER_LIMIT);
-    `wrap`: a negative position counts from the end (index_fill; the others refuse it in
+    value) goes to position index[k] of x along dim (a 1-D index; past SCATTER_LIMIT
+    positions, as reductions over them); `wrap`: a negative position counts from the end (index_fill; the others refuse it in
     eager)."""
     idx = _positions(b, index)
     rank = b.rank(x)
@@ -186,10 +259,18 @@ def _index_write(b: Builder, x: str, dim: int, index: str, source, add: bool, al
         raise Refused("a 1-D index into a tensor with at least one dimension")
     dim = norm_dim(dim, rank)
     m = b.shape(idx)[0] if b.rank(idx) else 1
-    if m > SCATTER_LIMIT:
-        raise Refused(f"{m} positions along dim {dim}: writes unroll a compare and select per "
-                      f"position, at most {SCATTER_LIMIT}")
     shape = b.shape(x)
+    if m > SCATTER_LIMIT:
+        wide = shape + (m,)
+        at = [var(axis_var(rank)) if j == dim else var(axis_var(j)) for j in range(rank)]
+        one = b.cast(b.index_map(idx, wide, [var(axis_var(rank))]), DType.I64)
+        if wrap:
+            one = b.ew(E.WHERE, b.ew(E.LT, one, 0), b.ew(E.ADD, one, shape[dim]), one)
+        value = source
+        if isinstance(source, str):
+            value = b.index_map(source, wide, at)
+            value = b.ew(E.MUL, value, alpha) if alpha != 1 else value
+        return _reduced_writes(b, x, dim, one, value, "add" if add else "last")
     updates = []
     for k in range(m):
         one = b.index_map(idx, [1 if j == dim else n for j, n in enumerate(shape)],
@@ -226,8 +307,8 @@ def lower_index_fill(b, x, dim, index, value):
 def lower_index_put(b, x, indices, values, accumulate=False):
     """x with `values` written (added, with accumulate) where `indices` point: what torch
     makes of `y[mask] = v`, `y[idx] = v`, `y[:, idx] += v`. A boolean mask (after any leading
-    `:`) takes one value for every element it selects; one integer index tensor (at most
-    SCATTER_LIMIT positions, negative ones counting from the end) takes the slices of `values`
+    `:`) takes one value for every element it selects; one integer index tensor (negative
+    positions counting from the end) takes the slices of `values`
     in order, as index_copy (index_add) along its dimension."""
     given = [(d, i) for d, i in enumerate(indices) if i is not None]
     if len(given) != 1:
