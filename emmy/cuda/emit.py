@@ -18,6 +18,7 @@ _FUNCS = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh",
           "atanh", "atan2", "lgamma", "digamma", "erfinv", "sigmoid", "reciprocal", "abs",
           "sign", "maximum", "minimum", "pow", "shl", "shr",
           "fast_exp", "fast_sigmoid"}   # emmy/kernel_ir/fastmath.py
+_INTEGERS = {"long long", "int", "short", "signed char", "unsigned char"}   # a divide truncates
 _OPS = {ReduceOp.SUM: "EmSum", ReduceOp.PROD: "EmProd", ReduceOp.MAX: "EmMax",
         ReduceOp.MIN: "EmMin"}
 _ARG = {ReduceOp.ARGMAX: "true", ReduceOp.ARGMIN: "false"}
@@ -162,6 +163,8 @@ def _let(s: K.Let) -> list[str]:
             return [f"{const}{c} {n} = ~{a[0]};"]
         case "signbit":                     # a bool of a float: the operand as it is
             return [f"{const}{c} {n} = em_signbit({a[0]});"]
+        case "divide" if c in _INTEGERS:
+            return [f"{const}{c} {n} = em_idiv<{c}>({_as(c, a[0])}, {_as(c, a[1])});"]
         case op if op in _INFIX:
             return [f"{const}{c} {n} = {_as(c, f'{a[0]} {_INFIX[op]} {a[1]}')};"]
         case op if op in _FUNCS:

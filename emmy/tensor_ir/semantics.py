@@ -45,7 +45,7 @@ UFUNC = {
     EwOp.LGAMMA: lambda x: _LGAMMA(x).astype(np.asarray(x).dtype), EwOp.SIGNBIT: np.signbit,
     EwOp.DIGAMMA: _through_torch("digamma"), EwOp.ERFINV: _through_torch("erfinv"),
     EwOp.RECIPROCAL: lambda x: 1 / x, EwOp.NOT: np.logical_not,
-    EwOp.ADD: np.add, EwOp.SUB: np.subtract, EwOp.MUL: np.multiply, EwOp.DIV: np.divide,
+    EwOp.ADD: np.add, EwOp.SUB: np.subtract, EwOp.MUL: np.multiply, EwOp.DIV: lambda a, b: _divide(a, b),
     EwOp.POW: lambda a, b: _power(a, b), EwOp.MAX: np.maximum, EwOp.MIN: np.minimum,
     EwOp.LT: np.less, EwOp.LE: np.less_equal, EwOp.GT: np.greater, EwOp.GE: np.greater_equal,
     EwOp.EQ: np.equal, EwOp.NE: np.not_equal, EwOp.AND: np.logical_and, EwOp.OR: np.logical_or,
@@ -70,6 +70,20 @@ def _shift(a, b, *, left: bool):
         moved = np.left_shift(a.astype(unsigned), count.astype(unsigned)).astype(dtype)
         return np.where(inside, moved, np.zeros_like(moved))
     return np.where(inside, np.right_shift(a, count), np.where(a < 0, -1, 0).astype(dtype))
+
+
+def _divide(a, b):
+    """a / b; on integers truncated, as C divides (by 0: 0; by -1 wrapping)."""
+    a, b = np.asarray(a), np.asarray(b)
+    dtype = np.result_type(a, b)
+    if dtype.kind not in "iu":
+        return np.divide(a, b)
+    a, b = a.astype(dtype), b.astype(dtype)
+    safe = np.where(b == 0, 1, b).astype(dtype)
+    with np.errstate(over="ignore"):
+        floor = a // safe
+        q = floor + ((floor * safe != a) & ((a < 0) != (safe < 0))).astype(dtype)
+    return np.where(b == 0, 0, q).astype(dtype)
 
 
 def _power(a, b):

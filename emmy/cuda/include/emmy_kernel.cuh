@@ -194,6 +194,11 @@ template <class T, class U> EMMY_FN T em_ipow(T a, T b) {
     if (b & 1) r *= x;
   return T(r);
 }
+// Integer division, truncated as C's; by zero 0 and the least value by -1 wrapping (where a
+// CPU would trap: torch refuses the first, and the second overflows).
+template <class T> EMMY_FN T em_idiv(T a, T b) {
+  return b == T(0) ? T(0) : b == T(-1) ? T(T(0) - a) : T(a / b);
+}
 EMMY_FN int em_pow(int a, int b) { return em_ipow<int, unsigned>(a, b); }
 EMMY_FN long long em_pow(long long a, long long b) {
   return em_ipow<long long, unsigned long long>(a, b);

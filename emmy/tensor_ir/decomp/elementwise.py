@@ -141,6 +141,16 @@ _ROUND = {"floor": lambda b, q: b.ew(E.FLOOR, q), "trunc": lambda b, q: trunc(b,
 def lower_div_mode(b, x, y, *, rounding_mode=None):
     if rounding_mode is None:
         return true_divide(b, x, y)
+    kind = b.result_type(x, y)
+    if not kind.is_float:     # in integers: exact where a float quotient rounds past 2^24
+        x, y = (b.cast(v, kind) if isinstance(v, str) else v for v in (x, y))
+        q = b.ew(E.DIV, x, y)                                   # truncated
+        if rounding_mode == "trunc":
+            return q
+        # floor: one less where the division was inexact and the signs differ
+        r = b.ew(E.SUB, x, b.ew(E.MUL, q, y))
+        down = b.ew(E.AND, b.ew(E.NE, r, 0), b.ew(E.NE, b.ew(E.LT, r, 0), b.ew(E.LT, y, 0)))
+        return b.cast(b.ew(E.SUB, q, b.cast(down, kind)), kind)
     q = _ROUND[rounding_mode](b, true_divide(b, x, y))
     return b.cast(q, b.result_type(x, y))  # integer operands give an integer quotient
 
