@@ -9,14 +9,16 @@ from __future__ import annotations
 import math
 
 from emmy.dtypes import DType
-
+from emmy.symbolic import var
 from emmy.tensor_ir.builder import Builder
-from emmy.tensor_ir.decomp.layout import along, unsqueeze
+from emmy.tensor_ir.decomp.layout import along, axes, reshape, unsqueeze
 from emmy.tensor_ir.decomp.norms import vector_norm
 from emmy.tensor_ir.decomp.reductions import mean, total
 from emmy.tensor_ir.decomp.softmax import log_softmax
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
+from emmy.tensor_ir.ir import ReduceOp as R
+from emmy.tensor_ir.ir import axis_var
 
 OPS: dict[str, Decomp] = {}
 op = registrar(OPS)
@@ -89,6 +91,35 @@ def lower_margin_ranking_loss(b, x1, x2, target, margin=0.0, reduction=MEAN):
     """max(0, -target (x1 - x2) + margin)"""
     loss = b.ew(E.ADD, b.ew(E.MUL, b.ew(E.NEG, target), b.ew(E.SUB, x1, x2)), margin)
     return reduce_loss(b, b.ew(E.MAX, loss, 0), reduction)
+
+
+@op("multilabel_margin_loss", opmath=True)
+def lower_multilabel_margin_loss(b, x, target, reduction=MEAN):
+    """For each sample, the classes its target row lists before the first -1 (slots j) against
+    every class i not listed: sum over j, i of max(0, 1 - x[t_j] + x[i]) / classes. Not
+    torch's decomposition, which counts the slots after the first -1 too (as class 0)."""
+    if b.rank(x) not in (1, 2):
+        raise Refused(f"an input of rank {b.rank(x)}; a vector or a matrix, as torch")
+    rows = reshape(b, x, (1, -1)) if b.rank(x) == 1 else x
+    n, c = b.shape(rows)
+    target = reshape(b, target, (n, c))
+    slot = b.iota((n, c), 1)
+    end = b.reduce(R.MIN, b.ew(E.WHERE, b.ew(E.EQ, target, -1), slot, c), (1,), keepdim=True)
+    listed = b.ew(E.LT, slot, end)                                      # (n, slot)
+    cls = b.ew(E.WHERE, listed, target, -1)                             # -1: no class
+    cube = (n, c, c)                                                    # (n, slot j, class i)
+    hit = b.ew(E.EQ, b.iota(cube, 2), b.index_map(cls, cube, axes(2)))
+    picked = total(b, b.ew(E.WHERE, hit, b.index_map(rows, cube, [var(axis_var(0)),
+                                                                   var(axis_var(2))]), 0.0), 2)
+    is_target = b.ew(E.GT, total(b, b.cast(hit, DType.I32), 1), 0)     # (n, class)
+    margin = b.ew(E.ADD, b.ew(E.SUB, 1.0, b.index_map(picked, cube, axes(2))),
+                  b.index_map(rows, cube, [var(axis_var(0)), var(axis_var(2))]))
+    counted = b.ew(E.AND, b.index_map(listed, cube, axes(2)),
+                   b.ew(E.NOT, b.index_map(is_target, cube, [var(axis_var(0)),
+                                                             var(axis_var(2))])))
+    terms = b.ew(E.WHERE, counted, b.ew(E.DIV, b.ew(E.MAX, margin, 0.0), float(c)), 0.0)
+    # a vector's unreduced loss: (1,), as torch's meta function has it (its CPU kernel: ())
+    return reduce_loss(b, total(b, terms, (1, 2)), reduction)
 
 
 @op("soft_margin_loss", opmath=True)
