@@ -71,3 +71,19 @@ def test_functional_conv_with_a_computed_weight(check):
     """The weight need not be a parameter: any tensor the model computes."""
     check(lambda x, w: F.conv2d(x, w * 0.5, stride=2), torch.randn(1, 3, 7, 7),
           torch.randn(4, 3, 3, 3))
+
+
+@pytest.mark.parametrize("args, blocks", [
+    (dict(output_size=(4, 5), kernel_size=(2, 2)), (1, 12, 12)),
+    (dict(output_size=(7, 8), kernel_size=(3, 2), stride=(2, 1), padding=1, dilation=(1, 2)),
+     (2, 12, 32)),
+    (dict(output_size=(4, 4), kernel_size=2), (12, 9)),          # unbatched
+])
+def test_fold_adds_overlapping_blocks_back(check, args, blocks):
+    check(nn.Fold(**args), torch.randn(*blocks))
+
+
+def test_fold_of_unfold_as_emitted_cuda():
+    assert_emitted_cuda_matches_eager(
+        "F.fold(F.unfold(torch.randn(2, 3, 8, 8), 3, padding=1, stride=2), (8, 8), 3, "
+        "padding=1, stride=2)")

@@ -9,7 +9,8 @@ with g(co) = co // (Cout / groups). The view is one IndexMap (pooling's window v
 channel of the output's group), padding a `where` that puts 0 outside the input. A transposed
 convolution gathers instead of scattering: input position i contributes to output o through
 window position k when o + p - k*d = i*s, so its view reads x at (o + p - k*d) / s where that
-divides and lies inside the input, and 0 elsewhere.
+divides and lies inside the input, and 0 elsewhere. nn.Fold (col2im) is the same view with
+the channel of each window position for a weight.
 """
 
 from __future__ import annotations
@@ -93,6 +94,63 @@ def conv(b: Builder, x: str, w: str, bias, n: int, name: str, stride=1, padding=
     return _sum_of_products(b, view, weight, c_axis, bias, added)
 
 
+def _transposed_taps(b: Builder, shape, out_axis: int, window_axis: int, extents, s, p, d,
+                     kernel) -> tuple[list[Lin], str]:
+    """A transposed convolution's reads, over `shape` whose spatial output axes start at
+    `out_axis` and window axes at `window_axis`: per spatial dimension the input position
+    (o + p - k*d) / s, window axis j running over k = K-1-j; and the mask of where every one
+    divides and lies inside the input."""
+    bounds = {axis_var(i): e for i, e in enumerate(shape)}
+    index: list[Lin] = []
+    masks = []
+    for i, (e, si, pi, di, k) in enumerate(zip(extents, s, p, d, kernel)):
+        # k = K-1-j (flipped, so every coefficient below is positive: the emitted // and %
+        # only see non-negative numbers); t = o + p - k*d, shifted by a multiple of s so that
+        # it is never negative
+        o, j = var(axis_var(out_axis + i)), var(axis_var(window_axis + i))
+        shift = si * -(-(di * (k - 1)) // si)
+        base = pi + shift - di * (k - 1)
+        t = o + j * di + base
+        index.append(mod(floordiv(t, si, bounds) - shift // si, e, bounds))
+        ot, jt = b.iota(shape, out_axis + i), b.iota(shape, window_axis + i)
+        tv = b.ew(E.ADD, b.ew(E.ADD, ot, b.ew(E.MUL, jt, di)), base)
+        whole = floor_div(b, tv, si)
+        q = b.ew(E.SUB, whole, shift // si)
+        divides = b.ew(E.EQ, b.ew(E.SUB, tv, b.ew(E.MUL, whole, si)), 0)
+        masks.append(b.ew(E.AND, divides, b.ew(E.AND, b.ew(E.GE, q, 0), b.ew(E.LT, q, e))))
+    return index, combine(b, E.AND, masks)
+
+
+@op("col2im")
+def lower_col2im(b, x, output_size, kernel_size, dilation, padding, stride):
+    """nn.Fold: each block's column of (C * kernel) values added back into the image, where
+    blocks overlap summed: a transposed convolution whose weight picks channel (c, k...)."""
+    x, added = _batched(b, x, 1, "col2im (nn.Fold)")
+    n = 2
+    size, kernel = _ints(output_size, n, "output_size"), _ints(kernel_size, n, "kernel_size")
+    d, p, s = (_ints(v, n, name) for v, name in ((dilation, "dilation"), (padding, "padding"),
+                                                 (stride, "stride")))
+    batch, ck, blocks = b.shape(x)
+    taps = kernel[0] * kernel[1]
+    extents = [(o + 2 * pi - di * (k - 1) - 1) // si + 1
+               for o, pi, di, k, si in zip(size, p, d, kernel, s)]
+    if ck % taps or extents[0] * extents[1] != blocks or min(extents) <= 0:
+        raise Refused(f"col2im: an input of {list(b.shape(x))} does not hold the blocks of "
+                      f"kernel {kernel} over {size} (stride {s}, padding {p}, dilation {d})")
+    c = ck // taps
+    blocked = b.index_map(x, (batch, ck, *extents),
+                          [var(axis_var(0)), var(axis_var(1)),
+                           var(axis_var(2)) * extents[1] + var(axis_var(3))])
+    shape = (batch, c, *size, *kernel)      # n, c, y, x, j_0, j_1
+    index, inside = _transposed_taps(b, shape, 2, 4, extents, s, p, d, kernel)
+    channel = var(axis_var(1)) * taps + (var(axis_var(4)) * -1 + (kernel[0] - 1)) * kernel[1] \
+        + var(axis_var(5)) * -1 + (kernel[1] - 1)
+    view = b.ew(E.WHERE, inside, b.index_map(blocked, shape, [var(axis_var(0)), channel,
+                                                              *index]), 0)
+    out = b.reduce(R.SUM, view, (4, 5))
+    return squeeze(b, out, 0) if added else out
+
+
 def conv_transpose(b: Builder, x: str, w: str, bias, n: int, name: str, stride=1, padding=0,
                    output_padding=0, groups=1, dilation=1) -> str:
     x, added = _batched(b, x, n, name)
@@ -116,24 +174,10 @@ def conv_transpose(b: Builder, x: str, w: str, bias, n: int, name: str, stride=1
     bounds = {axis_var(i): e for i, e in enumerate(shape)}
     c_axis = 2 + n
     group = floordiv(var(axis_var(1)), og, bounds)
-    index: list[Lin] = [var(axis_var(0)), group * cg + var(axis_var(c_axis))]
-    masks = []
-    for i, (e, si, pi, di, k) in enumerate(zip(extents, s, p, d, kernel)):
-        # window axis j runs over k = K-1-j (flipped, so every coefficient below is positive:
-        # the emitted // and % only see non-negative numbers); t = o + p - k*d, shifted by a
-        # multiple of s so that it is never negative
-        o, j = var(axis_var(2 + i)), var(axis_var(c_axis + 1 + i))
-        shift = si * -(-(di * (k - 1)) // si)
-        base = pi + shift - di * (k - 1)
-        t = o + j * di + base
-        index.append(mod(floordiv(t, si, bounds) - shift // si, e, bounds))
-        ot, jt = b.iota(shape, 2 + i), b.iota(shape, c_axis + 1 + i)
-        tv = b.ew(E.ADD, b.ew(E.ADD, ot, b.ew(E.MUL, jt, di)), base)
-        whole = floor_div(b, tv, si)
-        q = b.ew(E.SUB, whole, shift // si)
-        divides = b.ew(E.EQ, b.ew(E.SUB, tv, b.ew(E.MUL, whole, si)), 0)
-        masks.append(b.ew(E.AND, divides, b.ew(E.AND, b.ew(E.GE, q, 0), b.ew(E.LT, q, e))))
-    view = b.ew(E.WHERE, combine(b, E.AND, masks), b.index_map(x, shape, index), 0)
+    taps, inside = _transposed_taps(b, shape, 2, c_axis + 1, extents, s, p, d, kernel)
+    view = b.ew(E.WHERE, inside, b.index_map(x, shape, [var(axis_var(0)),
+                                                        group * cg + var(axis_var(c_axis)),
+                                                        *taps]), 0)
     # weight[c_in, co % og, K-1-j...] with c_in = group * cg + c
     weight = b.index_map(w, shape, [group * cg + var(axis_var(c_axis)),
                                     mod(var(axis_var(1)), og, bounds),
