@@ -44,6 +44,13 @@ CASES = {
     "positions": "y[idx] = x[:3] + 1",
     "positions_dim1": "y[:, idx] = x[:, :3]",
     "positions_accumulate": "y.index_put_((idx,), torch.ones(12), accumulate=True)",
+    # several index tensors, or one of rank 2: reductions over the writes (IDX repeats none;
+    # 4 and -1 along dim 1 of 12, -1 counting from the end)
+    "positions_pairs": "y[idx, idx] = x[0, :3]",
+    "positions_pairs_accumulate": "y.index_put_((idx.abs(), idx), torch.ones(3), "
+                                  "accumulate=True)",
+    "positions_grid": "y[idx.reshape(3, 1), idx] = 7.0",
+    "positions_rank_2": "y[:, idx.reshape(3, 1)] += 1",
     "fill_diagonal": "y.fill_diagonal_(0)",
     "diagonal_zero": "y.diagonal().zero_()",
     "diagonal_offset": "y.diagonal(2).copy_(x[0, :6] * 3)",
@@ -77,12 +84,18 @@ def test_shaped_write_matches_eager(name):
 
 
 @pytest.mark.parametrize("body, message", [
-    ("y[idx, idx] = 1.0", "several index tensors"),
     ("y[x > 0] = x[x > 0] * 2", "data-dependent"),
-    ("y[idx.reshape(3, 1)] = 1.0", "rank 2"),
 ])
 def test_writes_needing_run_time_shapes_are_refused(body, message):
     w = Workload("w", Writes(body).eval(), (torch.randn(6, 12), IDX), source=body,
                  origin="<test>")
     with pytest.raises((UnsupportedOp, UserError), match=message):
+        compile_to(w, "tensor")
+
+
+def test_index_tensors_on_dimensions_apart_are_refused():
+    body = "y[idx, :, idx] = 1.0"
+    w = Workload("w", Writes(body).eval(), (torch.randn(6, 3, 12), IDX), source=body,
+                 origin="<test>")
+    with pytest.raises(UnsupportedOp, match="not adjacent"):
         compile_to(w, "tensor")

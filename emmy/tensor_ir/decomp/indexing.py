@@ -17,6 +17,7 @@ from emmy.dtypes import DType
 from emmy.symbolic import mod, var
 from emmy.tensor_ir.builder import Builder, broadcast_shapes
 from emmy.tensor_ir.decomp.layout import axes, expand, norm_dim, reshape
+from emmy.tensor_ir.decomp.pooling import combine
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
@@ -153,17 +154,23 @@ def _identity(op: R, dtype: DType):
     return dtype.int_range[0 if op is R.MAX else 1]
 
 
-def _reduced_writes(b: Builder, x: str, dim: int, positions: str, values, how: str,
+def _hits(b: Builder, positions: dict[int, str]) -> str:
+    """Where the writes land: `positions` maps each written dimension to the write's position
+    along it, over x's shape plus a last axis of the writes (the same along that dimension)."""
+    wide = b.shape(next(iter(positions.values())))
+    return combine(b, E.AND, [b.ew(E.EQ, b.iota(wide, d, DType.I64), at)
+                              for d, at in positions.items()])
+
+
+def _reduced_writes(b: Builder, x: str, hit: str, values, how: str,
                     include_self: bool = True) -> str:
-    """x with m writes along `dim`, as reductions over them (any m): `positions` (integers) and
-    `values` (or one scalar) are over x's shape plus a last axis of the m writes, `positions`
-    the same along `dim`. `how`: "last" (the last write to a position wins, as torch's CPU
-    loop has it), "add" (x plus every write), or one of scatter_reduce's reductions, which
-    take x in only with `include_self`."""
-    wide = b.shape(positions)
+    """x with m writes, as reductions over them (any m): `hit` (_hits) and `values` (or one
+    scalar) are over x's shape plus a last axis of the m writes. `how`: "last" (the last write
+    to a position wins, as torch's CPU loop has it), "add" (x plus every write), or one of
+    scatter_reduce's reductions, which take x in only with `include_self`."""
+    wide = b.shape(hit)
     last = len(wide) - 1
     dtype = b.dtype(x)
-    hit = b.ew(E.EQ, b.iota(wide, dim, DType.I64), positions)
     values = b.cast(values, dtype) if isinstance(values, str) else values
     if how == "last":
         k = b.iota(wide, last, DType.I64)
@@ -210,8 +217,8 @@ def _scatter(b: Builder, x: str, dim: int, index: str, src, how: str,
         wide = shape + (m,)
         at = [var(axis_var(rank)) if j == dim else var(axis_var(j)) for j in range(rank)]
         value = b.index_map(src, wide, at) if isinstance(src, str) else src
-        return _reduced_writes(b, x, dim, b.cast(b.index_map(idx, wide, at), DType.I64), value,
-                               how, include_self)
+        hit = _hits(b, {dim: b.cast(b.index_map(idx, wide, at), DType.I64)})
+        return _reduced_writes(b, x, hit, value, how, include_self)
     updates = []
     for k in range(m):
         at = [k if j == dim else var(axis_var(j)) for j in range(rank)]
@@ -270,7 +277,7 @@ def _index_write(b: Builder, x: str, dim: int, index: str, source, add: bool, al
         if isinstance(source, str):
             value = b.index_map(source, wide, at)
             value = b.ew(E.MUL, value, alpha) if alpha != 1 else value
-        return _reduced_writes(b, x, dim, one, value, "add" if add else "last")
+        return _reduced_writes(b, x, _hits(b, {dim: one}), value, "add" if add else "last")
     updates = []
     for k in range(m):
         one = b.index_map(idx, [1 if j == dim else n for j, n in enumerate(shape)],
@@ -307,13 +314,12 @@ def lower_index_fill(b, x, dim, index, value):
 def lower_index_put(b, x, indices, values, accumulate=False):
     """x with `values` written (added, with accumulate) where `indices` point: what torch
     makes of `y[mask] = v`, `y[idx] = v`, `y[:, idx] += v`. A boolean mask (after any leading
-    `:`) takes one value for every element it selects; one integer index tensor (negative
-    positions counting from the end) takes the slices of `values`
-    in order, as index_copy (index_add) along its dimension."""
+    `:`) takes one value for every element it selects; one 1-D integer index tensor (negative
+    positions counting from the end) takes the slices of `values` in order, as index_copy
+    (index_add) along its dimension; several, or one of another rank, _index_put_many."""
     given = [(d, i) for d, i in enumerate(indices) if i is not None]
-    if len(given) != 1:
-        raise Refused("writes through several index tensors at once (`y[i, j] = v`); one "
-                      "index tensor or one boolean mask")
+    if len(given) > 1:
+        return _index_put_many(b, x, given, values, accumulate)
     (dim, index), shape = given[0], b.shape(x)
     if b.dtype(index) is DType.BOOL:
         mshape = b.shape(index)
@@ -332,10 +338,39 @@ def lower_index_put(b, x, indices, values, accumulate=False):
         return b.ew(E.WHERE, mask, value, x)
     idx = _positions(b, index)
     if b.rank(idx) != 1:
-        raise Refused(f"an index tensor of rank {b.rank(idx)} in a write; a 1-D one")
+        return _index_put_many(b, x, given, values, accumulate)
     slices = shape[:dim] + (b.shape(idx)[0],) + shape[dim + 1:]
     source = b.broadcast_to(values, slices) if isinstance(values, str) else values
     return _index_write(b, x, dim, idx, source, add=accumulate, wrap=True)
+
+
+def _index_put_many(b: Builder, x: str, given, values, accumulate: bool) -> str:
+    """`y[i, j] = v`, `y[:, idx2d] = v` (`+=` with accumulate): integer index tensors on
+    adjacent dimensions, broadcast together to B; write k of the prod(B) lands where every dimension's position
+    is its index's k-th (negative ones counting from the end), as reductions over the
+    writes."""
+    dims = [d for d, _ in given]
+    if dims != list(range(dims[0], dims[0] + len(dims))):
+        raise Refused("index tensors on dimensions that are not adjacent (torch moves the "
+                      "indexed dimensions first then); adjacent ones only")
+    shape, first, end = b.shape(x), dims[0], dims[-1] + 1
+    index = [_positions(b, i) for _, i in given]
+    common = broadcast_shapes(*(b.shape(i) for i in index))
+    m = math.prod(common)
+    wide = shape + (m,)
+    flat = len(wide) - 1
+    positions = {}
+    for d, i in zip(dims, index):
+        row = reshape(b, b.broadcast_to(i, common), (m,))
+        at = b.cast(b.index_map(row, wide, [var(axis_var(flat))]), DType.I64)
+        positions[d] = b.ew(E.WHERE, b.ew(E.LT, at, 0), b.ew(E.ADD, at, shape[d]), at)
+    if isinstance(values, str):
+        sliced = shape[:first] + common + shape[end:]
+        flattened = reshape(b, b.broadcast_to(values, sliced), shape[:first] + (m,) + shape[end:])
+        values = b.index_map(flattened, wide, [*axes(first), var(axis_var(flat)),
+                                               *(var(axis_var(a)) for a in range(end,
+                                                                                 len(shape)))])
+    return _reduced_writes(b, x, _hits(b, positions), values, "add" if accumulate else "last")
 
 
 EMBEDDING_BAG_MODES = ("sum", "mean", "max")
