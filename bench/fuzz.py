@@ -1,7 +1,8 @@
 """Random torch programs through the whole compiler: each one a `-c` expression (elementwise
 ops with broadcasting, reductions, top-k, norms, softmax, scans, layout ops, gathers and embeddings,
 matrix products, SwiGLU-like pairs of products and rotations of one, attention,
-convolutions, round trips through 8- to 32-bit integers with bit operations), compiled with its default rows and with sampled
+convolutions, round trips through 8- to 32-bit integers with bit operations, writes at
+positions: scatter_add, index_add, scatter_reduce, index_put), compiled with its default rows and with sampled
 legal rows of each kernel, and checked on the CPU emulator against PyTorch (CPU only: g++ and
 NVRTC, no GPU).
 
@@ -321,8 +322,45 @@ class Gen:
         bits = f.format(self.leaf(x.shape).code)
         return Node(f"({x.code} + {bits}{self.cast or '.float()'})", x.shape)
 
+    def scatter(self, x: Node) -> Node:
+        """Writes at positions known at run time, repeats among them, sometimes past the 32 a
+        row that are unrolled: scatter_add, index_add, scatter_reduce (with or without the
+        tensor's own values) or a write through two index tensors. Sums of many halves are
+        left out (eager rounds after each add, emmy once)."""
+        d = self.rng.randrange(len(x.shape))
+        m = self.rng.choice(self.dims)
+        at = x.shape[:d] + (m,) + x.shape[d + 1:]
+        if math.prod(at) > self.max_elements:
+            return self.unary(x)
+        idx, src = self._positions(0, x.shape[d], at), self.leaf(at).code
+        half = bool(self.cast) and self.cast != ".float()"
+        choice = self.rng.randrange(4)
+        if choice == 0 and not half:
+            code = f"{x.code}.scatter_add({d}, {idx}, {src})"
+        elif choice == 1 and not half:
+            code = (f"{x.code}.index_add({d}, {self._positions(0, x.shape[d], (m,))}, {src}, "
+                    f"alpha={self.rng.choice([1, 0.5, -2])})")
+        elif choice == 2 or len(x.shape) < 2:
+            how = self.rng.choice(["amax", "amin"] if half else ["amax", "amin", "mean", "sum"])
+            code = (f"{x.code}.scatter_reduce({d}, {idx}, {src}, {how!r}, "
+                    f"include_self={self.rng.random() < 0.5})")
+        elif not half and self.rng.random() < 0.5:
+            rows = self._positions(-x.shape[0], x.shape[0], (m,))
+            cols = self._positions(0, x.shape[1], (m,))
+            value = self.leaf((m,) + x.shape[2:]).code
+            code = f"{x.code}.index_put(({rows}, {cols}), {value}, accumulate=True)"
+        else:
+            # distinct positions: where one repeats, eager's order of writes is undefined (it
+            # differs from run to run), so no order is right
+            r, c = x.shape[0], x.shape[1]
+            m = min(m, r * c)
+            value = self.leaf((m,) + x.shape[2:]).code
+            code = (f"(lambda t, p, v: t.index_put((p // {c} - {r}, p % {c}), v))"
+                    f"({x.code}, torch.randperm({r * c})[:{m}], {value})")
+        return Node(code, x.shape)
+
     OPS = [unary, unary, binary, binary, reduce, norm, layout, matmul, window, batched, gather,
-           glu, integer]
+           glu, integer, scatter]
 
 
 def run(args) -> int:

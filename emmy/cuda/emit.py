@@ -20,7 +20,7 @@ _FUNCS = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh",
           "fast_exp", "fast_sigmoid"}   # emmy/kernel_ir/fastmath.py
 _INTEGERS = {"long long", "int", "short", "signed char", "unsigned char"}   # a divide truncates
 _OPS = {ReduceOp.SUM: "EmSum", ReduceOp.PROD: "EmProd", ReduceOp.MAX: "EmMax",
-        ReduceOp.MIN: "EmMin"}
+        ReduceOp.MIN: "EmMin", ReduceOp.LOGADDEXP: "EmLogAddExp"}
 _ARG = {ReduceOp.ARGMAX: "true", ReduceOp.ARGMIN: "false"}
 
 

@@ -25,7 +25,8 @@ INDENT = "  "
 
 # The binary op an accumulator folds with, as Elementwise spells it.
 COMBINE = {ReduceOp.SUM: "add", ReduceOp.PROD: "multiply", ReduceOp.MAX: "maximum",
-           ReduceOp.MIN: "minimum", ReduceOp.ARGMAX: "argmax", ReduceOp.ARGMIN: "argmin"}
+           ReduceOp.MIN: "minimum", ReduceOp.ARGMAX: "argmax", ReduceOp.ARGMIN: "argmin",
+           ReduceOp.LOGADDEXP: "logaddexp"}
 
 
 def print_program(lp: LoopProgram) -> str:

@@ -195,14 +195,14 @@ class Builder:
         axes = {a % len(shape) for a in axes} if shape else set()
         work = tuple(a for a in sorted(axes) if shape[a] != 1)
         positions = op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN)
-        if work and 0 in shape and op in (ReduceOp.SUM, ReduceOp.PROD):
-            # nothing to reduce (torch refuses max, min and the positions over no elements)
+        if work:
             kept = tuple(n for i, n in enumerate(shape) if i not in work)
-            x = self.full(kept, 0 if op is ReduceOp.SUM else 1, self.dtype(x))
-        elif work:
-            kept = tuple(n for i, n in enumerate(shape) if i not in work)
-            x = self._add(Reduce, TensorType(kept, DType.I64 if positions else self.dtype(x)),
-                          op, x, work)
+            if 0 in shape and op in (ReduceOp.SUM, ReduceOp.PROD):
+                # nothing to reduce (torch refuses max, min and positions over no elements)
+                x = self.full(kept, 0 if op is ReduceOp.SUM else 1, self.dtype(x))
+            else:
+                x = self._add(Reduce, TensorType(kept, DType.I64 if positions else
+                                                 self.dtype(x)), op, x, work)
         elif positions:
             x = self.full(shape, 0, DType.I64)  # the only position along extent-1 axes
         left = [i for i in range(len(shape)) if i not in work]  # the axes x still has

@@ -27,7 +27,7 @@ def _identity(op: ReduceOp, dtype: np.dtype):
         lowest, highest = False, True
     else:
         lowest, highest = np.iinfo(dtype).min, np.iinfo(dtype).max
-    return lowest if op is ReduceOp.MAX else highest
+    return lowest if op in (ReduceOp.MAX, ReduceOp.LOGADDEXP) else highest
 
 
 def run(program: Program, inputs: Mapping[str, Any]) -> list[np.ndarray]:

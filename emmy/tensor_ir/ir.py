@@ -76,6 +76,7 @@ COMPARISON = frozenset({EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE, Ew
 
 class ReduceOp(Enum):
     SUM = "sum"; PROD = "prod"; MAX = "max"; MIN = "min"; ARGMAX = "argmax"; ARGMIN = "argmin"
+    LOGADDEXP = "logaddexp"   # log(exp(a) + exp(b)): a running one is logcumsumexp
 
     def __str__(self) -> str:
         return self.value

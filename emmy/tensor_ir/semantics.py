@@ -111,11 +111,13 @@ def _sign(x):
 
 
 REDUCE = {ReduceOp.SUM: np.sum, ReduceOp.PROD: np.prod, ReduceOp.MAX: np.max,
-           ReduceOp.MIN: np.min, ReduceOp.ARGMAX: np.max, ReduceOp.ARGMIN: np.min}
+           ReduceOp.MIN: np.min, ReduceOp.ARGMAX: np.max, ReduceOp.ARGMIN: np.min,
+           ReduceOp.LOGADDEXP: np.logaddexp.reduce}
 COMBINE = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MAX: np.maximum,
-            ReduceOp.MIN: np.minimum}
+            ReduceOp.MIN: np.minimum, ReduceOp.LOGADDEXP: np.logaddexp}
 RUNNING = {ReduceOp.SUM: np.cumsum, ReduceOp.PROD: np.cumprod,
-            ReduceOp.MAX: np.maximum.accumulate, ReduceOp.MIN: np.minimum.accumulate}
+            ReduceOp.MAX: np.maximum.accumulate, ReduceOp.MIN: np.minimum.accumulate,
+            ReduceOp.LOGADDEXP: np.logaddexp.accumulate}
 
 
 def identity(op: ReduceOp, dtype: DType):
@@ -124,6 +126,8 @@ def identity(op: ReduceOp, dtype: DType):
         return 0
     if op is ReduceOp.PROD:
         return 1
+    if op is ReduceOp.LOGADDEXP:
+        return -math.inf
     high = op in (ReduceOp.MIN, ReduceOp.ARGMIN)
     if dtype is DType.BOOL:
         return high

@@ -49,6 +49,8 @@ SCANS = {
     "cummax": lambda x: torch.cummax(x, 1),
     "cummin_dim0": lambda x: torch.cummin(x, 0),
     "cummax_ties": lambda x: torch.cummax(torch.round(x), 1),
+    "logcumsumexp": lambda x: torch.logcumsumexp(x * 40, 1),
+    "reverse_logcumsumexp": lambda x: torch.logcumsumexp(x.flip(0), 0).flip(0),
 }
 
 
@@ -132,3 +134,22 @@ def test_argmax_and_argmin_take_the_first_nan_on_sampled_rows(expr):
     from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
 
     assert_sampled_rows_match_eager(expr, per_kernel=3, seed=5)
+
+
+def test_logcumsumexp_keeps_small_values_under_a_large_maximum(check):
+    """One scan combining from the larger value: -1000 then 0 gives -1000 then 0 (a shift by
+    the row's maximum would give -inf first); -inf is the identity and NaN propagates."""
+    x = torch.tensor([[-1000.0, 0.0, float("-inf"), 5.0, float("nan"), 1.0],
+                      [float("-inf"), float("-inf"), 88.0, 89.0, -3.0, float("inf")]])
+    program = check(lambda t: torch.logcumsumexp(t, 1), x)
+    assert [type(d).__name__ for d in program.defs].count("Scan") == 1
+
+
+@pytest.mark.parametrize("expr", [
+    "torch.logcumsumexp(torch.randn(8, 300) * 20, 1)",
+    "torch.logcumsumexp(torch.randn(500, 4).half(), 0)",
+])
+def test_logcumsumexp_on_sampled_rows_compiles_and_matches_eager(expr):
+    from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
+
+    assert_sampled_rows_match_eager(expr, per_kernel=3, seed=12)

@@ -242,6 +242,15 @@ struct EmMax  { template <class T> static EMMY_FN T identity() { return em_lowes
                 template <class T> static EMMY_FN T apply(T a, T b) { return em_maximum(a, b); } };
 struct EmMin  { template <class T> static EMMY_FN T identity() { return em_highest<T>(); }
                 template <class T> static EMMY_FN T apply(T a, T b) { return em_minimum(a, b); } };
+// log(exp(a) + exp(b)) from the larger: no exp overflows; NaN propagates, -inf is the identity
+struct EmLogAddExp {
+  template <class T> static EMMY_FN T identity() { return T(-EM_INF); }
+  template <class T> static EMMY_FN T apply(T a, T b) {
+    if (a != a || b != b) return a + b;
+    const T hi = a > b ? a : b, lo = a > b ? b : a;
+    return lo == T(-EM_INF) || hi == T(EM_INF) ? hi : hi + em_log1p(em_exp(lo - hi));
+  }
+};
 
 // Shuffles of a value of type T (CUDA's shuffles take a bool as an int and give an int back).
 template <class T> EMMY_FN T em_shfl_xor(T x, int o) { return T(__shfl_xor_sync(EM_FULL, x, o)); }

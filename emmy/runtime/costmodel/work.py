@@ -42,7 +42,8 @@ _SPECIAL: dict[EwOp, tuple[int, int]] = {
 # ... and in kernels whose floating-point data is all 16-bit, which take the approximations
 # (emmy/kernel_ir/fastmath.py): ex2.approx, and an approximate reciprocal for sigmoid.
 _FAST: dict[EwOp, tuple[int, int]] = {EwOp.EXP: (1, 1), EwOp.SIGMOID: (2, 2)}
-_FOLD_INSTRUCTIONS = {ReduceOp.ARGMAX: 3, ReduceOp.ARGMIN: 3}   # compare, select value, index
+_FOLD_INSTRUCTIONS = {ReduceOp.ARGMAX: 3, ReduceOp.ARGMIN: 3,   # compare, select value, index
+                      ReduceOp.LOGADDEXP: 24}   # max, min, exp, log1p and the infinities' tests
 
 
 @dataclass(frozen=True, slots=True)

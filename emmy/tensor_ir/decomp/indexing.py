@@ -126,7 +126,7 @@ def lower_index(b, x, indices):
 SCATTER_LIMIT = 32   # positions written per output row, each one compare and select (unrolled)
 # past it, the writes are reductions over a last axis of them (_reduced_writes)
 
-# scatter_reduce's reductions, and each one's value for "no write"
+# scatter_reduce's reductions (a mean: the sum, divided by the count)
 _REDUCTIONS = {"sum": R.SUM, "mean": R.SUM, "prod": R.PROD, "amax": R.MAX, "amin": R.MIN}
 
 

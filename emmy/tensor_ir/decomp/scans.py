@@ -1,10 +1,11 @@
-"""Cumulative ops as Scans. `flip(cumsum(flip(x)))` becomes one reversed scan, and
-`cumsum(x) - x` an exclusive one (both recognized by the Builder)."""
+"""Cumulative ops as Scans (cumsum, cumprod, cummax, cummin, logcumsumexp).
+`flip(cumsum(flip(x)))` becomes one reversed scan, and `cumsum(x) - x` an exclusive one (both
+recognized by the Builder)."""
 
 from __future__ import annotations
 
 from emmy.tensor_ir.decomp.reductions import accumulating
-from emmy.tensor_ir.decomp.table import Decomp, registrar
+from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import ReduceOp as R
 
 OPS: dict[str, Decomp] = {}
@@ -19,6 +20,16 @@ def lower_cumsum(b, x, dim, *, dtype=None):
 @op("cumprod", opmath=True)
 def lower_cumprod(b, x, dim, *, dtype=None):
     return b.scan(R.PROD, accumulating(b, x, dtype), dim)
+
+
+@op("logcumsumexp", opmath=True)
+def lower_logcumsumexp(b, x, dim):
+    """log(cumsum(exp(x))) as one scan whose combine is log(exp(a) + exp(b)), computed from the
+    larger of the two (no exp overflows, and a value far below the running total still
+    counts where a shift by the row's maximum would lose it)."""
+    if not b.dtype(x).is_float:
+        raise Refused(f"logcumsumexp of {b.dtype(x)}: floats only, as torch")
+    return b.scan(R.LOGADDEXP, x, dim)
 
 
 def _running_extreme(b, x, dim, op: R):
