@@ -93,9 +93,12 @@ def test_writes_needing_run_time_shapes_are_refused(body, message):
         compile_to(w, "tensor")
 
 
-def test_index_tensors_on_dimensions_apart_are_refused():
-    body = "y[idx, :, idx] = 1.0"
+@pytest.mark.parametrize("body", ["y[idx, :, idx] = x[0, :, :3].T * 2",
+                                  "y[idx, 1:, idx] += 1.5",
+                                  "y[idx.reshape(3, 1), :, idx] = x[1, :, :3]"])
+def test_index_tensors_on_dimensions_apart_take_their_values_first(body):
+    """Index tensors on dimensions apart: the values' shape is the indices' broadcast shape
+    first, then the other dimensions (torch's rule)."""
     w = Workload("w", Writes(body).eval(), (torch.randn(6, 3, 12), IDX), source=body,
                  origin="<test>")
-    with pytest.raises(UnsupportedOp, match="not adjacent"):
-        compile_to(w, "tensor")
+    assert_workload_cuda_matches_eager(w)

@@ -345,31 +345,35 @@ def lower_index_put(b, x, indices, values, accumulate=False):
 
 
 def _index_put_many(b: Builder, x: str, given, values, accumulate: bool) -> str:
-    """`y[i, j] = v`, `y[:, idx2d] = v` (`+=` with accumulate): integer index tensors on
-    adjacent dimensions, broadcast together to B; write k of the prod(B) lands where every dimension's position
-    is its index's k-th (negative ones counting from the end), as reductions over the
-    writes."""
+    """`y[i, j] = v`, `y[:, idx2d] = v`, `y[i, :, j] = v` (`+=` with accumulate): integer
+    index tensors broadcast together to B; write k of the prod(B) lands where every indexed
+    dimension's position is its index's k-th (negative ones counting from the end), as
+    reductions over the writes. `values` is over the indexed slice as torch shapes it: B in
+    place of adjacent indexed dimensions, else B first and the other dimensions after."""
     dims = [d for d, _ in given]
-    if dims != list(range(dims[0], dims[0] + len(dims))):
-        raise Refused("index tensors on dimensions that are not adjacent (torch moves the "
-                      "indexed dimensions first then); adjacent ones only")
-    shape, first, end = b.shape(x), dims[0], dims[-1] + 1
+    shape = b.shape(x)
     index = [_positions(b, i) for _, i in given]
     common = broadcast_shapes(*(b.shape(i) for i in index))
     m = math.prod(common)
     wide = shape + (m,)
-    flat = len(wide) - 1
+    k = var(axis_var(len(shape)))
     positions = {}
     for d, i in zip(dims, index):
         row = reshape(b, b.broadcast_to(i, common), (m,))
-        at = b.cast(b.index_map(row, wide, [var(axis_var(flat))]), DType.I64)
+        at = b.cast(b.index_map(row, wide, [k]), DType.I64)
         positions[d] = b.ew(E.WHERE, b.ew(E.LT, at, 0), b.ew(E.ADD, at, shape[d]), at)
     if isinstance(values, str):
-        sliced = shape[:first] + common + shape[end:]
-        flattened = reshape(b, b.broadcast_to(values, sliced), shape[:first] + (m,) + shape[end:])
-        values = b.index_map(flattened, wide, [*axes(first), var(axis_var(flat)),
-                                               *(var(axis_var(a)) for a in range(end,
-                                                                                 len(shape)))])
+        if dims == list(range(dims[0], dims[-1] + 1)):          # B where the dimensions were
+            first, end = dims[0], dims[-1] + 1
+            before, after = list(range(first)), list(range(end, len(shape)))
+        else:                                                   # B first
+            before, after = [], [a for a in range(len(shape)) if a not in dims]
+        outer = tuple(shape[a] for a in before)
+        inner = tuple(shape[a] for a in after)
+        flattened = reshape(b, b.broadcast_to(values, outer + common + inner),
+                            outer + (m,) + inner)
+        values = b.index_map(flattened, wide, [*(var(axis_var(a)) for a in before), k,
+                                               *(var(axis_var(a)) for a in after)])
     return _reduced_writes(b, x, _hits(b, positions), values, "add" if accumulate else "last")
 
 
