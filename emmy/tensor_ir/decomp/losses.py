@@ -108,15 +108,14 @@ def lower_multilabel_margin_loss(b, x, target, reduction=MEAN):
     listed = b.ew(E.LT, slot, end)                                      # (n, slot)
     cls = b.ew(E.WHERE, listed, target, -1)                             # -1: no class
     cube = (n, c, c)                                                    # (n, slot j, class i)
+    per_class = [var(axis_var(0)), var(axis_var(2))]                    # (n, i) over the cube
+    x_i = b.index_map(rows, cube, per_class)
     hit = b.ew(E.EQ, b.iota(cube, 2), b.index_map(cls, cube, axes(2)))
-    picked = total(b, b.ew(E.WHERE, hit, b.index_map(rows, cube, [var(axis_var(0)),
-                                                                   var(axis_var(2))]), 0.0), 2)
+    picked = total(b, b.ew(E.WHERE, hit, x_i, 0.0), 2)                  # x[t_j]: (n, slot)
     is_target = b.ew(E.GT, total(b, b.cast(hit, DType.I32), 1), 0)     # (n, class)
-    margin = b.ew(E.ADD, b.ew(E.SUB, 1.0, b.index_map(picked, cube, axes(2))),
-                  b.index_map(rows, cube, [var(axis_var(0)), var(axis_var(2))]))
+    margin = b.ew(E.ADD, b.ew(E.SUB, 1.0, b.index_map(picked, cube, axes(2))), x_i)
     counted = b.ew(E.AND, b.index_map(listed, cube, axes(2)),
-                   b.ew(E.NOT, b.index_map(is_target, cube, [var(axis_var(0)),
-                                                             var(axis_var(2))])))
+                   b.ew(E.NOT, b.index_map(is_target, cube, per_class)))
     terms = b.ew(E.WHERE, counted, b.ew(E.DIV, b.ew(E.MAX, margin, 0.0), float(c)), 0.0)
     # a vector's unreduced loss: (1,), as torch's meta function has it (its CPU kernel: ())
     return reduce_loss(b, total(b, terms, (1, 2)), reduction)
