@@ -11,10 +11,11 @@ from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, ctype, elem
 from emmy.kernel_ir.fastmath import approximate, sixteen_bit
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
+from emmy.loop_ir.semantics import STEPS
 from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import Lin, Sym, bounds_of, floordiv, lin, mod, render, substitute, var
 from emmy.dtypes import DType
-from emmy.tensor_ir.ir import EwOp, Scalar, gather_var
+from emmy.tensor_ir.ir import Scalar, gather_var
 from emmy.tile_ir.ir import Axis, Fold, Item
 from emmy.tile_ir.values import operands, value_types
 
@@ -167,7 +168,7 @@ def scalar(fn: Fn, s: Item, suffix: str, env: dict[str, Lin], *, lane0_stores: b
     match s:
         case Load():
             return _load(fn, s, (name(s.dst),), env, axis, tuple(name(a) for a in s.dyn))
-        case Compute() if s.op in _STEPS:
+        case Compute() if s.op in STEPS:
             return [K.Let(name(s.dst), ctype(s.dtype), s.op.value, tuple(exact(a) for a in s.args))]
         case Compute():
             return [K.Let(name(s.dst), ctype(s.dtype), s.op.value, tuple(arg(a) for a in s.args))]
@@ -195,16 +196,6 @@ def scalar(fn: Fn, s: Item, suffix: str, env: dict[str, Lin], *, lane0_stores: b
         case Fold():
             return serial_fold(fn, s, suffix, env, accs, local)
     raise AssertionError(f"unexpected item {s!r}")
-
-
-# Ops whose result jumps where their operand crosses a threshold: comparisons, rounding to an
-# integer (and a cast to an integer or bool, in `scalar`). Their 16-bit operands are rounded
-# to their type first, as the program rounds them: elsewhere a 16-bit value computed in float
-# is rounded only where it is stored or read as a wider float (a difference within the
-# dtype's tolerance), but here one rounding step can move the result by a whole unit (an
-# index, a mask).
-_STEPS = frozenset({EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE, EwOp.FLOOR,
-                    EwOp.CEIL, EwOp.ROUND, EwOp.SIGN})
 
 
 def _rounded(fn: Fn, a, text: str) -> str:

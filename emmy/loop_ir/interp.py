@@ -22,7 +22,7 @@ from emmy.errors import InternalError, UserError
 from emmy.loop_ir.dataflow import defined, modified, reads
 from emmy.loop_ir.ir import (Accum, CastTo, Compute, IndexValue, Init, Kernel, Load, Loop,
                              LoopKind, LoopProgram, ReduceOp, Stmt, Store)
-from emmy.loop_ir.semantics import apply_op, fold, round_to, running, to_compute
+from emmy.loop_ir.semantics import STEPS, apply_op, fold, round_to, running, to_compute
 from emmy.tensor_ir.ir import gather_var
 from emmy.tensor_ir.semantics import as_numpy, identity
 
@@ -109,6 +109,7 @@ class _Machine:
         self.types = types          # buffer -> element type (bf16 buffers hold float32)
         self.ranges = ranges        # loop variable -> the part of its range this run covers
         self.values: dict[str, np.ndarray] = {}
+        self.dtypes: dict[str, DType] = {}   # value or accumulator -> its element type
         self.accs: dict[str, _Acc] = {}
         self.vars: dict[str, np.ndarray] = {}
         self.open: list[Loop] = []  # the loops around the statement being run
@@ -133,6 +134,14 @@ class _Machine:
     def operand(self, a):
         return self.get(a) if isinstance(a, str) else a.value
 
+    def exact(self, a):
+        """An operand of a step function or a cast to another kind: a 16-bit value rounded to
+        its type first, as the emitted CUDA has it."""
+        t = self.dtypes.get(a) if isinstance(a, str) else None
+        if t not in (DType.F16, DType.BF16):
+            return self.operand(a)
+        return to_compute(round_to(self.get(a), t), t)
+
     # ---- statements ------------------------------------------------------------------------
 
     def block(self, body: tuple[Stmt, ...]) -> None:
@@ -149,11 +158,15 @@ class _Machine:
                 picked = data[where] if s.index else data
                 self.values[s.dst] = self.shaped(to_compute(picked, s.dtype))
             case Compute():
-                out = apply_op(s.op, [self.operand(a) for a in s.args], s.dtype)
+                take = self.exact if s.op in STEPS else self.operand
+                out = apply_op(s.op, [take(a) for a in s.args], s.dtype)
                 self.values[s.dst] = self.shaped(out)
+                self.dtypes[s.dst] = s.dtype
             case CastTo():
-                rounded = round_to(self.get(s.arg), s.dtype)
-                self.values[s.dst] = self.shaped(to_compute(rounded, s.dtype))
+                arg = self.exact(s.arg) if not s.dtype.is_float or s.dtype.itemsize > 2 \
+                    else self.get(s.arg)
+                self.values[s.dst] = self.shaped(to_compute(round_to(arg, s.dtype), s.dtype))
+                self.dtypes[s.dst] = s.dtype
             case IndexValue():
                 self.values[s.dst] = self.index(s.expr).astype(to_numpy(s.dtype.compute))
             case Init():

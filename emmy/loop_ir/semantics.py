@@ -27,6 +27,16 @@ def round_to(a, dtype: DType) -> np.ndarray:
     return np.where(np.isnan(a), a, rounded.view(np.float32))
 
 
+# Ops whose result jumps where their operand crosses a threshold: comparisons, rounding to an
+# integer (and a cast to an integer or bool). Their 16-bit operands are rounded to their type
+# first, as the program rounds them (in the emitted CUDA, emmy/kernel_ir/elements.py, and in
+# the interpreter): elsewhere a 16-bit value computed in float is rounded only where it is
+# stored or read as a wider float (a difference within the dtype's tolerance), but here one
+# rounding step can move the result by a whole unit (an index, a mask).
+STEPS = frozenset({EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE, EwOp.FLOOR,
+                   EwOp.CEIL, EwOp.ROUND, EwOp.SIGN})
+
+
 def apply_op(op: EwOp, args: list, dtype: DType) -> np.ndarray:
     """An elementwise op on arrays or Python literals, giving `dtype`'s compute type."""
     return to_compute(UFUNC[op](*args), dtype)

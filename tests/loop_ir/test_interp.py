@@ -141,3 +141,24 @@ def test_constant_duplicate_and_passthrough_outputs():
     p = program((3, 4), make)
     lp = check(p, random_feeds(p))
     assert lp.outputs[1] == lp.outputs[2] and lp.outputs[3].name == "x"
+
+
+@pytest.mark.parametrize("expr", [
+    "(torch.randn(8192).half() * 30).round()",
+    "((torch.randn(8192).bfloat16() * 7.3) > 2.1).float()",
+    "(torch.randn(8192).half() * 30).to(torch.int32)",
+])
+def test_step_functions_of_computed_16_bit_values_match_eager_exactly(expr):
+    """A 16-bit value the kernel computed is rounded to its type before a step function or a
+    cast to an integer, as the emitted CUDA does and eager has it: the interpreter rounded
+    only on stores, so `(x * 30).round()` in f16 landed on the other integer where x * 30
+    rounds across a half."""
+    from emmy.check import eager_outputs, program_inputs
+    from emmy.frontend.workload import load_expr
+    from emmy.pipeline import compile_to
+
+    w = load_expr(expr)
+    stages = compile_to(w, "loop")
+    got = interp.run(stages["loop"], program_inputs(stages["torch"], w.inputs))[0]
+    want = eager_outputs(w, [])[0].float().numpy()
+    np.testing.assert_array_equal(np.asarray(got, np.float32), want)
