@@ -21,7 +21,7 @@ import numpy as np
 from emmy.dtypes import DType
 from emmy.loop_ir.dataflow import rename_reads
 from emmy.loop_ir.ir import CastTo, Compute, Init, Kernel, Load, Loop, IndexValue, Stmt
-from emmy.loop_ir.semantics import apply_op, round_to, to_compute
+from emmy.loop_ir.semantics import STEPS, apply_op, round_to, to_compute
 from emmy.tensor_ir.ir import EwOp, Scalar
 
 
@@ -52,7 +52,12 @@ class _Folder:
         """`s` with known literals in its operands, or None where it is another name."""
         match s:
             case Compute():
-                args = tuple(self.literal.get(a, a) if isinstance(a, str) else a for a in s.args)
+                # a step function of a 16-bit value computed before: that value rounded to its
+                # type first (STEPS), as the interpreter and the emitted CUDA take it
+                known = (lambda a: _exact(self.literal[a])) if s.op in STEPS else \
+                    (lambda a: self.literal[a])
+                args = tuple(known(a) if isinstance(a, str) and a in self.literal else a
+                             for a in s.args)
                 s = dataclasses.replace(s, args=args)
                 if s.op is EwOp.WHERE and isinstance(args[0], Scalar):
                     picked = args[1] if args[0].value else args[2]
@@ -65,8 +70,10 @@ class _Folder:
                     self.literal[s.dst] = _evaluate(s)
             case CastTo():
                 if s.arg in self.literal:
-                    self.literal[s.dst] = _literal(self.literal[s.arg].value,
-                                                   self.literal[s.arg].dtype, s.dtype)
+                    known = self.literal[s.arg]
+                    if not s.dtype.is_float or s.dtype.itemsize > 2:    # as a step function
+                        known = _exact(known)
+                    self.literal[s.dst] = _literal(known.value, known.dtype, s.dtype)
                 elif s.dtype is DType.BOOL and (c := self._mask_of(s.arg)) is not None:
                     self.renames[s.dst] = c
                     return None
@@ -96,6 +103,13 @@ def _evaluate(s: Compute) -> Scalar:
     with np.errstate(all="ignore"):
         value = apply_op(s.op, args, s.dtype)
     return Scalar(_python(value, s.dtype), s.dtype)
+
+
+def _exact(known: Scalar) -> Scalar:
+    """A computed 16-bit literal rounded to its type (others as they are)."""
+    if known.dtype not in (DType.F16, DType.BF16):
+        return known
+    return _literal(known.value, known.dtype, known.dtype)
 
 
 def _literal(value, source: DType, dtype: DType) -> Scalar:
