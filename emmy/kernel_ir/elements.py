@@ -11,7 +11,7 @@ from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, ctype, elem
 from emmy.kernel_ir.fastmath import approximate, sixteen_bit
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
-from emmy.loop_ir.semantics import STEPS
+from emmy.loop_ir.semantics import STEPS, cast_is_step
 from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import Lin, Sym, bounds_of, floordiv, lin, mod, render, substitute, var
 from emmy.dtypes import DType
@@ -172,7 +172,7 @@ def scalar(fn: Fn, s: Item, suffix: str, env: dict[str, Lin], *, lane0_stores: b
             return [K.Let(name(s.dst), ctype(s.dtype), s.op.value, tuple(exact(a) for a in s.args))]
         case Compute():
             return [K.Let(name(s.dst), ctype(s.dtype), s.op.value, tuple(arg(a) for a in s.args))]
-        case CastTo() if not s.dtype.is_float or s.dtype.itemsize > 2:
+        case CastTo() if cast_is_step(s.dtype):
             # to an integer (a step), or a 16-bit value read as f32/f64: its 16-bit value, as
             # eager has it (`x.half().float()`, an op computing in f32 on a value a fused op
             # before it gave as f16)

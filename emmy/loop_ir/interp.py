@@ -22,7 +22,7 @@ from emmy.errors import InternalError, UserError
 from emmy.loop_ir.dataflow import defined, modified, reads
 from emmy.loop_ir.ir import (Accum, CastTo, Compute, IndexValue, Init, Kernel, Load, Loop,
                              LoopKind, LoopProgram, ReduceOp, Stmt, Store)
-from emmy.loop_ir.semantics import STEPS, apply_op, fold, round_to, running, to_compute
+from emmy.loop_ir.semantics import STEPS, apply_op, cast_is_step, fold, round_to, running, to_compute
 from emmy.tensor_ir.ir import gather_var
 from emmy.tensor_ir.semantics import as_numpy, identity
 
@@ -163,8 +163,7 @@ class _Machine:
                 self.values[s.dst] = self.shaped(out)
                 self.dtypes[s.dst] = s.dtype
             case CastTo():
-                arg = self.exact(s.arg) if not s.dtype.is_float or s.dtype.itemsize > 2 \
-                    else self.get(s.arg)
+                arg = self.exact(s.arg) if cast_is_step(s.dtype) else self.get(s.arg)
                 self.values[s.dst] = self.shaped(to_compute(round_to(arg, s.dtype), s.dtype))
                 self.dtypes[s.dst] = s.dtype
             case IndexValue():

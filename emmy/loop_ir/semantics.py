@@ -37,6 +37,12 @@ STEPS = frozenset({EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE, EwOp.FL
                    EwOp.CEIL, EwOp.ROUND, EwOp.SIGN})
 
 
+def cast_is_step(dtype: DType) -> bool:
+    """Whether a cast to `dtype` takes its operand's 16-bit value as STEPS do: a cast to an
+    integer or bool, or to a float wider than 16 bits."""
+    return not dtype.is_float or dtype.itemsize > 2
+
+
 def apply_op(op: EwOp, args: list, dtype: DType) -> np.ndarray:
     """An elementwise op on arrays or Python literals, giving `dtype`'s compute type."""
     return to_compute(UFUNC[op](*args), dtype)

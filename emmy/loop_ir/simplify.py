@@ -21,7 +21,7 @@ import numpy as np
 from emmy.dtypes import DType
 from emmy.loop_ir.dataflow import rename_reads
 from emmy.loop_ir.ir import CastTo, Compute, Init, Kernel, Load, Loop, IndexValue, Stmt
-from emmy.loop_ir.semantics import STEPS, apply_op, round_to, to_compute
+from emmy.loop_ir.semantics import STEPS, apply_op, cast_is_step, round_to, to_compute
 from emmy.tensor_ir.ir import EwOp, Scalar
 
 
@@ -71,7 +71,7 @@ class _Folder:
             case CastTo():
                 if s.arg in self.literal:
                     known = self.literal[s.arg]
-                    if not s.dtype.is_float or s.dtype.itemsize > 2:    # as a step function
+                    if cast_is_step(s.dtype):
                         known = _exact(known)
                     self.literal[s.dst] = _literal(known.value, known.dtype, s.dtype)
                 elif s.dtype is DType.BOOL and (c := self._mask_of(s.arg)) is not None:

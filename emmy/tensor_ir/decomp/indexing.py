@@ -22,6 +22,7 @@ from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
 from emmy.tensor_ir.ir import axis_var, gather_var
+from emmy.tensor_ir.semantics import identity
 
 OPS: dict[str, Decomp] = {}
 op = registrar(OPS)
@@ -144,16 +145,6 @@ def _written(b: Builder, x: str, dim: int, updates, add: bool) -> str:
     return b.cast(out, b.dtype(x))
 
 
-def _identity(op: R, dtype: DType):
-    if op in (R.SUM, R.PROD):
-        return int(op is R.PROD) if dtype is not DType.BOOL else op is R.PROD
-    if dtype is DType.BOOL:
-        return op is R.MIN
-    if dtype.is_float:
-        return -math.inf if op is R.MAX else math.inf
-    return dtype.int_range[0 if op is R.MAX else 1]
-
-
 def _hits(b: Builder, positions: dict[int, str]) -> str:
     """Where the writes land: `positions` maps each written dimension to the write's position
     along it, over x's shape plus a last axis of the writes (the same along that dimension)."""
@@ -176,10 +167,10 @@ def _reduced_writes(b: Builder, x: str, hit: str, values, how: str,
         k = b.iota(wide, last, DType.I64)
         chosen = b.reduce(R.MAX, b.ew(E.WHERE, hit, k, -1), [last])
         mine = b.ew(E.EQ, k, b.index_map(chosen, wide, axes(last)))
-        value = b.reduce(R.MAX, b.ew(E.WHERE, mine, values, _identity(R.MAX, dtype)), [last])
+        value = b.reduce(R.MAX, b.ew(E.WHERE, mine, values, identity(R.MAX, dtype)), [last])
         return b.ew(E.WHERE, b.ew(E.GE, chosen, 0), value, x)
     op = R.SUM if how == "add" else _REDUCTIONS[how]
-    reduced = b.reduce(op, b.ew(E.WHERE, hit, values, _identity(op, dtype)), [last])
+    reduced = b.reduce(op, b.ew(E.WHERE, hit, values, identity(op, dtype)), [last])
     if how == "add":
         return b.cast(b.ew(E.ADD, x, reduced), dtype)
     count = b.reduce(R.SUM, b.cast(hit, DType.I64), [last])
