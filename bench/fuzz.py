@@ -1,10 +1,10 @@
 """Random torch programs through the whole compiler: each one a `-c` expression (elementwise
-ops with broadcasting, reductions, top-k, norms, softmax, scans, layout ops, gathers and embeddings,
-matrix products, SwiGLU-like pairs of products and rotations of one, attention,
-convolutions, round trips through 8- to 32-bit integers with bit operations, writes at
-positions: scatter_add, index_add, scatter_reduce, index_put), compiled with its default rows and with sampled
-legal rows of each kernel, and checked on the CPU emulator against PyTorch (CPU only: g++ and
-NVRTC, no GPU).
+ops with broadcasting, reductions, top-k, sort, k-th values and medians, norms, softmax,
+scans, layout ops, gathers and embeddings, matrix products, SwiGLU-like pairs of products and
+rotations of one, attention, convolutions, round trips through 8- to 32-bit integers with bit
+operations, writes at positions: scatter_add, index_add, scatter_reduce, index_put), compiled
+with its default rows and with sampled legal rows of each kernel, and checked on the CPU
+emulator against PyTorch (CPU only: g++ and NVRTC, no GPU).
 
     .venv/bin/python bench/fuzz.py [--programs 50] [--seed 0] [--rows 1] [--time-limit S]
         [--half 0.2] [--show]
@@ -167,13 +167,16 @@ class Gen:
         top = x.shape[:d] + (k,) + x.shape[d + 1:]
         # the k largest (smallest) values (not their positions: values a rounding apart may
         # rank otherwise in eager, and positions read on compare exactly)
+        anywhere = self.rng.randint(1, x.shape[d])   # past 32 rounds of top-k: ranked
         picks = [(f"torch.topk({{}}, {k}, {{}}).values", top),
                  (f"{{}}.topk({k}, {{}}, largest=False).values", top),
-                 (f"torch.kthvalue({{}}, {k}, {{}}).values", rest)]
-        if x.shape[d] < 64 and rest:                  # at most 32 rounds of top-k
-            picks.append(("torch.median({}, {}).values", rest))
+                 ("torch.sort({}, {}).values", x.shape),
+                 (f"torch.kthvalue({{}}, {k}, {{}}).values", rest),
+                 (f"torch.kthvalue({{}}, {anywhere}, {{}}).values", rest),
+                 ("torch.median({}, {}).values", rest),
+                 ("torch.nanmedian({}, {}).values", rest)]
         if not rest:
-            picks = picks[:2]
+            picks = picks[:3]
         f, shape = self.rng.choice(same + fewer + picks)
         return Node(f.format(x.code, d), shape)
 

@@ -55,8 +55,8 @@ _MODE = None
 @contextmanager
 def recording(into: list | None = None):
     """Run torch code with topk as stable_topk and every sort stable; each selection's
-    positions (topk, sort, argsort, argmax, argmin, max / min, median and kthvalue over a
-    dim) are appended to
+    positions (topk, sort, argsort, argmax, argmin, max / min, median, nanmedian, mode and
+    kthvalue over a dim) are appended to
     `into` (a Selection) when given."""
     global _MODE
     if _MODE is None:
@@ -73,7 +73,8 @@ def _mode_class():
     sort = (torch.sort, torch.Tensor.sort, torch.argsort, torch.Tensor.argsort)
     arg = (torch.argmax, torch.argmin, torch.Tensor.argmax, torch.Tensor.argmin)
     extreme = (torch.max, torch.min, torch.Tensor.max, torch.Tensor.min)
-    ranked = (torch.median, torch.Tensor.median, torch.kthvalue, torch.Tensor.kthvalue)
+    ranked = (torch.median, torch.Tensor.median, torch.nanmedian, torch.Tensor.nanmedian,
+              torch.mode, torch.Tensor.mode, torch.kthvalue, torch.Tensor.kthvalue)
 
     class Selections(TorchFunctionMode):
         def __init__(self, into):
@@ -109,8 +110,8 @@ def _mode_class():
             elif func in extreme and isinstance(out, tuple):     # max / min over a dim
                 p = _bound(("input", "dim", "keepdim"), args, kwargs)
                 found = (p["input"], p["dim"], bool(p.get("keepdim")), False, out.indices)
-            elif func in ranked and isinstance(out, tuple):      # median, kthvalue
-                names = ("input", "dim", "keepdim") if func in ranked[:2] else \
+            elif func in ranked and isinstance(out, tuple):  # median, mode, kthvalue
+                names = ("input", "dim", "keepdim") if func in ranked[:6] else \
                     ("input", "k", "dim", "keepdim")
                 p = _bound(names, args, kwargs)
                 found = (p["input"], p.get("dim", -1), bool(p.get("keepdim")), False,

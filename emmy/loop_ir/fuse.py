@@ -351,6 +351,46 @@ def recomputed_products(p: Program, kernels_uses: list[Mapping[str, int]]) -> di
     return out
 
 
+RERUN_LIMIT = 2   # times a reduction (not a product) may run per distinct value before it is stored
+
+
+def recomputed_statistics(p: Program, kernels_reruns: list[Mapping[str, tuple[int, int]]]
+                          ) -> dict[str, str]:
+    """Reductions that are not products and that a built kernel runs at least RERUN_LIMIT
+    times per distinct value (each kernel's placer counts: copies, worst factor), each with
+    the reason to store it: a consumer reads it inside a loop it does not depend on, so
+    inlined, the whole reduction would run again at every step of that loop (a sort's ranks,
+    read by each output position). Products, and reductions a product reads, stay fused: a
+    chain of matrix products recomputes its intermediate per output tile by design, and Tile
+    IR's PLACE=cut stores either where a matrix-product template takes the product."""
+    defs = {d.name: d for d in p.defs}
+    users = _users(p)
+    out: dict[str, str] = {}
+    for reruns in kernels_reruns:
+        for name, (_, factor) in reruns.items():
+            d = defs.get(name)
+            if (isinstance(d, Reduce) and factor >= RERUN_LIMIT and _factors(d, defs) is None
+                    and not _feeds_product(name, users, defs)):
+                out.setdefault(name, (
+                    f"a consumer reads this reduction inside a loop it does not depend on: "
+                    f"inlined, it would run {factor} times per value"))
+    return out
+
+
+def _feeds_product(name: str, users, defs) -> bool:
+    """Whether a product reads `name` through element-wise ops, casts and index maps."""
+    seen, todo = {name}, [name]
+    while todo:
+        for u in users[todo.pop()]:
+            d = defs[u]
+            if _factors(d, defs) is not None:
+                return True
+            if isinstance(d, (Elementwise, Cast, IndexMap)) and u not in seen:
+                seen.add(u)
+                todo.append(u)
+    return False
+
+
 def _attentions(p: Program, users, defs, flashless: frozenset[str] = frozenset()) -> set[str]:
     """The scores and P V products of the attentions kept fused (a flash kernel's), less those
     whose scores are in `flashless` (stored: no flash template took them)."""

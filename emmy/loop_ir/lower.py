@@ -20,8 +20,8 @@ from collections import Counter
 from emmy import symbolic
 from emmy.loop_ir.fuse import (KernelPlan, attention_operands, attention_scores,
                                elementwise_operands, gathered_reads, normalized_operands,
-                               plan_fusion, recomputed_products, reduced_products,
-                               windowed_reads)
+                               plan_fusion, recomputed_products, recomputed_statistics,
+                               reduced_products, windowed_reads)
 from emmy.loop_ir.inline import Dag, Inliner, KernelTooLarge
 from emmy.loop_ir.ir import Buffer, Kernel, Load, LoopProgram
 from emmy.loop_ir.names import kernel_name
@@ -75,7 +75,7 @@ def _build_within_budget(p: Program, memo: dict | None = None):
         single = len(kernels) == 1
         loaded_all = set(plan.stored) | {d.name for d in p.inputs}
         try:
-            built, unflashed, uses = [], set(), []
+            built, unflashed, uses, reruns = [], set(), [], []
             for i, kp in enumerate(kernels):
                 name = kernel_name(i, defs[kp.roots[0]], p.name, single)
                 frontier = _frontier(defs, kp.roots, loaded_all)
@@ -83,17 +83,20 @@ def _build_within_budget(p: Program, memo: dict | None = None):
                        tuple((n, names[n]) for n in sorted(frontier)))
                 if key not in memo:
                     inlined: Counter[str] = Counter()
+                    rerun: dict[str, tuple[int, int]] = {}
                     memo[key] = (build_kernel(p, kp, set(plan.stored), name, names, budget,
-                                              inlined), inlined)
-                kernel, inlined = memo[key]
+                                              inlined, rerun), inlined, rerun)
+                kernel, inlined, rerun = memo[key]
                 built.append(kernel)
                 uses.append(inlined)
+                reruns.append(rerun)
                 fused = {scores[n] for n in scores.keys() & inlined.keys()} - set(plan.stored)
                 if fused and key not in flash:
                     flash[key] = _flash(kernel[0])
                 if fused and not flash[key]:
                     unflashed |= fused
-            recomputed = {n: why for n, why in recomputed_products(p, uses).items()
+            recomputed = {n: why for n, why in (recomputed_products(p, uses)
+                                                | recomputed_statistics(p, reruns)).items()
                           if n not in plan.stored}
             if recomputed:
                 forced |= recomputed
@@ -142,10 +145,13 @@ def _flash(k: Kernel) -> bool:
 
 def build_kernel(p: Program, kp: KernelPlan, stored: set[str], name: str,
                  buffers: dict[str, str], budget: int | None = None,
-                 inlined: Counter[str] | None = None) -> tuple[Kernel, list[str]]:
+                 inlined: Counter[str] | None = None,
+                 recomputed: dict[str, tuple[int, int]] | None = None
+                 ) -> tuple[Kernel, list[str]]:
     """The (unnormalized) kernel computing `kp.roots`, and notes on what it recomputes;
     `buffers` names the buffer of each input and stored tensor; `inlined`, when given, counts
-    the indices at which the kernel computes each definition."""
+    the indices at which the kernel computes each definition; `recomputed`, when given, gets
+    the placer's count of how often each reduction runs past its distinct values."""
     defs = {d.name: d for d in p.defs}
     shape = defs[kp.roots[0]].type.shape
     out_vars = tuple(f"o{i}" for i in range(len(shape)))
@@ -166,6 +172,8 @@ def build_kernel(p: Program, kp: KernelPlan, stored: set[str], name: str,
                                  if d.name in loaded and buffers[d.name] in reads),
                     outputs=tuple(Buffer(buffers[r], defs[r].type) for r in kp.roots),
                     body=body)
+    if recomputed is not None:
+        recomputed.update(placer.recomputed())
     return kernel, placer.recompute_notes(name)
 
 

@@ -184,9 +184,10 @@ class Placer:
         for block in self.blocks.values():
             yield from (s for s in block if not isinstance(s, _Open))
 
-    def recompute_notes(self, kernel: str) -> list[str]:
-        """Say which reductions run more often than they have distinct values (one note per
-        reduction: how many copies the kernel has, and the worst factor)."""
+    def recomputed(self) -> dict[str, tuple[int, int]]:
+        """Per reduction (the Tensor IR tensor it computes): how many copies the kernel has,
+        and the largest factor by which one runs more often than the reduction has distinct
+        values."""
         worst: dict[str, tuple[int, int]] = {}  # source -> (copies, largest factor)
         for n, key in self.placed:
             node = self.dag.nodes[n]
@@ -194,9 +195,14 @@ class Placer:
             distinct = prod(self.dag.extents[v] for v in self.dag.free[n])
             copies, factor = worst.get(node.source, (0, 1))
             worst[node.source] = (copies + 1, max(factor, runs // max(distinct, 1)))
+        return worst
+
+    def recompute_notes(self, kernel: str) -> list[str]:
+        """Say which reductions run more often than they have distinct values (one note per
+        reduction: how many copies the kernel has, and the worst factor)."""
         return [f"reduction `{source}` is recomputed up to {factor}x in `{kernel}`"
                 + (f" ({copies} copies)" if copies > 1 else "")
                 + ": a consumer reads it inside loops it does not depend on (PLACE=cut in Tile "
                   "IR stores it once: the default where a matrix-product template does not tile "
                   "the chain)"
-                for source, (copies, factor) in worst.items() if factor > 1]
+                for source, (copies, factor) in self.recomputed().items() if factor > 1]

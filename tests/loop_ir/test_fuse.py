@@ -378,3 +378,23 @@ def test_a_softmax_that_only_looks_like_attention_is_stored_before_its_product()
                      x, w, v)
     assert kinds(lp)[0] == "contract" and kinds(lp)[-1] == "contract"
     assert "row" in kinds(lp) and len(kinds(lp)) == 3
+
+
+def test_a_reduction_read_inside_a_loop_it_does_not_depend_on_is_stored():
+    """Each element's count of smaller ones (a rank), read by every output of a second
+    reduction over the elements: inlined, the n-long count would run n times per value; stored,
+    it runs once. A reduction a product reads (a pool before a linear layer) stays fused: Tile
+    IR's PLACE=cut stores it where a matrix-product template takes the product."""
+    def ranked(x):
+        rank = (x.unsqueeze(-2) < x.unsqueeze(-1)).sum(-1)           # [r, i]
+        return torch.where(rank.unsqueeze(-2) == torch.arange(9).unsqueeze(-1),
+                           x.unsqueeze(-2), 0).sum(-1)               # [r, position]
+
+    lp = check_torch(ranked, torch.randn(3, 9))
+    assert len(lp.kernels) == 2 and len(lp.intermediates) == 1
+    assert any("would run 9 times per value" in n for n in lp.notes), lp.notes
+    assert not any("recomputed" in n for n in lp.notes)
+    lin = torch.nn.Linear(8, 10)
+    pooled = check_torch(lambda x: lin(x.mean((2, 3))), torch.randn(2, 8, 4, 4))
+    assert len(pooled.kernels) == 1
+    assert any("recomputed up to 10x" in n for n in pooled.notes), pooled.notes

@@ -1,12 +1,13 @@
-"""torch.topk (and sort, argsort: the top n) as k rounds of a row reduction: values and
-positions against a reference that breaks ties lowest position first (emmy.selections),
-through the Tensor IR, the Loop IR and the emitted CUDA on the emulator."""
+"""torch.topk (and sort, argsort: the top n) as k rounds of a row reduction, and past 32
+rounds (and for nanmedian and mode) by ranking each element: values and positions against a
+reference that breaks ties lowest position first (emmy.selections), through the Tensor IR, the
+Loop IR and the emitted CUDA on the emulator."""
 
 import numpy as np
 import pytest
 import torch
 
-from emmy.check import check_cuda_program, program_inputs, run_eager
+from emmy.check import check_cuda_program, check_loop_program, program_inputs, run_eager
 from emmy.selections import stable_topk
 from emmy.errors import UnsupportedOp
 from emmy.frontend.workload import Workload
@@ -22,6 +23,8 @@ INF, NAN = float("inf"), float("nan")
 AWKWARD = torch.tensor([[1., 3., 3., 2., 3., NAN, -INF, -INF, NAN, 0.],
                         [-INF, -INF, NAN, -INF, 5., 5., INF, -1., 5., INF],
                         [NAN, -INF, NAN, NAN, -INF, NAN, -INF, NAN, NAN, -INF]])
+# past TOPK_LIMIT (32) elements a row: the ranked path, with the same ties and NaNs
+WIDE = torch.cat([AWKWARD, AWKWARD.flip(1) * 2, AWKWARD, torch.randn(3, 10), AWKWARD], 1)
 
 CASES = {
     "largest": (lambda x: torch.topk(x, 4), [torch.randn(6, 33)]),
@@ -51,6 +54,26 @@ CASES = {
     # the smallest bytes: what a taken byte reads as is 255 (not 127, an i8's largest)
     "bytes": (lambda x: (torch.sort(x, 1), torch.topk(x, 5), torch.topk(x, 5, largest=False)),
               [torch.randint(0, 256, (6, 20)).to(torch.uint8)]),
+    # ranked: each element's place counted (n * n compares a row)
+    "ranked_sort": (lambda x: (torch.sort(x, 1), x.sort(1, descending=True)), [WIDE]),
+    "ranked_topk": (lambda x: (torch.topk(x, 40), torch.topk(x, 33, largest=False)), [WIDE]),
+    "ranked_dim0": (lambda x: x.argsort(dim=0, descending=True),
+                    [torch.randint(0, 5, (45, 3)).float()]),
+    "ranked_kth": (lambda x: (torch.kthvalue(x, 20), torch.median(x, 1),
+                              torch.kthvalue(x, 3, 1, keepdim=True)), [WIDE]),
+    "ranked_median_numbers": (lambda x: torch.median(x, 1), [torch.randn(4, 81)]),
+    "ranked_ints": (lambda x: (torch.sort(x, 1), torch.topk(x, 35, largest=False)),
+                    [torch.randint(0, 256, (3, 70)).to(torch.uint8)]),
+    "ranked_bool": (lambda x: torch.sort(x > 0, dim=1, stable=True), [torch.randn(3, 40)]),
+    "nanmedian": (lambda x: (torch.nanmedian(x, 1), torch.nanmedian(x[1:])), [AWKWARD]),
+    "nanmedian_wide": (lambda x: torch.nanmedian(x, 1, keepdim=True), [WIDE]),
+    "mode": (lambda x: (torch.mode(x, 1), torch.mode(x, 0, keepdim=True)),
+             [torch.randint(0, 4, (6, 9))]),
+    # no NaN: eager's mode of a row holding NaNs depends on where they sit ([nan, nan, 1] gives
+    # nan, [1, nan, nan] gives 1)
+    "mode_floats": (lambda x: torch.mode(x, 1), [torch.nan_to_num(AWKWARD, nan=3.0)]),
+    "mode_bool": (lambda x: torch.mode(x > 0), [torch.randn(5, 6)]),
+    "mode_nan_row": (lambda x: torch.mode(x, 1), [torch.tensor([[NAN, NAN, NAN], [1., 2., 2.]])]),
 }
 
 
@@ -78,7 +101,13 @@ def _assert_same(got, want):
             np.testing.assert_array_equal(np.asarray(g), w.numpy(), err_msg=f"output {i}")
 
 
-@pytest.mark.parametrize("name", CASES)
+# positions among ties that torch does not break lowest first (kthvalue, median, nanmedian,
+# mode): judged by the values they pick (emmy.selections), through check_loop_program
+BY_VALUE = ("ranked_kth", "nanmedian", "nanmedian_wide", "mode", "mode_floats", "mode_bool",
+            "mode_nan_row")
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n not in BY_VALUE])
 def test_topk_tensor_ir_matches_the_reference(name):
     fn, inputs = CASES[name]
     graph, program = _lowered(fn, inputs)
@@ -92,7 +121,7 @@ def _workload(name):
 
 
 @pytest.mark.parametrize("name", ["awkward", "awkward_smallest", "int_extremes", "router",
-                                  "dim0", "bytes"])
+                                  "dim0", "bytes", "ranked_sort", "ranked_dim0"])
 def test_topk_loop_ir_matches_the_reference(name):
     w = _workload(name)
     stages = compile_to(w, "loop")
@@ -100,8 +129,18 @@ def test_topk_loop_ir_matches_the_reference(name):
     _assert_same(got, _reference(CASES[name][0], w.inputs))
 
 
+@pytest.mark.parametrize("name", BY_VALUE)
+def test_ranked_selections_loop_ir_pick_the_references_values(name):
+    w = _workload(name)
+    stages = compile_to(w, "loop")
+    report = check_loop_program(w, stages["torch"], stages["loop"])
+    assert report.ok, report.outputs
+    assert any(o.dtype.value == "i64" for o in report.outputs)
+
+
 @pytest.mark.parametrize("name", ["awkward", "awkward_smallest", "int_extremes", "router",
-                                  "bf16", "sort", "argsort", "bytes"])
+                                  "bf16", "sort", "argsort", "bytes", "ranked_topk",
+                                  "ranked_ints", "nanmedian", "mode", "mode_nan_row"])
 def test_topk_emitted_cuda_matches_the_reference(name):
     w = _workload(name)
     stages = compile_to(w, "cuda")
@@ -122,14 +161,27 @@ def test_reference_breaks_ties_lowest_position_first():
 
 @pytest.mark.parametrize("call, message", [
     ("torch.topk(x, 0)", "k=0 selects nothing"),
-    ("torch.topk(y, 33)", "at most 32"),
     ("torch.topk(x > 0, 2)", "bool"),
-    ("torch.sort(y)", "sorting 40 elements: sort unrolls one round per element, at most 32"),
+    ("torch.sort(y)", "ranking 5000 elements along a dimension: emmy counts n * n comparisons "
+                      "a row, at most 4096 elements"),
+    ("torch.topk(y, 40)", "ranking 5000 elements"),
+    ("torch.mode(y)", "the mode of 5000 elements"),
 ])
 def test_topk_refusals_say_why(call, message):
     def fn(x, y):
         return eval(call)
 
-    with pytest.raises(UnsupportedOp, match="topk|sort") as e:
-        _lowered(fn, [torch.randn(4, 8), torch.randn(2, 40)])
+    with pytest.raises(UnsupportedOp, match="topk|sort|mode") as e:
+        _lowered(fn, [torch.randn(4, 8), torch.randn(2, 5000)])
     assert message in str(e.value)
+
+
+def test_a_sort_stores_its_ranks_once():
+    """The ranks are read at every output position's candidates: stored by their own kernel,
+    not recomputed (n times) inside the selection's reduction."""
+    w = Workload("ranked", Fn(lambda x: torch.sort(x, 1)).eval(), (torch.randn(4, 50),),
+                 source="ranked", origin="<test>")
+    loop = compile_to(w, "loop")["loop"]
+    assert len(loop.kernels) == 3            # ranks, positions, values
+    assert any("inside a loop it does not depend on" in n for n in loop.notes)
+    assert not any("recomputed" in n for n in loop.notes)

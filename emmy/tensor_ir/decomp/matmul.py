@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 import string
 
+from emmy.dtypes import DType
 from emmy.symbolic import Lin, var
 from emmy.tensor_ir.builder import Builder, broadcast_shapes
 from emmy.tensor_ir.decomp.layout import reshape, transpose
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
-from emmy.tensor_ir.ir import axis_var
+from emmy.tensor_ir.ir import axis_var, gather_var
 
 OPS: dict[str, Decomp] = {}
 op = registrar(OPS)
@@ -101,8 +102,13 @@ def lower_cdist(b, x1, x2, p=2.0, compute_mode=None):
     i, j, k = (var(axis_var(len(lead) + t)) for t in range(3))
     a = b.index_map(b.broadcast_to(x1, (*lead, p1, m)), shape, [*batch, i, k])
     c = b.index_map(b.broadcast_to(x2, (*lead, r2, m)), shape, [*batch, j, k])
+    return _distance(b, a, c, p)
+
+
+def _distance(b: Builder, a: str, c: str, p: float) -> str:
+    """The p-norm of a - c over their last axis, from the differences."""
     diff = b.ew(E.ABS, b.ew(E.SUB, a, c))
-    last = (len(shape) - 1,)
+    last = (b.rank(diff) - 1,)
     if p == 0:
         return b.reduce(R.SUM, b.cast(b.ew(E.NE, diff, 0.0), b.dtype(diff)), last)
     if p == float("inf"):
@@ -112,6 +118,35 @@ def lower_cdist(b, x1, x2, p=2.0, compute_mode=None):
     if p == 2:
         return b.ew(E.SQRT, b.reduce(R.SUM, b.ew(E.MUL, diff, diff), last))
     return b.ew(E.POW, b.reduce(R.SUM, b.ew(E.POW, diff, float(p)), last), 1.0 / p)
+
+
+@op("_pdist_forward")
+def lower_pdist(b, x, p=2.0):
+    """F.pdist: the p-norm distance of each pair of rows i < j of x (n, M), pairs in row-major
+    order of the upper triangle: n (n - 1) / 2 of them. Pair k's first row i is the count of
+    rows r >= 1 whose pairs start at or before k (row r's start at r n - r (r + 1) / 2), its
+    second j = k - start(i) + i + 1; both rows are gathered, and the distance taken from their
+    differences as cdist's."""
+    if b.rank(x) != 2:
+        raise Refused(f"pdist of a {b.rank(x)}-d tensor (torch takes 2-d)")
+    if p < 0:
+        raise Refused(f"p={p}: pdist takes p >= 0")
+    n, m = b.shape(x)
+    pairs = n * (n - 1) // 2
+    if pairs == 0:
+        return b.full((0,), 0, b.dtype(x))
+
+    def start(r):                    # the first pair of row r
+        return b.ew(E.SUB, b.ew(E.MUL, r, n), b.ew(E.DIV, b.ew(E.MUL, r, b.ew(E.ADD, r, 1)), 2))
+
+    wide = (pairs, n)
+    r, k = b.iota(wide, 1), b.iota(wide, 0)
+    counted = b.ew(E.AND, b.ew(E.GE, r, 1), b.ew(E.LE, start(r), k))
+    i = b.reduce(R.SUM, b.cast(counted, DType.I64), (1,))
+    j = b.ew(E.ADD, b.ew(E.ADD, b.ew(E.SUB, b.iota((pairs,), 0), start(i)), i), 1)
+    rows = [b.gather(x, (pairs, m), [var(gather_var(0)), var(axis_var(1))],
+                     [b.index_map(at, (pairs, m), [var(axis_var(0))])]) for at in (i, j)]
+    return _distance(b, *rows, p)
 
 
 @op("einsum", opmath=True)

@@ -1,6 +1,7 @@
 """Reductions: sum, mean, prod, max/min (values and indices), argmax/argmin, var/std, any/all,
-and the k largest or smallest elements (topk) as k rounds of a max and an argmin; median and
-kthvalue through those rounds; searchsorted as a count.
+and the k largest or smallest elements (topk) as k rounds of a max and an argmin; sort, median
+and kthvalue through those rounds, or, past TOPK_LIMIT of them, by ranking every element (a
+count of the elements before it); nanmedian and mode by counting too; searchsorted as a count.
 
 `dim=None` or an empty dim list means every dimension, as in torch.
 """
@@ -12,11 +13,12 @@ import math
 from emmy.dtypes import DType
 from emmy.symbolic import var
 from emmy.tensor_ir.builder import Builder
-from emmy.tensor_ir.decomp.layout import cat, norm_dim, norm_dims, reshape, select, unsqueeze
+from emmy.tensor_ir.decomp.layout import axes, cat, norm_dim, norm_dims, reshape, select, \
+    unsqueeze
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
-from emmy.tensor_ir.ir import axis_var
+from emmy.tensor_ir.ir import axis_var, gather_var
 
 OPS: dict[str, Decomp] = {}
 op = registrar(OPS)
@@ -203,6 +205,47 @@ def lower_all(b, x, dim=None, keepdim=False):
 # ---- the k largest (smallest) -------------------------------------------------------------------
 
 TOPK_LIMIT = 32   # rounds unrolled into the program: each is two (three) row reductions
+RANK_LIMIT = 4096  # elements a row ranks by counting (n * n compares a row), past TOPK_LIMIT
+
+
+def _ranks(b: Builder, x: str, dim: int, descending: bool) -> str:
+    """Each element's place along `dim` in a stable sort (0 first): how many elements come
+    before it, counted over all n (n * n compares a row). NaN is the largest value (last
+    ascending, first descending), NaNs and equal values in position order, as torch.sort with
+    stable=True."""
+    shape = b.shape(x)
+    rank, n = len(shape), shape[dim]
+    if n > RANK_LIMIT:
+        raise Refused(f"ranking {n} elements along a dimension: emmy counts n * n comparisons "
+                      f"a row, at most {RANK_LIMIT} elements")
+    wide = shape + (n,)          # the last axis: the element compared with
+    mine = b.index_map(x, wide, axes(rank))
+    other = b.index_map(x, wide, [var(axis_var(rank)) if a == dim else var(axis_var(a))
+                                  for a in range(rank)])
+    better = b.ew(E.GT if descending else E.LT, other, mine)
+    tie = b.ew(E.EQ, other, mine)
+    if b.dtype(x).is_float:
+        nan_mine, nan_other = b.ew(E.NE, mine, mine), b.ew(E.NE, other, other)
+        tie = b.ew(E.OR, tie, b.ew(E.AND, nan_mine, nan_other))
+        better = b.ew(E.OR, better, b.ew(E.AND, nan_other, b.ew(E.NOT, nan_mine)) if descending
+                      else b.ew(E.AND, b.ew(E.NOT, nan_other), nan_mine))
+    earlier = b.ew(E.LT, b.iota(wide, rank), b.iota(wide, dim))
+    before = b.ew(E.OR, better, b.ew(E.AND, tie, earlier))
+    return b.reduce(R.SUM, b.cast(before, DType.I64), [rank])
+
+
+def _at_ranks(b: Builder, x: str, dim: int, ranks: str, wanted: str) -> tuple[str, str]:
+    """values, positions along `dim` of the elements whose rank (_ranks) is `wanted`'s: an
+    integer tensor over x's shape with `dim` of any extent, each in [0, n)."""
+    shape = b.shape(wanted)
+    rank, n = len(shape), b.shape(x)[dim]
+    wide = shape + (n,)          # the last axis: the candidate element
+    theirs = b.index_map(ranks, wide, [var(axis_var(rank)) if a == dim else var(axis_var(a))
+                                       for a in range(rank)])
+    hit = b.ew(E.EQ, theirs, b.index_map(wanted, wide, axes(rank)))
+    where = b.reduce(R.MAX, b.ew(E.WHERE, hit, b.iota(wide, rank), 0), [rank])
+    at = [var(gather_var(0)) if a == dim else var(axis_var(a)) for a in range(rank)]
+    return b.gather(x, shape, at, [where]), where
 
 
 @op("sort", "sort.stable")
@@ -212,10 +255,10 @@ def lower_sort(b, x, dim=-1, descending=False, *, stable=None):
     torch leaves it unspecified without stable=True), NaN last ascending, first descending."""
     if b.rank(x) == 0:
         return x, b.full((), 0, DType.I64)
-    n = b.shape(x)[norm_dim(dim, b.rank(x))]
+    dim = norm_dim(dim, b.rank(x))
+    n = b.shape(x)[dim]
     if n > TOPK_LIMIT:
-        raise Refused(f"sorting {n} elements: sort unrolls one round per element, at most "
-                      f"{TOPK_LIMIT}")
+        return _at_ranks(b, x, dim, _ranks(b, x, dim, descending), b.iota(b.shape(x), dim))
     return lower_topk(b, x, n, dim, largest=descending)
 
 
@@ -246,7 +289,8 @@ def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
     if k > n:
         raise Refused(f"k={k} out of range: dimension {dim} has {n} elements")
     if k > TOPK_LIMIT:
-        raise Refused(f"k={k}: topk unrolls one round per element taken, at most {TOPK_LIMIT}")
+        taken = b.iota(b.shape(x)[:dim] + (k,) + b.shape(x)[dim + 1:], dim)
+        return _at_ranks(b, x, dim, _ranks(b, x, dim, descending=largest), taken)
     pos = b.iota(b.shape(x), dim)
     nan = b.ew(E.NE, x, x) if dt.is_float else None
     # what a non-candidate (or, taking the smallest, a NaN) reads as: no better than any
@@ -309,8 +353,9 @@ def lower_kthvalue(b, x, k, dim=-1, keepdim=False):
         raise Refused(f"k={k} out of range: dimension {dim} has {n} elements")
     rounds = min(k, n - k + 1)
     if rounds > TOPK_LIMIT:
-        raise Refused(f"the {k}-th of {n} elements takes {rounds} rounds of topk, at most "
-                      f"{TOPK_LIMIT}")
+        kth = b.full(b.shape(x)[:dim] + (1,) + b.shape(x)[dim + 1:], k - 1, DType.I64)
+        found = _at_ranks(b, x, dim, _ranks(b, x, dim, descending=False), kth)
+        return found if keepdim else tuple(select(b, v, dim, 0) for v in found)
     values, indices = lower_topk(b, x, rounds, dim, largest=k > n - k + 1)
     last = [select(b, v, dim, rounds - 1) for v in (values, indices)]
     return tuple(unsqueeze(b, v, dim) for v in last) if keepdim else tuple(last)
@@ -337,6 +382,64 @@ def lower_median_dim(b, x, dim, keepdim=False):
 def lower_median_all(b, x):
     """The lower median of all elements (NaN if any is)."""
     return lower_median_dim(b, reshape(b, x, [-1]) if b.rank(x) > 1 else x, 0)[0]
+
+
+@op("nanmedian.dim")
+def lower_nanmedian_dim(b, x, dim, keepdim=False):
+    """The lower median of the numbers along `dim`, NaNs left out (NaN where a row holds only
+    NaN), and its position: the element ranked (c - 1) // 2 of the c numbers, NaNs ranking
+    last."""
+    if b.rank(x) == 0 or not b.dtype(x).is_float:
+        return lower_median_dim(b, x, dim, keepdim)
+    d = norm_dim(dim, b.rank(x))
+    numbers = b.reduce(R.SUM, b.cast(b.ew(E.EQ, x, x), DType.I64), (d,), keepdim=True)
+    middle = b.ew(E.DIV, b.ew(E.MAX, b.ew(E.SUB, numbers, 1), 0), 2)
+    found = _at_ranks(b, x, d, _ranks(b, x, d, descending=False), middle)
+    return found if keepdim else tuple(select(b, v, d, 0) for v in found)
+
+
+@op("nanmedian")
+def lower_nanmedian_all(b, x):
+    return lower_nanmedian_dim(b, reshape(b, x, [-1]) if b.rank(x) > 1 else x, 0)[0]
+
+
+@op("mode")
+def lower_mode(b, x, dim=-1, keepdim=False):
+    """The most frequent value along `dim` (the smallest of those equally frequent) and its
+    last position, by counting each element's equals (n * n compares a row). A NaN equals
+    nothing, so it is the mode only of a row of NaNs (eager's answer for a row holding NaNs
+    depends on where they sit: [nan, nan, 1] gives nan, [1, nan, nan] gives 1)."""
+    if b.rank(x) == 0:
+        return x, b.full((), 0, DType.I64)
+    d = norm_dim(dim, b.rank(x))
+    shape = b.shape(x)
+    rank, n = len(shape), shape[d]
+    if n > RANK_LIMIT:
+        raise Refused(f"the mode of {n} elements along a dimension: emmy counts n * n "
+                      f"comparisons a row, at most {RANK_LIMIT} elements")
+    wide = shape + (n,)
+    other = b.index_map(x, wide, [var(axis_var(rank)) if a == d else var(axis_var(a))
+                                  for a in range(rank)])
+    equals = b.ew(E.EQ, other, b.index_map(x, wide, axes(rank)))
+    counts = b.reduce(R.SUM, b.cast(equals, DType.I64), [rank])
+    top = b.ew(E.EQ, counts, b.reduce(R.MAX, counts, (d,), keepdim=True))
+    dt = b.dtype(x)
+    pos = b.iota(shape, d)
+    if dt.is_float:
+        number = b.ew(E.EQ, x, x)
+        value = b.reduce(R.MIN, b.ew(E.WHERE, b.ew(E.AND, top, number), x, float("inf")),
+                         (d,), keepdim=True)
+        only_nan = b.reduce(R.MIN, b.ew(E.NOT, number), (d,), keepdim=True)
+        value = b.ew(E.WHERE, only_nan, float("nan"), value)
+    else:
+        far = True if dt is DType.BOOL else dt.int_range[1]
+        value = b.reduce(R.MIN, b.ew(E.WHERE, top, x, far), (d,), keepdim=True)
+        only_nan = None
+    where = b.reduce(R.MAX, b.ew(E.WHERE, b.ew(E.EQ, x, value), pos, -1), (d,), keepdim=True)
+    if only_nan is not None:        # a row of NaNs: its first
+        where = b.ew(E.WHERE, only_nan, 0, where)
+    value = b.cast(value, dt)
+    return (value, where) if keepdim else (select(b, value, d, 0), select(b, where, d, 0))
 
 
 @op("searchsorted.Tensor", "searchsorted.Scalar")
@@ -366,3 +469,46 @@ def lower_searchsorted(b, sorted_sequence, x, *, out_int32=False, right=False, s
     if b.dtype(x).is_float:
         count = b.ew(E.WHERE, b.ew(E.NE, x, x), n, count)
     return b.cast(count, DType.I32 if out_int32 else DType.I64)
+
+
+HISTC_LIMIT = 1 << 16   # bins: each counts every element (bins * n compares)
+
+
+@op("histc")
+def lower_histc(b, x, bins=100, min=0, max=0):
+    """torch.histc: how many elements fall in each of `bins` equal bins over [min, max] (the
+    data's own smallest and largest where min == max, widened by 1 each way where those are
+    equal); an element at max counts in the last bin, one outside the range or NaN in none.
+    Each bin counts every element (bins * n compares), with eager's bin of an element,
+    trunc((x - min) * bins / (max - min)), each step rounded to the element type as eager
+    does."""
+    dt = b.dtype(x)
+    if not dt.is_float:
+        raise Refused(f"histc of {dt.value} (torch takes floating tensors only)")
+    if not 0 < bins <= HISTC_LIMIT:
+        raise Refused(f"bins={bins}: histc takes 1 to {HISTC_LIMIT} bins")
+    if min > max:
+        raise Refused(f"min={min} above max={max}")
+    flat = reshape(b, x, [-1])
+    n = b.shape(flat)[0]
+    work = DType.F64 if dt is DType.F64 else DType.F32
+
+    def step(v):                 # eager rounds each step to the element type
+        return b.cast(b.cast(v, dt), work) if dt in (DType.F16, DType.BF16) else v
+
+    values = b.cast(flat, work)
+    if min == max:
+        lo, hi = (b.reduce(op, values, (0,)) for op in (R.MIN, R.MAX))
+        same = b.ew(E.EQ, lo, hi)
+        lo, hi = b.ew(E.WHERE, same, step(b.ew(E.SUB, lo, 1)), lo), \
+            b.ew(E.WHERE, same, step(b.ew(E.ADD, hi, 1)), hi)
+    else:
+        lo, hi = (step(b.full((), float(v), work)) for v in (min, max))
+    scaled = step(b.ew(E.DIV, step(b.ew(E.MUL, step(b.ew(E.SUB, values, lo)), float(bins))),
+                       step(b.ew(E.SUB, hi, lo))))
+    at = b.ew(E.MIN, b.cast(scaled, DType.I64), bins - 1)
+    inside = b.ew(E.AND, b.ew(E.GE, values, lo), b.ew(E.LE, values, hi))
+    at = b.ew(E.WHERE, inside, at, -1)
+    wide = (bins, n)
+    hit = b.ew(E.EQ, b.index_map(at, wide, [var(axis_var(1))]), b.iota(wide, 0))
+    return b.cast(b.reduce(R.SUM, b.cast(hit, DType.I64), (1,)), dt)
