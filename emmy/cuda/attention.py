@@ -126,6 +126,8 @@ class AttentionProblem:
                                              # maps a row back to its head)
     v_dim: int = 0                           # head dimension of v and out (0: d; MLA's
                                              # differ: q . k over 192, v and out 128)
+    zero_empty: bool = False                 # a row with no visible key gives 0 (torch's
+                                             # attention under a mask), not O / l = 0 / 0
 
     @property
     def dv(self) -> int:
@@ -348,8 +350,8 @@ COMBINE_THREADS = 128
 def combine_body(p: AttentionProblem, c: AttentionConfig, store: Store) -> Body:
     """The split-KV combine (module docstring): one thread per output element reads the
     splits' log2-sum-exp2 of its row and their outputs, out = sum_s 2^(lse_s - M) o_s / sum_s
-    2^(lse_s - M) with M the largest (NaN where every split saw no key: M = -inf, as the
-    unsplit template gives 0 / 0), through `store`."""
+    2^(lse_s - M) with M the largest (where every split saw no key, M = -inf: NaN, as the
+    unsplit template gives 0 / 0, or 0 for a `zero_empty` problem), through `store`."""
     rows = p.batch * p.heads * p.sq
     total = rows * p.dv
     lines = [f"// flash split-KV combine: {c.splits} partial outputs of {p.batch}x{p.heads} heads "
@@ -372,7 +374,8 @@ def combine_body(p: AttentionProblem, c: AttentionConfig, store: Store) -> Body:
              f"  fc_num += fc_w * emmy_partial[s * {total}LL + fc_e];",
              "  fc_den += fc_w;",
              "}",
-             "const float fa_val = fc_num / fc_den;",
+             "const float fa_val = fc_m == -EMMY_INF_F32 ? 0.f : fc_num / fc_den;"
+             if p.zero_empty else "const float fa_val = fc_num / fc_den;",
              *store("fa_bz", "fa_h", "fa_row", "fa_col", "fa_val")]
     return Body(tuple(lines), -(-total // COMBINE_THREADS), COMBINE_THREADS, 0)
 
@@ -441,13 +444,14 @@ class _Emitter:
             return [f"fa_po[{row} * {self.fa_dv} + {col}] = {value};"]
         return [*self.partial_rows(), *self.epilogue(store, partial=True)]
 
-    @staticmethod
-    def row_total(row: str, first_lane: str, m: str, partial: bool) -> list[str]:
-        """After a row's l is summed over its lanes into fa_sum: its 1 / l; split-KV
-        (`partial`), 0 where l == 0, and the row's lse (m + log2 l, -inf where l == 0)
-        written by the row's `first_lane` where `row` is inside sq."""
+    def row_total(self, row: str, first_lane: str, m: str, partial: bool) -> list[str]:
+        """After a row's l is summed over its lanes into fa_sum: its 1 / l (0 where l == 0
+        when the problem is `zero_empty`); split-KV (`partial`), 0 where l == 0, and the
+        row's lse (m + log2 l, -inf where l == 0) written by the row's `first_lane` where `row`
+        is inside sq."""
         if not partial:
-            return ["1.f / fa_sum;"]
+            return ["fa_sum > 0.f ? 1.f / fa_sum : 0.f;" if self.p.zero_empty
+                    else "1.f / fa_sum;"]
         return ["fa_sum > 0.f ? 1.f / fa_sum : 0.f;",
                 f"if ({first_lane} && {row} < FA_SQ)",
                 f"  fa_pl[{row}] = fa_sum > 0.f ? {m} + log2f(fa_sum) : -EMMY_INF_F32;"]
@@ -781,8 +785,8 @@ class _Emitter:
         ]
 
     def epilogue(self, store: Store, partial: bool = False) -> list[str]:
-        """Each row's l summed over its quad, then out = O / l (NaN where l == 0, as the
-        program gives) through `store` for the rows inside sq. Element i of O tile dn is row
+        """Each row's l summed over its quad, then out = O / l (where l == 0, NaN as softmax
+        gives, or 0 for a `zero_empty` problem) through `store` for the rows inside sq. Element i of O tile dn is row
         g + 8*(i/2), column 8dn + 2t + i%2. `partial`: split-KV's (partial_epilogue)."""
         stmts = store("fa_bz", "fa_h", "fa_row", "fa_col", "fa_val")
         inv, *lse = self.row_total("fa_wq0 + mt * 16 + fa_g + r * 8", "fa_t == 0",

@@ -909,8 +909,8 @@ class _Emitter:
         ]
 
     def epilogue(self, store: Store) -> list[str]:
-        """Each row's l summed over its quad; out = O / l (NaN where l == 0, as the program
-        gives) for rows < sq;
+        """Each row's l summed over its quad; out = O / l (where l == 0, NaN as softmax gives,
+        or 0 for a `zero_empty` problem) for rows < sq;
         o[4j + 2h + c] is row fw_rq0 + 8h, column 8j + 2 fw_t + c."""
         stmts = store("fw_bz", "fw_h", "fw_row", "fw_col", "fw_val")
         return [
@@ -920,7 +920,8 @@ class _Emitter:
             "  float fw_sum = fw_l[h];",
             "  fw_sum += __shfl_xor_sync(0xffffffffu, fw_sum, 1);",
             "  fw_sum += __shfl_xor_sync(0xffffffffu, fw_sum, 2);",
-            "  fw_inv[h] = 1.f / fw_sum;",
+            "  fw_inv[h] = fw_sum > 0.f ? 1.f / fw_sum : 0.f;" if self.p.zero_empty
+            else "  fw_inv[h] = 1.f / fw_sum;",
             "}",
             "#pragma unroll",
             "for (int j = 0; j < FW_D / 8; ++j)",

@@ -202,7 +202,7 @@ def problem_of(att):
                          v=operand(att.v),
                          scale=att.scale, causal=att.causal,
                          rounded=att.rounded.c_name if att.rounded else None,
-                         bias=bias(att.bias))
+                         bias=bias(att.bias), zero_empty=att.zero_empty)
     g = p.k.group
     if p.sq == 1 and g > 1 and p.v.group == g and not p.causal:
         # one query a head, g query heads per key/value head: the g queries of a key/value

@@ -66,6 +66,8 @@ class Attention:
     cast: CastTo | None          # the cast of the accumulator before the store
     rounded: DType | None = None  # S rounded to this 16-bit type before the scale (q @ k in f16)
     bias: "Bias | None" = None    # a mask or bias read from a tensor, after the scale
+    zero_empty: bool = False      # a row with no visible key gives 0 (torch's attention), not
+                                  # 0 / 0 = NaN (softmax written out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,8 @@ def find_attention(k: TileKernel) -> Attention | None:
     """The kernel as attention (module docstring), or None."""
     folds = [i for i in k.body if isinstance(i, Fold)]
     rest = [i for i in k.body if not isinstance(i, Fold)]
-    if len(folds) != 3 or any(not isinstance(i, (IndexValue, CastTo, Store)) for i in rest):
+    if len(folds) != 3 or any(not isinstance(i, (IndexValue, CastTo, Store, Compute))
+                               for i in rest):
         return None
     f_max, f_sum, f_out = folds
     if not (_reduce(f_max, ReduceOp.MAX) and _reduce(f_sum, ReduceOp.SUM)
@@ -95,7 +98,7 @@ def find_attention(k: TileKernel) -> Attention | None:
     if len(inner) != 1 or not _reduce(inner[0], ReduceOp.SUM):
         return None
     shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
-    outer_defs = {s.dst: s for s in k.body if isinstance(s, IndexValue)}
+    outer_defs = {s.dst: s for s in k.body if isinstance(s, (IndexValue, Compute))}
     m, l, o = f_max.accs[0].acc, f_sum.accs[0].acc, inner[0].accs[0].acc
     if None in (_folded(f_max), _folded(f_sum), _folded(inner[0])):
         return None
@@ -112,7 +115,7 @@ def find_attention(k: TileKernel) -> Attention | None:
     if s1 is None:
         return None
     # sum: exp(S - m)
-    if not (t2[0] == "exp" and t2[1][0] == "sub" and t2[1][2] == ("acc", m)):
+    if not (t2[0] == "exp" and t2[1][0] == "sub" and _shift(t2[1][2], m)):
         return None
     s2 = _score(t2[1][1], f_sum.axis.var, i_axis.var, shapes)
     # output: v[j, d] * exp(S - m) / l, either order of the product
@@ -122,11 +125,12 @@ def find_attention(k: TileKernel) -> Attention | None:
     p_round = None
     if prob[0] == "cast" and prob[1][0] == "cast" and prob[1][2] in _HALF:
         p_round, prob = prob[1][2], prob[1][1]         # P rounded to 16 bits (softmax(..).half())
-    if not (_is_load(load_v) and prob[0] == EwOp.DIV.value and prob[2] == ("acc", l)):
+    if not (_is_load(load_v) and prob[0] == EwOp.DIV.value and _total(prob[2], l)):
         return None
     p = prob[1]
-    if not (p[0] == "exp" and p[1][0] == "sub" and p[1][2] == ("acc", m)):
+    if not (p[0] == "exp" and p[1][0] == "sub" and _shift(p[1][2], m) == _shift(t2[1][2], m)):
         return None
+    zero_empty = _shift(p[1][2], m) == _total(prob[2], l) == "safe"
     s3 = _score(p[1][1], inner[0].axis.var, i_axis.var, shapes)
     if s2 is None or s3 is None or not (s1 == s2 == s3):
         return None
@@ -173,7 +177,29 @@ def find_attention(k: TileKernel) -> Attention | None:
     return Attention(batch=batch, query=i_axis, keys=f_max.axis.extent, dim=dim, dim_v=dim_v,
                      q=operands[0], k=operands[1], v=operands[2], scale=scale, causal=causal,
                      store=store, d_var=d_var, value_var=value, cast=cast, rounded=rounded,
-                     bias=bias)
+                     bias=bias, zero_empty=zero_empty)
+
+
+def _shift(t, m: str) -> str | None:
+    """What the folds subtract from S: "plain", the max m itself; "safe", 0 where m is -inf
+    (a row with no visible key: its exps are all 0, not NaN); None: neither."""
+    if t == ("acc", m):
+        return "plain"
+    ninf = ("const", float("-inf"))
+    if (t[0] == "where" and t[2] == ("const", 0.0) and t[3] == ("acc", m)
+            and t[1][0] == EwOp.EQ.value and {t[1][1], t[1][2]} == {("acc", m), ninf}):
+        return "safe"
+    return None
+
+
+def _total(t, l: str) -> str | None:
+    """What P divides by: "plain", the sum l; "safe", max(l, 1) (l is at least 1 where any key
+    is visible: the max's exp(0); 1 where none is, so P is 0); None: neither."""
+    if t == ("acc", l):
+        return "plain"
+    if t[0] == EwOp.MAX.value and {t[1], t[2]} == {("acc", l), ("const", 1.0)}:
+        return "safe"
+    return None
 
 
 def _grouped(off: Lin, head: str | None) -> tuple[Lin | None, int]:

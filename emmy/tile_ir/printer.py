@@ -55,8 +55,10 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
                      f" × {a.scale:g}{', causal' if a.causal else ''}{grouped}) · {a.v.buffer}"
                      f"{f' (head dim {a.dim_v})' if a.dim_v != a.dim else ''}, "
                      f"{a.query.extent} {'query' if a.query.extent == 1 else 'queries'} × "
-                     f"{a.keys} keys per head: one flash kernel, the max and sum folds merged "
-                     f"into the output fold (online softmax)")
+                     f"{a.keys} keys per head"
+                     f"{' (0 for a row with no visible key)' if a.zero_empty else ''}: one "
+                     f"flash kernel, the max and sum folds merged into the output fold (online "
+                     f"softmax)")
     _items(k.body, 2, types, lines)
     if row is not None:
         lines.append(f"{INDENT}schedule: {row}")

@@ -300,3 +300,32 @@ def test_q_k_and_v_over_different_head_dimensions():
     rows = Space(k, get_target("sm_90a")).all_rows
     assert rows and all(r["TILE"].startswith("flash:") for r in rows)
     assert all(x.kind is not KernelKind.ATTENTION for x in kernels(load_expr(expr.format(h=""))))
+
+
+@pytest.mark.parametrize("h", [".half()", ".bfloat16()", ""])
+def test_a_mask_that_hides_every_key_of_a_row_gives_zeros_there(h):
+    """torch's attention gives 0 for a query row whose every key is masked (softmax itself
+    gives 0 / 0 = NaN, as the hand-written form keeps): the flash kernel (`zero_empty`) on
+    mma.sync, wgmma, split-KV and CUDA-core rows agrees, the rows fully hidden too."""
+    from emmy.check import check_cuda_program
+    from emmy.pipeline import Options
+
+    keep = ("(torch.rand(2, 1, 24, 40) < 0.7).logical_and(torch.arange(24).view(24, 1) % 5 "
+            "!= 0)")                                  # rows 0, 5, 10, ... see no key
+    w = load_expr(f"(lambda q, k, v, keep: F.scaled_dot_product_attention(q, k, v, "
+                  f"attn_mask=keep))(torch.randn(2, 2, 24, 64){h}, torch.randn(2, 2, 40, 64){h}, "
+                  f"torch.randn(2, 2, 40, 64){h}, {keep})")
+    (k,) = kernels(w)
+    assert k.kind is KernelKind.ATTENTION and k.attention.zero_empty
+    rows = ["WORK=warps:4 TILE=flash:64x32 REDUCE=serial STAGE=async:2",
+            "WORK=warps:4 TILE=flash:64x32 REDUCE=split:2:combine STAGE=async:2",
+            "WORK=warps:4 TILE=wgmma:64x64 REDUCE=serial STAGE=tma:2"] if h else [None]
+    for row in rows:
+        results = compile_to(w, "cuda", Options(rows={k.name: row} if row else {}))
+        report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+        assert report is not None and report.ok, (row, report or failed.log[-2000:])
+    written = load_expr(f"(lambda q, k, v, keep: torch.softmax((q @ k.transpose(-2, -1) / 8)"
+                        f".masked_fill(~keep, float('-inf')), -1) @ v)(torch.randn(2, 2, 24, 64)"
+                        f"{h}, torch.randn(2, 2, 40, 64){h}, torch.randn(2, 2, 40, 64){h}, {keep})")
+    (k,) = kernels(written)
+    assert k.kind is KernelKind.ATTENTION and not k.attention.zero_empty

@@ -1,4 +1,5 @@
-"""scaled_dot_product_attention: softmax(q k^T * scale + mask) v, as two matmuls and a softmax."""
+"""scaled_dot_product_attention: softmax(q k^T * scale + mask) v, as two matmuls and a softmax
+(with a mask, one that gives 0 for a row the mask hides wholly, as torch does)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from emmy.tensor_ir.decomp.matmul import matmul
 from emmy.tensor_ir.decomp.softmax import softmax
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
+from emmy.tensor_ir.ir import ReduceOp as R
 from emmy.tensor_ir.ir import axis_var
 
 OPS: dict[str, Decomp] = {}
@@ -47,7 +49,19 @@ def lower_sdpa(b, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, sc
     scores = b.ew(E.MUL, matmul(b, q, transpose(b, k, -2, -1)), scale)
     if is_causal:
         scores = b.ew(E.WHERE, causal_mask(b, b.shape(scores)), scores, -math.inf)
-    if attn_mask is not None:
-        scores = (b.ew(E.WHERE, attn_mask, scores, -math.inf) if b.dtype(attn_mask) is DType.BOOL
-                  else b.ew(E.ADD, scores, attn_mask))
-    return matmul(b, softmax(b, scores, b.rank(scores) - 1), v)
+    if attn_mask is None:
+        return matmul(b, softmax(b, scores, b.rank(scores) - 1), v)
+    scores = (b.ew(E.WHERE, attn_mask, scores, -math.inf) if b.dtype(attn_mask) is DType.BOOL
+              else b.ew(E.ADD, scores, attn_mask))
+    return matmul(b, softmax_of_some(b, scores, b.rank(scores) - 1), v)
+
+
+def softmax_of_some(b: Builder, x: str, dim: int) -> str:
+    """softmax, with 0 for a row whose every score is -inf (a mask that hides every key), as
+    torch's scaled_dot_product_attention gives (softmax itself gives 0 / 0 = NaN): such a
+    row's max is taken as 0 (every exp is 0) and its sum as 1. Elsewhere the same: the sum of
+    exps after subtracting the max is at least 1 (the max's own exp(0))."""
+    m = b.reduce(R.MAX, x, (dim,), keepdim=True)
+    m = b.ew(E.WHERE, b.ew(E.EQ, m, -math.inf), 0.0, m)
+    e = b.ew(E.EXP, b.ew(E.SUB, x, m))
+    return b.ew(E.DIV, e, b.ew(E.MAX, b.reduce(R.SUM, e, (dim,), keepdim=True), 1.0))
