@@ -128,6 +128,9 @@ NATIVE = {
     "pdist": (lambda x: (F.pdist(x), F.pdist(x, 1), F.pdist(x, 0), F.pdist(x, INF),
                          F.pdist(x, 3.0)), (torch.cat([r(6, 5), r(1, 5).expand(2, 5)]),)),
     "pdist_two_rows": (F.pdist, (r(2, 3),)),
+    # both last axes contracted: (3, 4) and (5, 4) give (3, 5) (it was lowered as matmul)
+    "inner": (lambda x, y, z, s: (torch.inner(x, y), torch.inner(z, y), torch.inner(y[0], z),
+                                  torch.inner(s, x)), (r(3, 4), r(5, 4), r(2, 3, 4), r(()))),
 }
 
 
@@ -161,7 +164,7 @@ def test_through_torch_emitted_cuda_matches(name):
                                   "lgamma", "digamma", "digamma_f64", "erfinv", "unfold",
                                   "cdist_p", "median", "median_nan",
                                   "kthvalue_from_the_top", "bilinear", "searchsorted",
-                                  "histc", "histc_range", "histc_half", "pdist",
+                                  "histc", "histc_range", "histc_half", "pdist", "inner",
                                   "embedding_bag_2d"])
 def test_new_op_emitted_cuda_matches(name):
     _assert_cuda_matches(*NATIVE[name], name)

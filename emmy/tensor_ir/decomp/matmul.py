@@ -51,9 +51,24 @@ def scaled(b: Builder, x: str, factor) -> str:
     return b.ew(E.MUL, x, factor)
 
 
-@op("mm", "bmm", "matmul", "mv", "dot", "inner", opmath=True)
+@op("mm", "bmm", "matmul", "mv", "dot", opmath=True)
 def lower_matmul(b, x, y):
     return matmul(b, x, y)
+
+
+@op("inner", opmath=True)
+def lower_inner(b, x, y):
+    """torch.inner: x [..a, k] and y [..b, k] to [..a, ..b], summed over their last axes (not
+    matmul's: y's last axis, not its second to last, is contracted); a 0-d operand scales."""
+    xs, ys = b.shape(x), b.shape(y)
+    if not xs or not ys:
+        return b.ew(E.MUL, x, y)
+    shape = xs[:-1] + ys[:-1] + xs[-1:]
+    k = _axis(len(shape) - 1)
+    xi = [_axis(i) for i in range(len(xs) - 1)] + [k]
+    yi = [_axis(len(xs) - 1 + i) for i in range(len(ys) - 1)] + [k]
+    product = b.ew(E.MUL, b.index_map(x, shape, xi), b.index_map(y, shape, yi))
+    return b.reduce(R.SUM, product, (len(shape) - 1,))
 
 
 @op("linear", opmath=True)
