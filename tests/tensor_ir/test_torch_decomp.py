@@ -131,6 +131,12 @@ NATIVE = {
     # both last axes contracted: (3, 4) and (5, 4) give (3, 5) (it was lowered as matmul)
     "inner": (lambda x, y, z, s: (torch.inner(x, y), torch.inner(z, y), torch.inner(y[0], z),
                                   torch.inner(s, x)), (r(3, 4), r(5, 4), r(2, 3, 4), r(()))),
+    # image features into the tokens a mask marks (LLaVA's merge: the mask broadcast over the
+    # hidden axis, source rows taken in order), and an element mask over integers
+    "masked_scatter": (lambda e, feats, image, y, m: (
+        e.masked_scatter(image.unsqueeze(-1), feats), y.masked_scatter(m, torch.arange(30))),
+        (r(2, 6, 8), r(5, 8), torch.tensor([[0, 1, 1, 0, 0, 0], [1, 0, 0, 0, 1, 0]]).bool(),
+         torch.randint(-9, 9, (5, 6)), torch.rand(5, 6) < 0.5)),
 }
 
 
@@ -165,6 +171,7 @@ def test_through_torch_emitted_cuda_matches(name):
                                   "cdist_p", "median", "median_nan",
                                   "kthvalue_from_the_top", "bilinear", "searchsorted",
                                   "histc", "histc_range", "histc_half", "pdist", "inner",
+                                  "masked_scatter",
                                   "embedding_bag_2d"])
 def test_new_op_emitted_cuda_matches(name):
     _assert_cuda_matches(*NATIVE[name], name)

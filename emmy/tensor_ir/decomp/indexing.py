@@ -368,6 +368,24 @@ def _index_put_many(b: Builder, x: str, given, values, accumulate: bool) -> str:
     return _reduced_writes(b, x, _hits(b, positions), values, "add" if accumulate else "last")
 
 
+@op("masked_scatter")
+def lower_masked_scatter(b, x, mask, source):
+    """x with the elements where `mask` (broadcast to x) holds replaced, in row-major order,
+    by source's first elements (a vision-language model's image features merged into its
+    token embeddings): the element at p takes source[the count of mask's true elements
+    before p], a running count over the flattened mask, then a gather."""
+    shape = b.shape(x)
+    n = math.prod(shape)
+    if n == 0:
+        return x
+    keep = b.broadcast_to(b.cast(mask, DType.BOOL), shape)
+    counted = b.scan(R.SUM, b.cast(reshape(b, keep, [n]), DType.I64), 0)
+    before = reshape(b, b.ew(E.SUB, counted, 1), shape)
+    flat = reshape(b, source, [math.prod(b.shape(source))])
+    taken = b.gather(flat, shape, [var(gather_var(0))], [before])
+    return b.ew(E.WHERE, keep, b.cast(taken, b.dtype(x)), x)
+
+
 EMBEDDING_BAG_MODES = ("sum", "mean", "max")
 
 
