@@ -215,7 +215,7 @@ def cmd_run(args) -> int:
         print("check: emitted CUDA on the CPU (g++ + CUDA emulation; no GPU) vs PyTorch eager")
     for o in report.outputs:
         verdict = ("ok" if o.reference == "eager" else f"ok (vs {o.reference})") if o.ok \
-            else "MISMATCH"
+            else "MISMATCH" + (f" ({o.why})" if o.why else "")
         print(f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]  max abs err {o.max_abs:.3g}"
               f"  max rel err {o.max_rel:.3g}  (atol {o.atol:g}, rtol {o.rtol:g})  {verdict}")
     print("PASS" if report.ok else "FAIL")

@@ -105,3 +105,19 @@ def test_multilabel_margin_loss_as_emitted_cuda():
 
     assert_emitted_cuda_matches_eager(
         "F.multilabel_margin_loss(torch.randn(6, 12), torch.randint(-1, 12, (6, 12)))")
+
+
+def test_a_vectors_unreduced_multilabel_margin_loss_is_checked_by_value():
+    """torch's meta function gives a vector's unreduced loss shape (1,), its CPU kernel ():
+    the program has export's (1,) and the check compares the values (it reported an infinite
+    error); shapes that differ in more than axes of one are still a mismatch, saying so."""
+    import numpy as np
+
+    from emmy.check import compare
+    from emmy.dtypes import DType
+    from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
+
+    assert_emitted_cuda_matches_eager("F.multilabel_margin_loss(torch.randn(5), "
+                                      "torch.tensor([3, 0, -1, 1, 0]), reduction='none')")
+    report = compare(["o"], [DType.F32], [np.ones((2, 3))], [torch.ones(3, 2)])
+    assert not report.ok and report.outputs[0].why == "shape (2, 3), eager's (3, 2)"
