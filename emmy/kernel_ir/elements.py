@@ -66,16 +66,18 @@ def group(fn: Fn, items: tuple[Item, ...], axis: str | None, base: Lin, V: int, 
         if id(s) in vec_stores:
             idx = tuple(substitute(e, at(0), fn.bounds) for e in s.index)
             out.append(K.GlobalStore(s.buffer, elem(fn, s.buffer), offset(idx, fn.shapes[s.buffer]),
-                                     tuple(_lane_name(s.value, tag, v, accs, acc_lanes)
+                                     tuple(_lane_name(s.value, tag, v, accs, acc_lanes, local)
                                            for v in range(V))))
     return out
 
 
-def _lane_name(value: str, tag: str, v: int, accs: dict[str, str], acc_lanes: bool) -> str:
-    """Element v's name for `value` in a group (an accumulator keeps its renamed name)."""
+def _lane_name(value: str, tag: str, v: int, accs: dict[str, str], acc_lanes: bool,
+               local: set[str]) -> str:
+    """Element v's name for `value` in a group (an accumulator keeps its renamed name; a value
+    from outside the group, the same for every element, its own)."""
     if value in accs:
         return f"{accs[value]}_{v}" if acc_lanes else accs[value]
-    return f"{value}{tag}_{v}"
+    return f"{value}{tag}_{v}" if value in local else value
 
 
 def _contiguous(fn: Fn, s: Load | Store, axis: str | None) -> bool:

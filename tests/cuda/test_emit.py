@@ -110,3 +110,19 @@ def test_step_functions_read_16_bit_values_rounded(expr):
     stages = assert_emitted_cuda_matches_eager(expr)
     text = "\n".join(u.source for u in stages["cuda"].units)
     assert "em_cvt<float>(em_cvt<" in text
+
+
+@pytest.mark.parametrize("row", [None, "WORK=warp:4 TILE=v2x1 REDUCE=shuffle PLACE=fuse",
+                                 "WORK=block:64 TILE=v4x1 REDUCE=smem PLACE=fuse"])
+def test_a_vector_store_of_a_value_from_outside_its_group_repeats_it(row):
+    """A row's sum stored along a wider axis (expand(..).contiguous()): each element of a
+    vector store is the one value, not a per-element copy the group never defined (it did not
+    compile at any vector width, the default row's included)."""
+    from emmy.check import check_cuda_program
+
+    w = load_expr("torch.randn(8, 16).sum(-1, keepdim=True).expand(8, 64).contiguous()")
+    (name,) = [k.name for k in compile_to(w, "tile")["tile"].program.kernels]
+    stages = compile_to(w, "cuda", Options(rows={name: row} if row else {}))
+    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+    assert report is not None and report.ok, report or failed.log[-2000:]
+    assert "em_vstore(" in "\n".join(u.source for u in stages["cuda"].units)
