@@ -786,8 +786,9 @@ class _Emitter:
 
     def epilogue(self, store: Store, partial: bool = False) -> list[str]:
         """Each row's l summed over its quad, then out = O / l (where l == 0, NaN as softmax
-        gives, or 0 for a `zero_empty` problem) through `store` for the rows inside sq. Element i of O tile dn is row
-        g + 8*(i/2), column 8dn + 2t + i%2. `partial`: split-KV's (partial_epilogue)."""
+        gives, or 0 for a `zero_empty` problem) through `store` for the rows inside sq.
+        Element i of O tile dn is row g + 8*(i/2), column 8dn + 2t + i%2. `partial`: split-KV's
+        (partial_epilogue)."""
         stmts = store("fa_bz", "fa_h", "fa_row", "fa_col", "fa_val")
         inv, *lse = self.row_total("fa_wq0 + mt * 16 + fa_g + r * 8", "fa_t == 0",
                                    "fa_m[mt][r]", partial)

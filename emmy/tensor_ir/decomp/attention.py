@@ -53,10 +53,10 @@ def lower_sdpa(b, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, sc
         return matmul(b, softmax(b, scores, b.rank(scores) - 1), v)
     scores = (b.ew(E.WHERE, attn_mask, scores, -math.inf) if b.dtype(attn_mask) is DType.BOOL
               else b.ew(E.ADD, scores, attn_mask))
-    return matmul(b, softmax_of_some(b, scores, b.rank(scores) - 1), v)
+    return matmul(b, masked_softmax(b, scores, b.rank(scores) - 1), v)
 
 
-def softmax_of_some(b: Builder, x: str, dim: int) -> str:
+def masked_softmax(b: Builder, x: str, dim: int) -> str:
     """softmax, with 0 for a row whose every score is -inf (a mask that hides every key), as
     torch's scaled_dot_product_attention gives (softmax itself gives 0 / 0 = NaN): such a
     row's max is taken as 0 (every exp is 0) and its sum as 1. Elsewhere the same: the sum of

@@ -250,8 +250,8 @@ def _at_ranks(b: Builder, x: str, dim: int, ranks: str, wanted: str) -> tuple[st
 
 @op("sort", "sort.stable")
 def lower_sort(b, x, dim=-1, descending=False, *, stable=None):
-    """values, positions in order along `dim` (at most TOPK_LIMIT elements): the top n,
-    largest or smallest first. Stable whether asked or not (equal values keep their order;
+    """values, positions in order along `dim`: the top n, largest or smallest first (past
+    TOPK_LIMIT elements, each output position the element ranked there: _ranks). Stable whether asked or not (equal values keep their order;
     torch leaves it unspecified without stable=True), NaN last ascending, first descending."""
     if b.rank(x) == 0:
         return x, b.full((), 0, DType.I64)
@@ -271,7 +271,8 @@ def lower_argsort(b, x, dim=-1, descending=False, *, stable=None):
 def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
     """values, indices of the k largest (smallest) elements along `dim`, in order: round j takes
     the extreme of the elements after round j-1's pick in that order (an O(1) test against
-    the last pick), then the first position holding it.
+    the last pick), then the first position holding it. Past TOPK_LIMIT rounds, the elements
+    ranked 0 to k - 1 (_ranks).
 
     As torch orders them: NaN above every number (first when largest, last when smallest); among
     equal values the lower position first (torch leaves that order unspecified; the check's
@@ -342,7 +343,8 @@ def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
 @op("kthvalue")
 def lower_kthvalue(b, x, k, dim=-1, keepdim=False):
     """values, positions of the k-th smallest along `dim` (NaN the largest): the last of the k
-    smallest, or of the n - k + 1 largest, whichever takes fewer rounds of topk."""
+    smallest, or of the n - k + 1 largest, whichever takes fewer rounds of topk; past
+    TOPK_LIMIT rounds, the element ranked k - 1 (_ranks)."""
     if b.rank(x) == 0:
         if k != 1:
             raise Refused(f"k={k} out of range: a 0-d tensor has one element")
