@@ -90,6 +90,7 @@ _FACTORIES = frozenset({"randn", "rand", "randint", "randperm", "normal", "ones"
                         "full", "empty", "arange", "linspace", "eye", "tensor", "as_tensor"})
 _CASTS = frozenset({"to", "half", "float", "double", "bfloat16", "int", "long", "short", "bool",
                     "contiguous"})
+_MODULE_MODES = frozenset({"eval", "train"})   # methods returning the module itself
 _OPERATORS = {ast.MatMult: "matmul", ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul",
               ast.Div: "div", ast.Pow: "pow"}
 _BUILTINS = frozenset(dir(builtins))
@@ -281,15 +282,16 @@ def _is_input(node: ast.expr) -> bool:
 
 
 def _builds_module(node: ast.expr, scope: dict) -> bool:
-    """`nn.Linear(64, 32)`, `torch.nn.GELU()`, `nn.Linear(64, 32).half()`: a call of an
-    nn.Module class named by a dotted name, with any dtype conversions chained on it."""
+    """`nn.Linear(64, 32)`, `torch.nn.GELU()`, `nn.Linear(64, 32).eval().half()`: a call of
+    an nn.Module class named by a dotted name, with any dtype conversions (and eval, train)
+    chained on it."""
     import torch.nn as nn
 
     if not isinstance(node, ast.Call):
         return False
     func = node.func
-    if isinstance(func, ast.Attribute) and func.attr in _CASTS and isinstance(func.value,
-                                                                             ast.Call):
+    if (isinstance(func, ast.Attribute) and func.attr in _CASTS | _MODULE_MODES
+            and isinstance(func.value, ast.Call)):
         return _builds_module(func.value, scope)
     root = func
     while isinstance(root, ast.Attribute):

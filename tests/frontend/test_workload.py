@@ -133,6 +133,15 @@ def test_expression_dtype_conversions_stay_with_inputs_and_modules():
     assert isinstance(w.model, nn.Linear) and w.model.weight.dtype == torch.float16
     w = load_expr("torch.exp(torch.randn(4, 4).to(torch.bfloat16))")
     assert w.inputs[0].dtype == torch.bfloat16
+    # eval() / train(False) chained as well: the module is built with them, not converted in
+    # the forward (which torch.export refused: "Couldn't swap ... weight")
+    w = load_expr("nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval().half()"
+                  "(torch.randn(2, 4, 16).half())")
+    assert isinstance(w.model, nn.TransformerEncoderLayer) and not w.model.training
+    assert w.model.linear1.weight.dtype == torch.float16
+    from emmy.pipeline import compile_to
+
+    assert compile_to(w, "tensor")["tensor"].outputs
 
 
 def test_expression_inputs_are_fresh_on_demand():
