@@ -208,20 +208,34 @@ TOPK_LIMIT = 32   # rounds unrolled into the program: each is two (three) row re
 RANK_LIMIT = 4096  # elements a row ranks by counting (n * n compares a row), past TOPK_LIMIT
 
 
+def _pairs(b: Builder, x: str, dim: int, what: str) -> tuple[str, str]:
+    """x against every element of its row along `dim`: (mine, other) over x's shape plus a
+    last axis of the n elements, `other` the last axis's element; n * n compares a row, at
+    most RANK_LIMIT elements (`what` names the op for the refusal)."""
+    shape = b.shape(x)
+    n = shape[dim]
+    if n > RANK_LIMIT:
+        raise Refused(f"{what} {n} elements along a dimension: emmy counts n * n comparisons "
+                      f"a row, at most {RANK_LIMIT} elements")
+    wide = shape + (n,)
+    return b.index_map(x, wide, axes(len(shape))), _along_last(b, x, wide, dim)
+
+
+def _along_last(b: Builder, t: str, wide, dim: int) -> str:
+    """t (over wide's leading axes) read with its `dim` at wide's last axis."""
+    last = len(wide) - 1
+    return b.index_map(t, wide, [var(axis_var(last)) if a == dim else var(axis_var(a))
+                                 for a in range(last)])
+
+
 def _ranks(b: Builder, x: str, dim: int, descending: bool) -> str:
     """Each element's place along `dim` in a stable sort (0 first): how many elements come
     before it, counted over all n (n * n compares a row). NaN is the largest value (last
     ascending, first descending), NaNs and equal values in position order, as torch.sort with
     stable=True."""
-    shape = b.shape(x)
-    rank, n = len(shape), shape[dim]
-    if n > RANK_LIMIT:
-        raise Refused(f"ranking {n} elements along a dimension: emmy counts n * n comparisons "
-                      f"a row, at most {RANK_LIMIT} elements")
-    wide = shape + (n,)          # the last axis: the element compared with
-    mine = b.index_map(x, wide, axes(rank))
-    other = b.index_map(x, wide, [var(axis_var(rank)) if a == dim else var(axis_var(a))
-                                  for a in range(rank)])
+    mine, other = _pairs(b, x, dim, "ranking")
+    wide = b.shape(mine)
+    rank = len(wide) - 1
     better = b.ew(E.GT if descending else E.LT, other, mine)
     tie = b.ew(E.EQ, other, mine)
     if b.dtype(x).is_float:
@@ -240,9 +254,7 @@ def _at_ranks(b: Builder, x: str, dim: int, ranks: str, wanted: str) -> tuple[st
     shape = b.shape(wanted)
     rank, n = len(shape), b.shape(x)[dim]
     wide = shape + (n,)          # the last axis: the candidate element
-    theirs = b.index_map(ranks, wide, [var(axis_var(rank)) if a == dim else var(axis_var(a))
-                                       for a in range(rank)])
-    hit = b.ew(E.EQ, theirs, b.index_map(wanted, wide, axes(rank)))
+    hit = b.ew(E.EQ, _along_last(b, ranks, wide, dim), b.index_map(wanted, wide, axes(rank)))
     where = b.reduce(R.MAX, b.ew(E.WHERE, hit, b.iota(wide, rank), 0), [rank])
     at = [var(gather_var(0)) if a == dim else var(axis_var(a)) for a in range(rank)]
     return b.gather(x, shape, at, [where]), where
@@ -415,15 +427,8 @@ def lower_mode(b, x, dim=-1, keepdim=False):
         return x, b.full((), 0, DType.I64)
     d = norm_dim(dim, b.rank(x))
     shape = b.shape(x)
-    rank, n = len(shape), shape[d]
-    if n > RANK_LIMIT:
-        raise Refused(f"the mode of {n} elements along a dimension: emmy counts n * n "
-                      f"comparisons a row, at most {RANK_LIMIT} elements")
-    wide = shape + (n,)
-    other = b.index_map(x, wide, [var(axis_var(rank)) if a == d else var(axis_var(a))
-                                  for a in range(rank)])
-    equals = b.ew(E.EQ, other, b.index_map(x, wide, axes(rank)))
-    counts = b.reduce(R.SUM, b.cast(equals, DType.I64), [rank])
+    mine, other = _pairs(b, x, d, "the mode of")
+    counts = b.reduce(R.SUM, b.cast(b.ew(E.EQ, other, mine), DType.I64), [len(shape)])
     top = b.ew(E.EQ, counts, b.reduce(R.MAX, counts, (d,), keepdim=True))
     dt = b.dtype(x)
     pos = b.iota(shape, d)
