@@ -24,7 +24,9 @@ possible or not wanted:
   (`gathered_reads`): positions known only at run time are read from memory, and a
   matrix-product template tiles operands it can address;
 - a tensor the caller forces (`forced`, with the reason): lowering does so when inlining would
-  copy a reduction so often that a kernel grows past its budget.
+  copy a reduction so often that a kernel grows past its budget, run one again at every step
+  of a loop (`recomputed_statistics`), or make several kernels each run a long chain of
+  reductions for one statistic (`shared_statistics`).
 
 Outputs of the same shape that do not depend on each other through memory share one kernel
 (they are computed in the same loops and share their loads).
@@ -375,6 +377,58 @@ def recomputed_statistics(p: Program, kernels_reruns: list[Mapping[str, tuple[in
                     f"a consumer reads this reduction inside a loop it does not depend on: "
                     f"inlined, it would run {factor} times per value"))
     return out
+
+
+SHARED_CHAIN = 4   # reductions chained into a statistic before two kernels share it stored
+
+
+def shared_statistics(p: Program, kernels_uses: list[Mapping[str, int]], stored: set[str]
+                      ) -> dict[str, str]:
+    """Statistics that two or more built kernels each compute (each kernel's `uses`), where
+    getting one runs a chain of at least SHARED_CHAIN reductions that are not stored, each with
+    the reason to store it: stored, the first kernel computes it and the others read it, where
+    inlined every one would run the whole chain again (a selection's k-th largest key, decided
+    a bit at a time by 32 counts, read by the scans and the reduction after them). A statistic
+    is a reduction that is not a product, or an element-wise op or cast of statistics and
+    literals, or a reshape of one (not a broadcast); only the last of a chain is stored (none
+    of its users is a candidate), and only where the chain serves it alone (_funnels)."""
+    defs = {d.name: d for d in p.defs}
+    users = _users(p)
+    statistic: set[str] = set()
+    chain: dict[str, frozenset[str]] = {}      # the unstored reductions each value runs
+    for d in p.defs:
+        names = list(dict.fromkeys(operands(d)))
+        below = frozenset().union(*(chain[a] for a in names if a not in stored))
+        if isinstance(d, Reduce) and _factors(d, defs) is None:
+            statistic.add(d.name)
+            below |= {d.name}
+        elif names and all(a in statistic for a in names) and (
+                isinstance(d, (Elementwise, Cast)) or (isinstance(d, IndexMap) and math.prod(
+                    d.type.shape) <= math.prod(defs[d.arg].type.shape))):
+            statistic.add(d.name)
+        chain[d.name] = below
+    # a kernel computes a statistic where it runs its whole chain
+    kernels = {n: sum(chain[n] <= uses.keys() for uses in kernels_uses) for n in statistic}
+    candidates = {n for n in statistic - stored
+                  if len(chain[n]) >= SHARED_CHAIN and kernels[n] >= 2
+                  and not _feeds_product(n, users, defs)}
+    return {n: (f"{kernels[n]} kernels compute this statistic, a chain of {len(chain[n])} "
+                f"reductions: stored, it runs once; inlined, each kernel would run the chain")
+            for n in sorted(candidates)
+            if not any(u in candidates for u in users[n]) and _funnels(n, defs, users, stored)}
+
+
+def _funnels(name: str, defs, users, stored: set[str]) -> bool:
+    """Whether everything `name` computes on the way (its ancestors up to stored tensors and
+    inputs) serves only `name`: stored, no kernel computes any of it again. Not so for one
+    round of a top-k, whose earlier rounds' picks are outputs too."""
+    inside, todo = set(), [name]
+    while todo:
+        for a in operands(defs[todo.pop()]):
+            if a not in inside and a not in stored and not isinstance(defs[a], Input):
+                inside.add(a)
+                todo.append(a)
+    return all(u in inside or u == name for a in inside for u in users[a])
 
 
 def _feeds_product(name: str, users, defs) -> bool:

@@ -21,7 +21,7 @@ from emmy import symbolic
 from emmy.loop_ir.fuse import (KernelPlan, attention_operands, attention_scores,
                                elementwise_operands, gathered_reads, normalized_operands,
                                plan_fusion, recomputed_products, recomputed_statistics,
-                               reduced_products, windowed_reads)
+                               reduced_products, shared_statistics, windowed_reads)
 from emmy.loop_ir.inline import Dag, Inliner, KernelTooLarge
 from emmy.loop_ir.ir import Buffer, Kernel, Load, LoopProgram
 from emmy.loop_ir.names import kernel_name
@@ -96,7 +96,9 @@ def _build_within_budget(p: Program, memo: dict | None = None):
                 if fused and not flash[key]:
                     unflashed |= fused
             recomputed = {n: why for n, why in (recomputed_products(p, uses)
-                                                | recomputed_statistics(p, reruns)).items()
+                                                | recomputed_statistics(p, reruns)
+                                                | shared_statistics(p, uses, set(plan.stored))
+                                                ).items()
                           if n not in plan.stored}
             if recomputed:
                 forced |= recomputed

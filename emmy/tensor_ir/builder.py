@@ -73,6 +73,8 @@ class Builder:
         """An elementwise op; operands are promoted to a common type and broadcast."""
         if len(args) != ARITY[op]:
             raise InternalError(f"{op} takes {ARITY[op]} operands, got {len(args)}")
+        if op is EwOp.BITS:         # its type is not its operand's
+            return self.bits(*args)
         cond, values = (args[0], args[1:]) if op is EwOp.WHERE else (None, args)
         dtype = self.result_type(*values)
         ops = [self.cast(v, dtype) if isinstance(v, str) else _scalar(v, dtype) for v in values]
@@ -86,6 +88,14 @@ class Builder:
             return same
         out = DType.BOOL if op in COMPARISON else dtype
         return self._add(Elementwise, TensorType(shape, out), op, tuple(ops))
+
+    def bits(self, x: str) -> str:
+        """x's bits as a signed integer: an f32 tensor's as i32, an f64 tensor's as i64 (wider
+        the float, wider the integer; 16-bit floats: cast to f32 first, exactly)."""
+        width = {DType.F32: DType.I32, DType.F64: DType.I64}.get(self.dtype(x))
+        if width is None:
+            raise InternalError(f"bits of {self.dtype(x)}: cast to f32 or f64 first")
+        return self._add(Elementwise, TensorType(self.shape(x), width), EwOp.BITS, (x,))
 
     def cast(self, x: str, dtype: DType) -> str:
         if self.dtype(x) is dtype:

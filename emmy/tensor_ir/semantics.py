@@ -50,7 +50,8 @@ UFUNC = {
     EwOp.LT: np.less, EwOp.LE: np.less_equal, EwOp.GT: np.greater, EwOp.GE: np.greater_equal,
     EwOp.EQ: np.equal, EwOp.NE: np.not_equal, EwOp.AND: np.logical_and, EwOp.OR: np.logical_or,
     EwOp.BITAND: np.bitwise_and, EwOp.BITOR: np.bitwise_or, EwOp.BITXOR: np.bitwise_xor,
-    EwOp.BITNOT: np.invert, EwOp.SHL: lambda a, b: _shift(a, b, left=True),
+    EwOp.BITNOT: np.invert, EwOp.BITS: lambda x: _bits(x),
+    EwOp.SHL: lambda a, b: _shift(a, b, left=True),
     EwOp.SHR: lambda a, b: _shift(a, b, left=False),
     EwOp.WHERE: np.where,
 }
@@ -70,6 +71,12 @@ def _shift(a, b, *, left: bool):
         moved = np.left_shift(a.astype(unsigned), count.astype(unsigned)).astype(dtype)
         return np.where(inside, moved, np.zeros_like(moved))
     return np.where(inside, np.right_shift(a, count), np.where(a < 0, -1, 0).astype(dtype))
+
+
+def _bits(x):
+    """An f32 (f64) array's bits as i32 (i64)."""
+    x = np.ascontiguousarray(x)
+    return x.view(np.int32 if x.dtype == np.float32 else np.int64)
 
 
 def _divide(a, b):

@@ -1,5 +1,6 @@
-"""torch.topk (and sort, argsort: the top n) as k rounds of a row reduction, and past 32
-rounds (and for nanmedian and mode) by ranking each element: values and positions against a
+"""torch.topk (and sort, argsort: the top n) as k rounds of a row reduction; past 32 rounds
+by ranking each element or, where that costs more, by selecting the k-th largest key a bit at
+a time (and kthvalue, median, nanmedian so; mode by counting): values and positions against a
 reference that breaks ties lowest position first (emmy.selections), through the Tensor IR, the
 Loop IR and the emitted CUDA on the emulator."""
 
@@ -25,6 +26,9 @@ AWKWARD = torch.tensor([[1., 3., 3., 2., 3., NAN, -INF, -INF, NAN, 0.],
                         [NAN, -INF, NAN, NAN, -INF, NAN, -INF, NAN, NAN, -INF]])
 # past TOPK_LIMIT (32) elements a row: the ranked path, with the same ties and NaNs
 WIDE = torch.cat([AWKWARD, AWKWARD.flip(1) * 2, AWKWARD, torch.randn(3, 10), AWKWARD], 1)
+# long enough that selecting costs less than ranking: -0.0 beside +0.0 (equal, as in torch)
+LONG = torch.cat([WIDE, -WIDE, torch.zeros(3, 20), -torch.zeros(3, 20), WIDE.flip(1),
+                  torch.randn(3, 110)], 1)
 
 CASES = {
     "largest": (lambda x: torch.topk(x, 4), [torch.randn(6, 33)]),
@@ -65,6 +69,20 @@ CASES = {
     "ranked_ints": (lambda x: (torch.sort(x, 1), torch.topk(x, 35, largest=False)),
                     [torch.randint(0, 256, (3, 70)).to(torch.uint8)]),
     "ranked_bool": (lambda x: torch.sort(x > 0, dim=1, stable=True), [torch.randn(3, 40)]),
+    # selected: the k-th largest key found a bit at a time, then the k moved to slots
+    "selected_topk": (lambda x: (torch.topk(x, 40), torch.topk(x, 45, largest=False)), [LONG]),
+    "selected_dim0": (lambda x: x.topk(40, dim=0), [LONG.t().contiguous()]),
+    "selected_f16": (lambda x: torch.topk(x, 50), [(torch.randint(-60, 60, (4, 300)) / 8).half()]),
+    "selected_bf16": (lambda x: torch.topk(x, 50, largest=False),
+                      [torch.randn(4, 300).bfloat16()]),
+    "selected_ints": (lambda x: (torch.topk(x, 40), torch.topk(x, 40, largest=False)),
+                      [torch.tensor([2**63 - 1, -2**63, 0, -1, 7] * 40).reshape(2, 100)]),
+    "selected_bytes": (lambda x: torch.topk(x, 40), [torch.randint(0, 256, (3, 200)).to(torch.uint8)]),
+    "selected_f64": (lambda x: torch.topk(x, 40), [torch.cat([LONG, LONG], 1).double()]),
+    "selected_long_row": (lambda x: torch.topk(x, 50), [torch.randn(2, 5000)]),
+    "selected_kth": (lambda x: (torch.kthvalue(x, 100), torch.median(x, 1),
+                                torch.kthvalue(x, 250, 1, keepdim=True)), [LONG]),
+    "selected_median_long": (lambda x: torch.median(x, 1), [torch.randn(3, 5001)]),
     "nanmedian": (lambda x: (torch.nanmedian(x, 1), torch.nanmedian(x[1:])), [AWKWARD]),
     "nanmedian_wide": (lambda x: torch.nanmedian(x, 1, keepdim=True), [WIDE]),
     "mode": (lambda x: (torch.mode(x, 1), torch.mode(x, 0, keepdim=True)),
@@ -103,8 +121,8 @@ def _assert_same(got, want):
 
 # positions among ties that torch does not break lowest first (kthvalue, median, nanmedian,
 # mode): judged by the values they pick (emmy.selections), through check_loop_program
-BY_VALUE = ("ranked_kth", "nanmedian", "nanmedian_wide", "mode", "mode_floats", "mode_bool",
-            "mode_nan_row")
+BY_VALUE = ("ranked_kth", "selected_kth", "nanmedian", "nanmedian_wide", "mode", "mode_floats",
+            "mode_bool", "mode_nan_row")
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if n not in BY_VALUE])
@@ -121,7 +139,9 @@ def _workload(name):
 
 
 @pytest.mark.parametrize("name", ["awkward", "awkward_smallest", "int_extremes", "router",
-                                  "dim0", "bytes", "ranked_sort", "ranked_dim0"])
+                                  "dim0", "bytes", "ranked_sort", "ranked_dim0", "selected_topk",
+                                  "selected_dim0", "selected_ints", "selected_long_row",
+                                  "selected_median_long"])
 def test_topk_loop_ir_matches_the_reference(name):
     w = _workload(name)
     stages = compile_to(w, "loop")
@@ -140,7 +160,10 @@ def test_ranked_selections_loop_ir_pick_the_references_values(name):
 
 @pytest.mark.parametrize("name", ["awkward", "awkward_smallest", "int_extremes", "router",
                                   "bf16", "sort", "argsort", "bytes", "ranked_topk",
-                                  "ranked_ints", "nanmedian", "mode", "mode_nan_row"])
+                                  "ranked_ints", "nanmedian", "mode", "mode_nan_row",
+                                  "selected_topk", "selected_f16", "selected_bf16",
+                                  "selected_ints", "selected_bytes", "selected_f64",
+                                  "selected_kth"])
 def test_topk_emitted_cuda_matches_the_reference(name):
     w = _workload(name)
     stages = compile_to(w, "cuda")
@@ -164,7 +187,8 @@ def test_reference_breaks_ties_lowest_position_first():
     ("torch.topk(x > 0, 2)", "bool"),
     ("torch.sort(y)", "ranking 5000 elements along a dimension: emmy counts n * n comparisons "
                       "a row, at most 4096 elements"),
-    ("torch.topk(y, 40)", "ranking 5000 elements"),
+    ("torch.topk(y, 4500)", "topk with k=4500 of 5000 elements: emmy orders the k it selects "
+                            "by counting (k * k compares a row), k at most 4096"),
     ("torch.mode(y)", "the mode of 5000 elements"),
 ])
 def test_topk_refusals_say_why(call, message):
@@ -185,3 +209,25 @@ def test_a_sort_stores_its_ranks_once():
     assert len(loop.kernels) == 3            # ranks, positions, values
     assert any("inside a loop it does not depend on" in n for n in loop.notes)
     assert not any("recomputed" in n for n in loop.notes)
+
+
+def test_a_selection_stores_its_kth_key_once():
+    """The k-th largest key (32 counts over the row) is read by both running counts and by the
+    slots' counts: stored once, not run again as the prologue of each of those kernels."""
+    w = Workload("selected", Fn(lambda x: torch.topk(x, 50)).eval(), (torch.randn(8, 5000),),
+                 source="selected", origin="<test>")
+    loop = compile_to(w, "loop")["loop"]
+    text = str(loop)
+    assert sum("chain of 32 reductions" in n for n in loop.notes) == 1
+    assert text.count("reduce a") <= 32 + 1 + 1 + 2     # the key, the count above, the slots, ranks
+    assert len(loop.kernels) <= 8
+
+
+def test_topk_rounds_keep_their_kernels():
+    """Each round of a 32-round top-k is read by the outputs (a pick) and by the next round: no
+    statistic funnels its chain alone, so none is stored apart (a kernel per round)."""
+    w = Workload("rounds", Fn(lambda x: torch.topk(x, 32)).eval(), (torch.randn(8, 50257),),
+                 source="rounds", origin="<test>")
+    loop = compile_to(w, "loop")["loop"]
+    assert not any("compute this statistic" in n for n in loop.notes)
+    assert len(loop.kernels) <= 6

@@ -139,6 +139,8 @@ EMMY_FN bool em_signbit(double x) { return signbit(x); }
 EMMY_FN bool em_signbit(float x) { return std::signbit(x); }
 EMMY_FN bool em_signbit(double x) { return std::signbit(x); }
 #endif
+EMMY_FN int em_bits(float x) { return __float_as_int(x); }
+EMMY_FN long long em_bits(double x) { return __double_as_longlong(x); }
 
 // digamma as torch computes it: reflection below 0, the recurrence up to 10, then the
 // asymptotic series (Bernoulli numbers); -inf at +0, +inf at -0, NaN at negative integers.

@@ -1,7 +1,9 @@
 """Reductions: sum, mean, prod, max/min (values and indices), argmax/argmin, var/std, any/all,
-and the k largest or smallest elements (topk) as k rounds of a max and an argmin; sort, median
-and kthvalue through those rounds, or, past TOPK_LIMIT of them, by ranking every element (a
-count of the elements before it); nanmedian and mode by counting too; searchsorted as a count.
+and the k largest or smallest elements (topk) as k rounds of a max and an argmin, or past
+TOPK_LIMIT of them by selecting the k-th largest a bit of its key at a time (_kth_key) or by
+ranking every element (a count of the elements before it), whichever costs less; kthvalue,
+median and nanmedian by rounds or selection; sort by rounds or ranks; mode by counting;
+searchsorted as a count.
 
 `dim=None` or an empty dim list means every dimension, as in torch.
 """
@@ -256,8 +258,102 @@ def _at_ranks(b: Builder, x: str, dim: int, ranks: str, wanted: str) -> tuple[st
     wide = shape + (n,)          # the last axis: the candidate element
     hit = b.ew(E.EQ, _along_last(b, ranks, wide, dim), b.index_map(wanted, wide, axes(rank)))
     where = b.reduce(R.MAX, b.ew(E.WHERE, hit, b.iota(wide, rank), 0), [rank])
-    at = [var(gather_var(0)) if a == dim else var(axis_var(a)) for a in range(rank)]
-    return b.gather(x, shape, at, [where]), where
+    return _read_at(b, x, dim, where), where
+
+
+# ---- selection by the bits of an order key --------------------------------------------------
+
+_LOW_ZEROS = {DType.F16: 13, DType.BF16: 16}   # f32 mantissa bits a 16-bit float leaves zero
+
+
+def _key_width(dt: DType) -> int:
+    """w: the bits of _order_keys' keys for `dt`, each in [-2^(w-1), 2^(w-1))."""
+    if dt.is_float:
+        return (64 if dt is DType.F64 else 32) - _LOW_ZEROS.get(dt, 0)
+    lo, hi = dt.int_range
+    return max((-1 - lo).bit_length(), hi.bit_length()) + 1
+
+
+def _order_keys(b: Builder, x: str, largest: bool) -> str:
+    """An i64 key per element of x, in [-2^(w-1), 2^(w-1)) (w: _key_width), ordered as x is
+    (NaN above every number, -0.0 equal to +0.0), or the reverse when not `largest`. A float's
+    key is its bits as f32 (f64) with a negative's magnitude bits flipped (a larger magnitude
+    orders lower), less the low bits a 16-bit float leaves zero; an integer is its own key."""
+    dt = b.dtype(x)
+    w = _key_width(dt)
+    if dt.is_float:
+        v = b.cast(x, DType.F64 if dt is DType.F64 else DType.F32)
+        bits = b.bits(b.ew(E.WHERE, b.ew(E.EQ, v, 0.0), 0.0, v))
+        sign = 8 * b.dtype(bits).itemsize - 1
+        key = b.ew(E.BITXOR, bits, b.ew(E.BITAND, b.ew(E.SHR, bits, sign), (1 << sign) - 1))
+        key = b.cast(b.ew(E.SHR, key, _LOW_ZEROS[dt]) if dt in _LOW_ZEROS else key, DType.I64)
+        key = b.ew(E.WHERE, b.ew(E.NE, v, v), (1 << (w - 1)) - 1, key)
+    else:
+        key = b.cast(x, DType.I64)
+    return key if largest else b.ew(E.BITNOT, key)
+
+
+def _kth_key(b: Builder, key: str, w: int, dim: int, k) -> str:
+    """The k-th largest of `key` (_order_keys, w bits) along `dim`, kept as an extent-1 axis:
+    decided a bit at a time from the top, each bit one count of the keys at or above the
+    candidate (w row reductions, whatever k; k: an int, or an integer tensor over the kept
+    shape, each in [1, n])."""
+    prefix = -(1 << (w - 1))
+    for bit in reversed(range(w)):
+        # the first candidate is 0 (-2^(w-1) + 2^(w-1), which i64 holds only as a sum)
+        cand = 0 if isinstance(prefix, int) else b.ew(E.ADD, prefix, 1 << bit)
+        enough = b.reduce(R.SUM, b.cast(b.ew(E.GE, key, cand), DType.I64), (dim,), keepdim=True)
+        prefix = b.ew(E.WHERE, b.ew(E.GE, enough, k), cand, prefix)
+    return prefix
+
+
+def _kth(b: Builder, x: str, dim: int, k, largest: bool) -> tuple[str, str]:
+    """values, positions (dim kept, extent 1) of the k-th largest (smallest) along `dim`, at
+    the first position holding it: _kth_key's w counts and one search."""
+    key = _order_keys(b, x, largest)
+    found = _kth_key(b, key, _key_width(b.dtype(x)), dim, k)
+    pos = b.iota(b.shape(x), dim)
+    where = b.reduce(R.MIN, b.ew(E.WHERE, b.ew(E.EQ, key, found), pos, b.shape(x)[dim]),
+                     (dim,), keepdim=True)
+    return _read_at(b, x, dim, where), where
+
+
+def _read_at(b: Builder, x: str, dim: int, where: str) -> str:
+    """x at positions `where` along `dim` (an integer tensor over x's shape with `dim` of any
+    extent)."""
+    at = [var(gather_var(0)) if a == dim else var(axis_var(a)) for a in range(b.rank(x))]
+    return b.gather(x, b.shape(where), at, [where])
+
+
+def _top_selected(b: Builder, x: str, k: int, dim: int, largest: bool) -> tuple[str, str]:
+    """topk by selection: the k-th largest key (_kth_key), the keys above it and the first
+    of its ties to make k, moved to k slots in position order (a running count, then each
+    slot one count over the row: k * n compares), and those k ranked among themselves
+    (k * k). (w + 3) * n + k * n + 2 * k * k operations a row against ranking's n * n."""
+    shape, n = b.shape(x), b.shape(x)[dim]
+    key = _order_keys(b, x, largest)
+    kth = _kth_key(b, key, _key_width(b.dtype(x)), dim, k)
+    above = b.ew(E.GT, key, kth)
+    tie = b.ew(E.EQ, key, kth)
+    short = b.ew(E.SUB, k, b.reduce(R.SUM, b.cast(above, DType.I64), (dim,), keepdim=True))
+    ties_before = b.scan(R.SUM, b.cast(tie, DType.I64), dim, exclusive=True)
+    chosen = b.ew(E.OR, above, b.ew(E.AND, tie, b.ew(E.LT, ties_before, short)))
+    # slot s holds the (s + 1)-th chosen element: where the running count of them reaches s + 1,
+    # the count of positions whose running count is at most s (it rises by one at each)
+    running = b.scan(R.SUM, b.cast(chosen, DType.I64), dim)
+    kept = shape[:dim] + (k,) + shape[dim + 1:]
+    wide = kept + (n,)
+    below = b.ew(E.LE, _along_last(b, running, wide, dim), b.iota(wide, dim))
+    where = b.reduce(R.SUM, b.cast(below, DType.I64), [len(wide) - 1])
+    ranks = _ranks(b, _read_at(b, key, dim, where), dim, descending=True)
+    where = _at_ranks(b, where, dim, ranks, b.iota(kept, dim))[0]
+    return _read_at(b, x, dim, where), where
+
+
+def _selecting_pays(n: int, k: int, dt: DType) -> bool:
+    """Whether _top_selected costs fewer operations a row than ranking all n elements, or
+    ranking is out of reach (past RANK_LIMIT)."""
+    return n > RANK_LIMIT or (_key_width(dt) + 3) * n + k * n + 2 * k * k < n * n
 
 
 @op("sort", "sort.stable")
@@ -283,8 +379,8 @@ def lower_argsort(b, x, dim=-1, descending=False, *, stable=None):
 def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
     """values, indices of the k largest (smallest) elements along `dim`, in order: round j takes
     the extreme of the elements after round j-1's pick in that order (an O(1) test against
-    the last pick), then the first position holding it. Past TOPK_LIMIT rounds, the elements
-    ranked 0 to k - 1 (_ranks).
+    the last pick), then the first position holding it. Past TOPK_LIMIT rounds, the k selected
+    (_top_selected), or, where that costs more, the elements ranked 0 to k - 1 (_ranks).
 
     As torch orders them: NaN above every number (first when largest, last when smallest); among
     equal values the lower position first (torch leaves that order unspecified; the check's
@@ -302,6 +398,11 @@ def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
     if k > n:
         raise Refused(f"k={k} out of range: dimension {dim} has {n} elements")
     if k > TOPK_LIMIT:
+        if _selecting_pays(n, k, dt):
+            if k > RANK_LIMIT:
+                raise Refused(f"topk with k={k} of {n} elements: emmy orders the k it selects "
+                              f"by counting (k * k compares a row), k at most {RANK_LIMIT}")
+            return _top_selected(b, x, k, dim, largest)
         taken = b.iota(b.shape(x)[:dim] + (k,) + b.shape(x)[dim + 1:], dim)
         return _at_ranks(b, x, dim, _ranks(b, x, dim, descending=largest), taken)
     pos = b.iota(b.shape(x), dim)
@@ -355,8 +456,8 @@ def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
 @op("kthvalue")
 def lower_kthvalue(b, x, k, dim=-1, keepdim=False):
     """values, positions of the k-th smallest along `dim` (NaN the largest): the last of the k
-    smallest, or of the n - k + 1 largest, whichever takes fewer rounds of topk; past
-    TOPK_LIMIT rounds, the element ranked k - 1 (_ranks)."""
+    smallest, or of the n - k + 1 largest, whichever takes fewer rounds of topk, or selected
+    (_kth) where its w counts are fewer than the rounds' reductions."""
     if b.rank(x) == 0:
         if k != 1:
             raise Refused(f"k={k} out of range: a 0-d tensor has one element")
@@ -366,9 +467,8 @@ def lower_kthvalue(b, x, k, dim=-1, keepdim=False):
     if not 1 <= k <= n:
         raise Refused(f"k={k} out of range: dimension {dim} has {n} elements")
     rounds = min(k, n - k + 1)
-    if rounds > TOPK_LIMIT:
-        kth = b.full(b.shape(x)[:dim] + (1,) + b.shape(x)[dim + 1:], k - 1, DType.I64)
-        found = _at_ranks(b, x, dim, _ranks(b, x, dim, descending=False), kth)
+    if 2 * rounds > _key_width(b.dtype(x)) + 1:      # topk's rounds: two reductions each
+        found = _kth(b, x, dim, k, largest=False)
         return found if keepdim else tuple(select(b, v, dim, 0) for v in found)
     values, indices = lower_topk(b, x, rounds, dim, largest=k > n - k + 1)
     last = [select(b, v, dim, rounds - 1) for v in (values, indices)]
@@ -401,14 +501,14 @@ def lower_median_all(b, x):
 @op("nanmedian.dim")
 def lower_nanmedian_dim(b, x, dim, keepdim=False):
     """The lower median of the numbers along `dim`, NaNs left out (NaN where a row holds only
-    NaN), and its position: the element ranked (c - 1) // 2 of the c numbers, NaNs ranking
-    last."""
+    NaN), and its position: the ((c - 1) // 2 + 1)-th smallest of the c numbers, NaN being
+    the largest (_kth: k a tensor, one a row)."""
     if b.rank(x) == 0 or not b.dtype(x).is_float:
         return lower_median_dim(b, x, dim, keepdim)
     d = norm_dim(dim, b.rank(x))
     numbers = b.reduce(R.SUM, b.cast(b.ew(E.EQ, x, x), DType.I64), (d,), keepdim=True)
-    middle = b.ew(E.DIV, b.ew(E.MAX, b.ew(E.SUB, numbers, 1), 0), 2)
-    found = _at_ranks(b, x, d, _ranks(b, x, d, descending=False), middle)
+    middle = b.ew(E.ADD, b.ew(E.DIV, b.ew(E.MAX, b.ew(E.SUB, numbers, 1), 0), 2), 1)
+    found = _kth(b, x, d, middle, largest=False)
     return found if keepdim else tuple(select(b, v, d, 0) for v in found)
 
 
