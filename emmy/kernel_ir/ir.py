@@ -153,8 +153,9 @@ class LaneCombine:
 
 @dataclass(frozen=True, slots=True)
 class ScanLanes:
-    """Warp scan step: `incl` = inclusive scan of `value` over the warp's lanes, combined with
-    `carry`; `excl` the exclusive one; `carry` becomes the last lane's `incl`."""
+    """Scan step of a warp (or a block of `lanes` threads, through `scratch`): `incl` =
+    inclusive scan of `value` over the lanes, combined with `carry`; `excl` the exclusive one;
+    `carry` becomes the last lane's `incl`."""
 
     value: str
     op: ReduceOp
@@ -162,6 +163,8 @@ class ScanLanes:
     carry: str
     incl: str
     excl: str
+    lanes: int = 32
+    scratch: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

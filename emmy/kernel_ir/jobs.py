@@ -157,9 +157,10 @@ def _reciprocals(fn: Fn, f: Fold, out: list[K.KStmt]) -> Fold:
 
 
 def _warp_scan(fn: Fn, f: Fold) -> list[K.KStmt]:
-    """A warp scans its row in chunks of 32: shuffle scan of each chunk plus the carry."""
+    """A warp (a block) scans its row in chunks of its lanes: a scan of each chunk by shuffles
+    (and, across a block's warps, their totals in shared memory) plus the carry."""
     (init,) = f.accs
-    E, acc = f.axis.extent, init.acc
+    E, acc, L = f.axis.extent, init.acc, fn.d.work.lanes
     c = ctype(init.dtype)
     carry = f"{acc}_carry"
     out: list[K.KStmt] = [K.Let(carry, c, "identity", (init.op.value,), mutable=True)]
@@ -175,7 +176,7 @@ def _warp_scan(fn: Fn, f: Fold) -> list[K.KStmt]:
     env = {f.axis.var: pos}
     inner: list[K.KStmt] = [K.Index(at, var(chunk) + var("lane")),
                             K.Let(f"{at}_ok", "bool", "literal", (f"{at} < {E}",))]
-    fn.bounds[at] = E + 31
+    fn.bounds[at] = E + L - 1
     # Out-of-range lanes read a valid element and fold the identity in its place.
     safe = f"{chunk}_s"
     inner.append(K.Let(safe, "int", "literal", (f"{at}_ok ? {at} : {E - 1}",)))
@@ -185,11 +186,12 @@ def _warp_scan(fn: Fn, f: Fold) -> list[K.KStmt]:
     v, ident = f"{accum.value}_in", f"{acc}_id"
     inner.append(K.Let(ident, c, "identity", (init.op.value,)))
     inner.append(K.Let(v, c, "where", (f"{at}_ok", accum.value, ident)))
-    inner.append(K.ScanLanes(v, init.op, c, carry, f"{acc}_incl", f"{acc}_excl"))
+    inner.append(K.ScanLanes(v, init.op, c, carry, f"{acc}_incl", f"{acc}_excl", L,
+                             "scratch" if L > 32 else None))
     guarded = stmts(fn, tuple(reads_acc), "", env, lane0_stores=False, accs={acc: f"{acc}_excl"})
     guarded += stmts(fn, after, "", env, lane0_stores=False, accs={acc: f"{acc}_incl"})
     inner.append(K.If(f"{at}_ok", tuple(guarded)))
-    out.append(K.For(chunk, lin(0), lin(E), 32, tuple(inner)))
+    out.append(K.For(chunk, lin(0), lin(E), L, tuple(inner)))
     out.append(K.Let(acc, c, "copy", (carry,)))
     return out
 

@@ -72,8 +72,8 @@ def _line(s: K.KStmt) -> str:
         case K.LaneCombine(accs=accs, lanes=lanes, method=m):
             names = ", ".join(f"{n}: {op}" for n, op, _ in accs)
             return f"lane_combine({names}) over {lanes} lanes by {m}"
-        case K.ScanLanes(value=v, op=op, carry=c, incl=i, excl=e):
-            return f"{i}, {e} = warp_scan.{op}({v}, carry {c})"
+        case K.ScanLanes(value=v, op=op, carry=c, incl=i, excl=e, lanes=lanes):
+            return f"{i}, {e} = {'block' if lanes > 32 else 'warp'}_scan.{op}({v}, carry {c})"
         case K.AtomicAdd(buffer=b, offset=off, value=v):
             return f"atomic.add {b}[{render(off)}] += {v}"
         case K.Comment(text=t):

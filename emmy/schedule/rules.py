@@ -58,10 +58,6 @@ def map_is_per_thread(c: Ctx) -> str | None:
     return None
 
 
-def scan_modes(c: Ctx) -> str | None:
-    if c.facts.kind is KernelKind.SCAN and c.work.mode == "block":
-        return "a scan runs one job per thread or per warp (thread:T or warp:W)"
-    return None
 
 
 def lanes_fit_the_axis(c: Ctx) -> str | None:
@@ -116,6 +112,13 @@ def method_fits_work(c: Ctx) -> str | None:
         spelled = " or ".join("split:K:atomic|combine" if m == "split" else m for m in allowed)
         return (f"{c.reduce.method} does not fit WORK={c.work.mode}:{c.work.count} "
                 f"({c.work.lanes} lane(s) per job); use {spelled}")
+    return None
+
+
+def block_scan_shuffles(c: Ctx) -> str | None:
+    if c.facts.kind is KernelKind.SCAN and c.work.mode == "block" and c.reduce.method == "smem":
+        return ("a block scans each chunk by shuffles within its warps, the warps' totals in "
+                "shared memory; use shuffle")
     return None
 
 
@@ -224,13 +227,13 @@ def cut_chain_is_two_kernels(c: Ctx) -> str | None:
 RULES: tuple[Rule, ...] = (
     Rule("work.threads_per_block", "WORK", threads_per_block),
     Rule("work.map_is_per_thread", "WORK", map_is_per_thread),
-    Rule("work.scan_modes", "WORK", scan_modes),
     Rule("work.lanes_fit_the_axis", "WORK", lanes_fit_the_axis),
     Rule("tile.vector_bytes", "TILE", vector_bytes),
     Rule("tile.vector_divides_axis", "TILE", vector_divides_axis),
     Rule("tile.vector_aligned", "TILE", vector_aligned),
     Rule("tile.scan_vector", "TILE", scan_vector),
     Rule("reduce.method_fits_work", "REDUCE", method_fits_work),
+    Rule("reduce.block_scan_shuffles", "REDUCE", block_scan_shuffles),
     Rule("reduce.split_needs_pure_reduction", "REDUCE", split_needs_pure_reduction),
     Rule("reduce.split_ops", "REDUCE", split_ops),
     Rule("reduce.split_fits_axis", "REDUCE", split_fits_axis),

@@ -232,7 +232,7 @@ class Space:
         fewer than the SMs and the cost model gives that a tenth less time (_cheapest_reduce);
         a product whose blocks are still too few takes a smaller tile on the same terms
         (_fill_the_gpu), and a row kernel chaining many reductions the WORK the model prefers
-        (_fewest_waits)."""
+        (_cheapest_work), as a scan does (a warp a row, or a block for a few long rows)."""
         return self._default
 
     @cached_property
@@ -252,8 +252,9 @@ class Space:
             row = self._cheapest_reduce(row)
         if self.kernel.kind is KernelKind.CONTRACT:
             row = self._fill_the_gpu(row)
-        if not self.template and self.facts.fold_kinds.count(FoldKind.REDUCE) > CHAINED_REDUCES:
-            row = self._fewest_waits(row)
+        if not self.template and (self.facts.fold_kinds.count(FoldKind.REDUCE) > CHAINED_REDUCES
+                                  or self.kernel.kind is KernelKind.SCAN):
+            row = self._cheapest_work(row)
         return row
 
     def _preferred_row(self, fixed: Mapping[str, str] | None = None) -> Row | None:
@@ -344,12 +345,13 @@ class Space:
         return self._cheaper(row, serial.seconds, list(options),
                              prefer=lambda r: -_tile_area(r["TILE"]))
 
-    def _fewest_waits(self, row: Row) -> Row:
-        """A row kernel's `row`, or, where each job chains many reductions (a top-k's two a
-        round), the row with other WORK (the rest as preferred) that the cost model (no NVRTC)
-        gives at least a tenth less time: every reduction across a block waits on barriers,
+    def _cheapest_work(self, row: Row) -> Row:
+        """A row or scan kernel's `row`, or the row with other WORK (the rest as preferred) that
+        the cost model (no NVRTC) gives at least a tenth less time. Where each job chains many
+        reductions (a top-k's two a round), every reduction across a block waits on barriers,
         and one after another they make a block per row wait out most of its time, where a
-        warp per row exchanges by shuffles alone."""
+        warp per row exchanges by shuffles alone; a scan of a few long rows leaves the GPU
+        idle with a warp a row, where a block a row scans a chunk of its threads at a time."""
         options = {}
         for work in self.grammar["WORK"]:
             found = self._preferred_row({"WORK": work})

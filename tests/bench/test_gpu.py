@@ -244,3 +244,18 @@ def test_gpu_moe_router_passes_the_harness():
     stages = compile_to(w, "cuda")
     result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
     assert result.verdict == "ok" and len(result.cases) == 6, result
+
+
+@pytest.mark.gpu
+def test_gpu_topk_over_a_vocabulary_passes_the_harness():
+    """Top 50 of GPT-2's 50,257 logits over 8 rows: the k-th largest key selected a bit at a
+    time (32 counts), the running counts a block a row (em_block_scan), the slots and their
+    order (positions checked by the values they pick)."""
+    from emmy.bench.harness import check_program
+
+    w = load_expr("torch.topk(torch.randn(8, 50257), 50)")
+    stages = compile_to(w, "cuda")
+    assert any(u.row.startswith("WORK=block:") and "cumsum" in u.kernel
+               for u in stages["cuda"].units)
+    result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
+    assert result.verdict == "ok", result

@@ -78,10 +78,6 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
         (EW, "sm_90a", "WORK=warp:4 TILE=v1x1", ("`k0_expr`", "is a map", "thread:T")),
         (MAP_102, "sm_90a", "WORK=block:32 TILE=v1x1", ("`k0_expr`", "is a map", "thread:T")),
     ],
-    "work.scan_modes": [
-        (CUMSUM, "sm_90a", "WORK=block:64 TILE=v1x1 REDUCE=shuffle",
-         ("a scan runs one job per thread or per warp", "thread:T", "warp:W")),
-    ],
     "work.lanes_fit_the_axis": [
         (SOFTMAX, "sm_90a", "WORK=block:128 TILE=v1x1 REDUCE=shuffle STAGE=direct PLACE=fuse",
          ("128 threads share one job", "longest axis has 100 elements")),
@@ -115,6 +111,10 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
         (RMS, "sm_90a", "WORK=block:256 TILE=v4x1 REDUCE=serial STAGE=direct PLACE=fuse",
          ("serial does not fit WORK=block:256", "256 lane(s) per job",
           "use shuffle or smem or split:K:atomic|combine")),
+    ],
+    "reduce.block_scan_shuffles": [
+        (CUMSUM, "sm_90a", "WORK=block:64 TILE=v1x1 REDUCE=smem",
+         ("a block scans each chunk by shuffles", "use shuffle")),
     ],
     "reduce.split_needs_pure_reduction": [
         (RMS, "sm_90a", "WORK=block:256 TILE=v1x1 REDUCE=split:2:combine STAGE=direct PLACE=fuse",

@@ -307,6 +307,38 @@ template <class Op, class T> EMMY_FN void em_warp_scan(T v, T& carry, T& incl, T
   carry = em_shfl(incl, 31);
 }
 
+// The same over a block of `lanes` threads (whole warps, in order): each warp scans its values
+// by shuffles, the first warp scans the warps' totals in shared memory, and every thread
+// continues from `carry` (the same in all of them) and the totals of the warps before its own;
+// `carry` becomes the block's last inclusive value in every thread.
+template <class Op, class T> EMMY_FN void em_block_scan(T v, T& carry, T& incl, T& excl,
+                                                        unsigned char* scratch, int lanes) {
+  T* s = reinterpret_cast<T*>(scratch);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = lanes / 32;
+  T x = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    T y = em_shfl_up(x, o);
+    if (lane >= o) x = Op::apply(y, x);
+  }
+  T prev = em_shfl_up(x, 1);
+  __syncthreads();                          // the last chunk's readers of the totals are done
+  if (lane == 31) s[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    T t = lane < warps ? s[lane] : Op::template identity<T>();
+    for (int o = 1; o < 32; o <<= 1) {
+      T y = em_shfl_up(t, o);
+      if (lane >= o) t = Op::apply(y, t);
+    }
+    if (lane < warps) s[lane] = t;
+  }
+  __syncthreads();
+  const T before = warp == 0 ? carry : Op::apply(carry, s[warp - 1]);
+  excl = lane == 0 ? before : Op::apply(before, prev);
+  incl = Op::apply(before, x);
+  carry = Op::apply(carry, s[warps - 1]);
+}
+
 // Shifts as torch computes them: a count outside [0, bits) gives 0 (left) or the sign, 0 or
 // -1 (right), where C++ leaves it undefined; a left shift drops the bits past the width.
 EMMY_FN int em_shl(int a, int b) { return b < 0 || b >= 32 ? 0 : int(unsigned(a) << b); }

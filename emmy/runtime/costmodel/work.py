@@ -226,10 +226,13 @@ def _lane_fold(k: TileKernel, f: Fold, d, base: _Scope, global_buffers, t: _Tall
     E = f.axis.extent
     if f.kind is FoldKind.SCAN:
         V = N = 1
-        lanes = min(L, 32)                       # a warp scans chunks of 32
-        trips = E / lanes
-        steps = math.log2(lanes)
-        t.chain += math.ceil(trips) * (steps * SHUFFLE_STEP_CYCLES if lanes > 1 else FOLD_OP_CYCLES)
+        trips = E / L                            # a warp (a block) scans chunks of its lanes
+        steps = math.log2(min(L, 32))
+        step = steps * SHUFFLE_STEP_CYCLES if L > 1 else FOLD_OP_CYCLES
+        if L > 32:      # the warps' totals: stored, scanned by the first warp, read; 3 barriers
+            step += steps * SHUFFLE_STEP_CYCLES + 2 * SMEM_STEP_CYCLES + 3 * BARRIER_CYCLES
+            t.instructions += k.jobs * E * 4 / 32                 # a warp's total, its prefix
+        t.chain += math.ceil(trips) * step
         t.instructions += k.jobs * E * 2 * steps             # a shuffle and a combine per step
     else:
         trips = E / (L * V * N)
