@@ -29,6 +29,7 @@ WIDE = torch.cat([AWKWARD, AWKWARD.flip(1) * 2, AWKWARD, torch.randn(3, 10), AWK
 # long enough that selecting costs less than ranking: -0.0 beside +0.0 (equal, as in torch)
 LONG = torch.cat([WIDE, -WIDE, torch.zeros(3, 20), -torch.zeros(3, 20), WIDE.flip(1),
                   torch.randn(3, 110)], 1)
+MERGED = torch.cat([LONG, LONG.flip(1), LONG * 3, torch.randn(3, 101), LONG], 1)   # 1,301
 
 CASES = {
     "largest": (lambda x: torch.topk(x, 4), [torch.randn(6, 33)]),
@@ -83,6 +84,18 @@ CASES = {
     "selected_kth": (lambda x: (torch.kthvalue(x, 100), torch.median(x, 1),
                                 torch.kthvalue(x, 250, 1, keepdim=True)), [LONG]),
     "selected_median_long": (lambda x: torch.median(x, 1), [torch.randn(3, 5001)]),
+    # merged: past 1,024 elements, sorted runs merged pairwise (a binary search a merge)
+    "merged_sort": (lambda x: (torch.sort(x, 1), x.sort(1, descending=True), x.argsort(1)),
+                    [MERGED]),
+    "merged_dim0": (lambda x: x.sort(0, descending=True), [MERGED[:, :1100].t().contiguous()]),
+    "merged_topk": (lambda x: torch.topk(x, 1200, largest=False), [MERGED]),
+    "merged_16bit": (lambda x, y: (torch.sort(x, 1), torch.sort(y, 1, descending=True)),
+                     [(torch.randint(-60, 60, (2, 1500)) / 8).half(), torch.randn(2, 1100).bfloat16()]),
+    "merged_ints": (lambda x, y: (torch.sort(x, 1), torch.argsort(y, 1, descending=True)),
+                    [torch.randint(-2**31, 2**31, (2, 1030), dtype=torch.int32),
+                     torch.randint(0, 256, (2, 1030)).to(torch.uint8)]),
+    "merged_long_row": (lambda x: torch.sort(x, 1), [torch.randn(2, 5000)]),
+    "ranked_i64_past_merging": (lambda x: torch.sort(x, 1), [torch.randint(-9, 9, (2, 1500))]),
     "nanmedian": (lambda x: (torch.nanmedian(x, 1), torch.nanmedian(x[1:])), [AWKWARD]),
     "nanmedian_wide": (lambda x: torch.nanmedian(x, 1, keepdim=True), [WIDE]),
     "mode": (lambda x: (torch.mode(x, 1), torch.mode(x, 0, keepdim=True)),
@@ -141,7 +154,8 @@ def _workload(name):
 @pytest.mark.parametrize("name", ["awkward", "awkward_smallest", "int_extremes", "router",
                                   "dim0", "bytes", "ranked_sort", "ranked_dim0", "selected_topk",
                                   "selected_dim0", "selected_ints", "selected_long_row",
-                                  "selected_median_long"])
+                                  "selected_median_long", "merged_sort", "merged_dim0",
+                                  "merged_ints", "merged_long_row"])
 def test_topk_loop_ir_matches_the_reference(name):
     w = _workload(name)
     stages = compile_to(w, "loop")
@@ -163,7 +177,8 @@ def test_ranked_selections_loop_ir_pick_the_references_values(name):
                                   "ranked_ints", "nanmedian", "mode", "mode_nan_row",
                                   "selected_topk", "selected_f16", "selected_bf16",
                                   "selected_ints", "selected_bytes", "selected_f64",
-                                  "selected_kth"])
+                                  "selected_kth", "merged_sort", "merged_topk", "merged_16bit",
+                                  "merged_ints", "ranked_i64_past_merging"])
 def test_topk_emitted_cuda_matches_the_reference(name):
     w = _workload(name)
     stages = compile_to(w, "cuda")
@@ -185,10 +200,10 @@ def test_reference_breaks_ties_lowest_position_first():
 @pytest.mark.parametrize("call, message", [
     ("torch.topk(x, 0)", "k=0 selects nothing"),
     ("torch.topk(x > 0, 2)", "bool"),
-    ("torch.sort(y)", "ranking 5000 elements along a dimension: emmy counts n * n comparisons "
-                      "a row, at most 4096 elements"),
-    ("torch.topk(y, 4500)", "topk with k=4500 of 5000 elements: emmy orders the k it selects "
-                            "by counting (k * k compares a row), k at most 4096"),
+    ("torch.sort((y * 100).long())", "sorting 5000 elements of 64-bit i64 along a dimension: "
+                                     "emmy sorts rows past 4096 elements by merging keys of at "
+                                     "most 32 bits"),
+    ("torch.topk(y.double(), 4500)", "topk with k=4500 of 5000 elements of 64-bit f64"),
     ("torch.mode(y)", "the mode of 5000 elements"),
 ])
 def test_topk_refusals_say_why(call, message):
@@ -231,3 +246,13 @@ def test_topk_rounds_keep_their_kernels():
     loop = compile_to(w, "loop")["loop"]
     assert not any("compute this statistic" in n for n in loop.notes)
     assert len(loop.kernels) <= 6
+
+
+def test_a_long_sort_merges_a_kernel_a_run_length():
+    """8 rows of 50,257 (GPT-2's vocabulary): padded to 65,536, 16 merges, each a kernel
+    reading the last, then positions and values; no n * n ranking."""
+    w = Workload("merged", Fn(lambda x: torch.sort(x, 1, descending=True)).eval(),
+                 (torch.randn(8, 50257),), source="merged", origin="<test>")
+    loop = compile_to(w, "loop")["loop"]
+    assert len(loop.kernels) == 16 + 2
+    assert "reduce a" not in str(loop)
