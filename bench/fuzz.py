@@ -177,6 +177,11 @@ class Gen:
                  ("torch.nanmedian({}, {}).values", rest)]
         if not rest:
             picks = picks[:3]
+        n = math.prod(x.shape)
+        if n > 1024:        # a long row: merge-sorted, and its top k past 32 rounds selected
+            many = self.rng.randint(33, 64)
+            picks += [("torch.sort({}.reshape(-1), descending=True).values", (n,)),
+                      (f"{{}}.reshape(-1).topk({many}).values", (many,))]
         f, shape = self.rng.choice(same + fewer + picks)
         return Node(f.format(x.code, d), shape)
 

@@ -96,6 +96,9 @@ CASES = {
                      torch.randint(0, 256, (2, 1030)).to(torch.uint8)]),
     "merged_long_row": (lambda x: torch.sort(x, 1), [torch.randn(2, 5000)]),
     "ranked_i64_past_merging": (lambda x: torch.sort(x, 1), [torch.randint(-9, 9, (2, 1500))]),
+    "merged_mode": (lambda x, y: (torch.mode(x, 1), torch.mode(y, 0)),
+                    [torch.randint(0, 40, (3, 1500)).float(),
+                     torch.randint(-3, 3, (1200, 2), dtype=torch.int32)]),
     "nanmedian": (lambda x: (torch.nanmedian(x, 1), torch.nanmedian(x[1:])), [AWKWARD]),
     "nanmedian_wide": (lambda x: torch.nanmedian(x, 1, keepdim=True), [WIDE]),
     "mode": (lambda x: (torch.mode(x, 1), torch.mode(x, 0, keepdim=True)),
@@ -135,7 +138,7 @@ def _assert_same(got, want):
 # positions among ties that torch does not break lowest first (kthvalue, median, nanmedian,
 # mode): judged by the values they pick (emmy.selections), through check_loop_program
 BY_VALUE = ("ranked_kth", "selected_kth", "nanmedian", "nanmedian_wide", "mode", "mode_floats",
-            "mode_bool", "mode_nan_row")
+            "mode_bool", "mode_nan_row", "merged_mode")
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if n not in BY_VALUE])
@@ -178,7 +181,7 @@ def test_ranked_selections_loop_ir_pick_the_references_values(name):
                                   "selected_topk", "selected_f16", "selected_bf16",
                                   "selected_ints", "selected_bytes", "selected_f64",
                                   "selected_kth", "merged_sort", "merged_topk", "merged_16bit",
-                                  "merged_ints", "ranked_i64_past_merging"])
+                                  "merged_ints", "ranked_i64_past_merging", "merged_mode"])
 def test_topk_emitted_cuda_matches_the_reference(name):
     w = _workload(name)
     stages = compile_to(w, "cuda")
@@ -204,7 +207,7 @@ def test_reference_breaks_ties_lowest_position_first():
                                      "emmy sorts rows past 4096 elements by merging keys of at "
                                      "most 32 bits"),
     ("torch.topk(y.double(), 4500)", "topk with k=4500 of 5000 elements of 64-bit f64"),
-    ("torch.mode(y)", "the mode of 5000 elements"),
+    ("torch.mode(y.double())", "the mode of 5000 elements of 64-bit f64"),
 ])
 def test_topk_refusals_say_why(call, message):
     def fn(x, y):

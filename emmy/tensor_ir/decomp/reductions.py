@@ -584,17 +584,20 @@ def lower_nanmedian_all(b, x):
 @op("mode")
 def lower_mode(b, x, dim=-1, keepdim=False):
     """The most frequent value along `dim` (the smallest of those equally frequent) and its
-    last position, by counting each element's equals (n * n compares a row). A NaN equals
-    nothing, so it is the mode only of a row of NaNs (eager's answer for a row holding NaNs
-    depends on where they sit: [nan, nan, 1] gives nan, [1, nan, nan] gives 1)."""
+    last position, by counting each element's equals (n * n compares a row), or past
+    MERGE_FROM elements from the sorted row (_sorted_counts). A NaN equals nothing, so it is
+    the mode only of a row of NaNs (eager's answer for a row holding NaNs depends on where
+    they sit: [nan, nan, 1] gives nan, [1, nan, nan] gives 1)."""
     if b.rank(x) == 0:
         return x, b.full((), 0, DType.I64)
     d = norm_dim(dim, b.rank(x))
-    shape = b.shape(x)
-    mine, other = _pairs(b, x, d, "the mode of")
-    counts = b.reduce(R.SUM, b.cast(b.ew(E.EQ, other, mine), DType.I64), [len(shape)])
+    shape, dt, given = b.shape(x), b.dtype(x), x
+    if _merges(shape[d], dt):
+        x, counts = _sorted_counts(b, x, d)
+    else:
+        mine, other = _pairs(b, x, d, "the mode of")
+        counts = b.reduce(R.SUM, b.cast(b.ew(E.EQ, other, mine), DType.I64), [len(shape)])
     top = b.ew(E.EQ, counts, b.reduce(R.MAX, counts, (d,), keepdim=True))
-    dt = b.dtype(x)
     pos = b.iota(shape, d)
     if dt.is_float:
         number = b.ew(E.EQ, x, x)
@@ -606,11 +609,29 @@ def lower_mode(b, x, dim=-1, keepdim=False):
         far = True if dt is DType.BOOL else dt.int_range[1]
         value = b.reduce(R.MIN, b.ew(E.WHERE, top, x, far), (d,), keepdim=True)
         only_nan = None
-    where = b.reduce(R.MAX, b.ew(E.WHERE, b.ew(E.EQ, x, value), pos, -1), (d,), keepdim=True)
+    where = b.reduce(R.MAX, b.ew(E.WHERE, b.ew(E.EQ, given, value), pos, -1), (d,),
+                     keepdim=True)
     if only_nan is not None:        # a row of NaNs: its first
         where = b.ew(E.WHERE, only_nan, 0, where)
     value = b.cast(value, dt)
     return (value, where) if keepdim else (select(b, value, d, 0), select(b, where, d, 0))
+
+
+def _sorted_counts(b: Builder, x: str, dim: int) -> tuple[str, str]:
+    """x sorted along `dim` (_merge_sorted), and at each of its elements how many before it
+    equal it, itself included (a run's last element counts the run): a run starts where the
+    value differs from the one before (a NaN always: it equals nothing, so NaNs count 0), its
+    start carried by a running max."""
+    shape = b.shape(x)
+    ordered = _merge_sorted(b, x, dim, False, "the mode of")[0]
+    t = b.iota(shape, dim)
+    before = _read_at(b, ordered, dim, b.ew(E.MAX, b.ew(E.SUB, t, 1), 0))
+    starts = b.ew(E.OR, b.ew(E.EQ, t, 0), b.ew(E.NE, ordered, before))
+    start = b.scan(R.MAX, b.ew(E.WHERE, starts, t, 0), dim)
+    counts = b.ew(E.ADD, b.ew(E.SUB, t, start), 1)
+    if b.dtype(x).is_float:
+        counts = b.ew(E.WHERE, b.ew(E.EQ, ordered, ordered), counts, 0)
+    return ordered, counts
 
 
 @op("searchsorted.Tensor", "searchsorted.Scalar")
