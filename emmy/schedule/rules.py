@@ -58,8 +58,6 @@ def map_is_per_thread(c: Ctx) -> str | None:
     return None
 
 
-
-
 def lanes_fit_the_axis(c: Ctx) -> str | None:
     longest = max((e for _, e in c.facts.axes), default=1)
     if c.work.mode == "block" and c.work.lanes > longest:

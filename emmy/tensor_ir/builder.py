@@ -90,8 +90,8 @@ class Builder:
         return self._add(Elementwise, TensorType(shape, out), op, tuple(ops))
 
     def bits(self, x: str) -> str:
-        """x's bits as a signed integer: an f32 tensor's as i32, an f64 tensor's as i64 (wider
-        the float, wider the integer; 16-bit floats: cast to f32 first, exactly)."""
+        """x's bits read as a signed integer of their width: an f32 tensor's as i32, an f64
+        tensor's as i64 (a 16-bit float's: cast it to f32 first, which is exact)."""
         width = {DType.F32: DType.I32, DType.F64: DType.I64}.get(self.dtype(x))
         if width is None:
             raise InternalError(f"bits of {self.dtype(x)}: cast to f32 or f64 first")

@@ -135,3 +135,17 @@ def test_finish_numbers_names_in_order_and_drops_dead_code():
     assert isinstance(p.defs[2], Elementwise) and p.defs[2].args == ("v0",)
     (out,) = run(p, {"x0": np.array([1.0, -2.0, 3.0, -4.0], np.float32)})
     assert out.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_bits_reads_a_float_as_an_integer_of_its_width():
+    b, (x,) = _builder((5,))
+    bits = b.ew(EwOp.BITS, x)
+    assert b.dtype(bits) is DType.I32
+    values = np.array([1.0, -2.5, 0.0, -0.0, np.inf], np.float32)
+    (got,) = run(b.finish([bits]), {"x0": values})
+    np.testing.assert_array_equal(got, values.view(np.int32))
+    wide, (y,) = _builder((2,), dtype=DType.F64)
+    assert wide.dtype(wide.bits(y)) is DType.I64
+    half, (h,) = _builder((2,), dtype=DType.F16)
+    with pytest.raises(InternalError, match="cast to f32 or f64 first"):
+        half.bits(h)
