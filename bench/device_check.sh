@@ -12,8 +12,9 @@
 # times the decoding step alone; the core suite was measured on 2026-11-30; the conv suite is new: with time
 # left, or TESTS=0 RUN_BENCH=0, add it as SUITES="... conv:90", and the gather suite, GPT-2's
 # embeddings and LayerNorm, as "gather:40", and the block suite, a Llama-3-8B decoder layer
-# and DeepSeek-V3's MoE router (top 8 of 256 experts) against eager and torch.compile, as
-# "block:180" ("block:60:moe" times the router alone; the layer's plan, 193 programs through the cost
+# and DeepSeek-V3's MoE router (top 8 of 256 experts) and GPT-2-vocabulary sampling filters
+# (top 50, top-p) against eager and torch.compile, as "block:180" ("block:60:moe" times the
+# router alone, "block:60:sampling" the filters; the layer's plan, 193 programs through the cost
 # model, took 74 s on a 2-core CPU); the row kernels' cheaper
 # arithmetic, bench/sass_counts.py, is timed by "core:60:softmax,log_softmax,elementwise").
 # Knobs (environment):

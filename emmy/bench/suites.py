@@ -142,14 +142,18 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
     # query heads, 8 key/value heads, feed-forward 14336) over 2048 tokens, bf16; twelve kernels
     # (examples/llama_block.py), timed together
     # and DeepSeek-V3's mixture-of-experts router over 4096 tokens: a bf16 gate projection
-    # (7168 -> 256 experts), softmax in f32, the top 8, weights renormalized (two kernels)
+    # (7168 -> 256 experts), softmax in f32, the top 8, weights renormalized (two kernels), and
+    # a decoding step's sampling filters over GPT-2's vocabulary (top 50 selected, top-p over
+    # the merge-sorted probabilities)
     "block": (WorkloadSpec("llama layer", "llama_block",
                            (("batch_size", 1), ("seq_len", 2048), ("dim", 4096), ("n_heads", 32),
                             ("n_kv_heads", 8), ("hidden", 14336), ("dtype", "bfloat16")),
                            "bf16", "1x2048x4096 ffn 14336"),
               WorkloadSpec("moe router", "moe_router",
                            (("tokens", 4096), ("hidden", 7168), ("experts", 256), ("top_k", 8)),
-                           "bf16", "4096x7168 -> 256 experts, top 8")),
+                           "bf16", "4096x7168 -> 256 experts, top 8"),
+              WorkloadSpec("sampling filters", "sampling", (("batch_size", 8), ("vocab", 50257)),
+                           "f32", "8x50257, top 50 and top-p 0.9")),
 }
 
 
