@@ -12,7 +12,7 @@ from emmy.loop_ir.ir import Accum, Load
 from emmy.schedule.facts import facts, offset
 from emmy.symbolic import floordiv, lin, mod, substitute, var
 from emmy.tile_ir.ir import Fold, FoldKind
-from emmy.tile_ir.values import used
+from emmy.tile_ir.values import used, value_types
 
 
 def lower_jobs(fn: Fn) -> tuple[tuple[K.KStmt, ...], int]:
@@ -157,41 +157,63 @@ def _reciprocals(fn: Fn, f: Fold, out: list[K.KStmt]) -> Fold:
 
 
 def _warp_scan(fn: Fn, f: Fold) -> list[K.KStmt]:
-    """A warp (a block) scans its row in chunks of its lanes: a scan of each chunk by shuffles
-    (and, across a block's warps, their totals in shared memory) plus the carry."""
+    """A warp (a block) scans its row in chunks of lanes x n elements (TILE=v1xN): each lane
+    folds its n consecutive elements in order, the lanes' totals are scanned by shuffles (and,
+    across a block's warps, through shared memory) continuing from the carry, and each element
+    takes its lane's prefix combined with its own running value."""
     (init,) = f.accs
-    E, acc, L = f.axis.extent, init.acc, fn.d.work.lanes
+    E, acc, L, N = f.axis.extent, init.acc, fn.d.work.lanes, fn.d.tile.n
     c = ctype(init.dtype)
     carry = f"{acc}_carry"
     out: list[K.KStmt] = [K.Let(carry, c, "identity", (init.op.value,), mutable=True)]
     chunk = fn.fresh("chunk")
     fn.bounds[chunk] = E
-    at = f"{chunk}_i"
-    pos = lin(E - 1) - var(at) if f.reverse else var(at)
     accum_at = next(i for i, s in enumerate(f.body) if isinstance(s, Accum) and s.acc == acc)
     accum: Accum = f.body[accum_at]
     before, after = f.body[:accum_at], f.body[accum_at + 1:]
     reads_acc = _depends_on(before, acc)
     value_part = tuple(s for s in before if s not in reads_acc)
-    env = {f.axis.var: pos}
-    inner: list[K.KStmt] = [K.Index(at, var(chunk) + var("lane")),
-                            K.Let(f"{at}_ok", "bool", "literal", (f"{at} < {E}",))]
-    fn.bounds[at] = E + L - 1
-    # Out-of-range lanes read a valid element and fold the identity in its place.
-    safe = f"{chunk}_s"
-    inner.append(K.Let(safe, "int", "literal", (f"{at}_ok ? {at} : {E - 1}",)))
-    fn.bounds[safe] = E
-    safe_env = {f.axis.var: lin(E - 1) - var(safe) if f.reverse else var(safe)}
-    inner += stmts(fn, value_part, "", safe_env, lane0_stores=False)
-    v, ident = f"{accum.value}_in", f"{acc}_id"
-    inner.append(K.Let(ident, c, "identity", (init.op.value,)))
-    inner.append(K.Let(v, c, "where", (f"{at}_ok", accum.value, ident)))
-    inner.append(K.ScanLanes(v, init.op, c, carry, f"{acc}_incl", f"{acc}_excl", L,
-                             "scratch" if L > 32 else None))
-    guarded = stmts(fn, tuple(reads_acc), "", env, lane0_stores=False, accs={acc: f"{acc}_excl"})
-    guarded += stmts(fn, after, "", env, lane0_stores=False, accs={acc: f"{acc}_incl"})
-    inner.append(K.If(f"{at}_ok", tuple(guarded)))
-    out.append(K.For(chunk, lin(0), lin(E), L, tuple(inner)))
+    local = set(value_types(f.body))          # the element's own values: one set a j
+    run = f"{acc}_run"              # a lane's own running value (n > 1)
+    inner: list[K.KStmt] = [K.Let(run, c, "identity", (init.op.value,), mutable=True)] \
+        if N > 1 else []
+    ends: list[tuple[str, str, dict]] = []    # each element's (ok, suffix, env)
+    for j in range(N):
+        tag = f"_j{j}" if N > 1 else ""
+        at = f"{chunk}_i{tag}"
+        inner += [K.Index(at, var(chunk) + var("lane") * N + j),
+                  K.Let(f"{at}_ok", "bool", "literal", (f"{at} < {E}",))]
+        fn.bounds[at] = E + L * N - 1
+        # Out-of-range lanes read a valid element and fold the identity in its place.
+        safe = f"{chunk}_s{tag}"
+        inner.append(K.Let(safe, "int", "literal", (f"{at}_ok ? {at} : {E - 1}",)))
+        fn.bounds[safe] = E
+        safe_env = {f.axis.var: lin(E - 1) - var(safe) if f.reverse else var(safe)}
+        inner += stmts(fn, value_part, tag, safe_env, lane0_stores=False, local=local)
+        value = accum.value + tag if accum.value in local else accum.value
+        v, ident = f"{accum.value}_in{tag}", f"{acc}_id{tag}"
+        inner.append(K.Let(ident, c, "identity", (init.op.value,)))
+        inner.append(K.Let(v, c, "where", (f"{at}_ok", value, ident)))
+        if N > 1:
+            inner += [K.Let(f"{acc}_before{tag}", c, "copy", (run,)),
+                      K.Fold(run, init.op, v, None), K.Let(f"{acc}_upto{tag}", c, "copy", (run,))]
+        ends.append((f"{at}_ok", tag, {f.axis.var: lin(E - 1) - var(at) if f.reverse
+                                       else var(at)}))
+    inner.append(K.ScanLanes(run if N > 1 else f"{accum.value}_in", init.op, c, carry,
+                             f"{acc}_incl", f"{acc}_excl", L, "scratch" if L > 32 else None))
+    for ok, tag, env in ends:
+        excl, incl = f"{acc}_excl", f"{acc}_incl"
+        guarded: list[K.KStmt] = []
+        if N > 1:       # the lane's prefix, then its own elements up to this one
+            excl, incl = f"{acc}_excl{tag}_all", f"{acc}_incl{tag}_all"
+            for name, part in ((excl, "before"), (incl, "upto")):
+                guarded += [K.Let(name, c, "copy", (f"{acc}_excl",), mutable=True),
+                            K.Fold(name, init.op, f"{acc}_{part}{tag}", None)]
+        guarded += stmts(fn, tuple(reads_acc), tag, env, lane0_stores=False, accs={acc: excl},
+                         local=local)
+        guarded += stmts(fn, after, tag, env, lane0_stores=False, accs={acc: incl}, local=local)
+        inner.append(K.If(ok, tuple(guarded)))
+    out.append(K.For(chunk, lin(0), lin(E), L * N, tuple(inner)))
     out.append(K.Let(acc, c, "copy", (carry,)))
     return out
 

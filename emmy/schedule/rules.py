@@ -99,6 +99,13 @@ def scan_vector(c: Ctx) -> str | None:
     return None
 
 
+def scan_serial_steps(c: Ctx) -> str | None:
+    if c.facts.kind is KernelKind.SCAN and c.work.mode == "thread" and c.tile.n != 1:
+        return (f"a thread scanning its row alone folds one element a step (v1x1); n={c.tile.n} "
+                "consecutive elements a lane take a warp or a block")
+    return None
+
+
 # --- REDUCE ---------------------------------------------------------------------------------
 
 _METHODS = {"thread": ("serial",), "warp": ("shuffle",), "block": ("shuffle", "smem", "split")}
@@ -230,6 +237,7 @@ RULES: tuple[Rule, ...] = (
     Rule("tile.vector_divides_axis", "TILE", vector_divides_axis),
     Rule("tile.vector_aligned", "TILE", vector_aligned),
     Rule("tile.scan_vector", "TILE", scan_vector),
+    Rule("tile.scan_serial_steps", "TILE", scan_serial_steps),
     Rule("reduce.method_fits_work", "REDUCE", method_fits_work),
     Rule("reduce.block_scan_shuffles", "REDUCE", block_scan_shuffles),
     Rule("reduce.split_needs_pure_reduction", "REDUCE", split_needs_pure_reduction),

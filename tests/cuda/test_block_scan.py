@@ -1,7 +1,8 @@
 """Scans by a block of threads a row (WORK=block:N): each warp scans its 32 values by shuffles,
 the first warp scans the warps' totals in shared memory, and the block walks its row a chunk of
-N at a time; checked on the CPU emulator against eager at lengths no chunk divides, for every
-fold, reversed and exclusive scans, and 16-bit and integer values."""
+N at a time; and lanes that fold n consecutive elements each (TILE=v1xn) before the lanes'
+totals are scanned. Checked on the CPU emulator against eager at lengths no chunk divides, for
+every fold, reversed and exclusive scans, and 16-bit and integer values."""
 
 import pytest
 import torch
@@ -41,6 +42,19 @@ def test_block_scan_rows_are_correct(name):
     results = verify_rows(_workload(name), per_kernel=2, seed=5, targets=("sm_90a",),
                           where=_block)
     assert results and all(r.row.split()[0].startswith("WORK=block") for r in results)
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
+def _several(row) -> bool:
+    return row["TILE"] != "v1x1"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_lanes_folding_several_elements_are_correct(name):
+    results = verify_rows(_workload(name), per_kernel=2, seed=11, targets=("sm_90a",),
+                          where=_several)
+    assert results and all("TILE=v1x1" not in r.row for r in results)
     bad = [r for r in results if r.verdict != "ok"]
     assert not bad, bad
 

@@ -101,6 +101,10 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
     "tile.scan_vector": [
         (CUMSUM, "sm_90a", "WORK=warp:4 TILE=v2x1 REDUCE=shuffle", ("one element per lane (v1)",)),
     ],
+    "tile.scan_serial_steps": [
+        (CUMSUM, "sm_90a", "WORK=thread:32 TILE=v1x4 REDUCE=serial",
+         ("a thread scanning its row alone folds one element a step", "n=4")),
+    ],
     "reduce.method_fits_work": [
         (RMS, "sm_90a", "WORK=warp:4 TILE=v4x1 REDUCE=smem STAGE=direct PLACE=fuse",
          ("smem does not fit WORK=warp:4", "32 lane(s) per job", "use shuffle")),

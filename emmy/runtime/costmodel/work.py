@@ -225,15 +225,20 @@ def _lane_fold(k: TileKernel, f: Fold, d, base: _Scope, global_buffers, t: _Tall
     L, V, N = d.work.lanes, d.tile.vec, d.tile.n
     E = f.axis.extent
     if f.kind is FoldKind.SCAN:
+        # a warp (a block) scans chunks of lanes x n: n folds a lane, then the lanes' totals
+        n = N if L > 1 else 1
         V = N = 1
-        trips = E / L                            # a warp (a block) scans chunks of its lanes
+        trips = E / (L * n)
         steps = math.log2(min(L, 32))
         step = steps * SHUFFLE_STEP_CYCLES if L > 1 else FOLD_OP_CYCLES
         if L > 32:      # the warps' totals: stored, scanned by the first warp, read; 3 barriers
             step += steps * SHUFFLE_STEP_CYCLES + 2 * SMEM_STEP_CYCLES + 3 * BARRIER_CYCLES
-            t.instructions += k.jobs * E * 4 / 32                 # a warp's total, its prefix
+            t.instructions += k.jobs * E / n * 4 / 32             # a warp's total, its prefix
+        if n > 1:       # each element: its fold into the lane's, and the lane's prefix added
+            step += n * FOLD_OP_CYCLES
+            t.instructions += k.jobs * E * 3
         t.chain += math.ceil(trips) * step
-        t.instructions += k.jobs * E * 2 * steps             # a shuffle and a combine per step
+        t.instructions += k.jobs * E / n * 2 * steps         # a shuffle and a combine per step
     else:
         trips = E / (L * V * N)
         if f.accs:
