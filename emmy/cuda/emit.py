@@ -117,10 +117,9 @@ def _stmt(s: K.KStmt, depth: int) -> list[str]:
             return _combine(s)
         case K.ScanLanes(value=v, op=op, ctype=c, carry=carry, incl=incl, excl=excl,
                          lanes=lanes, scratch=scratch):
-            if lanes > 32:
-                return [f"{c} {incl}, {excl};", f"em_block_scan<{_OPS[op]}>({v}, {carry}, {incl}, "
-                                                f"{excl}, {scratch}, {lanes});"]
-            return [f"{c} {incl}, {excl};", f"em_warp_scan<{_OPS[op]}>({v}, {carry}, {incl}, {excl});"]
+            block = f", {scratch}, {lanes}" if lanes > 32 else ""
+            return [f"{c} {incl}, {excl};", f"em_{'block' if block else 'warp'}_scan<{_OPS[op]}>"
+                                            f"({v}, {carry}, {incl}, {excl}{block});"]
         case K.AtomicAdd(buffer=b, elem=t, offset=off, value=v):
             return [f"atomicAdd({b} + ({_ix(off)}), em_cvt<{t}>({v}));"]
         case K.Comment(text=t):

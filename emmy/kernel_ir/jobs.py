@@ -199,8 +199,8 @@ def _warp_scan(fn: Fn, f: Fold) -> list[K.KStmt]:
                       K.Fold(run, init.op, v, None), K.Let(f"{acc}_upto{tag}", c, "copy", (run,))]
         ends.append((f"{at}_ok", tag, {f.axis.var: lin(E - 1) - var(at) if f.reverse
                                        else var(at)}))
-    inner.append(K.ScanLanes(run if N > 1 else f"{accum.value}_in", init.op, c, carry,
-                             f"{acc}_incl", f"{acc}_excl", L, "scratch" if L > 32 else None))
+    inner.append(K.ScanLanes(run if N > 1 else v, init.op, c, carry, f"{acc}_incl",
+                             f"{acc}_excl", L, "scratch" if L > 32 else None))
     for ok, tag, env in ends:
         excl, incl = f"{acc}_excl", f"{acc}_incl"
         guarded: list[K.KStmt] = []

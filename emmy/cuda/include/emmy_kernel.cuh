@@ -292,15 +292,21 @@ template <class Op, class T> EMMY_FN T em_block_tree(T x, unsigned char* scratch
   return s[0];
 }
 
-// Inclusive and exclusive scan of one value per lane, continuing from `carry`; `carry`
-// becomes the last lane's inclusive value.
-template <class Op, class T> EMMY_FN void em_warp_scan(T v, T& carry, T& incl, T& excl) {
+// The inclusive scan of one value per lane over the warp (Kogge-Stone, by shuffles).
+template <class Op, class T> EMMY_FN T em_warp_inclusive(T x) {
   const int lane = threadIdx.x % 32;
-  T x = v;
   for (int o = 1; o < 32; o <<= 1) {
     T y = em_shfl_up(x, o);
     if (lane >= o) x = Op::apply(y, x);
   }
+  return x;
+}
+
+// Inclusive and exclusive scan of one value per lane, continuing from `carry`; `carry`
+// becomes the last lane's inclusive value.
+template <class Op, class T> EMMY_FN void em_warp_scan(T v, T& carry, T& incl, T& excl) {
+  const int lane = threadIdx.x % 32;
+  const T x = em_warp_inclusive<Op>(v);
   T prev = em_shfl_up(x, 1);
   excl = lane == 0 ? carry : Op::apply(carry, prev);
   incl = Op::apply(carry, x);
@@ -315,21 +321,13 @@ template <class Op, class T> EMMY_FN void em_block_scan(T v, T& carry, T& incl, 
                                                         unsigned char* scratch, int lanes) {
   T* s = reinterpret_cast<T*>(scratch);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = lanes / 32;
-  T x = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    T y = em_shfl_up(x, o);
-    if (lane >= o) x = Op::apply(y, x);
-  }
+  const T x = em_warp_inclusive<Op>(v);
   T prev = em_shfl_up(x, 1);
   __syncthreads();                          // the last chunk's readers of the totals are done
   if (lane == 31) s[warp] = x;
   __syncthreads();
   if (warp == 0) {
-    T t = lane < warps ? s[lane] : Op::template identity<T>();
-    for (int o = 1; o < 32; o <<= 1) {
-      T y = em_shfl_up(t, o);
-      if (lane >= o) t = Op::apply(y, t);
-    }
+    const T t = em_warp_inclusive<Op>(lane < warps ? s[lane] : Op::template identity<T>());
     if (lane < warps) s[lane] = t;
   }
   __syncthreads();
