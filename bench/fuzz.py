@@ -187,8 +187,11 @@ class Gen:
 
     def norm(self, x: Node) -> Node:
         last = x.shape[-1]
-        f = self.rng.choice([f"F.layer_norm({{}}, ({last},))", f"F.rms_norm({{}}, ({last},))",
-                             "({0} - {0}.mean(-1, keepdim=True))"])
+        forms = [f"F.layer_norm({{}}, ({last},))", f"F.rms_norm({{}}, ({last},))",
+                 "({0} - {0}.mean(-1, keepdim=True))"]
+        if last == 1:    # x / sqrt(x^2 + eps) is a sign function: a rounding apart at 0 is +-1
+            forms.remove(forms[1])
+        f = self.rng.choice(forms)
         return Node(f.format(x.code), x.shape)
 
     def layout(self, x: Node) -> Node:

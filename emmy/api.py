@@ -1,36 +1,64 @@
 """`emmy.compile(model, *example_inputs)`: a callable that runs the tuned kernels.
 
 Rows come from the schedule database (the best row `emmy-agent optimize` found for each kernel
-identity on the target) or the space's default. On a machine with a CUDA GPU the callable runs
-the compiled kernels; elsewhere it runs the model eagerly and says so in `backend`.
+identity on the target) or the space's default. Where the kernels run is `run`:
+
+- `auto`: on the GPU when there is one, else the model eagerly (and `backend` says so);
+- `gpu`: on the GPU (an error where there is none);
+- `emulate`: the emitted CUDA on the CPU emulator (every thread a host thread: for checking
+  the kernels at small shapes, never for speed);
+- `eager`: the model itself (the kernels are still compiled, so `rows` and `source` show them).
+
+Each call returns new output tensors (a later call never overwrites an earlier result).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from emmy.errors import UserError
+
+RUNS = ("auto", "gpu", "emulate", "eager")
+
+
+class KernelFailed(RuntimeError):
+    """An emulated kernel crashed, hung or did not build (a bug in emmy, not in the input)."""
+
 
 class Compiled:
     """The compiled program of one model at the example inputs' shapes."""
 
-    def __init__(self, model, example_inputs: tuple, *, target: str, db: str | None):
+    def __init__(self, model, example_inputs: tuple, *, target: str, db: str | None,
+                 run: str = "auto", name: str | None = None):
         from emmy.frontend.workload import Workload
         from emmy.pipeline import Options, compile_to
         from emmy.runtime.gpu import gpu_available
 
+        if run not in RUNS:
+            raise UserError(f"run must be one of {', '.join(RUNS)}, not `{run}`")
+        if run == "gpu" and not gpu_available():
+            raise UserError("run=gpu: no CUDA GPU is available here (cupy and torch.cuda must "
+                            "both see one); run=emulate checks the kernels on the CPU")
         self.model = model.eval()
-        workload = Workload(name=type(model).__name__.lower(), model=self.model,
+        workload = Workload(name=name or type(model).__name__.lower(), model=self.model,
                             inputs=tuple(example_inputs), source="", origin="<api>")
         results = compile_to(workload, "cuda", Options(target=target, db=db))
         self.graph = results["torch"]
         self.program = results["cuda"]
         self.rows = {u.kernel: u.row for u in self.program.units}
+        self.run = "gpu" if run == "auto" and gpu_available() else \
+            "eager" if run == "auto" else run
         self._gpu = None
-        if gpu_available():
+        self._values = self.graph.values     # parameters and buffers, moved once to the GPU
+        if self.run == "gpu":
             from emmy.runtime.gpu import GpuProgram
 
             self._gpu = GpuProgram(self.program)
-        self.backend = "cuda (emmy kernels)" if self._gpu else "eager torch (no CUDA GPU here)"
+            self._values = {n: v.to(self._gpu.device) for n, v in self.graph.values.items()}
+        self.backend = {"gpu": "cuda (emmy kernels)",
+                        "emulate": "cpu emulator (emmy kernels; for checking, not speed)",
+                        "eager": "eager torch" + (" (no CUDA GPU here)" if run == "auto"
+                                                  else " (asked for)")}[self.run]
 
     def __repr__(self) -> str:
         rows = "".join(f"\n  {k}: {r}" for k, r in self.rows.items())
@@ -42,18 +70,48 @@ class Compiled:
         return "\n".join(u.source for u in self.program.units)
 
     def __call__(self, *inputs) -> Any:
-        if self._gpu is None:
+        if self.run == "eager":
             import torch
 
             with torch.no_grad():
                 return self.model(*inputs)
-        bound = {p.name: t for p, t in zip(self.graph.inputs, inputs)}
-        bound.update(self.graph.values)
-        outs = self._gpu.run(bound)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        outs = self.outputs(*inputs)
+        return outs[0] if len(outs) == 1 else outs
+
+    def outputs(self, *inputs) -> tuple:
+        """The program's outputs, in the order the model returns them (flattened), computed by
+        the kernels (on the GPU, or on the CPU emulator with run=emulate)."""
+        import torch
+
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        if len(tensors) != len(self.graph.inputs):
+            raise UserError(f"the compiled program takes {len(self.graph.inputs)} tensor "
+                            f"inputs, got {len(tensors)}")
+        bound = {p.name: t for p, t in zip(self.graph.inputs, tensors)}
+        bound.update(self._values)
+        if self.run == "gpu":
+            return self._gpu.call(bound)
+        if self.run == "emulate":
+            return self._emulated(bound)
+        raise UserError("this program runs eagerly (run=eager): call it, not outputs()")
+
+    def _emulated(self, bound: dict) -> tuple:
+        import torch
+
+        from emmy.dtypes import to_torch
+        from emmy.runtime.cpu import run_program
+
+        res = run_program(self.program, bound)
+        if not res.ok:
+            raise KernelFailed(f"the emulated kernel {res.failed} failed ({res.status}): "
+                                f"{res.log[-2000:]}")
+        return tuple(torch.from_numpy(o.copy()).to(to_torch(b.type.dtype))   # bf16 comes as f32
+                     for o, b in zip(res.outputs, self.program.outputs))
 
 
-def compile(model, *example_inputs, target: str = "sm_90a", db: str | None = "") -> Compiled:
+def compile(model, *example_inputs, target: str = "sm_90a", db: str | None = "",
+            run: str = "auto") -> Compiled:
     """Compile `model` for the shapes of `example_inputs` (db: a schedule database path, "" the
-    default one, None to ignore tuned rows)."""
-    return Compiled(model, example_inputs, target=target, db=db)
+    default one, None to ignore tuned rows; run: auto, gpu, emulate or eager, as the module
+    says)."""
+    return Compiled(model, example_inputs, target=target, db=db, run=run)

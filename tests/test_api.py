@@ -1,5 +1,6 @@
 """`emmy.compile`: compiles with tuned rows; runs eagerly where there is no GPU."""
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -19,3 +20,35 @@ def test_compile_returns_a_callable_that_matches_eager():
     torch.testing.assert_close(out.cpu(), model(x).detach(), atol=1e-4, rtol=1e-4)
     if not gpu_available():
         assert compiled.backend.startswith("eager")
+
+
+def test_run_emulate_runs_the_kernels_on_the_cpu():
+    """run=emulate runs the emitted CUDA on the CPU emulator (not eager): new outputs each
+    call, in the model's dtype."""
+    model = nn.LayerNorm(32).to(torch.bfloat16)
+    x = torch.randn(4, 32).to(torch.bfloat16)
+    compiled = emmy.compile(model, x, db=None, run="emulate")
+    assert compiled.backend.startswith("cpu emulator")
+    out = compiled(x)
+    assert out.dtype == torch.bfloat16 and out is not compiled(x)
+    torch.testing.assert_close(out, model(x).detach(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("run, message", [
+    ("fast", "run must be one of auto, gpu, emulate, eager"),
+    pytest.param("gpu", "no CUDA GPU is available here", marks=pytest.mark.skipif(
+        gpu_available(), reason="a GPU is here")),
+])
+def test_bad_runs_say_what_is_accepted(run, message):
+    from emmy.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        emmy.compile(nn.RMSNorm(8), torch.randn(2, 8), run=run)
+
+
+def test_run_eager_compiles_but_runs_the_model():
+    model = nn.RMSNorm(8)
+    x = torch.randn(2, 8)
+    compiled = emmy.compile(model, x, db=None, run="eager")
+    assert compiled.backend == "eager torch (asked for)" and compiled.rows
+    torch.testing.assert_close(compiled(x), model(x).detach())

@@ -211,6 +211,25 @@ class GpuProgram:
         return tuple(self.buffers[b.name] for b in self.prog.outputs)
 
 
+    def call(self, inputs: Mapping[str, Any]) -> tuple:
+        """Run on `inputs` into new output tensors, enqueued on torch's current stream (no
+        poisoning, no wait: what `emmy.compile`'s callable does). Intermediates and
+        temporaries are this program's own, so calls on one stream follow each other."""
+        import torch
+
+        for b in self.prog.outputs:
+            self.buffers[b.name] = torch.empty(b.type.shape, dtype=to_torch(b.type.dtype),
+                                               device=self.device)
+        try:
+            self.bind(inputs)
+            self.launch()
+        except (KeyError, ValueError):
+            raise
+        except Exception as e:
+            raise GpuError(f"{type(e).__name__}: {e}") from e
+        return tuple(self.buffers[b.name] for b in self.prog.outputs)
+
+
 def resident_grid(grid: int, cluster: int, resident: int | None) -> int:
     """The grid of a persistent launch (blocks walk the work in steps of gridDim.x) on a GPU
     that holds `resident` of its blocks at once (None: unknown). The compiled grid assumes the

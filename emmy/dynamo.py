@@ -1,0 +1,129 @@
+"""emmy as a `torch.compile` backend:
+
+    compiled = torch.compile(model, backend="emmy", dynamic=False)
+    compiled = torch.compile(model, backend="emmy", dynamic=False,
+                             options={"run": "emulate", "target": "sm_80", "db": "tuned.json"})
+
+TorchDynamo hands each captured graph (the parts between graph breaks) to `backend`, which
+compiles it through every emmy stage with the schedule database's rows (`emmy.compile`) and
+returns the callable that runs its kernels. Options: `run` (auto, gpu, emulate, eager: as
+`emmy.compile`'s; auto runs on the GPU where there is one and eagerly elsewhere), `target`,
+`db` (a schedule database path; "" the default one, None for the default rows only) and
+`fallback` (True: a graph emmy refuses, a dynamic-shape graph and a call that autograd must
+see run the captured graph eagerly, with a warning saying why; False: a refused graph raises).
+
+Each graph's outcome is appended to `graphs` (a `Graph`: its kernels and rows, or why it runs
+eagerly), so a program can say what emmy compiled.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from emmy.api import RUNS, Compiled
+from emmy.errors import UserError
+
+OPTIONS = ("run", "target", "db", "fallback")
+
+
+@dataclass
+class Graph:
+    """One graph TorchDynamo captured and what emmy made of it."""
+
+    name: str
+    ops: int                                       # call_function nodes in the captured graph
+    compiled: Any = None                           # emmy.api.Compiled, or None
+    eager_reason: str = ""                         # why it runs eagerly (empty when compiled)
+    calls: dict[str, int] = field(default_factory=lambda: {"kernels": 0, "eager": 0})
+
+    def __str__(self) -> str:
+        if self.compiled is None:
+            return f"{self.name}: {self.ops} op(s), eager: {self.eager_reason}"
+        return (f"{self.name}: {self.ops} op(s) -> {len(self.compiled.rows)} kernel(s), "
+                f"{self.compiled.backend}")
+
+
+graphs: list[Graph] = []
+
+
+def backend(gm, example_inputs, options: dict | None = None, mode: str | None = None
+            ) -> Callable:
+    """The backend TorchDynamo calls with one captured graph (`gm`, an FX GraphModule whose
+    outputs are a tuple) and its example inputs; returns the callable dynamo runs instead."""
+    opts = dict(options or {})
+    unknown = sorted(set(opts) - set(OPTIONS))
+    if unknown:
+        raise UserError(f"unknown emmy backend option(s) {', '.join(unknown)}; the options are "
+                        f"{', '.join(OPTIONS)}")
+    fallback = opts.pop("fallback", True)
+    run = opts.get("run", "auto")
+    if run not in RUNS:
+        raise UserError(f"run must be one of {', '.join(RUNS)}, not `{run}`")
+    graph = Graph(name=f"graph{len(graphs)}", ops=sum(
+        n.op in ("call_function", "call_method", "call_module") for n in gm.graph.nodes))
+    graphs.append(graph)
+    reason = _dynamic(example_inputs)
+    if reason is None:
+        try:
+            graph.compiled = Compiled(gm, tuple(example_inputs),
+                                      target=opts.get("target", "sm_90a"), db=opts.get("db", ""),
+                                      run=run, name=f"dynamo_{graph.name}")
+        except UserError as e:
+            if not fallback or str(e).startswith("run=gpu"):
+                graphs.remove(graph)
+                raise
+            reason = f"emmy refused it: {e}"
+    if reason is not None:
+        graph.eager_reason = reason
+        warnings.warn(f"emmy: {graph.name} runs eagerly: {reason}", stacklevel=2)
+        return _counted(gm.forward, graph, "eager")
+    if graph.compiled.run == "eager":
+        graph.eager_reason = graph.compiled.backend
+        return _counted(gm.forward, graph, "eager")
+    return _runner(gm, graph)
+
+
+def _dynamic(example_inputs) -> str | None:
+    """Why the graph cannot be compiled for static shapes, or None."""
+    import torch
+
+    for x in example_inputs:
+        if isinstance(x, torch.SymInt) or (
+                isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt)
+                                                    for s in (*x.shape, *x.stride()))):
+            return ("its shapes are dynamic; emmy compiles static shapes only (torch.compile(..., "
+                    "dynamic=False) compiles each shape it meets)")
+    return None
+
+
+def _counted(fn: Callable, graph: Graph, how: str) -> Callable:
+    def run(*args):
+        graph.calls[how] += 1
+        return fn(*args)
+
+    return run
+
+
+def _runner(gm, graph: Graph) -> Callable:
+    """The kernels, or the captured graph where autograd must record the call."""
+    import torch
+
+    compiled = graph.compiled
+    warned = []
+
+    def run(*args):
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
+                                           for a in args):
+            if not warned:
+                warned.append(True)
+                warnings.warn(f"emmy: {graph.name} runs eagerly while autograd records it (emmy "
+                              "compiles inference: use torch.no_grad() or inputs that need no "
+                              "gradient)", stacklevel=2)
+            graph.calls["eager"] += 1
+            return gm.forward(*args)
+        graph.calls["kernels"] += 1
+        return compiled.outputs(*args)
+
+    return run

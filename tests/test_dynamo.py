@@ -1,0 +1,188 @@
+"""emmy as a torch.compile backend: graphs compiled through every stage with the schedule
+database's rows, run on the CPU emulator here (run=emulate) and compared with eager."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import emmy.dynamo
+from emmy.runtime.gpu import gpu_available
+
+EMULATE = {"run": "emulate", "db": None}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    emmy.dynamo.graphs.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def compiled(fn, options=EMULATE, **kw):
+    return torch.compile(fn, backend=emmy.dynamo.backend, dynamic=False, options=dict(options),
+                         **kw)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.norm = nn.Linear(16, 32), nn.LayerNorm(32)
+
+    def forward(self, x):
+        return self.norm(nn.functional.gelu(self.up(x))), x.softmax(-1)
+
+
+def test_the_backend_name_runs_the_kernels_of_each_graph():
+    """backend="emmy" (the entry point pip installs) compiles the graph; its kernels, run on
+    the emulator, agree with eager, and every call returns new tensors."""
+    model = Block().eval()
+    f = torch.compile(model, backend="emmy", dynamic=False, options=dict(EMULATE))
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        got, want = f(x), model(x)
+        again = f(torch.randn(4, 16))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+    assert not torch.equal(got[0], again[0])          # the second call did not overwrite the first
+    (graph,) = emmy.dynamo.graphs
+    assert graph.compiled is not None and len(graph.compiled.rows) >= 2
+    assert graph.calls == {"kernels": 2, "eager": 0}
+    assert "kernel(s), cpu emulator" in str(graph)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_outputs_keep_their_dtype(dtype):
+    model = nn.LayerNorm(32).to(dtype).eval()
+    x = torch.randn(4, 32).to(dtype)
+    with torch.no_grad():
+        got = compiled(model)(x)
+        want = model(x)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+
+
+def test_a_graph_break_gives_two_compiled_graphs():
+    def fn(x):
+        y = x.softmax(-1)
+        torch._dynamo.graph_break()
+        return (y * 2).relu()
+
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(fn)(x), fn(x))
+    assert len(emmy.dynamo.graphs) == 2
+    assert all(g.compiled is not None for g in emmy.dynamo.graphs)
+
+
+def test_outputs_that_repeat_or_view_the_input_come_back_right():
+    def fn(x):
+        y = x * 2
+        return y, y, x.t(), x[1:]
+
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        got = compiled(fn)(x)
+    for g, w in zip(got, fn(x)):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g, w)
+
+
+def test_autograd_calls_run_the_captured_graph_eagerly():
+    """Kernels compiled for inference give no gradient: where autograd records the call the
+    graph runs eagerly (with a warning), so backward still works."""
+    model = nn.Linear(8, 4)
+    f = compiled(model)
+    x = torch.randn(2, 8)
+    with pytest.warns(UserWarning, match="runs eagerly while autograd records it"):
+        y = f(x)
+    y.sum().backward()
+    assert model.weight.grad is not None
+    assert emmy.dynamo.graphs[-1].calls["eager"] == 1
+
+
+def test_dynamic_shapes_fall_back_to_eager_and_say_why():
+    f = torch.compile(lambda x: x.softmax(-1), backend=emmy.dynamo.backend, dynamic=True,
+                      options=dict(EMULATE))
+    x = torch.randn(3, 8)
+    with pytest.warns(UserWarning, match="shapes are dynamic"), torch.no_grad():
+        torch.testing.assert_close(f(x), x.softmax(-1))
+    assert emmy.dynamo.graphs[-1].compiled is None
+
+
+def test_a_refused_graph_runs_eagerly_or_raises_when_asked():
+    def fn(x):
+        return torch.linalg.inv(x) + 1
+
+    x = torch.randn(4, 4) + 4 * torch.eye(4)
+    with pytest.warns(UserWarning, match="emmy refused it"), torch.no_grad():
+        torch.testing.assert_close(compiled(fn)(x), fn(x))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="linalg"), torch.no_grad():
+        compiled(fn, options={**EMULATE, "fallback": False})(x)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"bogus": 1}, "unknown emmy backend option"),
+    ({"run": "fast"}, "run must be one of auto, gpu, emulate, eager"),
+])
+def test_bad_options_are_refused_with_the_accepted_ones(options, message):
+    with pytest.raises(Exception, match=message), torch.no_grad():
+        compiled(lambda x: x + 1, options)(torch.randn(3))
+
+
+def test_rows_come_from_the_schedule_database(tmp_path):
+    """A row tuned for a kernel (here written into the database directly, as emmy-agent keeps
+    its best) is the row torch.compile's graph gets for the same kernel."""
+    from agent.db import ScheduleDb
+    from agent.evaluator import open_evaluator
+    from agent.models import DbEntry
+
+    ev = open_evaluator(None, [], "sm_90a", device="cpu",
+                        expr="nn.RMSNorm(64)(torch.randn(4, 64))")
+    (kernel,) = ev.kernels()
+    row = next(r for r in ev.all_rows(kernel.name) if r != kernel.default_row)
+    db = tmp_path / "db.json"
+    ScheduleDb(db).offer([DbEntry(identity=kernel.identity, target="sm_90a", kernel=kernel.name,
+                                  workload="w", row=row, median_us=1.0, method="modeled",
+                                  trace=None, time="t")])
+    model = nn.RMSNorm(64).eval()
+    x = torch.randn(4, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(model, {"run": "emulate", "db": str(db)})(x),
+                                   model(x))
+    (graph,) = emmy.dynamo.graphs
+    assert list(graph.compiled.rows.values()) == [row]
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the no-GPU default")
+def test_without_a_gpu_auto_compiles_and_runs_eagerly():
+    model = nn.RMSNorm(64).eval()
+    x = torch.randn(4, 64)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(compiled(model, {"db": None})(x), model(x))
+    (graph,) = emmy.dynamo.graphs
+    assert graph.compiled is not None and graph.eager_reason.startswith("eager torch")
+    assert graph.calls == {"kernels": 0, "eager": 1}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_gpu_kernels_of_a_compiled_block_match_eager(dtype):
+    """On a GPU, run=auto runs the kernels (tensor cores for the f16 product) on torch's
+    stream, into new outputs at each call."""
+    model = Block().to("cuda", dtype).eval()
+    f = compiled(model, {"db": None})
+    x = torch.randn(64, 16, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        got, want = f(x), model(x)
+        f(torch.randn(64, 16, device="cuda", dtype=dtype))
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    for g, w in zip(got, want):
+        assert g.is_cuda and g.dtype == dtype
+        torch.testing.assert_close(g, w, atol=tol, rtol=tol)
+    (graph,) = emmy.dynamo.graphs
+    assert graph.compiled.backend.startswith("cuda") and graph.calls["kernels"] == 2
