@@ -33,6 +33,7 @@ class BadInput(Exception):
 
 
 EXPR_PATH = "<expr>"   # a WorkloadRecord's path for a -c expression (its source: the expression)
+GRAPH_PATH = "<torch.compile>"   # ... for a graph the emmy backend got (its source: FX code)
 
 
 def workload_record(path: str | Path | None, sets: list[str],

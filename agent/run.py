@@ -11,8 +11,8 @@ from typing import Any
 from agent.api import Session
 from agent.budget import Budget
 from agent.db import ScheduleDb
-from agent.evaluator import (EXPR_PATH, BadInput, check_workload_args, gpu_name, open_evaluator,
-                             versions, workload_record)
+from agent.evaluator import (EXPR_PATH, GRAPH_PATH, BadInput, check_workload_args, gpu_name,
+                             open_evaluator, versions, workload_record)
 from agent.models import (BestEntry, DbEntry, HeaderEvent, NoteEvent, ResumeEvent,
                           SummaryEvent, WorkloadRecord)
 from agent.trace import Trace, TraceWriter, default_path
@@ -76,10 +76,12 @@ def device_sentence(device: str) -> str:
             "time is MODELED by the cost model, not measured")
 
 
-def optimize(cfg: RunConfig, view_factory, evaluator=None) -> Outcome:
+def optimize(cfg: RunConfig, view_factory, evaluator=None,
+             record: WorkloadRecord | None = None) -> Outcome:
     """Run one optimization (or continue one with cfg.resume); return its outcome.
 
-    `evaluator` replaces the compiler's Evaluator for the workload (tests pass a fake).
+    `evaluator` replaces the compiler's Evaluator for the workload (tests pass a fake; the
+    torch.compile backend passes one over the graph it captured, with that graph's `record`).
     """
     previous = Trace.read(cfg.resume) if cfg.resume else None
     if previous is not None:
@@ -89,10 +91,10 @@ def optimize(cfg: RunConfig, view_factory, evaluator=None) -> Outcome:
             raise BadInput(f"{cfg.resume} is a finished run (it has a summary); nothing to resume")
         cfg = _from_header(cfg, previous.header)
     policy_name, why = choose_policy(cfg)
-    if previous is None:
+    if previous is None and record is None:
         check_workload_args(cfg.file, cfg.expr, cfg.sets)
         record = workload_record(cfg.file, cfg.sets, cfg.expr)
-    else:
+    elif previous is not None:
         record = previous.header.workload
     ev = evaluator or open_recorded(record, cfg.target, cfg.device)
     budget = Budget(cfg.budget, cfg.max_turns, cfg.max_tokens, cfg.time_limit)
@@ -229,6 +231,9 @@ def _from_header(cfg: RunConfig, header: HeaderEvent) -> RunConfig:
 
 def open_recorded(w: WorkloadRecord, target: str, device: str = "auto"):
     """The Evaluator of the workload a record names: its expression, or its file as recorded."""
+    if w.path == GRAPH_PATH:
+        raise BadInput(f"{w.name} is a graph torch.compile captured (its FX code is in the "
+                       "trace); run the program again with the emmy backend to re-run it")
     ev = open_evaluator(None, [], target, device, expr=w.source) if w.path == EXPR_PATH \
         else open_evaluator(materialize(w), list(w.sets), target, device)
     if not ev.kernels():

@@ -25,7 +25,8 @@ from typing import Any, Callable
 from emmy.api import RUNS, Compiled
 from emmy.errors import UserError
 
-OPTIONS = ("run", "target", "db", "fallback")
+OPTIONS = ("run", "target", "db", "fallback", "tune")
+AUTOTUNE_BUDGET = 20   # evaluations a graph's kernels share under mode="max-autotune"
 
 
 @dataclass
@@ -36,13 +37,14 @@ class Graph:
     ops: int                                       # call_function nodes in the captured graph
     compiled: Any = None                           # emmy.api.Compiled, or None
     eager_reason: str = ""                         # why it runs eagerly (empty when compiled)
+    tuned: str = ""                                # what tuning it did, and where its trace is
     calls: dict[str, int] = field(default_factory=lambda: {"kernels": 0, "eager": 0})
 
     def __str__(self) -> str:
         if self.compiled is None:
             return f"{self.name}: {self.ops} op(s), eager: {self.eager_reason}"
         return (f"{self.name}: {self.ops} op(s) -> {len(self.compiled.rows)} kernel(s), "
-                f"{self.compiled.backend}")
+                f"{self.compiled.backend}" + (f"; tuned: {self.tuned}" if self.tuned else ""))
 
 
 graphs: list[Graph] = []
@@ -61,12 +63,20 @@ def backend(gm, example_inputs, options: dict | None = None, mode: str | None = 
     run = opts.get("run", "auto")
     if run not in RUNS:
         raise UserError(f"run must be one of {', '.join(RUNS)}, not `{run}`")
+    tune = opts.get("tune", AUTOTUNE_BUDGET if mode == "max-autotune" else 0)
+    if not isinstance(tune, int) or isinstance(tune, bool) or tune < 0:
+        raise UserError(f"tune is a number of evaluations (0 to tune nothing), not `{tune!r}`")
+    if tune and opts.get("db", "") is None:
+        raise UserError("tune keeps the rows it finds in a schedule database: give db a path, "
+                        "or leave it out for the default one")
     graph = Graph(name=f"graph{len(graphs)}", ops=sum(
         n.op in ("call_function", "call_method", "call_module") for n in gm.graph.nodes))
     graphs.append(graph)
     reason = _dynamic(example_inputs)
     if reason is None:
         try:
+            if tune:
+                graph.tuned = _tune(gm, example_inputs, graph, tune, opts)
             graph.compiled = Compiled(gm, tuple(example_inputs),
                                       target=opts.get("target", "sm_90a"), db=opts.get("db", ""),
                                       run=run, name=f"dynamo_{graph.name}")
@@ -127,3 +137,31 @@ def _runner(gm, graph: Graph) -> Callable:
         return compiled.outputs(*args)
 
     return run
+
+
+def _tune(gm, example_inputs, graph: Graph, budget: int, opts: dict) -> str:
+    """Search the graph's schedules (emmy-agent's built-in search policy, `budget`
+    evaluations: correctness on fresh inputs, then measured on a GPU or modeled elsewhere);
+    its best rows go to the schedule database, where the compile that follows finds them."""
+    import hashlib
+
+    from agent.console import View
+    from agent.models import WorkloadRecord
+    from agent.run import GRAPH_PATH, RunConfig, optimize
+    from emmy.evaluate import Evaluator
+    from emmy.frontend.workload import Workload
+
+    name = f"dynamo_{graph.name}"
+    code = gm.code
+    workload = Workload(name=name, model=gm.eval(), inputs=tuple(example_inputs), source=code,
+                        origin=GRAPH_PATH)
+    ev = Evaluator(workload, opts.get("target", "sm_90a"))
+    ev.time_baselines = False           # torch.compile is not to be called from its backend
+    record = WorkloadRecord(name=name, path=GRAPH_PATH, source=code,
+                            sha256=hashlib.sha256(code.encode()).hexdigest(), sets=[])
+    cfg = RunConfig(file=None, target=ev.target, policy="search", budget=budget,
+                    db=opts.get("db") or None)
+    out = optimize(cfg, lambda n: View(n, quiet=True), evaluator=ev, record=record)
+    timing = "measured" if ev.device == "gpu" else "modeled"
+    return (f"{out.summary.budget.evaluations_used} evaluation(s) by the search policy "
+            f"({timing}), {len(out.kept)} row(s) kept; trace {out.trace}")

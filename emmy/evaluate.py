@@ -66,6 +66,7 @@ class Evaluator:
         self._kernels = with_cut_chains(self._tile.kernels, base["loop"])
         self._spaces = {k.name: space_of(k, self._target) for k in self._kernels}
         self._baselines: dict | None = None
+        self.time_baselines = True   # eager and torch.compile timed next to a row (GPU only)
         # The evaluation of each program checked, by its rows: another kernel's default row
         # (the other kernels on theirs) is the same program, and is not run again.
         self._programs: dict[tuple, Evaluation] = {}
@@ -201,7 +202,7 @@ class Evaluator:
 
     def baselines(self) -> dict:
         """eager and torch.compile times of the workload (measured; {} without a GPU)."""
-        if self.device != "gpu":
+        if self.device != "gpu" or not self.time_baselines:
             return {}
         if self._baselines is None:
             from dataclasses import asdict

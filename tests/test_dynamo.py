@@ -186,3 +186,64 @@ def test_gpu_kernels_of_a_compiled_block_match_eager(dtype):
         torch.testing.assert_close(g, w, atol=tol, rtol=tol)
     (graph,) = emmy.dynamo.graphs
     assert graph.compiled.backend.startswith("cuda") and graph.calls["kernels"] == 2
+
+
+def test_tune_searches_the_graph_and_compiles_the_rows_it_kept(tmp_path, monkeypatch):
+    """options={"tune": N}: emmy-agent's search policy spends N evaluations on the graph's
+    kernels (checked on the emulator, modeled here), keeps its best rows in the database and
+    the graph is compiled with them; the trace records the graph's FX code, and replaying it
+    says why it cannot run again from the trace."""
+    import json
+
+    from agent.cli import main as agent_main
+
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "db.json"
+    model = nn.Sequential(nn.Linear(64, 128), nn.LayerNorm(128)).eval()
+    x = torch.randn(8, 64)
+    with torch.no_grad():
+        got = compiled(model, {"run": "emulate", "db": str(db), "tune": 5})(x)
+        torch.testing.assert_close(got, model(x), atol=1e-4, rtol=1e-4)
+    (graph,) = emmy.dynamo.graphs
+    assert graph.tuned.startswith("5 evaluation(s) by the search policy (modeled)")
+    kept = {e["kernel"]: e["row"] for e in json.loads(db.read_text())["entries"].values()}
+    assert kept and all(graph.compiled.rows[k] == row for k, row in kept.items())
+    (trace,) = (tmp_path / "traces").glob("*-dynamo_graph0-search.jsonl")
+    assert "def forward" in json.loads(trace.read_text().splitlines()[0])["workload"]["source"]
+    assert agent_main(["replay", str(trace), "--render"]) == 0
+    assert agent_main(["replay", str(trace)]) == 2
+
+
+def test_max_autotune_mode_tunes_with_the_default_budget(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(emmy.dynamo, "AUTOTUNE_BUDGET", 2)
+    monkeypatch.setenv("EMMY_SCHEDULE_DB", str(tmp_path / "schedules.json"))   # the default one
+    model = nn.RMSNorm(64).eval()
+    x = torch.randn(4, 64)
+    f = torch.compile(model, backend=emmy.dynamo.backend, dynamic=False, mode="max-autotune")
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), model(x))
+    (graph,) = emmy.dynamo.graphs
+    assert graph.tuned.startswith("2 evaluation(s)")
+    assert (tmp_path / "schedules.json").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"tune": 3, "db": None}, "tune keeps the rows it finds in a schedule database"),
+    ({"tune": "many"}, "tune is a number of evaluations"),
+])
+def test_bad_tune_options_say_why(options, message):
+    with pytest.raises(Exception, match=message), torch.no_grad():
+        compiled(lambda x: x + 1, options)(torch.randn(3))
+
+
+@pytest.mark.gpu
+def test_gpu_tune_measures_the_graphs_rows(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = nn.Sequential(nn.Linear(256, 512), nn.LayerNorm(512)).to("cuda", torch.float16).eval()
+    x = torch.randn(128, 256, device="cuda", dtype=torch.float16)
+    with torch.no_grad():
+        got = compiled(model, {"db": str(tmp_path / "db.json"), "tune": 4})(x)
+        torch.testing.assert_close(got, model(x), atol=2e-2, rtol=2e-2)
+    (graph,) = emmy.dynamo.graphs
+    assert "(measured)" in graph.tuned and graph.compiled.backend.startswith("cuda")
