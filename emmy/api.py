@@ -42,6 +42,7 @@ class Compiled:
         self.model = model.eval()
         workload = Workload(name=name or type(model).__name__.lower(), model=self.model,
                             inputs=tuple(example_inputs), source="", origin="<api>")
+        self.workload = workload
         results = compile_to(workload, "cuda", Options(target=target, db=db))
         self.graph = results["torch"]
         self.program = results["cuda"]
@@ -68,6 +69,15 @@ class Compiled:
     @property
     def source(self) -> str:
         return "\n".join(u.source for u in self.program.units)
+
+    def check(self):
+        """The kernels against the model on fresh inputs (the tuner's check: several seeds,
+        and on a GPU several value distributions, against a float64 reference), where they
+        run (the GPU, else the CPU emulator): an `emmy.bench.harness.HarnessCheck`."""
+        from emmy.bench.harness import check_program
+
+        return check_program(self.workload, self.graph, self.program,
+                             device="gpu" if self.run == "gpu" else "cpu")
 
     def __call__(self, *inputs) -> Any:
         if self.run == "eager":

@@ -8,9 +8,12 @@ TorchDynamo hands each captured graph (the parts between graph breaks) to `backe
 compiles it through every emmy stage with the schedule database's rows (`emmy.compile`) and
 returns the callable that runs its kernels. Options: `run` (auto, gpu, emulate, eager: as
 `emmy.compile`'s; auto runs on the GPU where there is one and eagerly elsewhere), `target`,
-`db` (a schedule database path; "" the default one, None for the default rows only) and
-`fallback` (True: a graph emmy refuses, a dynamic-shape graph and a call that autograd must
-see run the captured graph eagerly, with a warning saying why; False: a refused graph raises).
+`db` (a schedule database path; "" the default one, None for the default rows only),
+`check` (True: kernels that are to run pass the tuner's check on fresh inputs first),
+`tune` (N evaluations of emmy-agent's search policy per graph before it is compiled;
+mode="max-autotune" gives AUTOTUNE_BUDGET) and `fallback` (True: a graph emmy refuses, one
+whose kernels fail the check, a dynamic-shape graph and a call that autograd must see run the
+captured graph eagerly, with a warning saying why; False: a refused or failing graph raises).
 
 Each graph's outcome is appended to `graphs` (a `Graph`: its kernels and rows, or why it runs
 eagerly), so a program can say what emmy compiled.
@@ -25,7 +28,7 @@ from typing import Any, Callable
 from emmy.api import RUNS, Compiled
 from emmy.errors import UserError
 
-OPTIONS = ("run", "target", "db", "fallback", "tune")
+OPTIONS = ("run", "target", "db", "fallback", "tune", "check")
 AUTOTUNE_BUDGET = 20   # evaluations a graph's kernels share under mode="max-autotune"
 
 
@@ -38,13 +41,15 @@ class Graph:
     compiled: Any = None                           # emmy.api.Compiled, or None
     eager_reason: str = ""                         # why it runs eagerly (empty when compiled)
     tuned: str = ""                                # what tuning it did, and where its trace is
+    check: str = ""                                # the kernels' check verdict (when checked)
     calls: dict[str, int] = field(default_factory=lambda: {"kernels": 0, "eager": 0})
 
     def __str__(self) -> str:
         if self.compiled is None:
             return f"{self.name}: {self.ops} op(s), eager: {self.eager_reason}"
         return (f"{self.name}: {self.ops} op(s) -> {len(self.compiled.rows)} kernel(s), "
-                f"{self.compiled.backend}" + (f"; tuned: {self.tuned}" if self.tuned else ""))
+                f"{self.compiled.backend}" + (f", check {self.check}" if self.check else "")
+                + (f"; tuned: {self.tuned}" if self.tuned else ""))
 
 
 graphs: list[Graph] = []
@@ -85,6 +90,8 @@ def backend(gm, example_inputs, options: dict | None = None, mode: str | None = 
                 graphs.remove(graph)
                 raise
             reason = f"emmy refused it: {e}"
+        else:
+            reason = _checked(graph, opts.get("check", True), fallback)
     if reason is not None:
         graph.eager_reason = reason
         warnings.warn(f"emmy: {graph.name} runs eagerly: {reason}", stacklevel=2)
@@ -93,6 +100,22 @@ def backend(gm, example_inputs, options: dict | None = None, mode: str | None = 
         graph.eager_reason = graph.compiled.backend
         return _counted(gm.forward, graph, "eager")
     return _runner(gm, graph)
+
+
+def _checked(graph: Graph, check: bool, fallback: bool) -> str | None:
+    """Check the kernels that are to run (not eager ones) as the tuner does; why they may not
+    run, or None."""
+    if not check or graph.compiled.run == "eager":
+        return None
+    result = graph.compiled.check()
+    graph.check = result.verdict
+    if result.ok:
+        return None
+    reason = f"its kernels failed the check ({result.verdict}): " + "; ".join(result.reasons[:3])
+    if not fallback:
+        raise UserError(f"emmy: {graph.name}: {reason}")
+    graph.compiled = None
+    return reason
 
 
 def _dynamic(example_inputs) -> str | None:

@@ -247,3 +247,27 @@ def test_gpu_tune_measures_the_graphs_rows(tmp_path, monkeypatch):
         torch.testing.assert_close(got, model(x), atol=2e-2, rtol=2e-2)
     (graph,) = emmy.dynamo.graphs
     assert "(measured)" in graph.tuned and graph.compiled.backend.startswith("cuda")
+
+
+def test_kernels_are_checked_before_they_run_and_a_failure_runs_eagerly(monkeypatch):
+    """The graph's kernels pass the tuner's check (fresh inputs against a float64 reference)
+    before they replace it; kernels that fail it (none should: here the check is made to
+    answer so) leave the graph eager, or raise with fallback=False."""
+    from types import SimpleNamespace
+
+    model = nn.RMSNorm(32).eval()
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        compiled(model)(x)
+    assert emmy.dynamo.graphs[-1].check == "ok" and "check ok" in str(emmy.dynamo.graphs[-1])
+
+    failed = SimpleNamespace(ok=False, verdict="incorrect", reasons=("out0: max abs err 3",))
+    monkeypatch.setattr(emmy.dynamo.Compiled, "check", lambda self: failed)
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match=r"failed the check \(incorrect\): out0: max abs err 3"), \
+            torch.no_grad():
+        torch.testing.assert_close(compiled(model)(x), model(x))
+    assert emmy.dynamo.graphs[-1].compiled is None and emmy.dynamo.graphs[-1].calls["eager"] == 1
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="failed the check"), torch.no_grad():
+        compiled(model, {**EMULATE, "fallback": False})(x)
