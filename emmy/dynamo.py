@@ -37,7 +37,7 @@ class Graph:
     """One graph TorchDynamo captured and what emmy made of it."""
 
     name: str
-    ops: int                                       # call_function nodes in the captured graph
+    ops: int                                       # calls (functions, methods, modules) in it
     compiled: Any = None                           # emmy.api.Compiled, or None
     eager_reason: str = ""                         # why it runs eagerly (empty when compiled)
     tuned: str = ""                                # what tuning it did, and where its trace is
@@ -68,7 +68,7 @@ def backend(gm, example_inputs, options: dict | None = None, mode: str | None = 
     run = opts.get("run", "auto")
     if run not in RUNS:
         raise UserError(f"run must be one of {', '.join(RUNS)}, not `{run}`")
-    tune = opts.get("tune", AUTOTUNE_BUDGET if mode == "max-autotune" else 0)
+    tune = opts.get("tune", AUTOTUNE_BUDGET if (mode or "").startswith("max-autotune") else 0)
     if not isinstance(tune, int) or isinstance(tune, bool) or tune < 0:
         raise UserError(f"tune is a number of evaluations (0 to tune nothing), not `{tune!r}`")
     if tune and opts.get("db", "") is None:

@@ -210,7 +210,6 @@ class GpuProgram:
             raise GpuError(f"{type(e).__name__}: {e}") from e
         return tuple(self.buffers[b.name] for b in self.prog.outputs)
 
-
     def call(self, inputs: Mapping[str, Any]) -> tuple:
         """Run on `inputs` into new output tensors, enqueued on torch's current stream (no
         poisoning, no wait: what `emmy.compile`'s callable does). Intermediates and
