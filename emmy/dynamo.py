@@ -12,8 +12,9 @@ returns the callable that runs its kernels. Options: `run` (auto, gpu, emulate, 
 `check` (True: kernels that are to run pass the tuner's check on fresh inputs first),
 `tune` (N evaluations of emmy-agent's search policy per graph before it is compiled;
 mode="max-autotune" gives AUTOTUNE_BUDGET) and `fallback` (True: a graph emmy refuses, one
-whose kernels fail the check, a dynamic-shape graph and a call that autograd must see run the
-captured graph eagerly, with a warning saying why; False: a refused or failing graph raises).
+whose kernels fail the check and a call that autograd must see run the captured graph eagerly,
+with a warning saying why; False: a refused or failing graph raises). A graph traced with
+symbolic shapes is compiled for each set of input shapes its calls bring (kept per shape).
 
 Each graph's outcome is appended to `graphs` (a `Graph`: its kernels and rows, or why it runs
 eagerly), so a program can say what emmy compiled.
@@ -42,12 +43,15 @@ class Graph:
     eager_reason: str = ""                         # why it runs eagerly (empty when compiled)
     tuned: str = ""                                # what tuning it did, and where its trace is
     check: str = ""                                # the kernels' check verdict (when checked)
+    dynamic: bool = False                          # traced with symbolic shapes
+    shapes: int = 0                                # ... and compiled for this many shapes so far
     calls: dict[str, int] = field(default_factory=lambda: {"kernels": 0, "eager": 0})
 
     def __str__(self) -> str:
+        shapes = f", dynamic shapes: compiled for {self.shapes} so far" if self.dynamic else ""
         if self.compiled is None:
-            return f"{self.name}: {self.ops} op(s), eager: {self.eager_reason}"
-        return (f"{self.name}: {self.ops} op(s) -> {len(self.compiled.rows)} kernel(s), "
+            return f"{self.name}: {self.ops} op(s){shapes}, eager: {self.eager_reason}"
+        return (f"{self.name}: {self.ops} op(s){shapes} -> {len(self.compiled.rows)} kernel(s), "
                 f"{self.compiled.backend}" + (f", check {self.check}" if self.check else "")
                 + (f"; tuned: {self.tuned}" if self.tuned else ""))
 
@@ -77,58 +81,88 @@ def backend(gm, example_inputs, options: dict | None = None, mode: str | None = 
     graph = Graph(name=f"graph{len(graphs)}", ops=sum(
         n.op in ("call_function", "call_method", "call_module") for n in gm.graph.nodes))
     graphs.append(graph)
-    reason = _dynamic(example_inputs)
-    if reason is None:
-        try:
-            if tune:
-                graph.tuned = _tune(gm, example_inputs, graph, tune, opts)
-            graph.compiled = Compiled(gm, tuple(example_inputs),
-                                      target=opts.get("target", "sm_90a"), db=opts.get("db", ""),
-                                      run=run, name=f"dynamo_{graph.name}")
-        except UserError as e:
-            if not fallback or str(e).startswith("run=gpu"):
-                graphs.remove(graph)
-                raise
-            reason = f"emmy refused it: {e}"
-        else:
-            reason = _checked(graph, opts.get("check", True), fallback)
+    settings = dict(opts, run=run, tune=tune, fallback=fallback)
+    if _dynamic(example_inputs):
+        graph.dynamic = True
+        return _per_shape(gm, graph, settings)
+    try:
+        graph.compiled, reason = _compile(gm, tuple(example_inputs), graph, settings)
+    except UserError:
+        graphs.remove(graph)
+        raise
     if reason is not None:
         graph.eager_reason = reason
-        warnings.warn(f"emmy: {graph.name} runs eagerly: {reason}", stacklevel=2)
         return _counted(gm.forward, graph, "eager")
     if graph.compiled.run == "eager":
         graph.eager_reason = graph.compiled.backend
         return _counted(gm.forward, graph, "eager")
-    return _runner(gm, graph)
+    return _runner(gm, graph, lambda args: graph.compiled)
 
 
-def _checked(graph: Graph, check: bool, fallback: bool) -> str | None:
+def _compile(gm, inputs: tuple, graph: Graph, settings: dict) -> tuple[Any, str | None]:
+    """(the graph compiled for these inputs' shapes, tuned first and checked, None) or (None,
+    why it runs eagerly), warning with the reason; raises where `fallback` is False."""
+    try:
+        if settings["tune"]:
+            graph.tuned = _tune(gm, inputs, graph, settings["tune"], settings)
+        compiled = Compiled(gm, inputs, target=settings.get("target", "sm_90a"),
+                            db=settings.get("db", ""), run=settings["run"],
+                            name=f"dynamo_{graph.name}")
+    except UserError as e:
+        if not settings["fallback"] or str(e).startswith("run=gpu"):
+            raise
+        reason = f"emmy refused it: {e}"
+    else:
+        reason = _checked(graph, compiled, settings.get("check", True), settings["fallback"])
+        if reason is None:
+            return compiled, None
+    warnings.warn(f"emmy: {graph.name} runs eagerly: {reason}", stacklevel=3)
+    return None, reason
+
+
+def _checked(graph: Graph, compiled, check: bool, fallback: bool) -> str | None:
     """Check the kernels that are to run (not eager ones) as the tuner does; why they may not
     run, or None."""
-    if not check or graph.compiled.run == "eager":
+    if not check or compiled.run == "eager":
         return None
-    result = graph.compiled.check()
+    result = compiled.check()
     graph.check = result.verdict
     if result.ok:
         return None
     reason = f"its kernels failed the check ({result.verdict}): " + "; ".join(result.reasons[:3])
     if not fallback:
         raise UserError(f"emmy: {graph.name}: {reason}")
-    graph.compiled = None
     return reason
 
 
-def _dynamic(example_inputs) -> str | None:
-    """Why the graph cannot be compiled for static shapes, or None."""
+def _per_shape(gm, graph: Graph, settings: dict) -> Callable:
+    """A graph TorchDynamo traced with symbolic shapes: compiled (tuned, checked) for each
+    distinct set of input shapes the first time a call brings it, then taken from the cache."""
     import torch
 
-    for x in example_inputs:
-        if isinstance(x, torch.SymInt) or (
-                isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt)
-                                                    for s in (*x.shape, *x.stride()))):
-            return ("its shapes are dynamic; emmy compiles static shapes only (torch.compile(..., "
-                    "dynamic=False) compiles each shape it meets)")
-    return None
+    cache: dict[tuple, Any] = {}
+
+    def compiled_for(args):
+        key = tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else a
+                    for a in args)
+        if key not in cache:
+            cache[key], reason = _compile(gm, tuple(args), graph, settings)
+            graph.compiled = cache[key] or graph.compiled
+            graph.eager_reason = reason or graph.eager_reason
+            graph.shapes = sum(c is not None for c in cache.values())
+        return cache[key]
+
+    return _runner(gm, graph, compiled_for)
+
+
+def _dynamic(example_inputs) -> bool:
+    """Whether TorchDynamo traced the graph with symbolic shapes."""
+    import torch
+
+    return any(isinstance(x, torch.SymInt) or (
+        isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt)
+                                            for s in (*x.shape, *x.stride())))
+        for x in example_inputs)
 
 
 def _counted(fn: Callable, graph: Graph, how: str) -> Callable:
@@ -139,11 +173,11 @@ def _counted(fn: Callable, graph: Graph, how: str) -> Callable:
     return run
 
 
-def _runner(gm, graph: Graph) -> Callable:
-    """The kernels, or the captured graph where autograd must record the call."""
+def _runner(gm, graph: Graph, compiled_for: Callable) -> Callable:
+    """The kernels `compiled_for(args)` gives (eagerly where it gives None), or the captured
+    graph where autograd must record the call."""
     import torch
 
-    compiled = graph.compiled
     warned = []
 
     def run(*args):
@@ -154,6 +188,10 @@ def _runner(gm, graph: Graph) -> Callable:
                 warnings.warn(f"emmy: {graph.name} runs eagerly while autograd records it (emmy "
                               "compiles inference: use torch.no_grad() or inputs that need no "
                               "gradient)", stacklevel=2)
+            graph.calls["eager"] += 1
+            return gm.forward(*args)
+        compiled = compiled_for(args)
+        if compiled is None or compiled.run == "eager":
             graph.calls["eager"] += 1
             return gm.forward(*args)
         graph.calls["kernels"] += 1

@@ -103,13 +103,20 @@ def test_autograd_calls_run_the_captured_graph_eagerly():
     assert emmy.dynamo.graphs[-1].calls["eager"] == 1
 
 
-def test_dynamic_shapes_fall_back_to_eager_and_say_why():
-    f = torch.compile(lambda x: x.softmax(-1), backend=emmy.dynamo.backend, dynamic=True,
-                      options=dict(EMULATE))
-    x = torch.randn(3, 8)
-    with pytest.warns(UserWarning, match="shapes are dynamic"), torch.no_grad():
-        torch.testing.assert_close(f(x), x.softmax(-1))
-    assert emmy.dynamo.graphs[-1].compiled is None
+def test_a_graph_with_dynamic_shapes_is_compiled_for_each_shape_it_meets():
+    """TorchDynamo traces a graph with symbolic shapes after a shape changes (or with
+    dynamic=True); emmy compiles it for each set of input shapes a call brings (checked each
+    time), then takes that shape's kernels from its cache."""
+    model = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32)).eval()
+    f = torch.compile(model, backend=emmy.dynamo.backend, options=dict(EMULATE))
+    with torch.no_grad():
+        for n in (3, 5, 7, 5):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(f(x), model(x), atol=1e-4, rtol=1e-4)
+    first, traced = emmy.dynamo.graphs          # n = 3 static, then n symbolic
+    assert not first.dynamic and first.calls["kernels"] == 1
+    assert traced.dynamic and traced.shapes == 2 and traced.calls == {"kernels": 3, "eager": 0}
+    assert "dynamic shapes: compiled for 2 so far" in str(traced)
 
 
 def test_a_refused_graph_runs_eagerly_or_raises_when_asked():

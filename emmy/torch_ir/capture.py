@@ -62,8 +62,9 @@ def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":
             spec = sig.get(fx_node.name)
-            if spec is None:
-                continue  # a non-tensor input specialized away by export
+            if spec is None or (not fx_node.users and isinstance(fx_node.meta.get("val"),
+                                                                  (bool, int, float))):
+                continue  # a non-tensor input specialized away by export (its value is baked in)
             kind = _KINDS.get(spec.kind.name)
             if kind is None:
                 raise UserError(f"unsupported export input kind {spec.kind.name} for {fx_node.name}")
