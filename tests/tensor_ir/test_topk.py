@@ -24,7 +24,7 @@ INF, NAN = float("inf"), float("nan")
 AWKWARD = torch.tensor([[1., 3., 3., 2., 3., NAN, -INF, -INF, NAN, 0.],
                         [-INF, -INF, NAN, -INF, 5., 5., INF, -1., 5., INF],
                         [NAN, -INF, NAN, NAN, -INF, NAN, -INF, NAN, NAN, -INF]])
-# past TOPK_LIMIT (32) elements a row: the ranked path, with the same ties and NaNs
+# past the rounds (TOPK_LIMIT, 28) elements a row: the ranked path, with the same ties and NaNs
 WIDE = torch.cat([AWKWARD, AWKWARD.flip(1) * 2, AWKWARD, torch.randn(3, 10), AWKWARD], 1)
 # long enough that selecting costs less than ranking: -0.0 beside +0.0 (equal, as in torch)
 LONG = torch.cat([WIDE, -WIDE, torch.zeros(3, 20), -torch.zeros(3, 20), WIDE.flip(1),
@@ -242,13 +242,30 @@ def test_a_selection_stores_its_kth_key_once():
 
 
 def test_topk_rounds_keep_their_kernels():
-    """Each round of a 32-round top-k is read by the outputs (a pick) and by the next round: no
-    statistic funnels its chain alone, so none is stored apart (a kernel per round)."""
-    w = Workload("rounds", Fn(lambda x: torch.topk(x, 32)).eval(), (torch.randn(8, 50257),),
-                 source="rounds", origin="<test>")
+    """Each round of a top-k by rounds (as many as one program unrolls) is read by the outputs
+    (a pick) and by the next round: no statistic funnels its chain alone, so none is stored
+    apart (a kernel per round); and they fit one kernel, as TOPK_LIMIT promises."""
+    from emmy.tensor_ir.decomp.reductions import TOPK_LIMIT
+
+    w = Workload("rounds", Fn(lambda x: torch.topk(x, TOPK_LIMIT)).eval(),
+                 (torch.randn(8, 50257),), source="rounds", origin="<test>")
     loop = compile_to(w, "loop")["loop"]
     assert not any("compute this statistic" in n for n in loop.notes)
-    assert len(loop.kernels) <= 6
+    assert len(loop.kernels) == 1
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_past_its_rounds_selects_in_a_few_kernels(largest):
+    """One round past what one kernel holds, topk selects (or ranks) instead of storing the
+    rounds' masks between kernels (which took 2-17 kernels and 2-4x the time, modeled)."""
+    from emmy.tensor_ir.decomp.reductions import TOPK_LIMIT, TOPK_SMALLEST_LIMIT
+
+    k = (TOPK_LIMIT if largest else TOPK_SMALLEST_LIMIT) + 1
+    w = Workload("past", Fn(lambda x: torch.topk(x, k, largest=largest)).eval(),
+                 (torch.randn(64, 2048),), source="past", origin="<test>")
+    loop = compile_to(w, "loop")["loop"]
+    assert any("chain of 32 reductions" in n for n in loop.notes)     # the k-th key, selected
+    assert len(loop.kernels) <= 8
 
 
 def test_a_long_sort_merges_a_kernel_a_run_length():

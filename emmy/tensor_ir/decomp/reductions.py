@@ -1,7 +1,7 @@
 """Reductions: sum, mean, prod, max/min (values and indices), argmax/argmin, var/std, any/all,
 and the k largest or smallest elements (topk) as k rounds of a max and an argmin, or past
-TOPK_LIMIT of them by selecting the k-th largest a bit of its key at a time (_kth_key), by
-ranking every element (a count of the elements before it) or by sorting, whichever costs
+TOPK_LIMIT (TOPK_SMALLEST_LIMIT) of them by selecting the k-th largest a bit of its key at a
+time (_kth_key), by ranking every element (a count of the elements before it) or by sorting, whichever costs
 less; kthvalue, median and nanmedian by rounds or selection; sort by rounds, ranks or merging
 sorted runs (_merge_sorted); mode by counting; searchsorted as a count.
 
@@ -206,8 +206,19 @@ def lower_all(b, x, dim=None, keepdim=False):
 
 # ---- the k largest (smallest) -------------------------------------------------------------------
 
-TOPK_LIMIT = 32   # rounds unrolled into the program: each is two (three) row reductions
-RANK_LIMIT = 4096  # elements a row ranks by counting (n * n compares a row), past TOPK_LIMIT
+# Rounds of topk unrolled into one program (each two or three row reductions): the most that
+# fit one kernel under Loop IR's statement budget. Past them the rounds' candidate masks are
+# stored between kernels (top 32 of 64 x 2,048 f32: 6 kernels, 79 us modeled against one
+# kernel's 30 us at 28 rounds; selection takes 46 us). The smallest-first rounds carry NaN
+# tests more and fit fewer (21 smallest: 2 kernels, 66 us; 20: one, 32 us).
+TOPK_LIMIT = 28          # rounds taking the largest first
+TOPK_SMALLEST_LIMIT = 20  # rounds taking the smallest first
+RANK_LIMIT = 4096  # elements a row ranks by counting (n * n compares a row), past the rounds
+
+
+def _round_limit(largest: bool) -> int:
+    """The most topk rounds one program unrolls, taking the largest (smallest) first."""
+    return TOPK_LIMIT if largest else TOPK_SMALLEST_LIMIT
 MERGE_FROM = 1024  # past it, a sort merges (the model: 46 against 57 us at 8 x 2,048 f32)
 
 
@@ -418,7 +429,7 @@ def _selecting_pays(n: int, k: int, dt: DType) -> bool:
 @op("sort", "sort.stable")
 def lower_sort(b, x, dim=-1, descending=False, *, stable=None):
     """values, positions in order along `dim`: the top n, largest or smallest first; past
-    TOPK_LIMIT elements each output position the element ranked there (_ranks), past
+    _round_limit elements each output position the element ranked there (_ranks), past
     MERGE_FROM sorted runs merged (_merge_sorted). Stable whether asked or not (equal values
     keep their order; torch leaves it unspecified without stable=True), NaN last ascending,
     first descending."""
@@ -428,7 +439,7 @@ def lower_sort(b, x, dim=-1, descending=False, *, stable=None):
     n = b.shape(x)[dim]
     if _merges(n, b.dtype(x)):
         return _merge_sorted(b, x, dim, descending, "sorting")
-    if n > TOPK_LIMIT:
+    if n > _round_limit(descending):
         return _at_ranks(b, x, dim, _ranks(b, x, dim, descending), b.iota(b.shape(x), dim))
     return lower_topk(b, x, n, dim, largest=descending)
 
@@ -442,7 +453,7 @@ def lower_argsort(b, x, dim=-1, descending=False, *, stable=None):
 def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
     """values, indices of the k largest (smallest) elements along `dim`, in order: round j takes
     the extreme of the elements after round j-1's pick in that order (an O(1) test against
-    the last pick), then the first position holding it. Past TOPK_LIMIT rounds, the k selected
+    the last pick), then the first position holding it. Past _round_limit rounds, the k selected
     (_top_selected), or, where that costs more, the first k of the row sorted (_merge_sorted)
     or ranked (_ranks).
 
@@ -461,7 +472,7 @@ def lower_topk(b, x, k, dim=-1, largest=True, sorted=True):
         raise Refused(f"k={k} selects nothing (empty outputs); give k >= 1")
     if k > n:
         raise Refused(f"k={k} out of range: dimension {dim} has {n} elements")
-    if k > TOPK_LIMIT:
+    if k > _round_limit(largest):
         if _selecting_pays(n, k, dt) and k <= RANK_LIMIT:
             return _top_selected(b, x, k, dim, largest)
         if _merges(n, dt):
@@ -531,7 +542,8 @@ def lower_kthvalue(b, x, k, dim=-1, keepdim=False):
     if not 1 <= k <= n:
         raise Refused(f"k={k} out of range: dimension {dim} has {n} elements")
     rounds = min(k, n - k + 1)
-    if 2 * rounds > _key_width(b.dtype(x)) + 1:      # topk's rounds: two reductions each
+    # topk's rounds: two reductions each, and no more than one program unrolls
+    if 2 * rounds > _key_width(b.dtype(x)) + 1 or rounds > _round_limit(k > n - k + 1):
         found = _kth(b, x, dim, k, largest=False)
         return found if keepdim else tuple(select(b, v, dim, 0) for v in found)
     values, indices = lower_topk(b, x, rounds, dim, largest=k > n - k + 1)
