@@ -376,8 +376,11 @@ class Space:
         def compiled(r: Row) -> float:
             return estimate_kernel(self.kernel, r, self.target, nvrtc=True).seconds
 
-        now = compiled(row)
-        return next((r for r in ranked if compiled(r) < SPLIT_GAIN * now), row)
+        try:
+            now = compiled(row)
+            return next((r for r in ranked if compiled(r) < SPLIT_GAIN * now), row)
+        except Exception:      # no NVRTC here (or it refused one): the model's choice alone
+            return ranked[0]
 
     def _fuse_or_cut(self, fused: Row) -> Row:
         """A chain a template tiles is fused unless the cost model says the cut is faster: fused,
