@@ -1,9 +1,9 @@
 """Reductions: sum, mean, prod, max/min (values and indices), argmax/argmin, var/std, any/all,
 and the k largest or smallest elements (topk) as k rounds of a max and an argmin, or past
 TOPK_LIMIT (TOPK_SMALLEST_LIMIT) of them by selecting the k-th largest a bit of its key at a
-time (_kth_key), by ranking every element (a count of the elements before it) or by sorting, whichever costs
-less; kthvalue, median and nanmedian by rounds or selection; sort by rounds, ranks or merging
-sorted runs (_merge_sorted); mode by counting; searchsorted as a count.
+time (_kth_key), by ranking every element (a count of the elements before it) or by sorting,
+whichever costs less; kthvalue, median and nanmedian by rounds or selection; sort by rounds,
+ranks or merging sorted runs (_merge_sorted); mode by counting; searchsorted as a count.
 
 `dim=None` or an empty dim list means every dimension, as in torch.
 """
@@ -214,12 +214,12 @@ def lower_all(b, x, dim=None, keepdim=False):
 TOPK_LIMIT = 28          # rounds taking the largest first
 TOPK_SMALLEST_LIMIT = 20  # rounds taking the smallest first
 RANK_LIMIT = 4096  # elements a row ranks by counting (n * n compares a row), past the rounds
+MERGE_FROM = 1024  # past it, a sort merges (the model: 46 against 57 us at 8 x 2,048 f32)
 
 
 def _round_limit(largest: bool) -> int:
     """The most topk rounds one program unrolls, taking the largest (smallest) first."""
     return TOPK_LIMIT if largest else TOPK_SMALLEST_LIMIT
-MERGE_FROM = 1024  # past it, a sort merges (the model: 46 against 57 us at 8 x 2,048 f32)
 
 
 def _pairs(b: Builder, x: str, dim: int, what: str) -> tuple[str, str]:
