@@ -42,6 +42,7 @@ _PREFERRED = {"WORK": ("block:256", "warp:4", "thread:256"), "TILE": ("v4x1", "v
               "REDUCE": ("shuffle", "serial"), "STAGE": ("direct",), "PLACE": ("fuse",)}
 SHORT_LANES = 8
 SPLIT_GAIN = 0.9        # a template's default splits its reduction for a tenth less time
+CAPPED_THREADS = 512    # blocks this large cap a thread's registers at 128 (1,024: 64)
 FILL_MIN_S = 20e-6      # a product's default takes smaller tiles only past this (modeled)
 CHAINED_REDUCES = 3     # a row kernel with more reductions a job has its WORK chosen by the model
 _APPLY = {"WORK": "work", "TILE": "tile", "REDUCE": "reduce", "STAGE": "stage", "PLACE": "cut"}
@@ -360,27 +361,33 @@ class Space:
         return self._compiled_cheaper(row, list(options))
 
     def _compiled_cheaper(self, row: Row, options: list[Row], tries: int = 4) -> Row:
-        """Of `options`, the fastest by the cost model that NVRTC's register report confirms
-        at least a tenth faster than `row` (SPLIT_GAIN), trying them in the model's order
-        without NVRTC (at most `tries`); else `row`. Without the report the model does not
-        see spills: a block of 1,024 threads caps a thread at 64 registers, and a thread
-        running a top-k's rounds (a row each) spills past them (64 rows of 28: 9 us modeled
-        without the report, 259 us with it, against 19 us for a warp a row)."""
+        """Of `options`, the fastest by the cost model (no NVRTC) that gives at least a tenth
+        less time than `row` (SPLIT_GAIN), trying them in the model's order (at most `tries`);
+        a block of CAPPED_THREADS or more must have NVRTC's register report confirm it (else
+        `row`). Without the report the model does not see spills, and such a block caps a
+        thread's registers (1,024 threads: 64): a thread running a top-k's rounds (a row each)
+        spills past them (64 rows of 28: 9 us modeled without the report, 259 us with it,
+        against 19 us for a warp a row). Smaller blocks leave a thread 128 and more, and are
+        taken on the model's word, as before, without compiling."""
         seconds = {r: self._seconds(r) for r in options}
         ranked = sorted((r for r in options if seconds[r] < SPLIT_GAIN * self._seconds(row)),
                         key=seconds.__getitem__)[:tries]
-        if not ranked:
-            return row
         from emmy.runtime.costmodel.api import estimate_kernel
 
         def compiled(r: Row) -> float:
             return estimate_kernel(self.kernel, r, self.target, nvrtc=True).seconds
 
-        try:
-            now = compiled(row)
-            return next((r for r in ranked if compiled(r) < SPLIT_GAIN * now), row)
-        except Exception:      # no NVRTC here (or it refused one): the model's choice alone
-            return ranked[0]
+        now = None
+        for r in ranked:
+            if dec.read_work(r["WORK"]).threads < CAPPED_THREADS:
+                return r
+            try:
+                now = compiled(row) if now is None else now
+                if compiled(r) < SPLIT_GAIN * now:
+                    return r
+            except Exception:      # no NVRTC here (or it refused one): the model's word
+                return r
+        return row
 
     def _fuse_or_cut(self, fused: Row) -> Row:
         """A chain a template tiles is fused unless the cost model says the cut is faster: fused,
