@@ -206,13 +206,13 @@ def test_tune_searches_the_graph_and_compiles_the_rows_it_kept(tmp_path, monkeyp
 
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "db.json"
-    model = nn.Sequential(nn.Linear(64, 128), nn.LayerNorm(128)).eval()
-    x = torch.randn(8, 64)
+    model = nn.Sequential(nn.LayerNorm(128), nn.GELU()).eval()
+    x = torch.randn(8, 128)
     with torch.no_grad():
-        got = compiled(model, {"run": "emulate", "db": str(db), "tune": 5})(x)
+        got = compiled(model, {"run": "emulate", "db": str(db), "tune": 3})(x)
         torch.testing.assert_close(got, model(x), atol=1e-4, rtol=1e-4)
     (graph,) = emmy.dynamo.graphs
-    assert graph.tuned.startswith("5 evaluation(s) by the search policy (modeled)")
+    assert graph.tuned.startswith("3 evaluation(s) by the search policy (modeled)")
     kept = {e["kernel"]: e["row"] for e in json.loads(db.read_text())["entries"].values()}
     assert kept and all(graph.compiled.rows[k] == row for k, row in kept.items())
     (trace,) = (tmp_path / "traces").glob("*-dynamo_graph0-search.jsonl")
