@@ -21,6 +21,17 @@ from emmy.errors import UserError
 RUNS = ("auto", "gpu", "emulate", "eager")
 
 
+def check_run(run: str) -> None:
+    """Refuse a `run` that is not one of RUNS, or `gpu` where there is none."""
+    from emmy.runtime.gpu import gpu_available
+
+    if run not in RUNS:
+        raise UserError(f"run must be one of {', '.join(RUNS)}, not `{run}`")
+    if run == "gpu" and not gpu_available():
+        raise UserError("run=gpu: no CUDA GPU is available here (cupy and torch.cuda must "
+                        "both see one); run=emulate checks the kernels on the CPU")
+
+
 class KernelFailed(RuntimeError):
     """An emulated kernel crashed, hung or did not build (a bug in emmy, not in the input)."""
 
@@ -34,11 +45,7 @@ class Compiled:
         from emmy.pipeline import Options, compile_to
         from emmy.runtime.gpu import gpu_available
 
-        if run not in RUNS:
-            raise UserError(f"run must be one of {', '.join(RUNS)}, not `{run}`")
-        if run == "gpu" and not gpu_available():
-            raise UserError("run=gpu: no CUDA GPU is available here (cupy and torch.cuda must "
-                            "both see one); run=emulate checks the kernels on the CPU")
+        check_run(run)
         self.model = model.eval()
         workload = Workload(name=name or type(model).__name__.lower(), model=self.model,
                             inputs=tuple(example_inputs), source="", origin="<api>")

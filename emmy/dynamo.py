@@ -26,7 +26,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from emmy.api import RUNS, Compiled
+from emmy.api import Compiled, check_run
 from emmy.errors import UserError
 
 OPTIONS = ("run", "target", "db", "fallback", "tune", "check")
@@ -70,8 +70,7 @@ def backend(gm, example_inputs, options: dict | None = None, mode: str | None = 
                         f"{', '.join(OPTIONS)}")
     fallback = opts.pop("fallback", True)
     run = opts.get("run", "auto")
-    if run not in RUNS:
-        raise UserError(f"run must be one of {', '.join(RUNS)}, not `{run}`")
+    check_run(run)
     tune = opts.get("tune", AUTOTUNE_BUDGET if (mode or "").startswith("max-autotune") else 0)
     if not isinstance(tune, int) or isinstance(tune, bool) or tune < 0:
         raise UserError(f"tune is a number of evaluations (0 to tune nothing), not `{tune!r}`")
@@ -90,11 +89,8 @@ def backend(gm, example_inputs, options: dict | None = None, mode: str | None = 
     except UserError:
         graphs.remove(graph)
         raise
-    if reason is not None:
-        graph.eager_reason = reason
-        return _counted(gm.forward, graph, "eager")
-    if graph.compiled.run == "eager":
-        graph.eager_reason = graph.compiled.backend
+    if reason is not None or graph.compiled.run == "eager":
+        graph.eager_reason = reason or graph.compiled.backend
         return _counted(gm.forward, graph, "eager")
     return _runner(gm, graph, lambda args: graph.compiled)
 
@@ -109,7 +105,7 @@ def _compile(gm, inputs: tuple, graph: Graph, settings: dict) -> tuple[Any, str 
                             db=settings.get("db", ""), run=settings["run"],
                             name=f"dynamo_{graph.name}")
     except UserError as e:
-        if not settings["fallback"] or str(e).startswith("run=gpu"):
+        if not settings["fallback"]:
             raise
         reason = f"emmy refused it: {e}"
     else:

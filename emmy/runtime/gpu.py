@@ -197,18 +197,7 @@ class GpuProgram:
 
     def run(self, inputs: Mapping[str, Any]) -> tuple:
         """Bind, poison the outputs, launch, wait; the output tensors (reused by the next run)."""
-        import torch
-
-        try:
-            self.bind(inputs)
-            self.poison()
-            self.launch()
-            torch.cuda.synchronize(self.device)
-        except (KeyError, ValueError):
-            raise
-        except Exception as e:  # cupy's CUDADriverError, torch's RuntimeError (async errors)
-            raise GpuError(f"{type(e).__name__}: {e}") from e
-        return tuple(self.buffers[b.name] for b in self.prog.outputs)
+        return self._go(inputs, check=True)
 
     def call(self, inputs: Mapping[str, Any]) -> tuple:
         """Run on `inputs` into new output tensors, enqueued on torch's current stream (no
@@ -219,12 +208,22 @@ class GpuProgram:
         for b in self.prog.outputs:
             self.buffers[b.name] = torch.empty(b.type.shape, dtype=to_torch(b.type.dtype),
                                                device=self.device)
+        return self._go(inputs, check=False)
+
+    def _go(self, inputs: Mapping[str, Any], *, check: bool) -> tuple:
+        """Bind and launch; with `check`, poison the outputs first and wait for the kernels."""
+        import torch
+
         try:
             self.bind(inputs)
+            if check:
+                self.poison()
             self.launch()
+            if check:
+                torch.cuda.synchronize(self.device)
         except (KeyError, ValueError):
             raise
-        except Exception as e:
+        except Exception as e:  # cupy's CUDADriverError, torch's RuntimeError (async errors)
             raise GpuError(f"{type(e).__name__}: {e}") from e
         return tuple(self.buffers[b.name] for b in self.prog.outputs)
 

@@ -369,9 +369,8 @@ class Space:
         spills past them (64 rows of 28: 9 us modeled without the report, 259 us with it,
         against 19 us for a warp a row). Smaller blocks leave a thread 128 and more, and are
         taken on the model's word, as before, without compiling."""
-        seconds = {r: self._seconds(r) for r in options}
-        ranked = sorted((r for r in options if seconds[r] < SPLIT_GAIN * self._seconds(row)),
-                        key=seconds.__getitem__)[:tries]
+        seconds, limit = {r: self._seconds(r) for r in options}, SPLIT_GAIN * self._seconds(row)
+        ranked = sorted((r for r in options if seconds[r] < limit), key=seconds.__getitem__)[:tries]
         from emmy.runtime.costmodel.api import estimate_kernel
 
         def compiled(r: Row) -> float:
