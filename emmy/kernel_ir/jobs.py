@@ -10,7 +10,7 @@ from emmy.kernel_ir.elements import group, init_acc, scalar, stmts
 from emmy.kernel_ir.fastmath import reciprocal_divisions
 from emmy.loop_ir.ir import Accum, Load
 from emmy.schedule.facts import facts, offset
-from emmy.symbolic import floordiv, lin, mod, substitute, var
+from emmy.symbolic import floordiv, lin, mod, render, substitute, var
 from emmy.tile_ir.ir import Fold, FoldKind
 from emmy.tile_ir.values import used, value_types
 
@@ -115,17 +115,22 @@ def _lane_fold(fn: Fn, f: Fold) -> list[K.KStmt]:
             out += init_acc(c, init)
     it = fn.fresh("it")
     fn.bounds[it] = E
+    stop = str(E)
+    if f.limit is not None:        # a ragged split's slice: it stops at min(E, limit)
+        stop = f"{it}_stop"
+        out.append(K.Let(stop, "int", "literal", (f"min({E}, (int)({render(f.limit)}))",)))
     step_body: list[K.KStmt] = []
     for n in range(N):
         base = var(it) + n * L * V
         rename = {init.acc: chains[init.acc][n] for init in f.accs}
         part = group(fn, f.body, f.axis.var, base, V, accs=rename,
                      reverse_extent=E if f.reverse else None, tag=f"_c{n}" if N > 1 else "")
-        if E % (L * V * N) or n and E < L * V * N:
-            step_body.append(K.If(f"{it} + {n * L * V} < {E}", tuple(part)))
+        if E % (L * V * N) or n and (E < L * V * N or f.limit is not None):
+            step_body.append(K.If(f"{it} + {n * L * V} < {stop}", tuple(part)))
         else:
             step_body += part
-    out.append(K.For(it, var("lane") * V, lin(E), L * V * N, tuple(step_body)))
+    out.append(K.For(it, var("lane") * V, var(stop) if f.limit is not None else lin(E),
+                     L * V * N, tuple(step_body)))
     for init in f.accs:
         c0 = chains[init.acc][0]
         for other in chains[init.acc][1:]:

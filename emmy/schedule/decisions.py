@@ -40,6 +40,13 @@ class Reduce:
     combine: str = ""  # atomic | combine (split only)
 
 
+def split_chunk(n: int, k: int, vec: int) -> int:
+    """Elements of each of `k` slices of an n-element axis (REDUCE=split:k): whole
+    `vec`-element vectors, the last slice taking what is left (fewer, never none: the rule
+    reduce.split_fits_axis refuses a split that would leave it empty)."""
+    return -(-n // (k * vec)) * vec
+
+
 @dataclass(frozen=True, slots=True)
 class Stage:
     kind: str        # direct | smem

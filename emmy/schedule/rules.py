@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from emmy.schedule.decisions import Reduce, Stage, Tile, Work
+from emmy.schedule.decisions import Reduce, Stage, Tile, Work, split_chunk
 from emmy.schedule.facts import Facts
 from emmy.schedule.targets import Target
 from emmy.tensor_ir.ir import ReduceOp
@@ -151,9 +151,10 @@ def split_fits_axis(c: Ctx) -> str | None:
         return None
     longest = max(e for _, e in c.facts.axes)
     k, v = c.reduce.split, c.tile.vec
-    if longest % (k * v):
-        return (f"{longest} elements do not split into {k} slices of whole v{v} vectors "
-                f"({k} × {v} must divide {longest})")
+    chunk = split_chunk(longest, k, v)
+    if (k - 1) * chunk >= longest:
+        return (f"{longest} elements in {k} slices of whole v{v} vectors ({chunk} a slice) "
+                "leave the last slice empty; use fewer slices")
     step = k * c.work.lanes * v
     if step > longest:
         return (f"{c.reduce.split} slices × {c.work.lanes} lanes × v{c.tile.vec} = {step} "

@@ -44,6 +44,8 @@ SHORT_LANES = 8
 SPLIT_GAIN = 0.9        # a template's default splits its reduction for a tenth less time
 CAPPED_THREADS = 512    # blocks this large cap a thread's registers at 128 (1,024: 64)
 FILL_MIN_S = 20e-6      # a product's default takes smaller tiles only past this (modeled)
+SPLIT_WORK = ("block:256", "block:512", "block:1024")   # a pure reduction's default splits
+SPLIT_MIN_LAUNCHES = 3  # … only where its row takes this many launches' overhead (modeled)
 CHAINED_REDUCES = 3     # a row kernel with more reductions a job has its WORK chosen by the model
 _APPLY = {"WORK": "work", "TILE": "tile", "REDUCE": "reduce", "STAGE": "stage", "PLACE": "cut"}
 _READ = {"WORK": dec.read_work, "TILE": dec.read_tile, "REDUCE": dec.read_reduce,
@@ -256,6 +258,8 @@ class Space:
         if not self.template and (self.facts.fold_kinds.count(FoldKind.REDUCE) > CHAINED_REDUCES
                                   or self.kernel.kind is KernelKind.SCAN):
             row = self._cheapest_work(row)
+        if not self.template and self.facts.split_ops is not None and "REDUCE" in self.keys:
+            row = self._split_few_jobs(row)
         return row
 
     def _preferred_row(self, fixed: Mapping[str, str] | None = None) -> Row | None:
@@ -310,6 +314,38 @@ class Space:
         options = [r for r in options if not self.check(r)]
         # the fewest splits within 5% of the fastest: less scratch traffic and fewer blocks
         return self._cheaper(row, serial.seconds, options, prefer=options.index)
+
+    def _split_few_jobs(self, row: Row) -> Row:
+        """A pure reduction's `row`, or, where its jobs are fewer than the SMs and it takes
+        long enough for a second launch to pay (SPLIT_MIN_LAUNCHES launches' overhead,
+        modeled), the row that shares each job among K blocks and sums their partials in a
+        combine kernel (REDUCE=split:K:combine, blocks of 256 to 1,024 threads, the vector the
+        row prefers, one or four a lane a step) that the cost model (no NVRTC) gives at least
+        a tenth less time; among rows within 5% of the fastest, the fewest blocks. A loss's
+        mean over a 4,096 x 4,096 batch is one job: one block reads all of it (5.9 ms
+        modeled) where 64 blocks and a combine take 37 us. Atomic splits are left to rows that
+        ask for them (their sums vary with the order blocks finish)."""
+        serial = self._estimate(row)
+        if max(e.grid for e in serial.launches) >= self.target.sm_count or \
+                serial.seconds < SPLIT_MIN_LAUNCHES * self.target.launch_overhead_s:
+            return row
+        options: dict[Row, None] = {}
+        for reduce in self.grammar["REDUCE"]:
+            if not (reduce.startswith("split:") and reduce.endswith(":combine")):
+                continue
+            for work in SPLIT_WORK:
+                found = self._preferred_row({"WORK": work, "REDUCE": reduce})
+                if found is None:
+                    continue
+                options[found] = None
+                vec = found["TILE"].split("x")[0]
+                deeper = make_row({**dict(found.items), "TILE": f"{vec}x4"})
+                if not self.check(deeper):
+                    options[deeper] = None
+        rows = list(options)
+        blocks = {r: (dec.read_reduce(r["REDUCE"]).split, dec.read_work(r["WORK"]).threads)
+                  for r in rows}
+        return self._cheaper(row, serial.seconds, rows, prefer=blocks.__getitem__)
 
     def _cheaper(self, row: Row, seconds_now: float, options, prefer=None) -> Row:
         """Of `options` (legal rows), the one `prefer` ranks lowest among those within 5% of

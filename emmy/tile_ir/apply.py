@@ -18,7 +18,7 @@ from emmy.loop_ir.ir import Accum, Buffer, Load, Store
 from emmy.schedule import decisions as dec
 from emmy.schedule.row import Row, make_row
 from emmy.schedule.targets import Target
-from emmy.symbolic import var
+from emmy.symbolic import lin, var
 from emmy.tile_ir.chain import find_chain
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, KernelKind, TileKernel
 from emmy.tile_ir.values import free, reads, substitute_item, used, value_types
@@ -120,16 +120,22 @@ def _reads_any(item, names: set[str]) -> bool:
 
 
 def split(k: TileKernel, row: Row, d: dec.Decisions) -> Applied:
-    """Share each job's reduction among K blocks (the row is legal, so the job is one reduce fold)."""
+    """Share each job's reduction among K blocks (the row is legal, so the job is one reduce fold).
+
+    Slice s folds elements [s*chunk, (s+1)*chunk) of the axis, chunk = dec.split_chunk(n, K, V);
+    where K slices of whole vectors do not cover n exactly, the last is shorter (its fold
+    stops at n - s*chunk: a ragged split, e.g. a 50,257-element row)."""
     K = d.reduce.split
     fold_i = next(i for i, item in enumerate(k.body) if isinstance(item, Fold))
     fold: Fold = k.body[fold_i]
-    chunk = fold.axis.extent // K
+    n = fold.axis.extent
+    chunk = dec.split_chunk(n, K, d.tile.vec)
     s, j = f"{fold.axis.var}_slice", f"{fold.axis.var}_in"
     bounds = {a.var: a.extent for a in k.grid} | {s: K, j: chunk}
     env = {fold.axis.var: var(s) * chunk + var(j)}
     sliced = Fold(FoldKind.REDUCE, Axis(j, chunk), fold.accs,
-                  tuple(substitute_item(i, env, bounds) for i in fold.body))
+                  tuple(substitute_item(i, env, bounds) for i in fold.body),
+                  limit=None if chunk * K == n else lin(n) - var(s) * chunk)
     part_row = make_row({"WORK": row["WORK"], "TILE": row["TILE"], "REDUCE": "shuffle"})
     grid = k.grid + (Axis(s, K),)
     if d.reduce.combine == "atomic":

@@ -21,6 +21,7 @@ from typing import Union
 
 from emmy.loop_ir.ir import Buffer, Init, Stmt
 from emmy.schedule.row import Row
+from emmy.symbolic import Lin
 
 
 class FoldKind(Enum):
@@ -59,6 +60,8 @@ class Fold:
     accs: tuple[Init, ...]            # reduce / scan: the accumulators it folds into
     body: tuple["Item", ...]          # the lift: statements, and nested folds
     reverse: bool = False
+    limit: Lin | None = None          # the fold stops at min(extent, limit), limit over the
+                                      # grid's variables: a ragged split's shorter last slice
 
 
 Item = Union[Stmt, Fold]

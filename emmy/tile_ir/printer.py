@@ -78,7 +78,8 @@ def _items(items: tuple[Item, ...], depth: int, types, lines: list[str]) -> None
 
 def _fold_head(f: Fold) -> str:
     rev = " reversed" if f.reverse else ""
-    head = f"{f.kind} {f.axis.var} in 0..{f.axis.extent}{rev}"
+    stop = f"min({f.axis.extent}, {f.limit})" if f.limit is not None else f.axis.extent
+    head = f"{f.kind} {f.axis.var} in 0..{stop}{rev}"
     if f.kind is FoldKind.MAP:
         return head
     states = ", ".join(f"{i.acc} = init({COMBINE[i.op]}) : {i.dtype}" for i in f.accs)

@@ -44,6 +44,7 @@ CHAIN = ("(lambda a, b, c: (a.float() @ b) @ c)"
          "(torch.randn(8, 16).half(), torch.randn(16, 8), torch.randn(8, 4))")
 SLICE = "(lambda x: x[:, 1:] * 2)(torch.randn(4, 65))"        # loads start at odd offsets
 SUM_102 = "(lambda x: x.sum())(torch.randn(102))"
+SUM_2049 = "(lambda x: x.sum())(torch.randn(2049))"   # 64 slices of 33: the last is empty
 SCALAR = "(lambda x: x * 2)(torch.randn(()))"                  # a map of one element
 SUM_2D = "(lambda x: x.sum())(torch.randn(64, 128))"          # 8192 elements, one job
 ARGMAX = "(lambda x: torch.argmax(x, 1))(torch.randn(8, 64))"
@@ -133,8 +134,9 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
          ("atomic splits add f32 partial sums", "use split:K:combine")),
     ],
     "reduce.split_fits_axis": [
-        (SUM_102, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=split:4:atomic",
-         ("102 elements do not split into 4 slices of whole v1 vectors", "4 × 1 must divide 102")),
+        (SUM_2049, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=split:64:combine",
+         ("2049 elements in 64 slices of whole v1 vectors (33 a slice) leave the last slice "
+          "empty", "use fewer slices")),
         (SUM_2D, "sm_90a", "WORK=block:1024 TILE=v4x1 REDUCE=split:4:atomic",
          ("4 slices × 1024 lanes × v4 = 16384 elements per step > the 8192 elements",)),
     ],

@@ -1,0 +1,113 @@
+"""REDUCE=split over any length (ragged slices), and the default that splits a reduction whose
+jobs leave most SMs idle: both checked on the CPU emulator against PyTorch."""
+
+import pytest
+
+from emmy.check import check_cuda_program
+from emmy.frontend.workload import load_expr
+from emmy.pipeline import Options, compile_to
+from emmy.schedule import decisions as dec
+from emmy.schedule.row import parse
+from emmy.schedule.space import Space
+from emmy.schedule.targets import get_target
+from emmy.tile_ir.apply import apply_row
+
+SM90 = get_target("sm_90a")
+
+
+def _kernel(expr: str):
+    return compile_to(load_expr(expr), "tile")["tile"].program.kernels[-1]
+
+
+def _check(expr: str, row: str | None):
+    w = load_expr(expr)
+    results = compile_to(w, "cuda", Options(rows={"": row} if row else {}))
+    report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None, f"{failed.failed}: {failed.status}\n{failed.log[-2000:]}"
+    assert report.ok, [o for o in report.outputs if not o.ok]
+    return results["cuda"]
+
+
+@pytest.mark.parametrize("n,k,vec", [(50257, 8, 1), (50257, 128, 1), (1001, 4, 1), (2050, 16, 2),
+                                     (50000, 16, 4), (4096, 4, 4)])
+def test_slices_are_whole_vectors_and_the_last_is_never_empty(n, k, vec):
+    chunk = dec.split_chunk(n, k, vec)
+    assert chunk % vec == 0
+    assert 0 < n - (k - 1) * chunk <= chunk
+    if n % (k * vec) == 0:
+        assert chunk * k == n
+
+
+# lengths no split divides (1,001 = 7 x 11 x 13; 2,050 = 2 x 1,025; 999 = 27 x 37), each dtype
+# and reduction a split takes, slices of whole vectors, several chains a lane
+RAGGED = [
+    ("torch.randn(3, 1001).sum(-1)", "WORK=block:32 TILE=v1x1 REDUCE=split:4:combine"),
+    ("torch.randn(3, 1001).sum(-1)", "WORK=block:64 TILE=v1x4 REDUCE=split:8:atomic"),
+    ("torch.randn(2, 2050).half().amax(-1)", "WORK=block:32 TILE=v2x2 REDUCE=split:16:combine"),
+    ("torch.randn(1003, dtype=torch.float64).mean()",
+     "WORK=block:32 TILE=v1x2 REDUCE=split:8:combine"),
+    ("torch.randint(0, 9, (2, 999)).sum(-1)", "WORK=block:32 TILE=v1x1 REDUCE=split:16:combine"),
+    ("torch.randn(2, 5000).abs().amin(-1)", "WORK=block:64 TILE=v4x1 REDUCE=split:16:combine"),
+]
+
+
+@pytest.mark.parametrize("expr,row", RAGGED)
+def test_ragged_split_rows_are_correct(expr, row):
+    assert not Space(_kernel(expr), SM90).check(parse(row))
+    prog = _check(expr, row)
+    assert "_partial" in prog.units[0].launches[0].function
+    assert "min(" in prog.units[0].source      # the last slice stops at the axis' end
+
+
+def test_a_split_that_divides_the_axis_has_no_bound_check():
+    prog = _check("torch.randn(2, 4096).sum(-1)", "WORK=block:64 TILE=v4x1 REDUCE=split:4:combine")
+    assert "_stop" not in prog.units[0].source
+
+
+def test_the_last_slice_stops_at_the_end_of_the_axis():
+    """Slices of ceil(50,257 / 8) = 6,283: the eighth holds 6,276."""
+    k = _kernel("torch.randn(8, 50257).sum(-1)")
+    row = parse("WORK=block:256 TILE=v1x1 REDUCE=split:8:combine")
+    partial = apply_row(k, row, SM90).parts[0].kernel
+    (fold,) = partial.folds
+    assert fold.axis.extent == 6283
+    assert str(fold.limit) == "-a1_slice*6283 + 50257"
+
+
+@pytest.mark.parametrize("expr", [
+    # a loss's mean over one 4,096 x 4,096 batch: one job
+    "((torch.randn(4096, 4096) - torch.randn(4096, 4096)) ** 2).mean()",
+    # a few long rows: 8 x a 50,257-word vocabulary, 4 rows of a million
+    "torch.randn(8, 50257).sum(-1)",
+    "torch.randn(4, 1000000).abs().amax(-1)",
+])
+def test_default_splits_a_reduction_over_few_jobs(expr):
+    from emmy.runtime.costmodel.api import estimate_kernel
+
+    k = _kernel(expr)
+    space = Space(k, SM90)
+    row = space.default()
+    assert row["REDUCE"].startswith("split:") and row["REDUCE"].endswith(":combine"), row
+    unsplit = space._preferred_row()
+    split_s = estimate_kernel(k, row, SM90, nvrtc=False).seconds
+    assert split_s < 0.9 * estimate_kernel(k, unsplit, SM90, nvrtc=False).seconds
+
+
+@pytest.mark.parametrize("expr", [
+    "torch.randn(4, 64).sum(-1)",          # small: a second launch costs more than it saves
+    "torch.randn(4096, 1024).sum(-1)",     # 4,096 jobs fill every SM
+    "torch.argmax(torch.randn(4, 100000), 1)",  # positions are not split
+])
+def test_default_keeps_one_kernel_where_a_split_does_not_pay(expr):
+    row = Space(_kernel(expr), SM90).default()
+    assert not row["REDUCE"].startswith("split"), row
+
+
+def test_a_default_split_row_is_correct():
+    """Eight rows of 20,011 (prime) elements: the default splits them (ragged) and sums the
+    partials in a combine kernel."""
+    expr = "torch.randn(8, 20011).sum(-1)"
+    row = Space(_kernel(expr), SM90).default()
+    assert row["REDUCE"].endswith(":combine"), row
+    prog = _check(expr, None)
+    assert [l.function.rsplit("_", 1)[1] for l in prog.units[0].launches] == ["partial", "combine"]
