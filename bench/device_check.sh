@@ -16,7 +16,9 @@
 # (top 50, top-p) against eager and torch.compile, as "block:180" ("block:60:moe" times the
 # router alone, "block:60:sampling" the filters; the layer's plan, 193 programs through the cost
 # model, took 74 s on a 2-core CPU); the row kernels' cheaper
-# arithmetic, bench/sass_counts.py, is timed by "core:60:softmax,log_softmax,elementwise").
+# arithmetic, bench/sass_counts.py, is timed by "core:60:softmax,log_softmax,elementwise"; the
+# rows suite, a few long rows shared by thread-block clusters (REDUCE=cluster:C, never timed),
+# as "rows:45").
 # Knobs (environment):
 # SUITES="matmul:120 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs
 # `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of

@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="the GPU performance suites (needs a CUDA GPU)")
     bench.add_argument("--suite", required=True,
-                       choices=("core", "matmul", "attention", "conv", "gather", "block", "all"))
+                       choices=("core", "matmul", "attention", "conv", "rows", "gather", "block", "all"))
     bench.add_argument("--json", dest="json_out", metavar="OUT", help="also write JSON here")
     bench.add_argument("--budget", type=float, default=400.0, metavar="S",
                        help="wall-clock seconds after which no new workload or row starts "

@@ -30,7 +30,7 @@ from emmy.errors import UserError
 
 EXAMPLES = ROOT / "examples"
 BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
-SUITE_NAMES = ("core", "matmul", "attention", "conv", "gather", "block", "all")
+SUITE_NAMES = ("core", "matmul", "attention", "conv", "rows", "gather", "block", "all")
 
 # The report's names stay importable from here (emmy.cli, tests): they live in emmy.bench.report.
 __all__ = ["SUITES", "SUITE_NAMES", "WorkloadSpec", "BenchOptions", "suite_specs", "cast_workload",
@@ -133,6 +133,16 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
              WorkloadSpec("conv3x3/2+relu", "conv2d",
                           (*_RESNET[:2], ("out_channels", 128), *_RESNET[3:], ("stride", 2)),
                           "f16", "32x64x56x56 k3 s2 -> 128")),
+    # a few long rows, fewer than the SMs (each row's blocks share it: clusters on sm_90a):
+    # a decoding step's softmax over GPT-2's vocabulary for 8 sequences, log_softmax over
+    # Llama-3's 128,256 words for 4, a LayerNorm over 4 rows of 8,192
+    "rows": (WorkloadSpec("softmax", "softmax", (("batch_size", 8), ("dim", 50257)), "f32",
+                          "8x50257"),
+             WorkloadSpec("log_softmax", "log_softmax", (("batch_size", 4), ("dim", 128256)),
+                          "bf16", "4x128256"),
+             WorkloadSpec("layernorm", "layernorm",
+                          (("batch_size", 4), ("seq_len", 1), ("hidden", 8192)), "f32",
+                          "4x8192")),
     # memory-bound reads at run-time positions: GPT-2's input (token and position embeddings,
     # the first LayerNorm; batch 8, sequence 1024, hidden 768, vocabulary 50257)
     "gather": _both("embedding+layernorm", "embedding",

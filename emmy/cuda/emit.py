@@ -112,7 +112,8 @@ def _stmt(s: K.KStmt, depth: int) -> list[str]:
         case K.CpAsyncWaitAll():
             return ["em_cp_async_wait_all();"]
         case K.Barrier(scope=scope):
-            return ["__syncthreads();" if scope == "block" else "__syncwarp();"]
+            return [{"block": "__syncthreads();", "warp": "__syncwarp();",
+                     "cluster": "cluster_sync();"}[scope]]
         case K.LaneCombine():
             return _combine(s)
         case K.ScanLanes(value=v, op=op, ctype=c, carry=carry, incl=incl, excl=excl,
@@ -208,4 +209,11 @@ def _combine(s: K.LaneCombine) -> list[str]:
         else:
             fn = "em_block_tree" if s.method == "smem" else "em_block_allreduce"
             out.append(f"{name} = {fn}<{_OPS[op]}>({name}, {s.scratch}, {s.lanes});")
+    if s.cluster > 1:
+        slots = [f"{s.cluster_scratch} + {s.cluster_slot + 16 * i}" for i in range(len(s.accs))]
+        puts = [f"*reinterpret_cast<{c}*>({slot}) = {name};"
+                for (name, _, c), slot in zip(s.accs, slots)]
+        out += ["if (threadIdx.x == 0) {", *("  " + p for p in puts), "}", "cluster_sync();"]
+        out += [f"{name} = em_cluster_fold<{_OPS[op]}, {c}>({slot}, {s.cluster});"
+                for (name, op, c), slot in zip(s.accs, slots)]
     return out

@@ -36,6 +36,7 @@ class Fn:
     shared_top: int = 0
     counter: int = 0
     reciprocals: set[str] = field(default_factory=set)   # divisors whose reciprocal is computed
+    cluster_combines: int = 0      # combines across a cluster so far (their slots alternate)
 
     def fresh(self, stem: str) -> str:
         self.counter += 1

@@ -16,6 +16,7 @@ from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import Lin, Sym, bounds_of, floordiv, lin, mod, render, substitute, var
 from emmy.dtypes import DType
 from emmy.tensor_ir.ir import Scalar, gather_var
+from emmy.tile_ir.apply import CLUSTER_RANK
 from emmy.tile_ir.ir import Axis, Fold, Item
 from emmy.tile_ir.values import operands, value_types
 
@@ -194,7 +195,11 @@ def scalar(fn: Fn, s: Item, suffix: str, env: dict[str, Lin], *, lane0_stores: b
                 st = K.AtomicAdd(s.buffer, elem(fn, s.buffer), off, name(s.value))
             else:
                 st = K.GlobalStore(s.buffer, elem(fn, s.buffer), off, (name(s.value),))
-            return [K.If("lane == 0", (st,))] if lane0_stores else [st]
+            if not lane0_stores:
+                return [st]
+            # a cluster's blocks all hold the job's values: the first block stores them
+            return [K.If("lane == 0" + (f" && {CLUSTER_RANK} == 0" if fn.k.cluster > 1 else ""),
+                         (st,))]
         case Fold():
             return serial_fold(fn, s, suffix, env, accs, local)
     raise AssertionError(f"unexpected item {s!r}")

@@ -133,7 +133,7 @@ class CpAsyncWaitAll:
 
 @dataclass(frozen=True, slots=True)
 class Barrier:
-    scope: str           # "block" (__syncthreads) or "warp" (__syncwarp)
+    scope: str           # "block" (__syncthreads), "warp" (__syncwarp) or "cluster" (cluster_sync)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +143,21 @@ class LaneCombine:
     method: "shuffle" (butterfly in each warp, then through shared memory across warps) or
     "smem" (a shared-memory tree). `scratch` names a SharedArray of at least `lanes` floats
     when lanes > 32 (both methods). argmax/argmin accs carry their position in `acc_pos`.
+    With `cluster` > 1 the block's result is then combined across the blocks of its thread-block
+    cluster (REDUCE=cluster:C): each block puts it in `cluster_scratch` from byte `cluster_slot`
+    (16 bytes an acc, in dynamic shared memory), and after a cluster barrier every block folds
+    all the blocks' values in rank order through distributed shared memory (the same result in
+    each block). Successive combines alternate between two sets of slots, so one barrier each
+    suffices; the kernel ends with a cluster barrier (no block exits while others read it).
     """
 
     accs: tuple[tuple[str, ReduceOp, str], ...]   # (name, op, ctype)
     lanes: int
     method: str
     scratch: str | None
+    cluster: int = 1
+    cluster_scratch: str | None = None
+    cluster_slot: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,15 +36,23 @@ def lower_jobs(fn: Fn) -> tuple[tuple[K.KStmt, ...], int]:
         head += _plan_stage(fn)
     if L > 32:
         fn.alloc("scratch", "unsigned char", 16 * L, 1)
+    if k.cluster > 1:      # two sets of slots, one for each accumulator of a fold
+        fn.alloc("cluster_scratch", "unsigned char", 2 * 16 * _most_accs(k), 1)
     body: list[K.KStmt] = []
     for item in k.body:
         if isinstance(item, Fold):
             body += _lane_fold(fn, item)
         else:
             body += scalar(fn, item, "", {}, lane0_stores=L > 1)
+    if k.cluster > 1:      # no block exits while another may still read its slots
+        body.append(K.Barrier("cluster"))
     if J > 1 and k.jobs % J:
         return tuple(head[:2]) + (K.If(f"job < {k.jobs}", tuple(head[2:] + body)),), grid
     return tuple(head + body), grid
+
+
+def _most_accs(k) -> int:
+    return max((len(f.accs) for f in k.folds), default=1)
 
 
 def _plan_stage(fn: Fn) -> list[K.KStmt]:
@@ -136,9 +144,15 @@ def _lane_fold(fn: Fn, f: Fold) -> list[K.KStmt]:
         for other in chains[init.acc][1:]:
             out.append(K.Fold(c0, init.op, other, None))
     if L > 1 and f.accs:
+        method = fn.d.reduce.method if fn.d.reduce else "shuffle"
+        cluster, slot = fn.k.cluster, 0
+        if cluster > 1:    # alternate sets of slots (see K.LaneCombine)
+            slot = fn.cluster_combines % 2 * 16 * _most_accs(fn.k)
+            fn.cluster_combines += 1
         out.append(K.LaneCombine(tuple((chains[i.acc][0], i.op, ctype(i.dtype)) for i in f.accs),
-                                 L, fn.d.reduce.method if fn.d.reduce else "shuffle",
-                                 "scratch" if L > 32 else None))
+                                 L, "shuffle" if method == "cluster" else method,
+                                 "scratch" if L > 32 else None, cluster,
+                                 "cluster_scratch" if cluster > 1 else None, slot))
     for init in f.accs:
         op = "argpos" if init.op in ARG_OPS else "copy"
         out.append(K.Let(init.acc, ctype(fn.types[init.acc]), op, (chains[init.acc][0],)))

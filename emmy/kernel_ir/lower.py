@@ -24,6 +24,7 @@ from emmy.tile_ir.values import value_types
 
 
 # kernel kinds a template builds: the module and function that lower them
+SM90_HEADER = "emmy_sm90.cuh"     # thread-block clusters (REDUCE=cluster:C)
 _TEMPLATES = {KernelKind.CONTRACT: ("emmy.kernel_ir.gemm", "lower_contract"),
               KernelKind.CHAIN: ("emmy.kernel_ir.b2b", "lower_chain"),
               KernelKind.ATTENTION: ("emmy.kernel_ir.flash", "lower_attention")}
@@ -39,8 +40,9 @@ def lower_applied(name: str, applied: Applied) -> K.KProgram:
     functions = tuple(lower_part(p) for p in applied.parts)
     launches = tuple(K.Launch(f.name, tuple(p.name for p in f.params)) for f in functions)
     temps = tuple((b.name, b.type.dtype.c_name, b.type.numel) for b in applied.temporaries)
+    clusters = any(p.kernel.cluster > 1 for p in applied.parts)
     return K.KProgram(name=name, functions=functions, launches=launches, temporaries=temps,
-                      zero_fill=applied.zero_fill)
+                      zero_fill=applied.zero_fill, headers=(SM90_HEADER,) if clusters else ())
 
 
 def lower_part(part: Part) -> K.KFunction:
@@ -58,7 +60,8 @@ def lower_part(part: Part) -> K.KFunction:
         body = approximate(body)
     prologue = tuple(fn.shared)
     return K.KFunction(name=k.name, params=params, grid=grid, threads=d.work.threads,
-                       shared_bytes=fn.shared_top, body=prologue + body, row=str(part.row))
+                       shared_bytes=fn.shared_top, body=prologue + body, row=str(part.row),
+                       cluster=k.cluster)
 
 
 # --- map kernels ----------------------------------------------------------------------------

@@ -69,9 +69,10 @@ def _line(s: K.KStmt) -> str:
             return "cp.async.wait_all"
         case K.Barrier(scope=scope):
             return f"barrier.{scope}"
-        case K.LaneCombine(accs=accs, lanes=lanes, method=m):
+        case K.LaneCombine(accs=accs, lanes=lanes, method=m, cluster=c):
             names = ", ".join(f"{n}: {op}" for n, op, _ in accs)
-            return f"lane_combine({names}) over {lanes} lanes by {m}"
+            across = f", then across a cluster of {c} blocks" if c > 1 else ""
+            return f"lane_combine({names}) over {lanes} lanes by {m}{across}"
         case K.ScanLanes(value=v, op=op, carry=c, incl=i, excl=e, lanes=lanes):
             return f"{i}, {e} = {'block' if lanes > 32 else 'warp'}_scan.{op}({v}, carry {c})"
         case K.AtomicAdd(buffer=b, offset=off, value=v):

@@ -35,8 +35,8 @@ class Tile:
 
 @dataclass(frozen=True, slots=True)
 class Reduce:
-    method: str      # serial | shuffle | smem | split
-    split: int = 1   # blocks sharing one job's reduction
+    method: str      # serial | shuffle | smem | split | cluster
+    split: int = 1   # blocks sharing one job's reduction (split: K, cluster: the cluster's size)
     combine: str = ""  # atomic | combine (split only)
 
 
@@ -77,6 +77,8 @@ def read_reduce(value: str) -> Reduce:
     parts = value.split(":")
     if parts[0] == "split":
         return Reduce("split", int(parts[1]), parts[2])
+    if parts[0] == "cluster":
+        return Reduce("cluster", int(parts[1]))
     return Reduce(parts[0])
 
 

@@ -36,6 +36,7 @@ class Facts:
     atomic_ok: bool                        # pure f32 sum whose store is linear in the accumulator
     widest: int                            # widest element among distributed accesses (bytes)
     chain: bool = False                    # a fused chain of two products (PLACE=cut splits it)
+    fold_ops: tuple[ReduceOp, ...] = ()    # the accumulators of the job body's folds
 
 
 def buffer_types(k: TileKernel) -> dict:
@@ -125,7 +126,8 @@ def facts(k: TileKernel) -> Facts:
                  reuse_row_bytes=row_bytes, split_ops=split_ops,
                  atomic_ok=pure_reduction and _atomic_ok(k),
                  widest=max((a.itemsize for a in accesses), default=4),
-                 chain=find_chain(k) is not None)
+                 chain=find_chain(k) is not None,
+                 fold_ops=tuple(i.op for f in folds for i in f.accs))
 
 
 def _atomic_ok(k: TileKernel) -> bool:

@@ -14,7 +14,7 @@ from emmy.schedule.decisions import Reduce, Stage, Tile, Work, split_chunk
 from emmy.schedule.facts import Facts
 from emmy.schedule.targets import Target
 from emmy.tensor_ir.ir import ReduceOp
-from emmy.tile_ir.ir import KernelKind
+from emmy.tile_ir.ir import FoldKind, KernelKind
 
 KIB = 1024
 
@@ -108,13 +108,15 @@ def scan_serial_steps(c: Ctx) -> str | None:
 
 # --- REDUCE ---------------------------------------------------------------------------------
 
-_METHODS = {"thread": ("serial",), "warp": ("shuffle",), "block": ("shuffle", "smem", "split")}
+_METHODS = {"thread": ("serial",), "warp": ("shuffle",),
+            "block": ("shuffle", "smem", "split", "cluster")}
+_SPELLED = {"split": "split:K:atomic|combine", "cluster": "cluster:C"}
 
 
 def method_fits_work(c: Ctx) -> str | None:
     allowed = _METHODS[c.work.mode]
     if c.reduce.method not in allowed:
-        spelled = " or ".join("split:K:atomic|combine" if m == "split" else m for m in allowed)
+        spelled = " or ".join(_SPELLED.get(m, m) for m in allowed)
         return (f"{c.reduce.method} does not fit WORK={c.work.mode}:{c.work.count} "
                 f"({c.work.lanes} lane(s) per job); use {spelled}")
     return None
@@ -162,6 +164,26 @@ def split_fits_axis(c: Ctx) -> str | None:
     return None
 
 
+def cluster_shares_a_job(c: Ctx) -> str | None:
+    if c.reduce.method != "cluster":
+        return None
+    if c.target.compute_capability < (9, 0):
+        return f"thread-block clusters need sm_90 or later; {c.target.name} has none"
+    if FoldKind.SCAN in c.facts.fold_kinds:
+        return ("a scan's running value passes from slice to slice in order; a cluster's "
+                "blocks scan theirs at once (use shuffle or smem)")
+    arg = [op for op in c.facts.fold_ops if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN)]
+    if arg:
+        return f"{arg[0]} tracks positions; a cluster's blocks do not combine them"
+    # (a block's lanes then reach past its slice; as C ≤ 8 and lanes ≥ 32, no slice is empty)
+    size, v = c.reduce.split, c.tile.vec
+    for _, n in c.facts.axes:
+        if size * c.work.lanes * v > n:
+            return (f"{size} blocks × {c.work.lanes} lanes × v{v} = {size * c.work.lanes * v} "
+                    f"elements per step > the {n} elements of the axis")
+    return None
+
+
 # --- STAGE ----------------------------------------------------------------------------------
 
 def stage_needs_lanes(c: Ctx) -> str | None:
@@ -183,6 +205,13 @@ def stage_shared_budget(c: Ctx) -> str | None:
         return (f"{rows} row(s) × {_kib(c.facts.reuse_row_bytes)}{extra} = {_kib(need)} shared "
                 f"memory > {_kib(limit)} per block on {c.target.name} "
                 f"({_kib(c.target.shared_reserved_per_block)} reserved by the system)")
+    return None
+
+
+def stage_cluster(c: Ctx) -> str | None:
+    if c.stage.kind == "smem" and c.reduce is not None and c.reduce.method == "cluster":
+        return ("each block of a cluster reads its own slice of the row, again in each pass "
+                "(from L2); staging the slices in shared memory is not built: use direct")
     return None
 
 
@@ -218,6 +247,13 @@ def cut_leaves_nothing_to_stage(c: Ctx) -> str | None:
 CHAIN_CUT_ROW = {"WORK": "thread:32", "TILE": "v1x1", "REDUCE": "serial"}
 
 
+def cut_cluster(c: Ctx) -> str | None:
+    if c.cut and c.reduce is not None and c.reduce.method == "cluster" and not c.facts.chain:
+        return ("a cluster already spreads the output pass over its blocks; a cut after a "
+                "cluster's statistics is not built: use fuse")
+    return None
+
+
 def cut_chain_is_two_kernels(c: Ctx) -> str | None:
     if not (c.cut and c.facts.chain):
         return None
@@ -244,9 +280,12 @@ RULES: tuple[Rule, ...] = (
     Rule("reduce.split_needs_pure_reduction", "REDUCE", split_needs_pure_reduction),
     Rule("reduce.split_ops", "REDUCE", split_ops),
     Rule("reduce.split_fits_axis", "REDUCE", split_fits_axis),
+    Rule("reduce.cluster_shares_a_job", "REDUCE", cluster_shares_a_job),
     Rule("stage.needs_lanes", "STAGE", stage_needs_lanes),
     Rule("stage.shared_budget", "STAGE", stage_shared_budget),
+    Rule("stage.cluster", "STAGE", stage_cluster),
     Rule("stage.async", "STAGE", stage_async),
     Rule("place.cut_leaves_nothing_to_stage", "PLACE", cut_leaves_nothing_to_stage),
+    Rule("place.cut_cluster", "PLACE", cut_cluster),
     Rule("place.cut_chain_is_two_kernels", "PLACE", cut_chain_is_two_kernels),
 )

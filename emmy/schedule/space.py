@@ -21,20 +21,23 @@ from emmy.schedule.targets import Target
 from emmy.tile_ir.ir import FoldKind, KernelKind, TileKernel
 
 _POW2 = (32, 64, 128, 256, 512, 1024)
+CLUSTER_SIZES = (2, 4, 8)       # portable thread-block cluster sizes
 GRAMMAR: dict[str, tuple[str, ...]] = {
     "WORK": (*(f"thread:{t}" for t in _POW2), *(f"warp:{w}" for w in (1, 2, 4, 8, 16, 32)),
              *(f"block:{t}" for t in _POW2)),
     "TILE": tuple(f"v{v}x{n}" for v in (1, 2, 4, 8) for n in (1, 2, 4)),
     "REDUCE": ("serial", "shuffle", "smem",
                *(f"split:{k}:{how}" for k in (2, 4, 8, 16, 32, 64, 128)
-                 for how in ("atomic", "combine"))),
+                 for how in ("atomic", "combine")),
+               *(f"cluster:{c}" for c in CLUSTER_SIZES)),
     "STAGE": ("direct", "smem", "smem:async"),
     "PLACE": ("fuse", "cut"),
 }
 GRAMMAR_TEXT = {
     "WORK": "thread:T | warp:W | block:T  (T threads per block in 32..1024, W warps in 1..32)",
     "TILE": "vVxN  (V-element vector accesses, V in 1,2,4,8; N vectors per lane per step, 1,2,4)",
-    "REDUCE": "serial | shuffle | smem | split:K:atomic | split:K:combine  (K blocks per job, 2..128)",
+    "REDUCE": "serial | shuffle | smem | split:K:atomic | split:K:combine  (K blocks per job, "
+              "2..128) | cluster:C  (sm_90: a cluster of C blocks per job, 2, 4 or 8)",
     "STAGE": "direct | smem | smem:async",
     "PLACE": "fuse | cut",
 }
@@ -44,8 +47,8 @@ SHORT_LANES = 8
 SPLIT_GAIN = 0.9        # a template's default splits its reduction for a tenth less time
 CAPPED_THREADS = 512    # blocks this large cap a thread's registers at 128 (1,024: 64)
 FILL_MIN_S = 20e-6      # a product's default takes smaller tiles only past this (modeled)
-SPLIT_WORK = ("block:256", "block:512", "block:1024")   # a pure reduction's default splits
-SPLIT_MIN_LAUNCHES = 3  # … only where its row takes this many launches' overhead (modeled)
+SHARE_WORK = ("block:256", "block:512", "block:1024")   # a default sharing a job among blocks
+SHARE_MIN_LAUNCHES = 3  # … only where its row takes this many launches' overhead (modeled)
 CHAINED_REDUCES = 3     # a row kernel with more reductions a job has its WORK chosen by the model
 _APPLY = {"WORK": "work", "TILE": "tile", "REDUCE": "reduce", "STAGE": "stage", "PLACE": "cut"}
 _READ = {"WORK": dec.read_work, "TILE": dec.read_tile, "REDUCE": dec.read_reduce,
@@ -235,7 +238,9 @@ class Space:
         fewer than the SMs and the cost model gives that a tenth less time (_cheapest_reduce);
         a product whose blocks are still too few takes a smaller tile on the same terms
         (_fill_the_gpu), and a row kernel chaining many reductions the WORK the model prefers
-        (_cheapest_work), as a scan does (a warp a row, or a block for a few long rows)."""
+        (_cheapest_work), as a scan does (a warp a row, or a block for a few long rows); a row
+        kernel over fewer jobs than SMs shares each job among blocks, split or in a cluster,
+        where the model gives that a tenth less time (_share_few_jobs)."""
         return self._default
 
     @cached_property
@@ -258,8 +263,8 @@ class Space:
         if not self.template and (self.facts.fold_kinds.count(FoldKind.REDUCE) > CHAINED_REDUCES
                                   or self.kernel.kind is KernelKind.SCAN):
             row = self._cheapest_work(row)
-        if not self.template and self.facts.split_ops is not None and "REDUCE" in self.keys:
-            row = self._split_few_jobs(row)
+        if not self.template and self.kernel.kind is KernelKind.ROW and "REDUCE" in self.keys:
+            row = self._share_few_jobs(row)
         return row
 
     def _preferred_row(self, fixed: Mapping[str, str] | None = None) -> Row | None:
@@ -315,25 +320,33 @@ class Space:
         # the fewest splits within 5% of the fastest: less scratch traffic and fewer blocks
         return self._cheaper(row, serial.seconds, options, prefer=options.index)
 
-    def _split_few_jobs(self, row: Row) -> Row:
-        """A pure reduction's `row`, or, where its jobs are fewer than the SMs and it takes
-        long enough for a second launch to pay (SPLIT_MIN_LAUNCHES launches' overhead,
-        modeled), the row that shares each job among K blocks and sums their partials in a
-        combine kernel (REDUCE=split:K:combine, blocks of 256 to 1,024 threads, the vector the
-        row prefers, one or four a lane a step) that the cost model (no NVRTC) gives at least
-        a tenth less time; among rows within 5% of the fastest, the fewest blocks. A loss's
-        mean over a 4,096 x 4,096 batch is one job: one block reads all of it (5.9 ms
-        modeled) where 64 blocks and a combine take 37 us. Atomic splits are left to rows that
-        ask for them (their sums vary with the order blocks finish)."""
+    def _share_few_jobs(self, row: Row) -> Row:
+        """A row kernel's `row`, or, where its jobs are fewer than the SMs and it takes long
+        enough to matter (SHARE_MIN_LAUNCHES launches' overhead, modeled), the row that shares
+        each job among several blocks that the cost model (no NVRTC) gives at least a tenth less
+        time; among rows within 5% of the fastest, the fewest blocks. A pure reduction may split
+        (REDUCE=split:K:combine: K blocks, then a combine kernel sums their partials; never
+        atomics, whose sums vary with the order blocks finish); on sm_90 any row kernel but a
+        scan may take a thread-block cluster (REDUCE=cluster:C: C blocks, one kernel, partial
+        results combined through distributed shared memory). Each in blocks of 256 to 1,024
+        threads with the vector the row prefers, one or four a lane a step. A loss's mean over
+        a 4,096 x 4,096 batch is one job: one block reads all of it (5.9 ms modeled) where 64
+        blocks and a combine take 37 us; a softmax over 8 rows of a 50,257-word vocabulary is
+        8 blocks (132 us modeled) where clusters of 8 take 20 us."""
         serial = self._estimate(row)
         if max(e.grid for e in serial.launches) >= self.target.sm_count or \
-                serial.seconds < SPLIT_MIN_LAUNCHES * self.target.launch_overhead_s:
+                serial.seconds < SHARE_MIN_LAUNCHES * self.target.launch_overhead_s:
             return row
+        # a job chaining many reductions keeps blocks under CAPPED_THREADS (see
+        # _compiled_cheaper: the model without NVRTC does not see a capped thread spill)
+        chained = self.facts.fold_kinds.count(FoldKind.REDUCE) > CHAINED_REDUCES
+        works = [w for w in SHARE_WORK
+                 if not chained or dec.read_work(w).threads < CAPPED_THREADS]
         options: dict[Row, None] = {}
         for reduce in self.grammar["REDUCE"]:
-            if not (reduce.startswith("split:") and reduce.endswith(":combine")):
+            if not (reduce.endswith(":combine") or reduce.startswith("cluster:")):
                 continue
-            for work in SPLIT_WORK:
+            for work in works:
                 found = self._preferred_row({"WORK": work, "REDUCE": reduce})
                 if found is None:
                     continue

@@ -62,6 +62,8 @@ def apply_row(k: TileKernel, row: Row, target: Target) -> Applied:
                        a.temporaries + stats, a.zero_fill)
     if d.reduce is not None and d.reduce.method == "split":
         return split(k, row, d)
+    if d.reduce is not None and d.reduce.method == "cluster":
+        return Applied((Part(cluster(k, d), row, d),), (), ())
     return Applied((Part(k, row, d),), (), ())
 
 
@@ -119,6 +121,34 @@ def _reads_any(item, names: set[str]) -> bool:
     return bool(used((item,)) & names)
 
 
+def _slice(fold: Fold, s: str, K: int, vec: int, bounds: dict[str, int]) -> Fold:
+    """Slice `s` (of K) of `fold`: its chunk = split_chunk(n, K, vec) elements from s*chunk,
+    the last slice stopping at the axis' end where K chunks overrun it."""
+    n = fold.axis.extent
+    chunk = dec.split_chunk(n, K, vec)
+    j = f"{fold.axis.var}_in"
+    env = {fold.axis.var: var(s) * chunk + var(j)}
+    bounds = bounds | {s: K, j: chunk}
+    return replace(fold, axis=Axis(j, chunk),
+                   body=tuple(substitute_item(i, env, bounds) for i in fold.body),
+                   limit=None if chunk * K == n else lin(n) - var(s) * chunk)
+
+
+CLUSTER_RANK = "crank"
+
+
+def cluster(k: TileKernel, d: dec.Decisions) -> TileKernel:
+    """Each job shared by a cluster of C blocks (REDUCE=cluster:C): block `crank` folds slice
+    `crank` of every fold of the job (reductions, then the output pass); a reduction's
+    partial results are combined across the cluster's blocks (distributed shared memory), so
+    every block goes on with the whole row's value."""
+    C = d.reduce.split
+    bounds = {a.var: a.extent for a in k.grid}
+    body = tuple(_slice(i, CLUSTER_RANK, C, d.tile.vec, bounds) if isinstance(i, Fold) else i
+                 for i in k.body)
+    return replace(k, grid=k.grid + (Axis(CLUSTER_RANK, C),), body=body, cluster=C)
+
+
 def split(k: TileKernel, row: Row, d: dec.Decisions) -> Applied:
     """Share each job's reduction among K blocks (the row is legal, so the job is one reduce fold).
 
@@ -128,14 +158,8 @@ def split(k: TileKernel, row: Row, d: dec.Decisions) -> Applied:
     K = d.reduce.split
     fold_i = next(i for i, item in enumerate(k.body) if isinstance(item, Fold))
     fold: Fold = k.body[fold_i]
-    n = fold.axis.extent
-    chunk = dec.split_chunk(n, K, d.tile.vec)
-    s, j = f"{fold.axis.var}_slice", f"{fold.axis.var}_in"
-    bounds = {a.var: a.extent for a in k.grid} | {s: K, j: chunk}
-    env = {fold.axis.var: var(s) * chunk + var(j)}
-    sliced = Fold(FoldKind.REDUCE, Axis(j, chunk), fold.accs,
-                  tuple(substitute_item(i, env, bounds) for i in fold.body),
-                  limit=None if chunk * K == n else lin(n) - var(s) * chunk)
+    s = f"{fold.axis.var}_slice"
+    sliced = _slice(fold, s, K, d.tile.vec, {a.var: a.extent for a in k.grid})
     part_row = make_row({"WORK": row["WORK"], "TILE": row["TILE"], "REDUCE": "shuffle"})
     grid = k.grid + (Axis(s, K),)
     if d.reduce.combine == "atomic":

@@ -77,6 +77,9 @@ class TileKernel:
     grid: tuple[Axis, ...]            # outer parallel axes, outermost first
     body: tuple[Item, ...]
     atomic: bool = False              # stores add into outputs zeroed beforehand (split reductions)
+    cluster: int = 1                  # > 1: the last grid axis is a block's rank in a cluster of
+                                      # this many sharing the job (REDUCE=cluster:C); the folds
+                                      # hold its slices, reductions combine across the cluster
     contract: object = None           # CONTRACT kernels: their tile_ir.contract.Contraction
     attention: object = None          # ATTENTION kernels: their tile_ir.attention.Attention
     chain: object = None              # CHAIN kernels: their tile_ir.chain.FusedChain

@@ -140,9 +140,23 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
         (SUM_2D, "sm_90a", "WORK=block:1024 TILE=v4x1 REDUCE=split:4:atomic",
          ("4 slices × 1024 lanes × v4 = 16384 elements per step > the 8192 elements",)),
     ],
+    "reduce.cluster_shares_a_job": [
+        (RMS, "sm_80", "WORK=block:256 TILE=v4x1 REDUCE=cluster:2 STAGE=direct PLACE=fuse",
+         ("thread-block clusters need sm_90 or later; sm_80 has none",)),
+        (CUMSUM, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=cluster:2",
+         ("a scan's running value passes from slice to slice",)),
+        (ARGMAX, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=cluster:2",
+         ("argmax tracks positions",)),
+        (SUM_102, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=cluster:4",
+         ("4 blocks × 32 lanes × v1 = 128 elements per step > the 102 elements",)),
+    ],
     "stage.needs_lanes": [
         (SOFTMAX, "sm_90a", "WORK=thread:32 TILE=v1x1 REDUCE=serial STAGE=smem PLACE=fuse",
          ("WORK=thread gives each job one thread", "use direct")),
+    ],
+    "stage.cluster": [
+        (RMS, "sm_90a", "WORK=block:256 TILE=v4x1 REDUCE=cluster:2 STAGE=smem PLACE=fuse",
+         ("each block of a cluster reads its own slice", "use direct")),
     ],
     "stage.shared_budget": [
         (RMS, "sm_90a", "WORK=warp:32 TILE=v4x1 REDUCE=shuffle STAGE=smem PLACE=fuse",
@@ -163,6 +177,10 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
         (CHANNEL_SOFTMAX, "sm_90a",
          "WORK=warp:4 TILE=v4x1 REDUCE=shuffle STAGE=smem:async PLACE=fuse",
          ("cp.async copies 4 neighbouring elements", "lies 64 elements apart")),
+    ],
+    "place.cut_cluster": [
+        (RMS, "sm_90a", "WORK=block:256 TILE=v4x1 REDUCE=cluster:2 STAGE=direct PLACE=cut",
+         ("a cluster already spreads the output pass over its blocks", "use fuse")),
     ],
     "place.cut_chain_is_two_kernels": [
         (CHAIN, "sm_90a", "WORK=warp:4 TILE=v1x1 REDUCE=shuffle PLACE=cut",

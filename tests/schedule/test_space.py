@@ -145,11 +145,14 @@ def test_sm80_space_is_inside_sm90a_space(name):
     assert listed(name, "sm_80") <= listed(name, "sm_90a")
 
 
-def test_rmsnorm_sm80_loses_rows_to_shared_memory():
+def test_rmsnorm_sm80_loses_rows_to_shared_memory_and_clusters():
     sp = space("rmsnorm", "sm_80")
     lost = listed("rmsnorm", "sm_90a") - listed("rmsnorm", "sm_80")
+    assert any(row["REDUCE"].startswith("cluster:") for row in lost)
     for row in lost:
-        assert {r.rule for r in sp.check(row)} == {"stage.shared_budget"}
+        rule = "reduce.cluster_shares_a_job" if row["REDUCE"].startswith("cluster:") else \
+            "stage.shared_budget"
+        assert {r.rule for r in sp.check(row)} == {rule}
 
 
 def test_made_up_targets_narrow_the_space():

@@ -19,9 +19,9 @@ def _kernel(expr: str):
     return compile_to(load_expr(expr), "tile")["tile"].program.kernels[-1]
 
 
-def _check(expr: str, row: str | None):
+def _check(expr: str, row: str | None, target: str = "sm_90a"):
     w = load_expr(expr)
-    results = compile_to(w, "cuda", Options(rows={"": row} if row else {}))
+    results = compile_to(w, "cuda", Options(target=target, rows={"": row} if row else {}))
     report, failed = check_cuda_program(w, results["torch"], results["cuda"])
     assert report is not None, f"{failed.failed}: {failed.status}\n{failed.log[-2000:]}"
     assert report.ok, [o for o in report.outputs if not o.ok]
@@ -74,40 +74,51 @@ def test_the_last_slice_stops_at_the_end_of_the_axis():
     assert str(fold.limit) == "-a1_slice*6283 + 50257"
 
 
-@pytest.mark.parametrize("expr", [
-    # a loss's mean over one 4,096 x 4,096 batch: one job
-    "((torch.randn(4096, 4096) - torch.randn(4096, 4096)) ** 2).mean()",
-    # a few long rows: 8 x a 50,257-word vocabulary, 4 rows of a million
-    "torch.randn(8, 50257).sum(-1)",
-    "torch.randn(4, 1000000).abs().amax(-1)",
+SM80 = get_target("sm_80")
+
+
+@pytest.mark.parametrize("expr,target,kind", [
+    # a loss's mean over one 4,096 x 4,096 batch: one job; a cluster holds at most 8 blocks
+    ("((torch.randn(4096, 4096) - torch.randn(4096, 4096)) ** 2).mean()", SM90, "split:"),
+    # a few long rows: 8 x a 50,257-word vocabulary, 4 rows of a million: one kernel of
+    # clusters where there are clusters, else a split and a combine kernel
+    ("torch.randn(8, 50257).sum(-1)", SM90, "cluster:"),
+    ("torch.randn(8, 50257).sum(-1)", SM80, "split:"),
+    ("torch.randn(4, 1000000).abs().amax(-1)", SM90, "cluster:"),
+    ("torch.randn(4, 1000000).abs().amax(-1)", SM80, "split:"),
+    # not pure reductions: clusters only
+    ("F.softmax(torch.randn(8, 50257), -1)", SM90, "cluster:"),
+    ("nn.LayerNorm(8192)(torch.randn(4, 8192))", SM90, "cluster:"),
 ])
-def test_default_splits_a_reduction_over_few_jobs(expr):
+def test_default_shares_a_reduction_over_few_jobs(expr, target, kind):
     from emmy.runtime.costmodel.api import estimate_kernel
 
     k = _kernel(expr)
-    space = Space(k, SM90)
+    space = Space(k, target)
     row = space.default()
-    assert row["REDUCE"].startswith("split:") and row["REDUCE"].endswith(":combine"), row
-    unsplit = space._preferred_row()
-    split_s = estimate_kernel(k, row, SM90, nvrtc=False).seconds
-    assert split_s < 0.9 * estimate_kernel(k, unsplit, SM90, nvrtc=False).seconds
+    assert row["REDUCE"].startswith(kind), row
+    assert not row["REDUCE"].endswith(":atomic"), row
+    alone = space._preferred_row()
+    shared_s = estimate_kernel(k, row, target, nvrtc=False).seconds
+    assert shared_s < 0.9 * estimate_kernel(k, alone, target, nvrtc=False).seconds
 
 
-@pytest.mark.parametrize("expr", [
-    "torch.randn(4, 64).sum(-1)",          # small: a second launch costs more than it saves
-    "torch.randn(4096, 1024).sum(-1)",     # 4,096 jobs fill every SM
-    "torch.argmax(torch.randn(4, 100000), 1)",  # positions are not split
+@pytest.mark.parametrize("expr,target", [
+    ("torch.randn(4, 64).sum(-1)", SM90),          # small: nothing to gain
+    ("torch.randn(4096, 1024).sum(-1)", SM90),     # 4,096 jobs fill every SM
+    ("torch.argmax(torch.randn(4, 100000), 1)", SM90),  # positions are not shared
+    ("F.softmax(torch.randn(8, 50257), -1)", SM80),    # no clusters, and not a pure reduction
 ])
-def test_default_keeps_one_kernel_where_a_split_does_not_pay(expr):
-    row = Space(_kernel(expr), SM90).default()
-    assert not row["REDUCE"].startswith("split"), row
+def test_default_keeps_a_job_in_one_block_where_sharing_does_not_pay(expr, target):
+    row = Space(_kernel(expr), target).default()
+    assert not row["REDUCE"].startswith(("split", "cluster")), row
 
 
 def test_a_default_split_row_is_correct():
-    """Eight rows of 20,011 (prime) elements: the default splits them (ragged) and sums the
-    partials in a combine kernel."""
+    """Eight rows of 20,011 (prime) elements on sm_80: the default splits them (ragged) and
+    sums the partials in a combine kernel."""
     expr = "torch.randn(8, 20011).sum(-1)"
-    row = Space(_kernel(expr), SM90).default()
+    row = Space(_kernel(expr), SM80).default()
     assert row["REDUCE"].endswith(":combine"), row
-    prog = _check(expr, None)
+    prog = _check(expr, None, "sm_80")
     assert [l.function.rsplit("_", 1)[1] for l in prog.units[0].launches] == ["partial", "combine"]

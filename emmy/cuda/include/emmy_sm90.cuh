@@ -751,3 +751,51 @@ inline void tma_load_3d_multicast(void* dst, const EmmyTensorMap* map, int c0, i
     }
 }
 #endif
+
+// ---------------------------------------------------------------------------------------------
+// Reductions across a thread-block cluster (REDUCE=cluster:C: the C blocks of a cluster share
+// one job, each folding its slice of the row).
+//   cluster_load<T>(p, cta)         the T at p's offset in the dynamic shared memory of block
+//                                   `cta` of the cluster: mapa.shared::cluster.u32, then
+//                                   ld.shared::cluster.b32 / .b64 (T of at most 8 bytes, p 8-byte
+//                                   aligned)
+//   em_cluster_fold<Op, T>(slot, size)
+//                                   the T at `slot` (16 bytes of dynamic shared memory, at the
+//                                   same offset in each block) of every block of the cluster,
+//                                   folded in rank order, 0 first, so that every block gets the
+//                                   same result. The caller's thread 0 has written its block's
+//                                   value there, and a cluster_sync() has made every block's
+//                                   visible (Kernel IR's LaneCombine with a cluster: each fold
+//                                   uses the other of two sets of slots than the one before, so
+//                                   one barrier a fold keeps a block from overwriting a slot
+//                                   another still reads; a final cluster_sync() keeps any block
+//                                   from exiting while another reads its slots)
+// CPU: the slot of block `cta` in the emulated cluster's shared memory, at the same offset.
+// ---------------------------------------------------------------------------------------------
+#if defined(__CUDACC__)
+template <class T> EMMY_FN T cluster_load(const void* p, unsigned cta) {
+    static_assert(sizeof(T) <= 8, "cluster_load reads at most 8 bytes");
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                 : "=r"(remote) : "r"(sm90_smem_addr(p)), "r"(cta));
+    if constexpr (sizeof(T) == 8) {
+        unsigned long long bits;
+        asm volatile("ld.shared::cluster.b64 %0, [%1];\n" : "=l"(bits) : "r"(remote) : "memory");
+        return *reinterpret_cast<const T*>(&bits);
+    } else {
+        unsigned bits;
+        asm volatile("ld.shared::cluster.b32 %0, [%1];\n" : "=r"(bits) : "r"(remote) : "memory");
+        return *reinterpret_cast<const T*>(&bits);
+    }
+}
+#else
+template <class T> inline T cluster_load(const void* p, unsigned cta) {
+    return *reinterpret_cast<const T*>(emmy_emu::cluster_dynamic_shared(cta) + sm90_smem_addr(p));
+}
+#endif
+
+template <class Op, class T> EMMY_FN T em_cluster_fold(const unsigned char* slot, unsigned size) {
+    T r = cluster_load<T>(slot, 0);
+    for (unsigned c = 1; c < size; ++c) r = Op::apply(r, cluster_load<T>(slot, c));
+    return r;
+}

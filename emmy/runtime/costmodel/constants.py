@@ -30,3 +30,5 @@ FOLD_OP_CYCLES = 4               # dependent FP32 add/max: one fold step on one 
 SHUFFLE_STEP_CYCLES = 30         # shfl.sync + combine, dependent
 SMEM_STEP_CYCLES = 30            # st.shared / ld.shared round trip
 BARRIER_CYCLES = 40              # __syncthreads once every warp has arrived
+CLUSTER_BARRIER_CYCLES = 400     # barrier.cluster arrive + wait across a cluster's SMs (estimate)
+DSMEM_LOAD_CYCLES = 200          # ld.shared::cluster from another SM of the cluster (estimate)

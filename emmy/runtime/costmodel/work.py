@@ -13,7 +13,8 @@ from emmy.dtypes import DType
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.fastmath import reciprocal_divisions, sixteen_bit
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
-from emmy.runtime.costmodel.constants import (BARRIER_CYCLES, CP_ASYNC_IN_FLIGHT,
+from emmy.runtime.costmodel.constants import (BARRIER_CYCLES, CLUSTER_BARRIER_CYCLES,
+                                              CP_ASYNC_IN_FLIGHT, DSMEM_LOAD_CYCLES,
                                               FOLD_OP_CYCLES, HALF_CONVERT_INSTRUCTIONS,
                                               LOOP_ITERATIONS_IN_FLIGHT,
                                               LOOP_OVERHEAD_INSTRUCTIONS,
@@ -387,7 +388,9 @@ def _access_instructions(item: Load | Store, scope: _Scope, types) -> float:
 
 
 def _combine_cycles(c: K.LaneCombine) -> float:
-    """Latency of combining accumulators across a job's lanes (one combine per accumulator)."""
+    """Latency of combining accumulators across a job's lanes (one combine per accumulator),
+    and across its cluster's blocks: a cluster barrier, then the blocks' values (the kernel's
+    final cluster barrier, as its blocks exit, counts as a block barrier)."""
     warp = math.log2(min(c.lanes, 32)) * SHUFFLE_STEP_CYCLES
     if c.lanes <= 32:
         each = warp
@@ -395,5 +398,8 @@ def _combine_cycles(c: K.LaneCombine) -> float:
         each = 2 * BARRIER_CYCLES + math.log2(c.lanes) * (SMEM_STEP_CYCLES + BARRIER_CYCLES)
     else:
         each = warp + 2 * BARRIER_CYCLES + SMEM_STEP_CYCLES + c.lanes / 32 * FOLD_OP_CYCLES
+    if c.cluster > 1:      # one cluster barrier for all the accs, then each reads C values
+        each += c.cluster * FOLD_OP_CYCLES
+        return each * len(c.accs) + CLUSTER_BARRIER_CYCLES + DSMEM_LOAD_CYCLES
     return each * len(c.accs)
 
