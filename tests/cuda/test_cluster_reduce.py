@@ -105,3 +105,27 @@ def test_gpu_cluster_rows_pass_the_harness(expr, row):
     w, stages = _compile(expr, row)
     result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
     assert result.verdict == "ok" and len(result.cases) == 6, result
+
+
+def _shared(row) -> bool:
+    return row.get("REDUCE", "").startswith(("cluster:", "split:"))
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm", "log_softmax", "norms",
+                                  "losses",
+                                  # a dozen row kernels, a minute on the emulator
+                                  pytest.param("sampling", marks=pytest.mark.slow)])
+def test_sampled_shared_rows_of_the_examples_are_correct(name):
+    """Rows that share a job among blocks (clusters, splits) are a few in a uniform sample:
+    sampled on their own, for every row kernel of the example that takes them."""
+    from pathlib import Path
+
+    from emmy.frontend.workload import load_file
+    from emmy.verify import verify_rows
+
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
+    results = verify_rows(load_file(path), per_kernel=2, seed=5, targets=("sm_90a",),
+                          where=_shared)
+    assert results
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
