@@ -210,10 +210,22 @@ def _combine(s: K.LaneCombine) -> list[str]:
             fn = "em_block_tree" if s.method == "smem" else "em_block_allreduce"
             out.append(f"{name} = {fn}<{_OPS[op]}>({name}, {s.scratch}, {s.lanes});")
     if s.cluster > 1:
-        slots = [f"{s.cluster_scratch} + {s.cluster_slot + 16 * i}" for i in range(len(s.accs))]
-        puts = [f"*reinterpret_cast<{c}*>({slot}) = {name};"
-                for (name, _, c), slot in zip(s.accs, slots)]
-        out += ["if (threadIdx.x == 0) {", *("  " + p for p in puts), "}", "cluster_sync();"]
-        out += [f"{name} = em_cluster_fold<{_OPS[op]}, {c}>({slot}, {s.cluster});"
-                for (name, op, c), slot in zip(s.accs, slots)]
+        out += _cluster_combine(s)
     return out
+
+
+def _cluster_combine(s: K.LaneCombine) -> list[str]:
+    """Each block's combined accs into its slots (16 bytes an acc: an argmax's value, then its
+    position at +8), one cluster barrier, then every block folds all the blocks' slots."""
+    puts, folds = [], []
+    for i, (name, op, c) in enumerate(s.accs):
+        slot = f"{s.cluster_scratch} + {s.cluster_slot + 16 * i}"
+        if op in _ARG:
+            puts += [f"*reinterpret_cast<{c}*>({slot}) = {name}_v;",
+                     f"*reinterpret_cast<long long*>({slot} + 8) = {name}_p;"]
+            folds.append(f"em_cluster_fold_arg<{_ARG[op]}>({name}_v, {name}_p, {slot}, "
+                         f"{s.cluster});")
+        else:
+            puts.append(f"*reinterpret_cast<{c}*>({slot}) = {name};")
+            folds.append(f"{name} = em_cluster_fold<{_OPS[op]}, {c}>({slot}, {s.cluster});")
+    return ["if (threadIdx.x == 0) {", *("  " + p for p in puts), "}", "cluster_sync();", *folds]

@@ -172,9 +172,6 @@ def cluster_shares_a_job(c: Ctx) -> str | None:
     if FoldKind.SCAN in c.facts.fold_kinds:
         return ("a scan's running value passes from slice to slice in order; a cluster's "
                 "blocks scan theirs at once (use shuffle or smem)")
-    arg = [op for op in c.facts.fold_ops if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN)]
-    if arg:
-        return f"{arg[0]} tracks positions; a cluster's blocks do not combine them"
     # (a block's lanes then reach past its slice; as C ≤ 8 and lanes ≥ 32, no slice is empty)
     size, v = c.reduce.split, c.tile.vec
     for _, n in c.facts.axes:

@@ -327,7 +327,7 @@ class Space:
         time; among rows within 5% of the fastest, the fewest blocks. A pure reduction may split
         (REDUCE=split:K:combine: K blocks, then a combine kernel sums their partials; never
         atomics, whose sums vary with the order blocks finish); on sm_90 any row kernel but a
-        scan or an argmax may take a thread-block cluster (REDUCE=cluster:C: C blocks, one kernel, partial
+        scan may take a thread-block cluster (REDUCE=cluster:C: C blocks, one kernel, partial
         results combined through distributed shared memory). Each in blocks of 256 to 1,024
         threads with the vector the row prefers, one or four a lane a step. A loss's mean over
         a 4,096 x 4,096 batch is one job: one block reads all of it (5.9 ms modeled) where 64

@@ -29,6 +29,13 @@ CASES = [
      "WORK=block:32 TILE=v1x1 REDUCE=cluster:2"),
     ("torch.randint(-9, 9, (2, 999)).sum(-1)", "WORK=block:32 TILE=v1x4 REDUCE=cluster:8"),
     ("torch.randn(3, 2050).half().amax(-1)", "WORK=block:32 TILE=v2x1 REDUCE=cluster:4"),
+    # positions: ties (the first wins, across the cluster's blocks too), NaN (the first NaN
+    # wins), a max with its indices (two accumulators of one fold)
+    ("torch.argmax(torch.randint(0, 5, (2, 3001)), -1)",
+     "WORK=block:64 TILE=v1x2 REDUCE=cluster:8"),
+    ("torch.argmin(torch.where(torch.randn(2, 3001) > 2.5, torch.full((2, 3001), float('nan')), "
+     "torch.randn(2, 3001)), -1)", "WORK=block:64 TILE=v1x1 REDUCE=cluster:4"),
+    ("torch.max(torch.randn(2, 3002).half(), -1)", "WORK=block:32 TILE=v2x1 REDUCE=cluster:2"),
 ]
 
 

@@ -145,8 +145,6 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
          ("thread-block clusters need sm_90 or later; sm_80 has none",)),
         (CUMSUM, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=cluster:2",
          ("a scan's running value passes from slice to slice",)),
-        (ARGMAX, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=cluster:2",
-         ("argmax tracks positions",)),
         (SUM_102, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=cluster:4",
          ("4 blocks × 32 lanes × v1 = 128 elements per step > the 102 elements",)),
     ],

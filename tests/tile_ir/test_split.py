@@ -89,6 +89,8 @@ SM80 = get_target("sm_80")
     # not pure reductions: clusters only
     ("F.softmax(torch.randn(8, 50257), -1)", SM90, "cluster:"),
     ("nn.LayerNorm(8192)(torch.randn(4, 8192))", SM90, "cluster:"),
+    # greedy decoding's argmax over Llama-3's vocabulary: a cluster carries positions
+    ("torch.argmax(torch.randn(1, 128256), -1)", SM90, "cluster:"),
 ])
 def test_default_shares_a_reduction_over_few_jobs(expr, target, kind):
     from emmy.runtime.costmodel.api import estimate_kernel
@@ -106,7 +108,7 @@ def test_default_shares_a_reduction_over_few_jobs(expr, target, kind):
 @pytest.mark.parametrize("expr,target", [
     ("torch.randn(4, 64).sum(-1)", SM90),          # small: nothing to gain
     ("torch.randn(4096, 1024).sum(-1)", SM90),     # 4,096 jobs fill every SM
-    ("torch.argmax(torch.randn(4, 100000), 1)", SM90),  # positions are not shared
+    ("torch.argmax(torch.randn(4, 100000), 1)", SM80),  # a split does not carry positions
     ("F.softmax(torch.randn(8, 50257), -1)", SM80),    # no clusters, and not a pure reduction
 ])
 def test_default_keeps_a_job_in_one_block_where_sharing_does_not_pay(expr, target):

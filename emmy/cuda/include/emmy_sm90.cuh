@@ -759,7 +759,8 @@ inline void tma_load_3d_multicast(void* dst, const EmmyTensorMap* map, int c0, i
 //                                   `cta` of the cluster: mapa.shared::cluster.u32, then
 //                                   ld.shared::cluster.b32 / .b64 (T of at most 8 bytes, p 8-byte
 //                                   aligned)
-//   em_cluster_fold<Op, T>(slot, size)
+//   em_cluster_fold<Op, T>(slot, size), em_cluster_fold_arg<Max>(v, p, slot, size) (argmax /
+//                                   argmin: the value at `slot`, its position at slot + 8)
 //                                   the T at `slot` (16 bytes of dynamic shared memory, at the
 //                                   same offset in each block) of every block of the cluster,
 //                                   folded in rank order, 0 first, so that every block gets the
@@ -798,4 +799,13 @@ template <class Op, class T> EMMY_FN T em_cluster_fold(const unsigned char* slot
     T r = cluster_load<T>(slot, 0);
     for (unsigned c = 1; c < size; ++c) r = Op::apply(r, cluster_load<T>(slot, c));
     return r;
+}
+// The same for argmax / argmin: each slot holds a block's value, and its position at +8.
+template <bool Max, class T> EMMY_FN void em_cluster_fold_arg(T& v, long long& p,
+                                                              const unsigned char* slot,
+                                                              unsigned size) {
+    v = cluster_load<T>(slot, 0);
+    p = cluster_load<long long>(slot + 8, 0);
+    for (unsigned c = 1; c < size; ++c)
+        em_arg_update<Max>(v, p, cluster_load<T>(slot, c), cluster_load<long long>(slot + 8, c));
 }
