@@ -227,5 +227,11 @@ def _cluster_combine(s: K.LaneCombine) -> list[str]:
                          f"{s.cluster});")
         else:
             puts.append(f"*reinterpret_cast<{c}*>({slot}) = {name};")
+            if s.cluster_prefix:
+                folds += [f"const {c} {name}_all = em_cluster_fold<{_OPS[op]}, {c}>({slot}, "
+                          f"{s.cluster});",
+                          f"{name} = em_cluster_prefix<{_OPS[op]}, {c}>({slot}, "
+                          "cluster_ctarank());"]
+                continue
             folds.append(f"{name} = em_cluster_fold<{_OPS[op]}, {c}>({slot}, {s.cluster});")
     return ["if (threadIdx.x == 0) {", *("  " + p for p in puts), "}", "cluster_sync();", *folds]

@@ -158,6 +158,8 @@ class LaneCombine:
     cluster: int = 1
     cluster_scratch: str | None = None
     cluster_slot: int = 0
+    cluster_prefix: bool = False   # each block gets the fold of the blocks before it (a scan's
+                                   # carry), and the fold of all of them as `<name>_all`
 
 
 @dataclass(frozen=True, slots=True)

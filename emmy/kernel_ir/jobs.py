@@ -4,6 +4,8 @@ shared memory when the row asks (STAGE)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, buffer_dtype, ctype, decode
 from emmy.kernel_ir.elements import group, init_acc, scalar, stmts
@@ -44,7 +46,7 @@ def lower_jobs(fn: Fn) -> tuple[tuple[K.KStmt, ...], int]:
             body += _lane_fold(fn, item)
         else:
             body += scalar(fn, item, "", {}, lane0_stores=L > 1)
-    if k.cluster > 1:      # no block exits while another may still read its slots
+    if fn.cluster_combines:     # no block exits while another may still read its slots
         body.append(K.Barrier("cluster"))
     if J > 1 and k.jobs % J:
         return tuple(head[:2]) + (K.If(f"job < {k.jobs}", tuple(head[2:] + body)),), grid
@@ -108,7 +110,10 @@ def _async_fill(fn: Fn) -> list[K.KStmt]:
     return copies + [K.CpAsyncWaitAll(), K.Barrier("warp" if fn.d.work.lanes <= 32 else "block")]
 
 
-def _lane_fold(fn: Fn, f: Fold) -> list[K.KStmt]:
+def _lane_fold(fn: Fn, f: Fold, prefix: bool = False) -> list[K.KStmt]:
+    """The lanes fold their elements (N chains each), then combine across the job's lanes and,
+    in a cluster, across its blocks: every block gets the whole fold, or with `prefix` the
+    fold of the blocks before it in rank order (and of all of them as `<acc>_all`)."""
     out: list[K.KStmt] = []
     f = _reciprocals(fn, f, out)
     if f.kind is FoldKind.SCAN and fn.d.work.lanes > 1:
@@ -145,17 +150,18 @@ def _lane_fold(fn: Fn, f: Fold) -> list[K.KStmt]:
             out.append(K.Fold(c0, init.op, other, None))
     if L > 1 and f.accs:
         method = fn.d.reduce.method if fn.d.reduce else "shuffle"
-        cluster, slot = fn.k.cluster, 0
+        cluster, slot = fn.k.cluster if f.shared else 1, 0
         if cluster > 1:    # alternate sets of slots (see K.LaneCombine)
             slot = fn.cluster_combines % 2 * 16 * _most_accs(fn.k)
             fn.cluster_combines += 1
         out.append(K.LaneCombine(tuple((chains[i.acc][0], i.op, ctype(i.dtype)) for i in f.accs),
                                  L, "shuffle" if method == "cluster" else method,
                                  "scratch" if L > 32 else None, cluster,
-                                 "cluster_scratch" if cluster > 1 else None, slot))
+                                 "cluster_scratch" if cluster > 1 else None, slot, prefix))
     for init in f.accs:
         op = "argpos" if init.op in ARG_OPS else "copy"
-        out.append(K.Let(init.acc, ctype(fn.types[init.acc]), op, (chains[init.acc][0],)))
+        out.append(K.Let(init.acc, ctype(init.dtype if prefix else fn.types[init.acc]), op,
+                         (chains[init.acc][0],)))
     for name in fn.filling:
         fn.filled.add(name)
     fn.filling.clear()
@@ -184,14 +190,30 @@ def _warp_scan(fn: Fn, f: Fold) -> list[K.KStmt]:
     E, acc, L, N = f.axis.extent, init.acc, fn.d.work.lanes, fn.d.tile.n
     c = ctype(init.dtype)
     carry = f"{acc}_carry"
-    out: list[K.KStmt] = [K.Let(carry, c, "identity", (init.op.value,), mutable=True)]
-    chunk = fn.fresh("chunk")
-    fn.bounds[chunk] = E
     accum_at = next(i for i, s in enumerate(f.body) if isinstance(s, Accum) and s.acc == acc)
     accum: Accum = f.body[accum_at]
     before, after = f.body[:accum_at], f.body[accum_at + 1:]
     reads_acc = _depends_on(before, acc)
     value_part = tuple(s for s in before if s not in reads_acc)
+    out: list[K.KStmt] = []
+    end, last = E, f"{E - 1}"            # where the scan stops: the axis' end, or its slice's
+    if f.shared:
+        # A cluster's block scans its slice continuing from the blocks before it: a first pass
+        # folds the slice's total, the cluster combines the totals into each block's prefix.
+        total = f"{acc}_tot"
+        out += _lane_fold(fn, replace(f, kind=FoldKind.REDUCE,
+                                      accs=(replace(init, acc=total),),
+                                      body=value_part + (replace(accum, acc=total),)),
+                          prefix=True)
+        out.append(K.Let(carry, c, "copy", (total,), mutable=True))
+    else:
+        out.append(K.Let(carry, c, "identity", (init.op.value,), mutable=True))
+    chunk = fn.fresh("chunk")
+    fn.bounds[chunk] = E
+    if f.limit is not None:
+        end = f"{chunk}_stop"
+        out.append(K.Let(end, "int", "literal", (f"min({E}, (int)({render(f.limit)}))",)))
+        last = f"{end} - 1"
     local = set(value_types(f.body))          # the element's own values: one set a j
     run = f"{acc}_run"              # a lane's own running value (n > 1)
     inner: list[K.KStmt] = [K.Let(run, c, "identity", (init.op.value,), mutable=True)] \
@@ -201,11 +223,11 @@ def _warp_scan(fn: Fn, f: Fold) -> list[K.KStmt]:
         tag = f"_j{j}" if N > 1 else ""
         at = f"{chunk}_i{tag}"
         inner += [K.Index(at, var(chunk) + var("lane") * N + j),
-                  K.Let(f"{at}_ok", "bool", "literal", (f"{at} < {E}",))]
+                  K.Let(f"{at}_ok", "bool", "literal", (f"{at} < {end}",))]
         fn.bounds[at] = E + L * N - 1
         # Out-of-range lanes read a valid element and fold the identity in its place.
         safe = f"{chunk}_s{tag}"
-        inner.append(K.Let(safe, "int", "literal", (f"{at}_ok ? {at} : {E - 1}",)))
+        inner.append(K.Let(safe, "int", "literal", (f"{at}_ok ? {at} : {last}",)))
         fn.bounds[safe] = E
         safe_env = {f.axis.var: lin(E - 1) - var(safe) if f.reverse else var(safe)}
         inner += stmts(fn, value_part, tag, safe_env, lane0_stores=False, local=local)
@@ -232,8 +254,11 @@ def _warp_scan(fn: Fn, f: Fold) -> list[K.KStmt]:
                          local=local)
         guarded += stmts(fn, after, tag, env, lane0_stores=False, accs={acc: incl}, local=local)
         inner.append(K.If(ok, tuple(guarded)))
-    out.append(K.For(chunk, lin(0), lin(E), L * N, tuple(inner)))
-    out.append(K.Let(acc, c, "copy", (carry,)))
+    out.append(K.For(chunk, lin(0), var(end) if f.limit is not None else lin(E), L * N,
+                     tuple(inner)))
+    # the scan's final value: in a cluster, the whole row's (every block's total)
+    # (the total pass's one chain, `<acc>_tot_c0`, holds the prefix, `..._all` the total)
+    out.append(K.Let(acc, c, "copy", (f"{acc}_tot_c0_all" if f.shared else carry,)))
     return out
 
 

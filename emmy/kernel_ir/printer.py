@@ -72,6 +72,8 @@ def _line(s: K.KStmt) -> str:
         case K.LaneCombine(accs=accs, lanes=lanes, method=m, cluster=c):
             names = ", ".join(f"{n}: {op}" for n, op, _ in accs)
             across = f", then across a cluster of {c} blocks" if c > 1 else ""
+            if c > 1 and s.cluster_prefix:
+                across += " (each block: the blocks before it)"
             return f"lane_combine({names}) over {lanes} lanes by {m}{across}"
         case K.ScanLanes(value=v, op=op, carry=c, incl=i, excl=e, lanes=lanes):
             return f"{i}, {e} = {'block' if lanes > 32 else 'warp'}_scan.{op}({v}, carry {c})"

@@ -37,6 +37,7 @@ class Facts:
     widest: int                            # widest element among distributed accesses (bytes)
     chain: bool = False                    # a fused chain of two products (PLACE=cut splits it)
     fold_ops: tuple[ReduceOp, ...] = ()    # the accumulators of the job body's folds
+    reverse: bool = False                  # a fold of the job body runs backwards (a reverse scan)
 
 
 def buffer_types(k: TileKernel) -> dict:
@@ -127,7 +128,8 @@ def facts(k: TileKernel) -> Facts:
                  atomic_ok=pure_reduction and _atomic_ok(k),
                  widest=max((a.itemsize for a in accesses), default=4),
                  chain=find_chain(k) is not None,
-                 fold_ops=tuple(i.op for f in folds for i in f.accs))
+                 fold_ops=tuple(i.op for f in folds for i in f.accs),
+                 reverse=any(f.reverse for f in folds))
 
 
 def _atomic_ok(k: TileKernel) -> bool:

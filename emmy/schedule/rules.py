@@ -169,15 +169,23 @@ def cluster_shares_a_job(c: Ctx) -> str | None:
         return None
     if c.target.compute_capability < (9, 0):
         return f"thread-block clusters need sm_90 or later; {c.target.name} has none"
-    if FoldKind.SCAN in c.facts.fold_kinds:
-        return ("a scan's running value passes from slice to slice in order; a cluster's "
-                "blocks scan theirs at once (use shuffle or smem)")
-    # (a block's lanes then reach past its slice; as C ≤ 8 and lanes ≥ 32, no slice is empty)
+    if c.facts.reverse:
+        return ("a reverse scan runs from the row's end; a cluster's blocks scan their slices "
+                "from the front (use shuffle)")
+    # A reduction shorter than a step of every block's lanes is folded whole by each block (an
+    # output pass is always shared); a scan's slices must each take a step (as C ≤ 8 and
+    # lanes ≥ 32, none is then empty); something must be shared.
     size, v = c.reduce.split, c.tile.vec
-    for _, n in c.facts.axes:
-        if size * c.work.lanes * v > n:
-            return (f"{size} blocks × {c.work.lanes} lanes × v{v} = {size * c.work.lanes * v} "
-                    f"elements per step > the {n} elements of the axis")
+    step = size * c.work.lanes * v
+    folds = list(zip(c.facts.fold_kinds, (n for _, n in c.facts.axes)))
+    short_scan = next((n for kind, n in folds if kind is FoldKind.SCAN and step > n), None)
+    if short_scan is not None:
+        return (f"{size} blocks × {c.work.lanes} lanes × v{v} = {step} elements per step > the "
+                f"{short_scan} elements of the scan")
+    if not any(kind is FoldKind.MAP or step <= n for kind, n in folds):
+        longest = max(n for _, n in folds)
+        return (f"{size} blocks × {c.work.lanes} lanes × v{v} = {step} elements per step > the "
+                f"{longest} elements of the longest reduction: the cluster would share nothing")
     return None
 
 

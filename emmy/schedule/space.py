@@ -263,7 +263,8 @@ class Space:
         if not self.template and (self.facts.fold_kinds.count(FoldKind.REDUCE) > CHAINED_REDUCES
                                   or self.kernel.kind is KernelKind.SCAN):
             row = self._cheapest_work(row)
-        if not self.template and self.kernel.kind is KernelKind.ROW and "REDUCE" in self.keys:
+        if not self.template and self.kernel.kind in (KernelKind.ROW, KernelKind.SCAN) and \
+                "REDUCE" in self.keys:
             row = self._share_few_jobs(row)
         return row
 
@@ -326,9 +327,10 @@ class Space:
         each job among several blocks that the cost model (no NVRTC) gives at least a tenth less
         time; among rows within 5% of the fastest, the fewest blocks. A pure reduction may split
         (REDUCE=split:K:combine: K blocks, then a combine kernel sums their partials; never
-        atomics, whose sums vary with the order blocks finish); on sm_90 any row kernel but a
-        scan may take a thread-block cluster (REDUCE=cluster:C: C blocks, one kernel, partial
-        results combined through distributed shared memory). Each in blocks of 256 to 1,024
+        atomics, whose sums vary with the order blocks finish); on sm_90 a row or scan kernel
+        may take a thread-block cluster (REDUCE=cluster:C: C blocks, one kernel, partial
+        results combined through distributed shared memory; a scan's block continues from the
+        totals of the blocks before it). Each in blocks of 256 to 1,024
         threads with the vector the row prefers, one or four a lane a step. A loss's mean over
         a 4,096 x 4,096 batch is one job: one block reads all of it (5.9 ms modeled) where 64
         blocks and a combine take 37 us; a softmax over 8 rows of a 50,257-word vocabulary is

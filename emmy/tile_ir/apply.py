@@ -128,10 +128,20 @@ def _slice(fold: Fold, s: str, K: int, vec: int, bounds: dict[str, int]) -> Fold
     chunk = dec.split_chunk(n, K, vec)
     j = f"{fold.axis.var}_in"
     env = {fold.axis.var: var(s) * chunk + var(j)}
-    bounds = bounds | {s: K, j: chunk}
+    bounds = bounds | _nested_extents(fold.body) | {s: K, j: chunk}
     return replace(fold, axis=Axis(j, chunk),
                    body=tuple(substitute_item(i, env, bounds) for i in fold.body),
                    limit=None if chunk * K == n else lin(n) - var(s) * chunk)
+
+
+def _nested_extents(items) -> dict[str, int]:
+    """The extents of the axes of the folds nested in `items` (any depth)."""
+    out: dict[str, int] = {}
+    for i in items:
+        if isinstance(i, Fold):
+            out[i.axis.var] = i.axis.extent
+            out |= _nested_extents(i.body)
+    return out
 
 
 CLUSTER_RANK = "crank"
@@ -139,14 +149,24 @@ CLUSTER_RANK = "crank"
 
 def cluster(k: TileKernel, d: dec.Decisions) -> TileKernel:
     """Each job shared by a cluster of C blocks (REDUCE=cluster:C): block `crank` folds slice
-    `crank` of every fold of the job (reductions, then the output pass); a reduction's
+    `crank` of the job's folds (reductions, scans, then the output pass); a reduction's
     partial results are combined across the cluster's blocks (distributed shared memory), so
-    every block goes on with the whole row's value."""
+    every block goes on with the whole row's value. A reduction too short to give each block's
+    lanes a step (cluster_shares) is folded whole by every block."""
     C = d.reduce.split
     bounds = {a.var: a.extent for a in k.grid}
-    body = tuple(_slice(i, CLUSTER_RANK, C, d.tile.vec, bounds) if isinstance(i, Fold) else i
+    body = tuple(replace(_slice(i, CLUSTER_RANK, C, d.tile.vec, bounds), shared=True)
+                 if isinstance(i, Fold) and cluster_shares(i.kind, i.axis.extent, C,
+                                                           d.work.lanes, d.tile.vec) else i
                  for i in k.body)
     return replace(k, grid=k.grid + (Axis(CLUSTER_RANK, C),), body=body, cluster=C)
+
+
+def cluster_shares(kind: FoldKind, n: int, size: int, lanes: int, vec: int) -> bool:
+    """Whether a cluster of `size` blocks shares a fold of n elements: an output pass always
+    (a block past the end has nothing to store), a reduction or scan where each block's lanes
+    take at least one step of its slice."""
+    return kind is FoldKind.MAP or size * lanes * vec <= n
 
 
 def split(k: TileKernel, row: Row, d: dec.Decisions) -> Applied:

@@ -62,6 +62,8 @@ class Fold:
     reverse: bool = False
     limit: Lin | None = None          # the fold stops at min(extent, limit), limit over the
                                       # grid's variables: a ragged split's shorter last slice
+    shared: bool = False              # a slice of it is folded by each block of a cluster,
+                                      # a reduction's partials combined across the cluster
 
 
 Item = Union[Stmt, Fold]

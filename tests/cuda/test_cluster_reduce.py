@@ -36,6 +36,17 @@ CASES = [
     ("torch.argmin(torch.where(torch.randn(2, 3001) > 2.5, torch.full((2, 3001), float('nan')), "
      "torch.randn(2, 3001)), -1)", "WORK=block:64 TILE=v1x1 REDUCE=cluster:4"),
     ("torch.max(torch.randn(2, 3002).half(), -1)", "WORK=block:32 TILE=v2x1 REDUCE=cluster:2"),
+    # scans: each block continues from the totals of the blocks before it (sums, integers,
+    # logcumsumexp in f64, several elements a lane; a scan divided by the row's sum)
+    ("torch.cumsum(torch.randn(3, 3001), 1)", "WORK=block:64 TILE=v1x1 REDUCE=cluster:4"),
+    ("torch.cumsum(torch.randint(-5, 5, (2, 2999)), 1)", "WORK=block:32 TILE=v1x4 REDUCE=cluster:8"),
+    ("torch.logcumsumexp(torch.randn(2, 1500, dtype=torch.float64), 1)",
+     "WORK=block:64 TILE=v1x2 REDUCE=cluster:2"),
+    ("(lambda x: torch.cumsum(x, 1) / x.sum(1, keepdim=True))(torch.randn(4, 2000))",
+     "WORK=block:64 TILE=v1x1 REDUCE=cluster:4"),
+    # a reduction too short to share (40), folded whole by every block; the output pass shared
+    ("(lambda x, y: y * x.sum(-1, keepdim=True))(torch.randn(4, 40), torch.randn(4, 4000))",
+     "WORK=block:64 TILE=v1x1 REDUCE=cluster:4 PLACE=fuse"),
 ]
 
 

@@ -37,6 +37,7 @@ RMS_WIDE = "nn.RMSNorm(55296)(torch.randn(2, 55296))"         # 216 KiB rows
 SOFTMAX = "nn.Softmax(-1)(torch.randn(8, 100))"               # row of 100, 400 B rows
 CHANNEL_SOFTMAX = "nn.Softmax(1)(torch.randn(2, 16, 8, 8))"       # rows 64 elements apart
 CUMSUM = "(lambda x: torch.cumsum(x, 1))(torch.randn(8, 64))"
+REV_CUMSUM = "(lambda x: torch.flip(torch.cumsum(torch.flip(x, [1]), 1), [1]))(torch.randn(8, 64))"
 EW = "(lambda x: torch.exp(x) * 2 + 1)(torch.randn(4, 4))"
 MAP_102 = "(lambda x: x * 2)(torch.randn(102))"
 # a chain the back-to-back template does not take (A is f16, B f32): the generic space
@@ -143,10 +144,13 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
     "reduce.cluster_shares_a_job": [
         (RMS, "sm_80", "WORK=block:256 TILE=v4x1 REDUCE=cluster:2 STAGE=direct PLACE=fuse",
          ("thread-block clusters need sm_90 or later; sm_80 has none",)),
-        (CUMSUM, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=cluster:2",
-         ("a scan's running value passes from slice to slice",)),
+        (REV_CUMSUM, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=cluster:2",
+         ("a reverse scan runs from the row's end",)),
         (SUM_102, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=cluster:4",
-         ("4 blocks × 32 lanes × v1 = 128 elements per step > the 102 elements",)),
+         ("4 blocks × 32 lanes × v1 = 128 elements per step > the 102 elements of the longest "
+          "reduction: the cluster would share nothing",)),
+        (CUMSUM, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=cluster:4",
+         ("4 blocks × 32 lanes × v1 = 128 elements per step > the 64 elements of the scan",)),
     ],
     "stage.needs_lanes": [
         (SOFTMAX, "sm_90a", "WORK=thread:32 TILE=v1x1 REDUCE=serial STAGE=smem PLACE=fuse",

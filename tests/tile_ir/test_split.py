@@ -89,6 +89,9 @@ SM80 = get_target("sm_80")
     # not pure reductions: clusters only
     ("F.softmax(torch.randn(8, 50257), -1)", SM90, "cluster:"),
     ("nn.LayerNorm(8192)(torch.randn(4, 8192))", SM90, "cluster:"),
+    # top-p's cumulative sum over 8 x GPT-2's vocabulary: each block continues from the
+    # blocks before it
+    ("torch.cumsum(torch.randn(8, 50257), 1)", SM90, "cluster:"),
     # greedy decoding's argmax over Llama-3's vocabulary: a cluster carries positions
     ("torch.argmax(torch.randn(1, 128256), -1)", SM90, "cluster:"),
 ])

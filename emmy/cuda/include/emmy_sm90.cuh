@@ -760,7 +760,9 @@ inline void tma_load_3d_multicast(void* dst, const EmmyTensorMap* map, int c0, i
 //                                   ld.shared::cluster.b32 / .b64 (T of at most 8 bytes, p 8-byte
 //                                   aligned)
 //   em_cluster_fold<Op, T>(slot, size), em_cluster_fold_arg<Max>(v, p, slot, size) (argmax /
-//                                   argmin: the value at `slot`, its position at slot + 8)
+//                                   argmin: the value at `slot`, its position at slot + 8),
+//                                   em_cluster_prefix<Op, T>(slot, rank) (the blocks before
+//                                   `rank` only: a scan's carry into its block's slice)
 //                                   the T at `slot` (16 bytes of dynamic shared memory, at the
 //                                   same offset in each block) of every block of the cluster,
 //                                   folded in rank order, 0 first, so that every block gets the
@@ -798,6 +800,13 @@ template <class T> inline T cluster_load(const void* p, unsigned cta) {
 template <class Op, class T> EMMY_FN T em_cluster_fold(const unsigned char* slot, unsigned size) {
     T r = cluster_load<T>(slot, 0);
     for (unsigned c = 1; c < size; ++c) r = Op::apply(r, cluster_load<T>(slot, c));
+    return r;
+}
+// The fold of the slots of the blocks ranked before `rank`, in rank order (identity for rank 0):
+// where a block's scan of its slice starts.
+template <class Op, class T> EMMY_FN T em_cluster_prefix(const unsigned char* slot, unsigned rank) {
+    T r = Op::template identity<T>();
+    for (unsigned c = 0; c < rank; ++c) r = Op::apply(r, cluster_load<T>(slot, c));
     return r;
 }
 // The same for argmax / argmin: each slot holds a block's value, and its position at +8.
