@@ -53,6 +53,16 @@ def lower_jobs(fn: Fn) -> tuple[tuple[K.KStmt, ...], int]:
     return tuple(head + body), grid
 
 
+def _stop(f: Fold, loop: str, out: list[K.KStmt]) -> str:
+    """Where the lanes' loop over `f` stops: its extent, or for a slice whose fold has a
+    `limit` (the last of a ragged split or cluster) `<loop>_stop` = min(extent, limit)."""
+    if f.limit is None:
+        return str(f.axis.extent)
+    out.append(K.Let(f"{loop}_stop", "int", "literal",
+                     (f"min({f.axis.extent}, (int)({render(f.limit)}))",)))
+    return f"{loop}_stop"
+
+
 def _most_accs(k) -> int:
     return max((len(f.accs) for f in k.folds), default=1)
 
@@ -128,10 +138,7 @@ def _lane_fold(fn: Fn, f: Fold, prefix: bool = False) -> list[K.KStmt]:
             out += init_acc(c, init)
     it = fn.fresh("it")
     fn.bounds[it] = E
-    stop = str(E)
-    if f.limit is not None:        # a ragged split's slice: it stops at min(E, limit)
-        stop = f"{it}_stop"
-        out.append(K.Let(stop, "int", "literal", (f"min({E}, (int)({render(f.limit)}))",)))
+    stop = _stop(f, it, out)
     step_body: list[K.KStmt] = []
     for n in range(N):
         base = var(it) + n * L * V
@@ -196,7 +203,7 @@ def _warp_scan(fn: Fn, f: Fold) -> list[K.KStmt]:
     reads_acc = _depends_on(before, acc)
     value_part = tuple(s for s in before if s not in reads_acc)
     out: list[K.KStmt] = []
-    end, last = E, f"{E - 1}"            # where the scan stops: the axis' end, or its slice's
+    last = f"{E - 1}"            # the last element: the axis' or its slice's
     if f.shared:
         # A cluster's block scans its slice continuing from the blocks before it: a first pass
         # folds the slice's total, the cluster combines the totals into each block's prefix.
@@ -210,9 +217,8 @@ def _warp_scan(fn: Fn, f: Fold) -> list[K.KStmt]:
         out.append(K.Let(carry, c, "identity", (init.op.value,), mutable=True))
     chunk = fn.fresh("chunk")
     fn.bounds[chunk] = E
+    end = _stop(f, chunk, out)
     if f.limit is not None:
-        end = f"{chunk}_stop"
-        out.append(K.Let(end, "int", "literal", (f"min({E}, (int)({render(f.limit)}))",)))
         last = f"{end} - 1"
     local = set(value_types(f.body))          # the element's own values: one set a j
     run = f"{acc}_run"              # a lane's own running value (n > 1)

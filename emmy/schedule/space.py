@@ -325,16 +325,17 @@ class Space:
         """A row kernel's `row`, or, where its jobs are fewer than the SMs and it takes long
         enough to matter (SHARE_MIN_LAUNCHES launches' overhead, modeled), the row that shares
         each job among several blocks that the cost model (no NVRTC) gives at least a tenth less
-        time; among rows within 5% of the fastest, the fewest blocks. A pure reduction may split
+        time. A pure reduction may split
         (REDUCE=split:K:combine: K blocks, then a combine kernel sums their partials; never
         atomics, whose sums vary with the order blocks finish); on sm_90 a row or scan kernel
         may take a thread-block cluster (REDUCE=cluster:C: C blocks, one kernel, partial
         results combined through distributed shared memory; a scan's block continues from the
         totals of the blocks before it). Each in blocks of 256 to 1,024
-        threads with the vector the row prefers, one or four a lane a step. A loss's mean over
+        threads with the vector the row prefers, one or four a lane a step; among rows within 5%
+        of the fastest, the fewest threads a job, then the fewest blocks. A loss's mean over
         a 4,096 x 4,096 batch is one job: one block reads all of it (5.9 ms modeled) where 64
         blocks and a combine take 37 us; a softmax over 8 rows of a 50,257-word vocabulary is
-        8 blocks (132 us modeled) where clusters of 8 take 5.8 us."""
+        8 blocks (132 us modeled) where clusters of 8 take 5.4 us."""
         serial = self._estimate(row)
         if max(e.grid for e in serial.launches) >= self.target.sm_count or \
                 serial.seconds < SHARE_MIN_LAUNCHES * self.target.launch_overhead_s:
@@ -358,9 +359,11 @@ class Space:
                 if not self.check(deeper):
                     options[deeper] = None
         rows = list(options)
-        blocks = {r: (dec.read_reduce(r["REDUCE"]).split, dec.read_work(r["WORK"]).threads)
-                  for r in rows}
-        return self._cheaper(row, serial.seconds, rows, prefer=blocks.__getitem__)
+
+        def threads(r: Row) -> tuple[int, int]:
+            blocks, each = dec.read_reduce(r["REDUCE"]).split, dec.read_work(r["WORK"]).threads
+            return blocks * each, blocks
+        return self._cheaper(row, serial.seconds, rows, prefer=threads)
 
     def _cheaper(self, row: Row, seconds_now: float, options, prefer=None) -> Row:
         """Of `options` (legal rows), the one `prefer` ranks lowest among those within 5% of
