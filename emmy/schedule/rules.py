@@ -174,7 +174,7 @@ def cluster_shares_a_job(c: Ctx) -> str | None:
                 "from the front (use shuffle)")
     # A reduction shorter than a step of every block's lanes is folded whole by each block (an
     # output pass is always shared); a scan's slices must each take a step (as C ≤ 8 and
-    # lanes ≥ 32, none is then empty); something must be shared.
+    # lanes ≥ 32, none is then empty), and so must the longest fold.
     size, v = c.reduce.split, c.tile.vec
     step = size * c.work.lanes * v
     folds = list(zip(c.facts.fold_kinds, (n for _, n in c.facts.axes)))
@@ -182,10 +182,10 @@ def cluster_shares_a_job(c: Ctx) -> str | None:
     if short_scan is not None:
         return (f"{size} blocks × {c.work.lanes} lanes × v{v} = {step} elements per step > the "
                 f"{short_scan} elements of the scan")
-    if not any(kind is FoldKind.MAP or step <= n for kind, n in folds):
-        longest = max(n for _, n in folds)
+    longest = max(n for _, n in folds)
+    if step > longest:
         return (f"{size} blocks × {c.work.lanes} lanes × v{v} = {step} elements per step > the "
-                f"{longest} elements of the longest reduction: the cluster would share nothing")
+                f"{longest} elements of the longest fold: no fold gives every block a step")
     return None
 
 

@@ -129,20 +129,24 @@ def _shared(row) -> bool:
     return row.get("REDUCE", "").startswith(("cluster:", "split:"))
 
 
-@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm", "log_softmax", "norms",
-                                  "losses",
-                                  # a dozen row kernels, a minute on the emulator
-                                  pytest.param("sampling", marks=pytest.mark.slow)])
-def test_sampled_shared_rows_of_the_examples_are_correct(name):
-    """Rows that share a job among blocks (clusters, splits) are a few in a uniform sample:
-    sampled on their own, for every row kernel of the example that takes them."""
+@pytest.mark.parametrize("name,sets", [
+    ("softmax", (("batch_size", 4),)), ("layernorm", (("batch_size", 2), ("seq_len", 2))),
+    ("rmsnorm", (("batch_size", 4),)), ("log_softmax", (("batch_size", 4),)),
+    ("losses", (("batch_size", 8),)),
+    # a norm over a whole tensor, and a dozen row kernels: half a minute and more
+    pytest.param("norms", (), marks=pytest.mark.slow),
+    pytest.param("sampling", (), marks=pytest.mark.slow)])
+def test_sampled_shared_rows_of_the_examples_are_correct(name, sets):
+    """Rows that share a job among blocks (clusters, splits; the other sampled tests leave
+    clusters out: tests/rows.py), sampled on their own, for every row kernel of the example
+    that takes them, at a few rows (each row a cluster of blocks on the emulator)."""
     from pathlib import Path
 
     from emmy.frontend.workload import load_file
     from emmy.verify import verify_rows
 
     path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
-    results = verify_rows(load_file(path), per_kernel=2, seed=5, targets=("sm_90a",),
+    results = verify_rows(load_file(path, sets), per_kernel=2, seed=5, targets=("sm_90a",),
                           where=_shared)
     assert results
     bad = [r for r in results if r.verdict != "ok"]

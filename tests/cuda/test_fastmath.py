@@ -153,7 +153,7 @@ def test_the_cost_model_counts_what_the_kernel_computes():
 CORE = ["softmax", "log_softmax", "rmsnorm", "layernorm", "elementwise_chain"]
 
 
-def _sampled(name: str, dtype: str, per_kernel: int):
+def _sampled(name: str, dtype: str, per_kernel: int, where=None):
     from pathlib import Path
 
     from emmy.bench.suites import cast_workload
@@ -162,14 +162,16 @@ def _sampled(name: str, dtype: str, per_kernel: int):
 
     examples = Path(__file__).resolve().parents[2] / "examples"
     w = cast_workload(load_file(examples / f"{name}.py"), dtype)
-    results = verify_rows(w, per_kernel=per_kernel, seed=11)
+    results = verify_rows(w, per_kernel=per_kernel, seed=11, where=where)
     assert results
     assert not [r for r in results if r.verdict != "ok"]
 
 
 @pytest.mark.parametrize("name", CORE)
 def test_sampled_bf16_rows_of_the_core_examples_are_correct(name):
-    _sampled(name, "bf16", 2)
+    from tests.rows import without_clusters
+
+    _sampled(name, "bf16", 2, without_clusters)
 
 
 @pytest.mark.slow

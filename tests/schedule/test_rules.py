@@ -148,7 +148,7 @@ CASES: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {
          ("a reverse scan runs from the row's end",)),
         (SUM_102, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=cluster:4",
          ("4 blocks × 32 lanes × v1 = 128 elements per step > the 102 elements of the longest "
-          "reduction: the cluster would share nothing",)),
+          "fold: no fold gives every block a step",)),
         (CUMSUM, "sm_90a", "WORK=block:32 TILE=v1x1 REDUCE=cluster:4",
          ("4 blocks × 32 lanes × v1 = 128 elements per step > the 64 elements of the scan",)),
     ],
