@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emmy.check import check_cuda_program
-from emmy.pipeline import Options, compile_to
+from emmy.pipeline import Options, compile_to, resume_from
 
 
 @dataclass(frozen=True)
@@ -31,30 +31,31 @@ def verify_rows(workload, *, per_kernel: int = 20, targets=("sm_90a", "sm_80"), 
 
     from emmy.tile_ir.lift import lift_program
 
+    # what no row changes is computed once: every row resumes from the loop program
     base = compile_to(workload, "loop", Options(target=targets[0]))
     # the kernels as lifted, before any default row cuts a chain: their fused rows count too
-    graph, tp = base["torch"], lift_program(base["loop"])
+    tp = lift_program(base["loop"])
     results: list[RowResult] = []
     for k in tp.kernels:
         if kernels is not None and k.name not in kernels:
             continue
         space = Space(k, get_target(targets[0]))
         for row in space.sample(per_kernel, seed, where):
-            results.append(_verify_row(workload, graph, k, str(row), {k.name: str(row)}, targets))
+            results.append(_verify_row(workload, base, k, str(row), {k.name: str(row)}, targets))
         if not space.facts.chain:
             continue
         cut = str(next(r for r in space.all_rows if r.get("PLACE") == "cut"))
-        parts = compile_to(workload, "tile", Options(target=targets[0], rows={k.name: cut}))
+        parts = resume_from(base, "tile", Options(target=targets[0], rows={k.name: cut}))
         for part in parts["tile"].program.kernels:
             if not part.name.startswith(f"{k.name}_cut"):
                 continue
             for row in Space(part, get_target(targets[0])).sample(per_kernel, seed):
-                results.append(_verify_row(workload, graph, part, str(row),
+                results.append(_verify_row(workload, base, part, str(row),
                                            {k.name: cut, part.name: str(row)}, targets))
     return results
 
 
-def _verify_row(workload, graph, k, text: str, rows: dict[str, str], targets) -> RowResult:
+def _verify_row(workload, base, k, text: str, rows: dict[str, str], targets) -> RowResult:
     """Compile with `rows` (every unit the row makes, for each target where it is legal) and
     check the program against PyTorch on the emulator."""
     from emmy.cuda.nvrtc import compile_cuda
@@ -63,7 +64,7 @@ def _verify_row(workload, graph, k, text: str, rows: dict[str, str], targets) ->
     from emmy.schedule.space import Space
     from emmy.schedule.targets import get_target
 
-    prog = compile_to(workload, "cuda", Options(target=targets[0], rows=rows))["cuda"]
+    prog = resume_from(base, "cuda", Options(target=targets[0], rows=rows))["cuda"]
     units = units_of(prog, k.name)
     for t in targets:
         if t != targets[0] and Space(k, get_target(t)).check(parse(text)):
@@ -73,7 +74,7 @@ def _verify_row(workload, graph, k, text: str, rows: dict[str, str], targets) ->
             if not compiled.ok:
                 return RowResult(k.name, text, "compile_error",
                                  f"{t}: " + "\n".join(compiled.errors[:5]))
-    report, run = check_cuda_program(workload, graph, prog)
+    report, run = check_cuda_program(workload, base["torch"], prog)
     if report is None:
         return RowResult(k.name, text, run.status, run.log[-1500:])
     if not report.ok:

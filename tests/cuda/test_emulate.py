@@ -210,6 +210,26 @@ def test_out_of_bounds_store_is_a_crash_naming_the_thread():
     assert r.status == "crash" and "block (0,0,0) thread" in r.log
 
 
+def test_threads_keep_their_own_registers_across_barriers():
+    blocks, threads, rounds = 3, 96, 40
+    out, steps = np.zeros(blocks * threads, np.float32), np.zeros(blocks * threads, np.int32)
+    run("private_values_across_barriers", blocks, threads, [out, steps, rounds])
+    f = np.tile(np.arange(threads, dtype=np.float32) * 0.5, blocks)
+    a = np.tile(np.arange(threads, dtype=np.int64), blocks)
+    b = 3 * a + 1
+    for r in range(rounds):
+        a = a * 3 + r      # wraps as the kernel's long long does
+        b ^= a
+        f = f * np.float32(0.75) + np.float32(1.0)
+    np.testing.assert_array_equal(out, f)
+    np.testing.assert_array_equal(steps, ((a ^ b) & 0x7FFFFFFF).astype(np.int32))
+
+
+def test_a_stack_overflow_is_a_crash_naming_the_thread():
+    r = build_and_run(SOURCE, "stack_overflow", 1, 4, 0, [np.zeros(4, np.int32)])
+    assert r.status == "crash" and "stack overflow" in r.log and "thread (0,0,0)" in r.log
+
+
 def test_endless_kernel_times_out():
     r = build_and_run(SOURCE, "spin_forever", 1, 1, 0, [np.zeros(1, np.int32)], timeout=0.5)
     assert r.status == "timeout"

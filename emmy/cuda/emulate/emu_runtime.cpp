@@ -74,10 +74,71 @@ static void thread_exit() {
     if (c.arrived && c.arrived == c.live) release_cluster_barrier(c);
 }
 
-static void fiber_main() {
+[[noreturn]] static void fiber_main() {
     cluster().body(cluster().body_context);
     thread_exit();
-}  // returning resumes uc_link: the scheduler
+    Block& b = block();
+    switch_context(b.current->context, b.cluster->scheduler);  // never resumed: it is done
+    __builtin_unreachable();
+}
+
+#if defined(__x86_64__)
+// emmy_emu_switch(save_sp, load_sp): pushes rbp, rbx, r12-r15 and the x87 and SSE control words
+// (the callee-saved state of the System V ABI), stores the stack pointer in *save_sp, loads
+// load_sp and pops the same from it. A frame is 64 bytes below its return address.
+asm(R"(
+    .text
+    .globl emmy_emu_switch
+    .type emmy_emu_switch, @function
+emmy_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $16, %rsp
+    stmxcsr 8(%rsp)
+    fnstcw (%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr 8(%rsp)
+    fldcw (%rsp)
+    addq $16, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emmy_emu_switch, .-emmy_emu_switch
+    .section .note.GNU-stack,"",@progbits
+    .text
+)");
+
+void start_context(Context& c, char* stack, size_t bytes, void (*entry)()) {
+    // a frame as emmy_emu_switch leaves one, returning into `entry` with the stack aligned as
+    // a call leaves it (rsp + 8 a multiple of 16); the current control words, zeroed registers
+    auto top = reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t(15);
+    auto* frame = reinterpret_cast<uint64_t*>(top - 80);
+    std::memset(frame, 0, 80);
+    uint16_t fpu;
+    asm volatile("fnstcw %0" : "=m"(fpu));
+    frame[0] = fpu;
+    frame[1] = __builtin_ia32_stmxcsr();
+    frame[8] = reinterpret_cast<uint64_t>(entry);  // after r15..rbp (frame[2..7])
+    c.sp = frame;
+}
+#else
+void start_context(Context& c, char* stack, size_t bytes, void (*entry)()) {
+    getcontext(&c.uc);
+    c.uc.uc_stack.ss_sp = stack;
+    c.uc.uc_stack.ss_size = bytes;
+    c.uc.uc_link = nullptr;  // entry never returns
+    makecontext(&c.uc, entry, 0);
+}
+#endif
 
 // --- running a grid ------------------------------------------------------------------------
 
@@ -150,11 +211,8 @@ static void start_block(Block& b) {
         f.async_mmas.clear();
         f.mma_groups = 0;
         f.mma_fenced = false;
-        getcontext(&f.context);
-        f.context.uc_stack.ss_sp = b.stacks + i * (b.stack_bytes + page) + page;
-        f.context.uc_stack.ss_size = b.stack_bytes;
-        f.context.uc_link = &b.cluster->scheduler;
-        makecontext(&f.context, fiber_main, 0);
+        start_context(f.context, b.stacks + i * (b.stack_bytes + page) + page, b.stack_bytes,
+                      fiber_main);
     }
 }
 
@@ -177,7 +235,7 @@ static void run_cluster(Cluster& c) {
                 if (f.done) continue;
                 b.current = &f;
                 threadIdx = f.index;
-                swapcontext(&c.scheduler, &f.context);
+                switch_context(c.scheduler, f.context);
                 remaining -= f.done;
             }
         }

@@ -6,7 +6,7 @@
 //     default 1x1x1, i.e. every block its own cluster). Clusters are shared out to a few worker
 //     OS threads (EMMY_EMU_WORKERS, default: the number of cores); each worker runs one cluster
 //     at a time, to completion, all of its blocks together.
-//   * Inside a worker, each CUDA thread of the cluster's blocks is a fiber (ucontext) with its
+//   * Inside a worker, each CUDA thread of the cluster's blocks is a fiber with its
 //     own stack (EMMY_EMU_STACK bytes, default 256 KiB, reserved lazily, with a guard page); one
 //     scheduler resumes the fibers of all the cluster's blocks in turn. Fibers switch only at
 //     __syncthreads, warp collectives, mbarrier / cluster waits and exit, so a cluster runs
@@ -93,8 +93,37 @@ struct TensorMap {
 };
 static_assert(sizeof(TensorMap) <= 128, "a tensor map is 128 bytes");
 
+// A suspended fiber (or the scheduler). On x86-64, its stack pointer: the switch
+// (emmy_emu_switch, emu_runtime.cpp) pushes the callee-saved registers and the x87/SSE control
+// words on the stack it leaves and pops them from the one it enters, a few nanoseconds where
+// swapcontext makes two system calls (the signal mask) per switch. Elsewhere, a ucontext.
+struct Context {
+#if defined(__x86_64__)
+    void* sp = nullptr;
+#else
+    ucontext_t uc;
+#endif
+};
+
+#if defined(__x86_64__)
+extern "C" void emmy_emu_switch(void** save_sp, void* load_sp);
+#endif
+
+// Suspends the running code in `from` and resumes `to`.
+inline void switch_context(Context& from, Context& to) {
+#if defined(__x86_64__)
+    emmy_emu_switch(&from.sp, to.sp);
+#else
+    swapcontext(&from.uc, &to.uc);
+#endif
+}
+
+// Makes `c` start `entry` (which must never return) on `bytes` of stack at `stack` when first
+// switched to.
+void start_context(Context& c, char* stack, size_t bytes, void (*entry)());
+
 struct Fiber {
-    ucontext_t context;
+    Context context;
     uint3 index;          // threadIdx
     unsigned linear = 0;  // x + y*Dx + z*Dx*Dy
     bool done = false;
@@ -146,7 +175,7 @@ struct Cluster {
     std::vector<Block> blocks;  // by rank
     dim3 dims;                  // blocks per cluster in x, y, z
     uint3 index{0, 0, 0};       // the cluster's position in the grid of clusters
-    ucontext_t scheduler;
+    Context scheduler;
     void (*body)(const void*) = nullptr;  // runs the kernel on the current thread
     const void* body_context = nullptr;
     unsigned live = 0;                    // threads of all its blocks that have not exited
@@ -170,7 +199,7 @@ inline WarpGroup& warpgroup() { return block().warpgroups[block().current->linea
 
 inline void yield() {
     Block& b = block();
-    swapcontext(&b.current->context, &b.cluster->scheduler);
+    switch_context(b.current->context, b.cluster->scheduler);
 }
 
 // Something changed that a waiting thread of the cluster may be waiting for (an arrival, a

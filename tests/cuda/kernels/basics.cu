@@ -128,3 +128,31 @@ extern "C" __global__ void out_of_bounds(float* out, int n) {
 extern "C" __global__ void spin_forever(volatile int* flag) {
     while (*flag == 0) {}
 }
+
+// Each thread keeps its own running values in registers across many barriers: a fiber switch
+// that lost a callee-saved register (or a thread's floating-point state) would mix threads up.
+extern "C" __global__ void private_values_across_barriers(float* out, int* steps, int rounds) {
+    __shared__ int turn[128];
+    float f = threadIdx.x * 0.5f;
+    long long a = threadIdx.x, b = 3 * threadIdx.x + 1;
+    for (int r = 0; r < rounds; ++r) {
+        turn[threadIdx.x] = r;
+        __syncthreads();
+        a = a * 3 + turn[(threadIdx.x + 1) % blockDim.x];
+        b ^= a;
+        f = f * 0.75f + 1.0f;
+        __syncthreads();
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = f;
+    steps[blockIdx.x * blockDim.x + threadIdx.x] = int((a ^ b) & 0x7fffffff);
+}
+
+// Recursion without end: the fiber's stack overflows into its guard page.
+__device__ int deeper(volatile int* p, int n) {
+    volatile int pad[256];
+    pad[n & 255] = n;
+    return deeper(p, n + 1) + pad[(n + 1) & 255];
+}
+extern "C" __global__ void stack_overflow(int* out) {
+    out[threadIdx.x] = deeper(out, 0);
+}
