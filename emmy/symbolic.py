@@ -13,6 +13,7 @@ equal expressions compare equal once built with the same bounds:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Mapping, Union
 
 Bounds = Mapping[str, int]  # variable name -> extent; the variable ranges over 0..extent-1
@@ -56,6 +57,10 @@ class Lin:
 
     def __add__(self, other: "Lin | int") -> "Lin":
         other = lin(other)
+        if not other.terms:                  # a constant: the terms stay sorted as they are
+            return self if not other.const else Lin(self.terms, self.const + other.const)
+        if not self.terms:
+            return other if not self.const else Lin(other.terms, self.const + other.const)
         acc: dict[Atom, int] = dict(self.terms)
         for atom, coef in other.terms:
             acc[atom] = acc.get(atom, 0) + coef
@@ -70,7 +75,12 @@ class Lin:
     def __mul__(self, k: int) -> "Lin":
         if not isinstance(k, int):
             raise TypeError("index expressions are affine: multiply by an int only")
-        return _make({a: c * k for a, c in self.terms}, self.const * k)
+        if k == 1:
+            return self
+        if k == 0:
+            return Lin()
+        # a nonzero factor keeps every coefficient nonzero and the order of the atoms
+        return Lin(tuple((a, c * k) for a, c in self.terms), self.const * k)
 
     __rmul__ = __mul__
 
@@ -89,8 +99,10 @@ class Lin:
 
 
 def _make(acc: Mapping[Atom, int], const: int) -> Lin:
-    terms = tuple(sorted(((a, c) for a, c in acc.items() if c != 0), key=lambda t: _atom_key(t[0])))
-    return Lin(terms, const)
+    terms = [(a, c) for a, c in acc.items() if c != 0]
+    if len(terms) > 1:
+        terms.sort(key=lambda t: _atom_key(t[0]))
+    return Lin(tuple(terms), const)
 
 
 def recombine(e: Lin) -> Lin:
@@ -117,6 +129,7 @@ def _recombined(acc: dict[Atom, int], const: int) -> tuple[dict[Atom, int], int]
         const += m.num.const * c
 
 
+@lru_cache(maxsize=1 << 16)
 def _atom_key(atom: Atom) -> tuple:
     if isinstance(atom, Sym):
         return (0, _var_order(atom.name))
@@ -124,6 +137,7 @@ def _atom_key(atom: Atom) -> tuple:
     return (kind, render(atom.num), atom.den)
 
 
+@lru_cache(maxsize=1 << 14)
 def _var_order(name: str) -> tuple:
     head = name.rstrip("0123456789")
     tail = name[len(head):]
@@ -210,15 +224,22 @@ def mod(e: "Lin | int | str", d: int, bounds: Bounds) -> Lin:
 
 def substitute(e: Lin, env: Mapping[str, Lin], bounds: Bounds) -> Lin:
     """Replace variables by expressions; `bounds` gives the extents of the new variables."""
-    out = Lin((), e.const)
+    acc: dict[Atom, int] = {}
+    const = e.const
     for atom, coef in e.terms:
         if isinstance(atom, Sym):
-            out = out + (env[atom.name] if atom.name in env else lin(atom)) * coef
+            if atom.name not in env:
+                acc[atom] = acc.get(atom, 0) + coef
+                continue
+            part = lin(env[atom.name])
         elif isinstance(atom, FloorDiv):
-            out = out + floordiv(substitute(atom.num, env, bounds), atom.den, bounds) * coef
+            part = floordiv(substitute(atom.num, env, bounds), atom.den, bounds)
         else:
-            out = out + mod(substitute(atom.num, env, bounds), atom.den, bounds) * coef
-    return out
+            part = mod(substitute(atom.num, env, bounds), atom.den, bounds)
+        for a, c in part.terms:
+            acc[a] = acc.get(a, 0) + c * coef
+        const += part.const * coef
+    return _make(acc, const)
 
 
 def evaluate(e: Lin, env: Mapping[str, object]):

@@ -354,11 +354,18 @@ def overlap_kernels(**kw):
     return kernel_set(OVERLAP_MAIN, lambda *cfg: wgmma_config(*cfg, overlap=True), **kw)
 
 
-def test_overlapped_configs_compile_without_spills():
-    kernels, names = overlap_kernels(seqs=(4001,))       # ragged: the masks' code too
+# each config set for one type in the default suite, the other in the full sweep (-m slow)
+def _kinds(fast: str):
+    other = "bf16" if fast == "f16" else "f16"
+    return pytest.mark.parametrize("kind", [fast, pytest.param(other, marks=pytest.mark.slow)])
+
+
+@_kinds("bf16")
+def test_overlapped_configs_compile_without_spills(kind):
+    kernels, names = overlap_kernels(kinds=(kind,), seqs=(4001,))   # ragged: the masks' code too
     result = compiled_without_spills(kernels, names)
     assert "wgmma.wait_group.sync.aligned 1;" in result.ptx
-    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in result.ptx
+    assert f"wgmma.mma_async.sync.aligned.m64n64k16.f32.{kind}.{kind}" in result.ptx
 
 
 def test_overlapped_kernels_keep_their_wgmmas_pipelined():
@@ -385,10 +392,11 @@ def test_overlapped_sass_uses_hgmma():
     assert "LDL" not in sass and "STL" not in sass
 
 
-def test_main_configs_compile_without_spills():
-    kernels, names = main_kernels()
+@_kinds("f16")
+def test_main_configs_compile_without_spills(kind):
+    kernels, names = main_kernels(kinds=(kind,))
     result = compiled_without_spills(kernels, names)
-    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in result.ptx
+    assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{kind}.{kind}" in result.ptx
     assert "cp.async.cg.shared.global" in result.ptx
     assert "fence.proxy.async.shared::cta" in result.ptx
 
@@ -762,8 +770,9 @@ def tma_kernels(main=TMA_MAIN, **kw):
     return kernel_set(main, tma_config, prefix="attn_tma", source=tma_source, **kw)
 
 
-def test_tma_configs_compile_without_spills():
-    kernels, names = tma_kernels(kinds=("f16", "bf16"), seqs=(4001,))
+@_kinds("f16")
+def test_tma_configs_compile_without_spills(kind):
+    kernels, names = tma_kernels(kinds=(kind,), seqs=(4001,))
     result = compiled_without_spills(kernels, names)
     for name in names:   # two consumer warpgroups: __launch_bounds__(384, 1) caps the entry
         res = result.resources_of(name)

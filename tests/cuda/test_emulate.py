@@ -172,6 +172,19 @@ def test_a_compiler_that_cannot_precompile_still_builds(tmp_path, monkeypatch):
     np.testing.assert_array_equal(out, [40, 40])
 
 
+def test_a_compiler_without_gold_links_with_its_default_linker(tmp_path, monkeypatch):
+    _failing_gxx(tmp_path, monkeypatch, "-fuse-ld=gold")
+    emulate.linker_flags.cache_clear()
+    try:
+        assert emulate.linker_flags() == ()
+        x, out = np.ones((2, 40), np.float32), np.zeros(2, np.float32)
+        r = run("row_sum", 2, 32, [out, x, 40])
+        assert not r.cached
+        np.testing.assert_array_equal(out, [40, 40])
+    finally:
+        emulate.linker_flags.cache_clear()
+
+
 def test_a_runtime_that_does_not_build_is_a_compile_error(tmp_path, monkeypatch):
     _failing_gxx(tmp_path, monkeypatch, "emu_runtime.cpp")
     r = build_and_run(SOURCE, "row_sum", 1, 32, 0,

@@ -150,7 +150,19 @@ def compile_command(src: Path, out: Path, runtime: Path) -> list[str]:
     the `runtime` object (runtime_object)."""
     pch = precompiled_dir()
     return [CXX, *CXX_FLAGS, *([f"-I{pch}"] if pch else []), f"-I{EMULATE_DIR}",
-            f"-I{INCLUDE_DIR}", "-o", str(out), str(src), str(runtime)]
+            f"-I{INCLUDE_DIR}", *linker_flags(), "-o", str(out), str(src), str(runtime)]
+
+
+@cache
+def linker_flags() -> tuple[str, ...]:
+    """`-fuse-ld=gold` where g++ can use it: it links a program in a third of the default
+    linker's time (0.05 s of a build's 0.4 s), the same program; else nothing."""
+    try:
+        proc = subprocess.run([CXX, "-fuse-ld=gold", "-Wl,--version"], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return ("-fuse-ld=gold",) if proc.returncode == 0 and "gold" in proc.stdout else ()
 
 
 PCH_HEADER = "emu_pch.h"         # in EMULATE_DIR: the headers every program includes first
