@@ -9,7 +9,7 @@ from typing import Mapping
 
 import numpy as np
 
-from emmy.cuda.emulate.run import build_and_run
+from emmy.cuda.emulate.run import build_and_run, build_together
 from emmy.cuda.program import CudaProgram
 from emmy.runtime.buffers import dtype_of_c, from_storage, poisoned, to_storage, storage_of
 
@@ -28,7 +28,9 @@ class RunResult:
 
 
 def run_program(prog: CudaProgram, inputs: Mapping[str, object], *, timeout: float = 120.0) -> RunResult:
-    """Run every launch in order on `inputs` (tensors or arrays by program input name)."""
+    """Run every launch in order on `inputs` (tensors or arrays by program input name). The
+    kernels not yet in the cache are built first, together (build_together)."""
+    build_together([(u.source, u.launches[0].function) for u in prog.units if u.launches])
     buffers: dict[str, np.ndarray] = {}
     for b in prog.inputs:
         buffers[b.name] = to_storage(inputs[b.name], b.type.dtype).reshape(b.type.shape)

@@ -47,6 +47,14 @@ def split_chunk(n: int, k: int, vec: int) -> int:
     return -(-n // (k * vec)) * vec
 
 
+def cluster_step(size: int, lanes: int, vec: int) -> int:
+    """Elements one step of a fold shared by a cluster (REDUCE=cluster:C) takes: `size` blocks
+    of `lanes` lanes, `vec` each. A reduction or scan shorter than a step is not shared
+    (tile_ir.apply.cluster_shares); the rule reduce.cluster_shares_a_job refuses a row where a
+    scan, or the longest fold, is."""
+    return size * lanes * vec
+
+
 @dataclass(frozen=True, slots=True)
 class Stage:
     kind: str        # direct | smem

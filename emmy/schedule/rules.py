@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from emmy.schedule.decisions import Reduce, Stage, Tile, Work, split_chunk
+from emmy.schedule.decisions import Reduce, Stage, Tile, Work, cluster_step, split_chunk
 from emmy.schedule.facts import Facts
 from emmy.schedule.targets import Target
 from emmy.tensor_ir.ir import ReduceOp
@@ -176,7 +176,7 @@ def cluster_shares_a_job(c: Ctx) -> str | None:
     # output pass is always shared); a scan's slices must each take a step (as C ≤ 8 and
     # lanes ≥ 32, none is then empty), and so must the longest fold.
     size, v = c.reduce.split, c.tile.vec
-    step = size * c.work.lanes * v
+    step = cluster_step(size, c.work.lanes, v)
     folds = list(zip(c.facts.fold_kinds, (n for _, n in c.facts.axes)))
     short_scan = next((n for kind, n in folds if kind is FoldKind.SCAN and step > n), None)
     if short_scan is not None:

@@ -166,7 +166,7 @@ def cluster_shares(kind: FoldKind, n: int, size: int, lanes: int, vec: int) -> b
     """Whether a cluster of `size` blocks shares a fold of n elements: an output pass always
     (a block past the end has nothing to store), a reduction or scan where each block's lanes
     take at least one step of its slice."""
-    return kind is FoldKind.MAP or size * lanes * vec <= n
+    return kind is FoldKind.MAP or dec.cluster_step(size, lanes, vec) <= n
 
 
 def split(k: TileKernel, row: Row, d: dec.Decisions) -> Applied:

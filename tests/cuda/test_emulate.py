@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from emmy.cuda.emulate import run as emulate
-from emmy.cuda.emulate.run import (build, build_and_run, compile_command, harness_source,
-                                   precompiled_dir, rewrite_dynamic_shared, runtime_object)
+from emmy.cuda.emulate.run import (build, build_and_run, build_together, compile_command,
+                                   harness_source, precompiled_dir, rewrite_dynamic_shared,
+                                   runtime_object)
 from emmy.cuda.nvrtc import compile_cuda
 from emmy.schedule.targets import get_target
 
@@ -199,6 +200,54 @@ def test_a_compiler_that_fails_silently_is_named_with_its_status(tmp_path, monke
                       [np.zeros(1, np.float32), np.zeros(32, np.float32), 32])
     assert r.status == "compile_error" and "`false -std=c++20" in r.log
     assert "exited with status 1" in r.log
+
+
+# two sources that each define a helper `scale` (their own namespaces keep them apart)
+TOGETHER = ['#include "emmy_kernel.cuh"\n'
+            '__device__ float scale(float x) { return 2.f * x; }\n'
+            'extern "C" __global__ void twice(float* y) { y[threadIdx.x] = scale(y[threadIdx.x]); }\n',
+            '__device__ float scale(float x) { return x + 10.f; }\n'
+            'extern "C" __global__ void plus_ten(float* y) { y[threadIdx.x] = scale(y[threadIdx.x]); }\n'
+            'extern "C" __global__ void zero(float* y) { y[threadIdx.x] = 0.f; }\n']
+
+
+def test_sources_built_together_run_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMMY_CACHE_DIR", str(tmp_path))
+    pairs = [(TOGETHER[0], "twice"), (TOGETHER[1], "plus_ten")]
+    assert build_together(pairs) == 2
+    assert build_together(pairs) == 0                    # nothing left to build
+    for source, kernel, want in [(TOGETHER[0], "twice", [2, 4]),
+                                 (TOGETHER[1], "plus_ten", [11, 12]),
+                                 (TOGETHER[1], "zero", [0, 0])]:
+        y = np.array([1, 2], np.float32)
+        r = run_source(source, kernel, y)
+        assert r.cached and r.ok, r.log
+        np.testing.assert_array_equal(y, want)
+
+
+def run_source(source, kernel, y):
+    return build_and_run(source, kernel, 1, len(y), 0, [y])
+
+
+@pytest.mark.parametrize("second, why", [
+    ('#include <cmath>\nextern "C" __global__ void other(float* y) {}\n', "an #include"),
+    ('extern "C" __global__ void twice(float* y) {}\n', "a kernel name twice"),
+    ('extern "C" __global__ void broken(float* y) { y[0] = undeclared; }\n', "a compile error"),
+])
+def test_sources_that_cannot_go_together_are_built_one_by_one(tmp_path, monkeypatch, second,
+                                                               why):
+    monkeypatch.setenv("EMMY_CACHE_DIR", str(tmp_path))
+    name = emulate.entry_points(second, "")[-1]
+    assert build_together([(TOGETHER[0], "twice"), (second, name)]) == 0, why
+    y = np.array([1, 2], np.float32)
+    r = run_source(TOGETHER[0], "twice", y)
+    assert r.ok and not r.cached
+    np.testing.assert_array_equal(y, [2, 4])
+    r = run_source(second, name, np.zeros(2, np.float32))
+    if why == "a compile error":
+        assert r.status == "compile_error" and "undeclared" in r.log
+    else:
+        assert r.ok, r.log
 
 
 def test_a_missing_barrier_reads_stale_shared_memory():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -120,8 +121,7 @@ def build_and_run(source: str, kernel_name: str, grid: Dim, block: Dim, dynamic_
 def build(source: str, kernel_name: str) -> Build:
     """The emulator binary for `source` with `kernel_name` as its entry, from cache or g++."""
     text = harness_source(source, kernel_name)
-    key = content_key(_FORMAT, text, " ".join(CXX_FLAGS), compiler_version(),
-                      folder_hash(EMULATE_DIR), include_hash())
+    key = _program_key(text)
     final = _CACHE.path(key)
     if final.exists():
         mark_used(final)
@@ -129,20 +129,87 @@ def build(source: str, kernel_name: str) -> Build:
     runtime, log = runtime_object()
     if runtime is None:
         return Build(None, log, 0.0, cached=False)
-    with tempfile.TemporaryDirectory(prefix="emmy-emu-") as tmp:
-        src = Path(tmp) / "harness.cpp"
-        src.write_text(text)
-        out = _CACHE.temp_path(key)
-        cmd = compile_command(src, out, runtime)
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        seconds = time.perf_counter() - start
-    if proc.returncode != 0:
-        out.unlink(missing_ok=True)
+    out, proc, seconds = _compile(text, key, runtime)
+    if out is None:
         return Build(None, _failure(proc), seconds, cached=False)
     os.replace(out, final)
     maybe_prune()
     return Build(final, proc.stderr, seconds, cached=False)
+
+
+def build_together(sources: Sequence[tuple[str, str]]) -> int:
+    """Build the programs for `sources` ((source, kernel name) pairs, as build() takes them)
+    that the cache lacks in one g++ run: each source's code in a namespace of its own, one
+    main() that dispatches on every kernel's name, the binary stored under each source's key
+    (any of its kernels can run from it). A program's dozen kernels build in about a third of
+    the time they take one by one (the precompiled headers read, the harness instantiated and
+    the program linked once, not a dozen times). Where they cannot go together (an #include
+    other than emmy's device headers, which the precompiled header has, or a kernel name
+    twice) or g++ refuses the whole, nothing is stored: build() then builds each on its own
+    and reports its own errors. Returns how many sources were built."""
+    missing: dict[str, tuple[str, str]] = {}
+    for source, name in sources:
+        key = _program_key(harness_source(source, name))
+        if key not in missing and not _CACHE.path(key).exists():
+            missing[key] = (source, name)
+    if len(missing) < 2:
+        return 0
+    bodies = [_DEVICE_INCLUDE.sub("", source) for source, _ in missing.values()]
+    names = [k for source, name in missing.values() for k in entry_points(source, name)]
+    if len(set(names)) < len(names) or any(_ANY_INCLUDE.search(_COMMENT.sub("", b))
+                                           for b in bodies):
+        return 0
+    runtime, _ = runtime_object()
+    if runtime is None:
+        return 0
+    units, calls = [], []
+    for i, (body, (source, name)) in enumerate(zip(bodies, missing.values())):
+        units.append(f'namespace emmy_unit_{i} {{\n#line 1 "kernel.cu"\n'
+                     f"{rewrite_dynamic_shared(body)}\n}}  // namespace emmy_unit_{i}\n")
+        calls += [_dispatch(k, f"emmy_unit_{i}::") for k in entry_points(source, name)]
+    text = f'#include "{PCH_HEADER}"\n{"".join(units)}{_main(calls)}'
+    keys = list(missing)
+    out, _, _ = _compile(text, keys[0], runtime)
+    if out is None:
+        return 0
+    for key in keys[1:]:
+        link = _CACHE.temp_path(key)
+        link.unlink()
+        try:
+            os.link(out, link)
+        except OSError:
+            shutil.copyfile(out, link)
+            link.chmod(0o755)
+        os.replace(link, _CACHE.path(key))
+    os.replace(out, _CACHE.path(keys[0]))
+    maybe_prune()
+    return len(keys)
+
+
+_DEVICE_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"emmy_\w+\.cuh"[ \t]*$', re.M)
+_ANY_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include\b", re.M)
+
+
+def _program_key(text: str) -> str:
+    """The cache key of the program built from `text` (a harness_source)."""
+    return content_key(_FORMAT, text, " ".join(CXX_FLAGS), compiler_version(),
+                       folder_hash(EMULATE_DIR), include_hash())
+
+
+def _compile(text: str, key: str, runtime: Path):
+    """g++ on `text` into a temporary path beside `key`'s entry: (that path or None on a
+    failure, g++'s process, seconds)."""
+    with tempfile.TemporaryDirectory(prefix="emmy-emu-") as tmp:
+        src = Path(tmp) / "harness.cpp"
+        src.write_text(text)
+        out = _CACHE.temp_path(key)
+        start = time.perf_counter()
+        proc = subprocess.run(compile_command(src, out, runtime), capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        out.unlink(missing_ok=True)
+        return None, proc, seconds
+    return out, proc, seconds
 
 
 def compile_command(src: Path, out: Path, runtime: Path) -> list[str]:
@@ -273,12 +340,19 @@ def entry_points(source: str, kernel_name: str) -> tuple[str, ...]:
 def harness_source(source: str, kernel_name: str) -> str:
     """The whole C++ program: emulation header, the kernel source, a main() that dispatches on
     the kernel's name."""
-    calls = "".join(f'    if (!std::strcmp(name, "{k}"))\n'
-                    f"        return emmy_emu::harness_main(argc, argv, &{k});\n"
-                    for k in entry_points(source, kernel_name))
+    calls = [_dispatch(k) for k in entry_points(source, kernel_name)]
     return (f'#include "{PCH_HEADER}"\n#line 1 "kernel.cu"\n{rewrite_dynamic_shared(source)}\n'
-            f"int main(int argc, char** argv) {{\n"
-            f'    const char* name = argc > 3 ? argv[3] : "";\n{calls}'
+            + _main(calls))
+
+
+def _dispatch(kernel: str, scope: str = "") -> str:
+    return (f'    if (!std::strcmp(name, "{kernel}"))\n'
+            f"        return emmy_emu::harness_main(argc, argv, &{scope}{kernel});\n")
+
+
+def _main(calls: Sequence[str]) -> str:
+    return (f"int main(int argc, char** argv) {{\n"
+            f'    const char* name = argc > 3 ? argv[3] : "";\n{"".join(calls)}'
             f'    emmy_emu::fail("no kernel named `%s` in this program", name);\n}}\n')
 
 
