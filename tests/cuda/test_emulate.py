@@ -6,6 +6,7 @@ All kernels live in kernels/basics.cu, which builds to one program (cached for t
 from __future__ import annotations
 
 import subprocess
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -211,14 +212,19 @@ TOGETHER = ['#include "emmy_kernel.cuh"\n'
             'extern "C" __global__ void zero(float* y) { y[threadIdx.x] = 0.f; }\n']
 
 
-def test_sources_built_together_run_from_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EMMY_CACHE_DIR", str(tmp_path))
-    pairs = [(TOGETHER[0], "twice"), (TOGETHER[1], "plus_ten")]
+def _fresh(source: str) -> str:
+    """`source` under a comment no other run wrote: not in the (shared) cache yet."""
+    return f"// {uuid.uuid4()}\n{source}"
+
+
+def test_sources_built_together_run_from_the_cache():
+    sources = [_fresh(s) for s in TOGETHER]
+    pairs = [(sources[0], "twice"), (sources[1], "plus_ten")]
     assert build_together(pairs) == 2
     assert build_together(pairs) == 0                    # nothing left to build
-    for source, kernel, want in [(TOGETHER[0], "twice", [2, 4]),
-                                 (TOGETHER[1], "plus_ten", [11, 12]),
-                                 (TOGETHER[1], "zero", [0, 0])]:
+    for source, kernel, want in [(sources[0], "twice", [2, 4]),
+                                 (sources[1], "plus_ten", [11, 12]),
+                                 (sources[1], "zero", [0, 0])]:
         y = np.array([1, 2], np.float32)
         r = run_source(source, kernel, y)
         assert r.cached and r.ok, r.log
@@ -234,13 +240,12 @@ def run_source(source, kernel, y):
     ('extern "C" __global__ void twice(float* y) {}\n', "a kernel name twice"),
     ('extern "C" __global__ void broken(float* y) { y[0] = undeclared; }\n', "a compile error"),
 ])
-def test_sources_that_cannot_go_together_are_built_one_by_one(tmp_path, monkeypatch, second,
-                                                               why):
-    monkeypatch.setenv("EMMY_CACHE_DIR", str(tmp_path))
+def test_sources_that_cannot_go_together_are_built_one_by_one(second, why):
+    first, second = _fresh(TOGETHER[0]), _fresh(second)
     name = emulate.entry_points(second, "")[-1]
-    assert build_together([(TOGETHER[0], "twice"), (second, name)]) == 0, why
+    assert build_together([(first, "twice"), (second, name)]) == 0, why
     y = np.array([1, 2], np.float32)
-    r = run_source(TOGETHER[0], "twice", y)
+    r = run_source(first, "twice", y)
     assert r.ok and not r.cached
     np.testing.assert_array_equal(y, [2, 4])
     r = run_source(second, name, np.zeros(2, np.float32))
