@@ -322,7 +322,8 @@ def kernel_set(table, config_of, prefix="attn", kinds=("f16", "bf16"), seqs=(409
 
 
 def compiled_without_spills(kernels, names):
-    """The kernels compiled together for sm_90a (with PTX); each fits in registers."""
+    """The kernels compiled together for sm_90a (with PTX); each fits in registers, and ptxas
+    serializes none of its wgmmas (C751x: see test_overlapped_kernels_keep_their_wgmmas_pipelined)."""
     result = compile_cuda(sm90_program(*kernels), get_target("sm_90a"), ptx=True)
     assert result.ok, result.log
     for name in names:
@@ -330,6 +331,8 @@ def compiled_without_spills(kernels, names):
         assert (res.spill_store_bytes, res.spill_load_bytes, res.stack_bytes) == (0, 0, 0), \
             f"{name}: {res}"
         assert res.registers <= 255
+        assert not [w for w in result.warnings_of(name) if re.match(r"C751[0-9]", w)], \
+            f"{name}: {result.warnings_of(name)}"
     return result
 
 
@@ -368,6 +371,9 @@ def test_overlapped_configs_compile_without_spills(kind):
     assert f"wgmma.mma_async.sync.aligned.m64n64k16.f32.{kind}.{kind}" in result.ptx
 
 
+# one kernel a compile, at a length the tiles divide (the default suite checks the same on
+# the ragged length's kernels compiled together: compiled_without_spills)
+@pytest.mark.slow
 def test_overlapped_kernels_keep_their_wgmmas_pipelined():
     """ptxas serializes every wgmma of a kernel that leaves one in flight across a branch it
     cannot prove uniform, or defines its accumulators with other instructions mid-flight
@@ -708,6 +714,9 @@ def test_tma_overlapped_step_releases_each_slot_after_its_last_reader():
         tail.index("mbar_arrive(&fw_bar[7 + fw_st]);")
 
 
+# one kernel a compile, at a length the tiles divide (the default suite checks the same on
+# the ragged length's kernels compiled together: compiled_without_spills)
+@pytest.mark.slow
 def test_tma_overlapped_kernels_keep_their_wgmmas_pipelined():
     """ptxas serializes every wgmma of a kernel that leaves one in flight across a branch it
     cannot prove uniform, or defines its accumulators with other instructions mid-flight
