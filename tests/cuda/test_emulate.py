@@ -231,6 +231,18 @@ def test_sources_built_together_run_from_the_cache():
         np.testing.assert_array_equal(y, want)
 
 
+def test_sources_built_together_are_copied_where_links_fail(monkeypatch):
+    def no_links(*args):
+        raise OSError("no hard links here")
+    monkeypatch.setattr(emulate.os, "link", no_links)
+    sources = [_fresh(s) for s in TOGETHER]
+    assert build_together([(sources[0], "twice"), (sources[1], "plus_ten")]) == 2
+    y = np.array([1, 2], np.float32)
+    r = run_source(sources[1], "plus_ten", y)
+    assert r.cached and r.ok, r.log
+    np.testing.assert_array_equal(y, [11, 12])
+
+
 def run_source(source, kernel, y):
     return build_and_run(source, kernel, 1, len(y), 0, [y])
 

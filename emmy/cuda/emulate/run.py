@@ -178,8 +178,7 @@ def build_together(sources: Sequence[tuple[str, str]]) -> int:
         try:
             os.link(out, link)
         except OSError:
-            shutil.copyfile(out, link)
-            link.chmod(0o755)
+            shutil.copy(out, link)          # the file and its mode
         os.replace(link, _CACHE.path(key))
     os.replace(out, _CACHE.path(keys[0]))
     maybe_prune()
@@ -192,8 +191,13 @@ _ANY_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include\b", re.M)
 
 def _program_key(text: str) -> str:
     """The cache key of the program built from `text` (a harness_source)."""
-    return content_key(_FORMAT, text, " ".join(CXX_FLAGS), compiler_version(),
-                       folder_hash(EMULATE_DIR), include_hash())
+    return content_key(_FORMAT, text, *_toolchain())
+
+
+def _toolchain() -> tuple[str, ...]:
+    """What every build depends on besides its source: flags, compiler, headers (read on each
+    call, so an edited header is a new key)."""
+    return (" ".join(CXX_FLAGS), compiler_version(), folder_hash(EMULATE_DIR), include_hash())
 
 
 def _compile(text: str, key: str, runtime: Path):
@@ -244,8 +248,7 @@ def _prebuilt(name: str, args: Sequence[str],
     copies of the EMULATE_DIR files `inputs` (args name them relative to it); each file is
     renamed into place, atomically, so concurrent builders all succeed. (path, "") or (None,
     g++'s log)."""
-    key = content_key(_FORMAT, " ".join(CXX_FLAGS), compiler_version(),
-                      folder_hash(EMULATE_DIR), include_hash())
+    key = content_key(_FORMAT, *_toolchain())
     folder = _CACHE.folder / "prebuilt" / key[:32]
     target = folder / name
     if target.exists():
