@@ -98,6 +98,12 @@ class Evaluator:
     def all_rows(self, kernel: str) -> list[str]:
         return [str(r) for r in self.space(kernel).all_rows]
 
+    def first_row(self, kernel: str, fixed: dict[str, str]) -> str | None:
+        """The first legal row, in the default's order of preference, with these values at
+        these keys (without listing the space); None when there is none."""
+        row = self.space(kernel).first_row(fixed)
+        return None if row is None else str(row)
+
     def check(self, kernel: str, row: str) -> list[str]:
         """Why `row` is illegal for `kernel` (empty when legal). Free: compiles nothing."""
         try:

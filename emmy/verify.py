@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from emmy.check import check_cuda_program
 from emmy.pipeline import Options, compile_to, resume_from
+from emmy.tile_ir.cut import splits
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ def verify_rows(workload, *, per_kernel: int = 20, targets=("sm_90a", "sm_80"), 
         space = Space(k, get_target(targets[0]))
         for row in space.sample(per_kernel, seed, where):
             results.append(_verify_row(workload, base, k, str(row), {k.name: str(row)}, targets))
-        if not space.facts.chain:
+        if not splits(k):
             continue
         cut = str(next(r for r in space.all_rows if r.get("PLACE") == "cut"))
         parts = resume_from(base, "tile", Options(target=targets[0], rows={k.name: cut}))

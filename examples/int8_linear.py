@@ -1,7 +1,8 @@
 """A weight-only int8 linear layer, as LLM inference quantizes one: the weight stored as int8
 with one f16 scale per output row, dequantized to f16 in the forward (`w.half() * scale`), then
-the f16 product. emmy stores the dequantized weight (a map kernel) so that the product runs
-on tensor cores; fused into the product, every output element would dequantize its row again."""
+the f16 product. emmy dequantizes the weight inside the tensor-core product, as it copies the
+weight's tiles (one byte a weight read); the row's PLACE=cut stores the f16 weight by a map
+kernel first, which the default row does where the cost model finds it faster (many rows)."""
 
 import torch
 import torch.nn as nn

@@ -95,6 +95,13 @@ class SearchPolicy:
         info = session.kernel_infos[kernel]
         size = min(self.pool, max(32, 8 * share))
         rows = ev.all_rows(kernel) if info.count <= size else ev.sample_rows(kernel, size, self.seed)
+        # a product's PLACE=cut is one row of thousands (its other decisions unused): each
+        # PLACE value the sample missed is ranked too
+        if "PLACE" in info.keys:
+            for value in ("fuse", "cut"):
+                if not any(f"PLACE={value}" in r for r in rows) and \
+                        (first := ev.first_row(kernel, {"PLACE": value})) is not None:
+                    rows.append(first)
         seconds = self.rank_seconds
         if session.budget.time_limit is not None:   # keep half the time left for evaluations
             seconds = min(seconds, (session.budget.time_limit - session.budget.elapsed) / 2)

@@ -84,10 +84,19 @@ class GemmOperand:
                             # shared memory
     start: int = 0          # elements before batch 0's first element in the buffer (a slice's
                             # offset): 16-byte copies need it aligned too
+    computed: bool = False  # gathered: arithmetic on loads (a dequantized int8 weight) rather
+                            # than a window over one tensor
+    read_bytes: int = 0     # bytes of memory an element reads, where not its itemsize (a
+                            # computed operand's: its int8 weight's one byte)
 
     @property
     def itemsize(self) -> int:
         return ELEMENT_BYTES[self.ctype]
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes of memory one element costs to read."""
+        return self.read_bytes or self.itemsize
 
     @property
     def k_contiguous(self) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from emmy.cuda.gemm_spec import Body, Epilogue, Gather, GemmConfig, GemmProblem, WindowGather
 from emmy.kernel_ir import ir as K
+from emmy.loop_ir.ir import Load
 from emmy.kernel_ir.elements import element_epilogue, element_gather, element_window
 from emmy.schedule import gemm as G
 from emmy.schedule.row import Row
@@ -56,7 +57,9 @@ def lower_contract(k: TileKernel, row: Row, target: Target) -> K.KProgram:
     from emmy.cuda.gemm import combine_body
 
     scratch = f"{k.name}_partial"
-    operands = {problem.a.buffer, problem.b.buffer}
+    con = k.contract
+    operands = {problem.a.buffer, problem.b.buffer} | {   # and what a computed operand reads
+        s.buffer for s in (*con.a.gather, *con.b.gather) if isinstance(s, Load)}
     first = _function(f"{k.name}_partial",
                       tuple(p for p in params if p.name in operands)
                       + (K.Param(PARTIAL, "float", True),), body,

@@ -277,7 +277,7 @@ def elementwise_operands(p: Program) -> dict[str, str]:
     outputs = set(p.outputs)
     out: dict[str, str] = {}
     for d, src, wide in _computed_operands(p, defs):
-        if not _element_wise(src, defs):
+        if not _element_wise(src, defs) or _dequantized(src, defs):
             continue
         for name in _store_points(src, defs, wide):
             if name not in outputs:
@@ -287,6 +287,29 @@ def elementwise_operands(p: Program) -> dict[str, str]:
                                      f"kernel would compute it again for every output "
                                      f"element's dot product")
     return out
+
+
+_DEQUANT_OPS = frozenset({EwOp.MUL, EwOp.ADD, EwOp.SUB, EwOp.NEG})
+
+
+def _dequantized(name: str, defs) -> bool:
+    """A 16-bit float operand computed from narrower data (an int8 weight dequantized:
+    w.half() * scale, maybe less a zero point): its largest inputs (as many elements as it
+    has) are all of a type narrower than its own, and it is their casts, multiplies, adds and
+    subtractions. Fused, the product's template computes its elements as it copies their
+    tiles, reading the narrow data once a block row of the output; stored, every product
+    would read twice the bytes, after a kernel read the narrow data and wrote them. The row's
+    PLACE=cut stores it after all."""
+    d = defs[name]
+    if d.type.dtype not in (DType.F16, DType.BF16):
+        return False
+    size = math.prod(d.type.shape)
+    chain = _ancestors(name, defs) | {name}
+    if any(isinstance(defs[n], Elementwise) and defs[n].op not in _DEQUANT_OPS for n in chain):
+        return False
+    big = [defs[n] for n in chain if isinstance(defs[n], Input)
+           and math.prod(defs[n].type.shape) >= size]
+    return bool(big) and all(i.type.dtype.itemsize < d.type.dtype.itemsize for i in big)
 
 
 def _element_wise(name: str, defs) -> bool:

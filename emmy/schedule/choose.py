@@ -9,7 +9,7 @@ from emmy.errors import UserError, unknown_kernel
 from emmy.schedule.row import Row, RowError, parse
 from emmy.schedule.space import space_of
 from emmy.schedule.targets import Target
-from emmy.tile_ir.chain import cut_chain, find_chain
+from emmy.tile_ir.cut import cut_in_two, splits
 from emmy.tile_ir.ir import TileProgram
 
 
@@ -19,8 +19,9 @@ def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str], *,
     schedule database's record for its identity (db: a path, "" the default, None: no
     database), else the space's default. A record the space no longer accepts is skipped.
 
-    A fused chain of products whose row says PLACE=cut becomes its two kernels
-    (`<name>_cut0`, `<name>_cut1`, emmy.tile_ir.chain) with the intermediate between them,
+    A kernel whose row says PLACE=cut and that a template builds (a fused chain of products,
+    a product with a computed operand) becomes its two kernels (`<name>_cut0`, `<name>_cut1`,
+    emmy.tile_ir.cut) with the buffer between them,
     and each of those gets its own row the same way (so a chain of three cuts twice:
     `<name>_cut0_cut0`, ...); the program returned has them."""
     names = [k.name for k in tp.kernels]
@@ -32,25 +33,27 @@ def choose_rows(tp: TileProgram, target: Target, given: Mapping[str, str], *,
         given[names[0]] = given.pop("")
     rows: dict[str, Row] = {}
     kernels, intermediates = [], list(tp.intermediates)
+    cut: set[str] = set()       # kernels whose row cut them in two
 
     def place(k) -> None:
         row = _choose(k, target, given, db)
-        chain = find_chain(k) if row.get("PLACE") == "cut" else None
-        if chain is None:
+        parts = cut_in_two(k) if row.get("PLACE") == "cut" else None
+        if parts is None:
             kernels.append(k)
             rows[k.name] = row
             return
-        first, second, mid = cut_chain(k, chain)
+        first, second, mid = parts
+        cut.add(k.name)
         intermediates.append(mid)
         place(first)
         place(second)
 
     for k in tp.kernels:
         place(k)
-    unknown = [n for n in given if n not in rows and n not in names]
+    unknown = [n for n in given if n not in rows and n not in names and n not in cut]
     if unknown:
         hint = [f"{k.name}_cut0, {k.name}_cut1 exist when {k.name}'s row has PLACE=cut"
-                for k in tp.kernels if space_of(k, target).facts.chain]
+                for k in tp.kernels if splits(k)]
         listed = dict.fromkeys([*(k.name for k in tp.kernels), *rows])   # a chain, its halves
         raise unknown_kernel(unknown[0], listed, "; ".join(hint))
     program = replace(tp, kernels=tuple(kernels), intermediates=tuple(intermediates))

@@ -12,6 +12,11 @@
                                    gathered operand (an implicit GEMM's) goes through registers
                                    one K tile ahead in an async:N ring
     RASTER  row | group:G          tile launch order: row-major, or G tile rows at a time (L2 reuse)
+    PLACE   fuse | cut             only for a product with a computed operand (an int8 weight
+                                   dequantized): the template computes its elements as it copies
+                                   them, or (cut) a map kernel stores it and the product reads it,
+                                   each of the two then scheduled by its own row; decided first,
+                                   and with cut this kernel's other decisions are unused
 
 Each rule below refuses one thing with its reason; the last one asks the template itself
 (emmy.cuda.gemm / gemm_sm90), so whatever the space lists, the template builds.
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 
 from emmy.cuda.gemm_spec import ELEMENT_BYTES, GemmConfig, GemmOperand, GemmProblem
 from emmy.dtypes import DType
+from emmy.loop_ir.ir import Load
 from emmy.schedule.decisions import Reduce, read_reduce
 from emmy.schedule.rules import Rule
 from emmy.schedule.targets import Target
@@ -45,6 +51,7 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "STAGE": ("smem", "async:2", "async:3", "async:4", "tma:3", "tma:4",
               *(f"tma:{n}:cluster:{c}" for n in (3, 4) for c in ("2x1", "1x2"))),
     "RASTER": ("row", "group:4", "group:8"),
+    "PLACE": ("fuse", "cut"),
 }
 GRAMMAR_TEXT = {
     "WORK": "warps:WMxWN  (warps along M and N: " + " ".join(_WARPS) + ")",
@@ -58,6 +65,8 @@ GRAMMAR_TEXT = {
              "tiles along m / n; each copies half of the operand tile they share, B / A, "
              "into both: TMA multicast)",
     "RASTER": "row | group:G  (G = 4, 8 tile rows per group)",
+    "PLACE": "fuse | cut  (a computed operand: made as the tiles are copied, or stored by a "
+             "kernel of its own, the two then with their own rows)",
 }
 # Measured on an H200 at 4096^3 (f16): wgmma 128x256x64 with 4 cp.async stages reached about
 # 595 TFLOP/s (its TMA form about 610, before the TMA form became persistent with setmaxnreg),
@@ -71,7 +80,11 @@ PREFERRED = {
     "REDUCE": ("serial",),
     "STAGE": ("tma:4", "tma:4:cluster:2x1", "async:4", "async:3", "async:2", "smem"),
     "RASTER": ("group:8", "group:4", "row"),
+    "PLACE": ("fuse", "cut"),
 }
+# with PLACE=cut the kernel's other decisions are unused: each reads this value
+CUT_ROW = {"WORK": "warps:1x1", "TILE": "mma:32x32x16", "REDUCE": "serial", "STAGE": "smem",
+           "RASTER": "row"}
 
 
 def prefer(key: str, order: tuple[str, ...], c: "GemmCtx") -> tuple[str, ...]:
@@ -125,9 +138,18 @@ def read_raster(value: str) -> int:
 
 
 READ = {"WORK": read_work, "TILE": read_tile, "REDUCE": read_reduce, "STAGE": read_stage,
-        "RASTER": read_raster}
-FIELD = {"WORK": "work", "TILE": "tile", "REDUCE": "reduce", "STAGE": "stage", "RASTER": "raster"}
+        "RASTER": read_raster, "PLACE": lambda v: v == "cut"}
+FIELD = {"WORK": "work", "TILE": "tile", "REDUCE": "reduce", "STAGE": "stage", "RASTER": "raster",
+         "PLACE": "cut"}
 KEYS = ("WORK", "TILE", "REDUCE", "STAGE", "RASTER")
+
+
+def keys_of(kernel) -> tuple[str, ...]:
+    """The kernel's decision points, in the order they are made: PLACE first where it splits
+    the kernel in two (a computed operand, emmy.tile_ir.cut)."""
+    from emmy.tile_ir.cut import splits
+
+    return ("PLACE", *KEYS) if splits(kernel) else KEYS
 
 
 @dataclass(frozen=True)
@@ -143,6 +165,7 @@ class GemmCtx:
     reduce: Reduce | None = None
     stage: GemmStage | None = None
     raster: int | None = None
+    cut: bool = False          # PLACE=cut: two kernels, this one's other decisions unused
 
 
 def config_of(c: GemmCtx) -> GemmConfig:
@@ -164,10 +187,12 @@ def problem_of(con) -> GemmProblem:
     def operand(op) -> GemmOperand:
         if op.gathered:     # strides that lay its tiles out the nearer way in memory
             extent = (con.m if op is con.a else con.n).extent
+            main = next(s for s in op.gather if isinstance(s, Load) and s.buffer == op.buffer)
             return GemmOperand(buffer=op.buffer, ctype=op.dtype.c_name,
                                stride_outer=con.k.extent if op.k_major else 1,
                                stride_k=1 if op.k_major else extent, batch_offset="0",
-                               gathered=True, windowed=op.window is not None)
+                               gathered=True, windowed=op.window is not None,
+                               computed=op.computed, read_bytes=main.dtype.itemsize)
         strides = {a.name: c for a, c in op.offset.terms}
         bounds = {"bz": max(con.batch_size, 1)}
         off, rest = lin(op.offset.const), con.batch_size
@@ -380,7 +405,21 @@ def template_constraints(problem: GemmProblem, config: GemmConfig, target: str) 
     return gemm.constraints(problem, config, target)
 
 
-RULES = (
+def _unused(key: str):
+    def check(c: GemmCtx) -> str | None:
+        if not c.cut or getattr(c, FIELD[key]) == READ[key](CUT_ROW[key]):
+            return None
+        return (f"PLACE=cut makes `{c.kernel}` two kernels ({c.kernel}_cut0 stores the "
+                f"computed operand, {c.kernel}_cut1 is the product), each scheduled by its own "
+                f"row; this kernel's {key} is unused and reads {key}={CUT_ROW[key]}")
+    return check
+
+
+def _fused_only(rule: Rule) -> Rule:
+    return Rule(rule.name, rule.key, lambda c: None if c.cut else rule.check(c))
+
+
+_FUSED_RULES = (
     Rule("work.threads_per_block", "WORK", threads_per_block),
     Rule("tile.instruction_types", "TILE", instruction_types),
     Rule("tile.tf32_allowed", "TILE", tf32_allowed),
@@ -396,6 +435,8 @@ RULES = (
     Rule("stage.shared_budget", "STAGE", shared_budget),
     Rule("raster.template_builds", "RASTER", template_builds),
 )
+_CUT_RULES = tuple(Rule(f"place.cut_unused_{key.lower()}", key, _unused(key)) for key in CUT_ROW)
+RULES = _CUT_RULES + tuple(_fused_only(r) for r in _FUSED_RULES)
 
 
 def _ceil_pow2(n: int) -> int:

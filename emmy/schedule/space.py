@@ -117,7 +117,7 @@ class Space:
                    KernelKind.CHAIN: b2b}.get(kernel.kind)
         self.template = profile is not None      # a template's space (rules in order)
         if profile is not None:
-            self.keys = profile.KEYS
+            self.keys = profile.keys_of(kernel) if hasattr(profile, "keys_of") else profile.KEYS
             self.grammar, self.grammar_text = profile.GRAMMAR, profile.GRAMMAR_TEXT
             self._rules, self._fields, self._read = profile.RULES, profile.FIELD, profile.READ
             self._preferred = profile.PREFERRED
@@ -260,6 +260,8 @@ class Space:
             row = self._cheapest_reduce(row)
         if self.kernel.kind is KernelKind.CONTRACT:
             row = self._fill_the_gpu(row)
+            if row.get("PLACE") == "fuse":      # a computed operand (emmy.tile_ir.cut)
+                row = self._fuse_or_cut(row)
         if not self.template and (self.facts.fold_kinds.count(FoldKind.REDUCE) > CHAINED_REDUCES
                                   or self.kernel.kind is KernelKind.SCAN):
             row = self._cheapest_work(row)
@@ -267,6 +269,11 @@ class Space:
                 "REDUCE" in self.keys:
             row = self._share_few_jobs(row)
         return row
+
+    def first_row(self, fixed: Mapping[str, str]) -> Row | None:
+        """The first legal row in the default's order of preference with the values of
+        `fixed` at its keys; None when there is none."""
+        return self._preferred_row(fixed)
 
     def _preferred_row(self, fixed: Mapping[str, str] | None = None) -> Row | None:
         """The first legal row in preference order (depth first, so a late key can send an

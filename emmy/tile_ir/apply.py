@@ -19,7 +19,7 @@ from emmy.schedule import decisions as dec
 from emmy.schedule.row import Row, make_row
 from emmy.schedule.targets import Target
 from emmy.symbolic import lin, var
-from emmy.tile_ir.chain import find_chain
+from emmy.tile_ir.cut import splits
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, KernelKind, TileKernel
 from emmy.tile_ir.values import free, reads, substitute_item, used, value_types
 from emmy.torch_ir.ir import TensorType
@@ -49,8 +49,8 @@ def apply_row(k: TileKernel, row: Row, target: Target) -> Applied:
     """The kernels `row` makes of `k` (the row must be legal for `k`)."""
     if built_by_template(k) and row.get("PLACE") != "cut":   # a template builds the launches
         return Applied((Part(k, row, None),), (), (), target)
-    if row.get("PLACE") == "cut" and find_chain(k) is not None:
-        raise ValueError(f"`{k.name}` with PLACE=cut is two kernels (emmy.tile_ir.chain): the "
+    if row.get("PLACE") == "cut" and splits(k):
+        raise ValueError(f"`{k.name}` with PLACE=cut is two kernels (emmy.tile_ir.cut): the "
                          "tile stage cuts it (emmy.schedule.choose), each with its own row")
     d = dec.read(row)
     if d.cut:

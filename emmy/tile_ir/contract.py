@@ -38,7 +38,7 @@ from emmy.symbolic import FloorDiv, Lin, Sym, evaluate, var
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, TileKernel
 from emmy.tile_ir.window import Window, tabled, window
-from emmy.tile_ir.values import (closure, fold_extents, index_exprs, index_vars, merge_reduces,
+from emmy.tile_ir.values import (closure, value_types, fold_extents, index_exprs, index_vars, merge_reduces,
                                   operands, substitute_item)
 
 _MMA_TYPES = (DType.F16, DType.BF16)
@@ -59,6 +59,8 @@ class Operand:
                                     # neighbouring rows (how its tiles are laid out)
     window: Window | None = None    # gathered: the element split into a part of its row
                                     # (column) and one of k (emmy.tile_ir.window), when it is
+    computed: bool = False          # gathered: arithmetic on loads (a dequantized weight),
+                                    # which PLACE=cut may store (emmy.tile_ir.cut)
 
     @property
     def gathered(self) -> bool:
@@ -130,17 +132,17 @@ def find_contraction(k: TileKernel, merge: bool = True) -> Contraction | None:
     bounds = {a.var: a.extent for a in k.grid} | fold_extents(fold)
     fold = _flatten(fold, bounds)
     before = k.body[:k.body.index(folds[0])]
-    outer = {s.dst: s for s in before if isinstance(s, (Compute, CastTo, IndexValue))}
-    sides = None if fold is None else _product(fold, outer)
+    outer = {s.dst: s for s in before if isinstance(s, (Load, Compute, CastTo, IndexValue))}
+    shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
+    sides = None if fold is None else _product(fold, outer, shapes)
     if sides is None:
         return None
     epilogue = tuple(i for i in k.body if i is not folds[0])
     if any(isinstance(i, (Fold, Accum)) for i in epilogue):
         return None
-    shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
     grid = [a.var for a in k.grid]
     offs = []
-    for items, ld, _ in sides:
+    for items, ld, *_ in sides:
         off = offset(ld.index, shapes[ld.buffer])
         used = index_vars(items)
         if fold.axis.var not in used or not used <= {*grid, fold.axis.var}:
@@ -206,8 +208,10 @@ def split_groups(k: TileKernel) -> TileKernel | None:
 
 def _operand(k, side, off: Lin, only: list[str], affine: bool, kaxis: Axis, axes, bounds,
              merge: bool, shapes) -> Operand | None:
-    items, ld, value = side
-    dtype = _type(k, ld.buffer)
+    items, ld, value, computed = side
+    # a computed factor's type is its value's (f16 from an int8 load); a load's, maybe under
+    # where(mask, ., 0), is the load's (the where may read it widened)
+    dtype = value_types(items)[value] if computed else _type(k, ld.buffer)
     if affine:
         parts = _affine_parts(off, only, axes) if merge else (axes[only[-1]],)
         if len(parts) == 1:
@@ -219,7 +223,7 @@ def _operand(k, side, off: Lin, only: list[str], affine: bool, kaxis: Axis, axes
         return Operand(ld.buffer, dtype, merged, outer, parts=parts)
     parts = tuple(axes[v] for v in only)
     outer = "_".join(only)
-    return Operand(ld.buffer, dtype, off, outer, gather=items, value=value,
+    return Operand(ld.buffer, dtype, off, outer, gather=items, value=value, computed=computed,
                    parts=parts if len(parts) > 1 else (),
                    k_major=_spread(off, kaxis, parts[-1], bounds) <= 0,
                    window=tabled(window(items, value, shapes, kaxis.var, axes, bounds), bounds))
@@ -287,7 +291,7 @@ def _store_stride(epilogue, shapes, var: str) -> int | None:
     return None
 
 
-def _product(fold: Fold, outer: dict):
+def _product(fold: Fold, outer: dict, shapes):
     """The fold's two factors, in the order the multiply reads them, each as (statements,
     its load, its value): the value is the load itself, or where(mask, load, 0) with a mask
     computed from indices alone (maybe partly by the job's statements `outer`, before the
@@ -310,7 +314,7 @@ def _product(fold: Fold, outer: dict):
         d = defs.get(a)
         if isinstance(d, CastTo) and d.dtype is DType.F32:
             a = d.arg
-        side = _factor(a, defs, outer)
+        side = _factor(a, defs, outer, fold.axis.var, shapes)
         if side is None:
             return None
         sides.append(side)
@@ -320,9 +324,10 @@ def _product(fold: Fold, outer: dict):
     return sides
 
 
-def _factor(value: str, defs, outer) -> tuple[tuple, Load, str] | None:
-    """(statements, load, value) of one factor: a load, maybe widened to f32, maybe under
-    where(mask, ·, 0); every such value is exactly one of the load's type."""
+def _factor(value: str, defs, outer, kvar: str, shapes) -> tuple[tuple, Load, str, bool] | None:
+    """(statements, load, value, computed) of one factor: a load, maybe widened to f32, maybe
+    under where(mask, ·, 0), every such value exactly one of the load's type; or computed
+    (_computed_factor)."""
     d, items = defs.get(value), []
     if isinstance(d, Compute) and d.op is EwOp.WHERE:
         mask, x, zero = d.args
@@ -338,10 +343,43 @@ def _factor(value: str, defs, outer) -> tuple[tuple, Load, str] | None:
         items, d = [*masks, d], defs.get(x)
     if isinstance(d, CastTo) and d.dtype is DType.F32 and items:
         items, d = [*items, d], defs.get(d.arg)
+    order = [*outer, *defs]
+    if isinstance(d, (Compute, CastTo)) and not items:
+        return _computed_factor(value, defs, outer, order, kvar, shapes)
     if not isinstance(d, Load) or d.dyn:
         return None     # not a load, or a gather (its rows are known only at run time)
-    order = [*outer, *defs]
-    return tuple(sorted({*items, d}, key=lambda s: order.index(s.dst))), d, value
+    return tuple(sorted({*items, d}, key=lambda s: order.index(s.dst))), d, value, False
+
+
+_FACTOR_OPS = frozenset({EwOp.MUL, EwOp.ADD, EwOp.SUB, EwOp.NEG})
+
+
+def _computed_factor(value: str, defs, outer, order, kvar: str, shapes
+                     ) -> tuple[tuple, Load, str, bool] | None:
+    """A factor computed from loads by a few casts and multiplies, adds or subtractions (an
+    int8 weight dequantized: cast(load w[n, k]) * load scale[n], maybe less a zero point, the
+    scale maybe per group of k), of a 16-bit float type: the template computes each element as
+    it copies the operand's tile. Its load (the one whose layout its tiles take) is the first
+    that reads along k (`kvar`) at an affine index."""
+    known = outer | defs
+    names = closure({value}, known)
+    items = [known[n] for n in names]
+    if any(not isinstance(s, (Load, CastTo, Compute, IndexValue)) for s in items) \
+            or any(isinstance(s, Compute) and s.op not in _FACTOR_OPS for s in items) \
+            or any(isinstance(s, Load) and s.dyn for s in items) \
+            or any(a not in known for s in items for a in operands(s)):
+        return None
+    loads = [s for s in items if isinstance(s, Load)]
+    if not loads or known[value].dtype not in _MMA_TYPES:
+        return None
+    along = [s for s in loads if kvar in index_vars((s,))]
+    if not along:
+        return None
+    # the weight, not a group-wise scale (scale[n, k // 128]): the first load whose offset
+    # in its buffer is affine, else the first along k
+    main = next((s for s in along if all(isinstance(atom, Sym) for atom, _ in
+                                         offset(s.index, shapes[s.buffer]).terms)), along[0])
+    return tuple(sorted(items, key=lambda s: order.index(s.dst))), main, value, True
 
 
 def _type(k: TileKernel, buffer: str) -> DType:

@@ -61,6 +61,10 @@ class FakeEvaluator:
                 rows.append(str(make_row(d)))
         return rows
 
+    def first_row(self, kernel: str, fixed: dict[str, str]) -> str | None:
+        return next((r for r in self.all_rows(kernel)
+                     if all(f"{k}={v}" in r.split() for k, v in fixed.items())), None)
+
     def grammar_text(self, kernel: str) -> dict[str, str]:
         from emmy.schedule.space import GRAMMAR_TEXT
 

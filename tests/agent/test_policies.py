@@ -104,3 +104,16 @@ def test_a_chains_fused_row_is_not_kept_when_a_row_of_its_half_did_better():
     assert [b.kernel for b in kept] == ["k0_mlp_cut0", "k0_mlp_cut1", "k1_relu"]
     kept = worth_keeping([best("k0_mlp", 12.0), best("k0_mlp_cut1", 19.4)])
     assert [b.kernel for b in kept] == ["k0_mlp", "k0_mlp_cut1"]
+
+
+def test_search_ranks_a_products_cut_row_that_its_sample_missed():
+    """PLACE=cut is one row of a dequantizing product's thousands (its other decisions read
+    their unused values): the search ranks it whatever its sample holds."""
+    from emmy.evaluate import Evaluator
+    from emmy.frontend.workload import load_file
+
+    session = Session(Evaluator(load_file("examples/int8_linear.py"), device="cpu"),
+                      Budget(evaluations=4))
+    ranked = SearchPolicy(pool=4, rank_seconds=0)._rank(session, "k0_int8_linear", 4)
+    assert sum(r.endswith("PLACE=cut") for r in ranked) == 1
+    assert len(ranked) == 5       # the sample's four fused rows, and the cut

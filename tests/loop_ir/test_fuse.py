@@ -295,23 +295,40 @@ def test_a_few_products_of_a_normalized_row_stay_in_its_kernel():
 
 
 def test_an_operand_computed_element_wise_is_stored_and_the_product_is_a_product_kernel():
-    """An activation before a linear layer, a scaled weight, an int8 weight dequantized:
-    inlined, the product's kernel would be a row kernel computing each output element's dot
-    product alone, the operand again for every one (2048 x 4096 x 4096 after a gelu, f16:
-    35 ms modeled; stored, a map and an mma.sync product, 0.14 ms)."""
+    """An activation before a linear layer, a scaled weight: inlined, the product's kernel
+    would be a row kernel computing each output element's dot product alone, the operand
+    again for every one (2048 x 4096 x 4096 after a gelu, f16: 35 ms modeled; stored, a map
+    and an mma.sync product, 0.14 ms)."""
     x, w = torch.randn(32, 64), torch.randn(48, 64)
     lp = check_torch(lambda x, w: F.linear(F.gelu(x), w), x, w)
     assert kinds(lp) == ["map", "contract"] and len(lp.intermediates) == 1
     assert any("computed element by element from the program's inputs" in n for n in lp.notes)
     lp = check_torch(lambda x, w: x @ (w.T * 2), x, w)
     assert kinds(lp) == ["map", "contract"]
-    q, scale = torch.randint(-127, 128, (48, 64), dtype=torch.int8), torch.rand(48, 1)
-    lp = check_torch(lambda x, q, s: F.linear(x.half(), q.half() * s.half()), x, q, scale)
-    assert kinds(lp) == ["map", "map", "contract"]
+
+
+@pytest.mark.parametrize("weight", [
+    lambda q, s, z: q.half() * s.half(),                    # per-row scale
+    lambda q, s, z: (q.half() - z.half()) * s.half(),       # and a zero point
+    lambda q, s, z: q.to(torch.bfloat16) * s.to(torch.bfloat16),
+])
+def test_a_dequantized_int8_weight_stays_in_the_product(weight):
+    """Stored, the f16 weight costs a kernel reading the int8 weight and writing twice its
+    bytes, which the product then reads; fused, the product's template computes each element
+    as it copies the weight's tiles, reading one byte an element (emmy.tile_ir.contract's
+    computed operands; PLACE=cut stores it after all)."""
+    x = torch.randn(32, 64)
+    q = torch.randint(-127, 128, (48, 64), dtype=torch.int8)
+    s, z = torch.rand(48, 1), torch.randint(-3, 4, (48, 1)).float()
+    dtype = weight(q, s, z).dtype
+    lp = check_torch(lambda x, q, s, z: F.linear(x.to(dtype), weight(q, s, z)), x, q, s, z)
+    assert kinds(lp)[-1] == "contract" and "map" not in kinds(lp)[1:]
     from emmy.tile_ir.lift import lift_program
 
     kernel = lift_program(lp).kernels[-1]
-    assert all(b.type.dtype is DType.F16 for b in kernel.inputs)      # tensor-core operands
+    (side,) = [op for op in (kernel.contract.a, kernel.contract.b) if op.computed]
+    assert side.dtype is (DType.F16 if dtype is torch.float16 else DType.BF16)
+    assert [b.type.dtype for b in kernel.inputs if b.name == side.buffer] == [DType.I8]
 
 
 def test_an_element_wise_operand_of_few_products_stays_fused():

@@ -174,6 +174,14 @@ CASES = {
         (ATT_F32_256, SM90, "WORK=warps:4 TILE=simt:128x32 REDUCE=serial STAGE=smem",
          ("320 f32 values",))],
 }
+# a product computing its int8 weight: PLACE=cut leaves each other decision at one value
+INT8 = ("examples/int8_linear.py", ())
+for _key, _value in (("WORK", "warps:2x2"), ("TILE", "mma:64x64x32"), ("REDUCE", "split:2:combine"),
+                     ("STAGE", "async:2"), ("RASTER", "group:8")):
+    _row = " ".join(f"{k}={_value if k == _key else v}" for k, v in gemm.CUT_ROW.items()) \
+        + " PLACE=cut"
+    CASES[f"place.cut_unused_{_key.lower()}"] = [
+        (INT8, SM90, _row, ("PLACE=cut makes", f"reads {_key}={gemm.CUT_ROW[_key]}"))]
 PARAMS = [pytest.param(rule, *case, id=f"{rule}-{i}")
           for rule, cases in CASES.items() for i, case in enumerate(cases)]
 

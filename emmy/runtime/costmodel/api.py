@@ -20,7 +20,7 @@ from emmy.runtime.costmodel.work import launch_work
 from emmy.schedule.row import Row, parse
 from emmy.schedule.targets import Target
 from emmy.tile_ir.apply import apply_row
-from emmy.tile_ir.chain import cut_chain, find_chain
+from emmy.tile_ir.cut import cut_in_two
 from emmy.tile_ir.ir import KernelKind, TileKernel
 
 
@@ -148,11 +148,11 @@ def estimate_kernel(tk: TileKernel, row: Row | str, target: Target, *, nvrtc: bo
                     ) -> ProgramEstimate:
     """Model one Tile IR kernel under `row` on its own (its inputs start outside L2)."""
     row = parse(row) if isinstance(row, str) else row
-    if row.get("PLACE") == "cut" and (chain := find_chain(tk)) is not None:
+    if row.get("PLACE") == "cut" and (cut := cut_in_two(tk)) is not None:
         # two kernels, each at its default row (the pipeline gives each its own row)
         from emmy.schedule.space import space_of
 
-        parts = cut_chain(tk, chain)[:2]
+        parts = cut[:2]
         launches = tuple(e for part in parts for e in estimate_kernel(
             part, space_of(part, target).default(), target, nvrtc=nvrtc).launches)
         return ProgramEstimate(launches, sum(e.seconds for e in launches), target.name)

@@ -62,6 +62,12 @@ ATTENTION_BARRIER_CYCLES = 40
 # instructions per clock to them. Recalibrate once a convolution row is timed.
 GATHER_INSTRUCTIONS_PER_ELEMENT = 37
 WINDOW_INSTRUCTIONS_PER_ELEMENT = 14
+# A computed operand's (an int8 weight dequantized, w.half() * scale): its load, conversion,
+# multiply and shared store. Counted (not timed) in the SASS of `examples/int8_linear.py --set
+# batch=256` at `WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:3 RASTER=row`
+# (sm_90a, NVRTC 13.0, 2026-12-03): 146 instructions a K step fused against 75 with PLACE=cut's
+# product, for 16 elements a thread.
+COMPUTED_INSTRUCTIONS_PER_ELEMENT = 4.5
 SMEM_BYTES_PER_CLOCK = 128       # one SM's shared-memory bandwidth (32 banks x 4 bytes)
 STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
 EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
@@ -105,6 +111,7 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     k_range = -(-p.k // c.split)
     steps = -(-k_range // c.bk)
     item = 2 if p.a.ctype != "float" else 4
+    item_a, item_b = p.a.bytes_read, p.b.bytes_read     # what an element costs to read
     clock = target.clock_hz
     per_sm_rate = _rate(c, p, target) / target.sm_count
     concurrent = occ.blocks_per_sm
@@ -113,7 +120,7 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     compute_s = step_flops * concurrent / per_sm_rate
     # a cluster copies the operand tile its blocks share once (TMA multicast): each block
     # reads half of it through L2
-    step_bytes = (c.bm / c.cluster_n + c.bn / c.cluster_m) * c.bk * item
+    step_bytes = (c.bm / c.cluster_n * item_a + c.bn / c.cluster_m * item_b) * c.bk
     resident = min(units, concurrent * target.sm_count)
     l2_bw = target.dram_bytes_per_s * L2_OVER_DRAM
     dram_bw = target.dram_bytes_per_s * DRAM_EFFICIENCY
@@ -125,11 +132,13 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     else:
         cols = min(tiles_n, per_batch)
         rows = min(tiles_m, -(-per_batch // tiles_n))
-    dram_fraction = min(1.0, (rows * c.bm + cols * c.bn) / max(1, per_batch * (c.bm + c.bn)))
+    dram_fraction = min(1.0, (rows * c.bm * item_a + cols * c.bn * item_b)
+                        / max(1, per_batch * (c.bm * item_a + c.bn * item_b)))
     bytes_step_all = step_bytes * resident
     copy_s = max(bytes_step_all * dram_fraction / dram_bw, bytes_step_all / l2_bw)
     overhead_s = STEP_OVERHEAD_CYCLES / clock
     gathered = sum(outer * (WINDOW_INSTRUCTIONS_PER_ELEMENT if op.windowed
+                            else COMPUTED_INSTRUCTIONS_PER_ELEMENT if op.computed
                             else GATHER_INSTRUCTIONS_PER_ELEMENT)
                    for op, outer in ((p.a, c.bm), (p.b, c.bn)) if op.gathered)
     gather_s = concurrent * gathered * c.bk / (32 * 4) / clock
@@ -145,7 +154,7 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     seconds = waves * (steps * step_s + epilogue_s) + out_bytes / dram_bw \
         + target.launch_overhead_s
     flops = 2 * p.batch * tiles_m * c.bm * tiles_n * c.bn * steps * c.bk * c.split
-    operand_bytes = p.batch * (p.m * p.k + p.k * p.n) * item
+    operand_bytes = p.batch * (p.m * p.k * item_a + p.k * p.n * item_b)
     reads = operand_bytes * (tiles_n + tiles_m) / 2
     limiter = "compute" if compute_s >= copy_s else "memory"
     breakdown = (("compute", waves * steps * compute_s), ("copies", waves * steps * copy_s),

@@ -1,0 +1,195 @@
+"""A product whose operand its template computes (an int8 weight dequantized): PLACE decides
+whether the template computes it as it copies the tiles (fuse) or a map kernel stores it
+first (cut, emmy.tile_ir.cut)."""
+
+from pathlib import Path
+
+import pytest
+
+from emmy.cli import main
+from emmy.dtypes import DType
+from emmy.frontend.workload import load_file
+from emmy.pipeline import Options, compile_to
+from emmy.schedule.row import parse
+from emmy.schedule.space import Space, space_of
+from emmy.schedule.targets import get_target
+from emmy.tile_ir.cut import cut_in_two, splits
+from emmy.tile_ir.ir import KernelKind
+from emmy.verify import verify_rows
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+INT8 = EXAMPLES / "int8_linear.py"
+RAGGED = (("batch", 37), ("in_features", 136), ("out_features", 72))
+CUT = "WORK=warps:1x1 TILE=mma:32x32x16 REDUCE=serial STAGE=smem RASTER=row PLACE=cut"
+
+
+def lifted(path, sets=()):
+    from emmy.tile_ir.lift import lift_program
+
+    return lift_program(compile_to(load_file(path, sets), "loop")["loop"]).kernels
+
+
+def test_place_is_decided_first_and_only_for_a_product_with_a_computed_operand():
+    (k,) = lifted(INT8)
+    assert k.kind is KernelKind.CONTRACT and splits(k)
+    space = Space(k, get_target("sm_90a"))
+    assert space.keys[0] == "PLACE"
+    # the other decisions read their unused values (tests/schedule/test_template_rules.py
+    # refuses each other value)
+    assert str(space.first_row({"PLACE": "cut"})) == CUT and not space.check(parse(CUT))
+    (plain,) = lifted(EXAMPLES / "linear_half.py")
+    assert not splits(plain) and "PLACE" not in Space(plain, get_target("sm_90a")).keys
+
+
+def test_the_cut_stores_the_operand_by_a_map_and_the_product_reads_it_plainly():
+    (k,) = lifted(INT8)
+    first, second, mid = cut_in_two(k)
+    assert first.kind is KernelKind.MAP and first.outputs == (mid,)
+    assert mid.type.dtype is DType.F16 and mid.type.shape == (256, 512)   # (out, in): the weight
+    assert {b.type.dtype for b in first.inputs} == {DType.I8, DType.F16}  # weight, scale
+    assert second.kind is KernelKind.CONTRACT
+    assert not (second.contract.a.gathered or second.contract.b.gathered)
+    assert DType.I8 not in {b.type.dtype for b in second.inputs}
+    assert "scale" not in {b.name for b in second.inputs}    # the scale went with the operand
+
+
+def test_a_cut_row_must_leave_the_other_decisions_unused(capsys):
+    row = CUT.replace("WORK=warps:1x1", "WORK=warps:2x2")
+    (k,) = lifted(INT8)
+    (refusal,) = Space(k, get_target("sm_90a")).check(parse(row))
+    assert refusal.rule == "place.cut_unused_work" and "reads WORK=warps:1x1" in refusal.reason
+    rc = main(["compile", str(INT8), "--row", row, "--ir", "tile"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "k0_int8_linear_cut0 stores the computed operand" in err
+    assert "Traceback" not in err
+
+
+def test_a_cut_program_has_both_kernels_each_with_its_own_row():
+    w = load_file(INT8)
+    rows = {"k0_int8_linear": CUT, "k0_int8_linear_cut1":
+            "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:2 RASTER=row"}
+    tile = compile_to(w, "tile", Options(rows=rows))["tile"]
+    names = [k.name for k in tile.program.kernels]
+    assert names == ["k0_int8_linear_cut0", "k0_int8_linear_cut1"]
+    assert str(tile.rows["k0_int8_linear_cut1"]) == rows["k0_int8_linear_cut1"]
+    assert [b.name for b in tile.program.intermediates] == ["k0_int8_linear_operand"]
+
+
+@pytest.mark.parametrize("batch,place", [(64, "fuse"), (4096, "cut")])
+def test_the_default_fuses_for_few_rows_and_cuts_for_many(batch, place):
+    """`modeled`: a decoding batch's product reads one byte a weight fused, against a map's
+    read and write and the product's read of two bytes cut; a long prompt's product
+    would convert every weight again for each of 32 block rows, where the cut converts once."""
+    sets = (("batch", batch), ("in_features", 4096), ("out_features", 4096))
+    (k,) = lifted(INT8, sets)
+    assert space_of(k, get_target("sm_90a")).default()["PLACE"] == place
+
+
+def test_sampled_rows_fused_and_cut_are_correct_at_a_ragged_shape():
+    """Legal => correct on the emulator: rows of the fused kernel and of both halves of its
+    cut (verify_rows samples each), 37 rows x 136 x 72."""
+    results = verify_rows(load_file(INT8, RAGGED), per_kernel=2, seed=5, targets=("sm_80",))
+    assert {"k0_int8_linear", "k0_int8_linear_cut0", "k0_int8_linear_cut1"} <= \
+        {r.kernel for r in results}
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
+ZERO_POINT = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x, q, zero, scale):
+        return F.linear(x, (q.bfloat16() - zero) * scale)
+
+
+def get_inputs():
+    return [torch.randn(24, 72).bfloat16(), torch.randint(-127, 128, (40, 72)).to(torch.int8),
+            torch.randint(-3, 4, (40, 1)).bfloat16(), torch.rand(40, 1).bfloat16()]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+GROUPS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x, q, scale):
+        return F.linear(x, (q.view(40, 3, 24).half() * scale).view(40, 72))
+
+
+def get_inputs():
+    return [torch.randn(24, 72).half(), torch.randint(-127, 128, (40, 72)).to(torch.int8),
+            torch.rand(40, 3, 1).half()]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("source", [ZERO_POINT, GROUPS], ids=["zero_point", "groups"])
+def test_other_dequantizations_are_correct_on_sampled_rows(source, tmp_path):
+    """A bf16 weight less a zero point; a scale per group of 24 along k (read at k / 24: the
+    product walks the int8 weight's layout, not the scale's)."""
+    path = tmp_path / "weights.py"
+    path.write_text(source)
+    (k,) = lifted(path)
+    (side,) = [op for op in (k.contract.a, k.contract.b) if op.computed]
+    assert side.buffer == "q"
+    results = verify_rows(load_file(path), per_kernel=1, seed=2, targets=("sm_90a",))
+    assert len(results) == 3      # a fused row, and one for each half of the cut
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
+EXPERTS = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, q, s, q2, s2):
+        # each expert's (k, n) int8 weight with a scale per column, then a shared (k, n) one
+        return torch.bmm(x, q.half() * s) @ (q2.half() * s2)
+
+
+def get_inputs():
+    return [torch.randn(3, 40, 72).half(), torch.randint(-127, 128, (3, 72, 48)).to(torch.int8),
+            (torch.rand(3, 1, 48) * 0.01).half(), torch.randint(-127, 128, (48, 40)).to(torch.int8),
+            (torch.rand(1, 40) * 0.01).half()]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_chain_of_dequantizing_products_cuts_twice_and_stays_correct(tmp_path):
+    """Batched weights laid out (k, n), in a chain of two products: the chain's halves each
+    compute their weight, and a row for a half may cut it again (`<half>_cut0` stores the
+    weight); a row naming a kernel that another row cut is not an unknown kernel."""
+    from emmy.check import check_cuda_program
+
+    path = tmp_path / "experts.py"
+    path.write_text(EXPERTS)
+    (chain,) = lifted(path)
+    assert all(half.contract.b.computed for half in cut_in_two(chain)[:2])
+    w = load_file(path)
+    cut_chain = Space(chain, get_target("sm_90a")).first_row({"PLACE": "cut"})
+    rows = {"k0_experts": str(cut_chain), "k0_experts_cut0": CUT}
+    results = compile_to(w, "cuda", Options(rows=rows))
+    names = [k.name for k in results["tile"].program.kernels]
+    assert names == ["k0_experts_cut0_cut0", "k0_experts_cut0_cut1", "k0_experts_cut1"]
+    report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None, failed.log[-2000:]
+    assert report.ok, report.outputs
