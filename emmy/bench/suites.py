@@ -111,7 +111,14 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
                WorkloadSpec("linear+relu", "linear", (("batch_size", 4096), ("in_features", 4096),
                                                       ("out_features", 4096)), "bf16", "4096^3"),
                WorkloadSpec("bmm", "bmm", (("batch_size", 16), ("M", 1024), ("K", 1024),
-                                           ("N", 1024)), "f16", "16x1024^3")),
+                                           ("N", 1024)), "f16", "16x1024^3"),
+               # weight-only int8 linear layers (per-row f16 scales, a bias) against eager (the
+               # f16 weight dequantized, then cuBLAS) and cuBLAS on an f16 weight: a decoding
+               # batch of 16 rows (dequantized inside the product by default) and 4,096 rows
+               # (a map kernel stores the f16 weight by default)
+               *(WorkloadSpec("int8 linear", "int8_linear",
+                              (("batch", b), ("in_features", 4096), ("out_features", 4096)),
+                              "f16", f"{b}x4096 -> 4096") for b in (16, 4096))),
     # batch 4, 32 heads, sequence 4096, head dim 128
     "attention": tuple(WorkloadSpec(f"attention{'' if causal else ' (full)'}", "attention",
                                     (("batch_size", 4), ("heads", 32), ("seq_len", 4096),

@@ -455,7 +455,7 @@ class Space:
         the output, which is cheap when the output has a few column tiles (an MLP's 256 outputs)
         and ruinous when it has dozens (a Llama feed-forward's 4,096: its down projection would
         compute the 14,336-wide intermediate 64 times)."""
-        cut = next((r for r in self.rows() if r.get("PLACE") == "cut"), None)
+        cut = self.first_row({"PLACE": "cut"})
         return cut if cut is not None and self._faster(cut, fused) else fused
 
 

@@ -38,8 +38,8 @@ from emmy.symbolic import FloorDiv, Lin, Sym, evaluate, var
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, TileKernel
 from emmy.tile_ir.window import Window, tabled, window
-from emmy.tile_ir.values import (closure, value_types, fold_extents, index_exprs, index_vars, merge_reduces,
-                                  operands, substitute_item)
+from emmy.tile_ir.values import (closure, fold_extents, index_exprs, index_vars, merge_reduces,
+                                  operands, substitute_item, value_types)
 
 _MMA_TYPES = (DType.F16, DType.BF16)
 
@@ -293,9 +293,10 @@ def _store_stride(epilogue, shapes, var: str) -> int | None:
 
 def _product(fold: Fold, outer: dict, shapes):
     """The fold's two factors, in the order the multiply reads them, each as (statements,
-    its load, its value): the value is the load itself, or where(mask, load, 0) with a mask
-    computed from indices alone (maybe partly by the job's statements `outer`, before the
-    fold), before any widening cast to f32. None when the fold does anything else."""
+    its load, its value, computed): the value is the load itself, or where(mask, load, 0) with
+    a mask computed from indices alone (maybe partly by the job's statements `outer`, before
+    the fold), or computed from loads (_computed_factor), before any widening cast to f32.
+    None when the fold does anything else."""
     body = fold.body
     if not all(isinstance(s, (Load, Compute, CastTo, IndexValue, Accum)) for s in body):
         return None

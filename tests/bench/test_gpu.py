@@ -259,3 +259,29 @@ def test_gpu_topk_over_a_vocabulary_passes_the_harness():
                for u in stages["cuda"].units)
     result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
     assert result.verdict == "ok", result
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", [
+    "WORK=warps:2x4 TILE=mma:32x64x16 REDUCE=split:16:combine STAGE=async:4 RASTER=group:8 "
+    "PLACE=fuse",
+    "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=serial STAGE=smem RASTER=row PLACE=fuse",
+    "WORK=warps:1x1 TILE=mma:32x32x16 REDUCE=serial STAGE=smem RASTER=row PLACE=cut",
+])
+def test_gpu_int8_linear_passes_the_harness(row):
+    """A weight-only int8 linear layer at a decoding batch, 16 x 4096 -> 4096: the weight
+    dequantized inside the product as its tiles are copied, or stored first (PLACE=cut: a map
+    kernel and the product, each on its default row)."""
+    from emmy.bench.harness import check_program
+    from emmy.frontend.workload import load_file
+
+    w = load_file("examples/int8_linear.py", (("batch", 16), ("in_features", 4096),
+                                               ("out_features", 4096)))
+    if row.endswith("PLACE=fuse"):
+        _passes_the_gpu_harness(w, "", row)
+        return
+    stages = compile_to(w, "cuda", Options(rows={"": row}))
+    assert [u.kernel for u in stages["cuda"].units] == ["k0_int8_linear_cut0",
+                                                        "k0_int8_linear_cut1"]
+    result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
+    assert result.verdict == "ok" and len(result.cases) == 6, result

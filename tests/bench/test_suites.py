@@ -56,6 +56,7 @@ def test_the_command_line_offers_every_suite():
                      ("n_kv_heads", 2), ("hidden", 96), ("dtype", "bfloat16"))),
     ("moe_router", (("tokens", 8), ("hidden", 32), ("experts", 16), ("top_k", 4))),
     ("sampling", (("batch_size", 2), ("vocab", 1100))),
+    ("int8_linear", (("batch", 4), ("in_features", 16), ("out_features", 8))),
 ])
 def test_every_suite_workload_loads_and_casts(example, sets):
     """The suite's files and size constants exist; the bf16 cast reaches model and inputs."""
