@@ -90,11 +90,24 @@ CUT_ROW = {"WORK": "warps:1x1", "TILE": "mma:32x32x16", "REDUCE": "serial", "STA
 def prefer(key: str, order: tuple[str, ...], c: "GemmCtx") -> tuple[str, ...]:
     """The default's TILE order for this product: the tiles that cover no more than the
     output's next power of two along m and n first (a 128-row tile over 64 rows computes
-    half padding), each group in PREFERRED's order."""
+    half padding), each group in PREFERRED's order. With a computed operand (a dequantized
+    weight), tiles whose share of it a thread can hold in registers come first in each
+    group: only they take a cp.async ring (STAGE=async:N), without which every K step waits
+    for its weight tile."""
     if key != "TILE":
         return order
     m, n = _ceil_pow2(c.problem.m), _ceil_pow2(c.problem.n)
-    return tuple(sorted(order, key=lambda v: not (read_tile(v).bm <= m and read_tile(v).bn <= n)))
+    threads = 32 * c.work[0] * c.work[1] if c.work else 0
+
+    def held_too_many(t: GemmTile) -> bool:
+        from emmy.cuda.gemm import MAX_HELD_ELEMENTS
+
+        return threads > 0 and any(
+            op.computed and outer * t.bk > MAX_HELD_ELEMENTS * threads
+            for op, outer in ((c.problem.a, t.bm), (c.problem.b, t.bn)))
+
+    return tuple(sorted(order, key=lambda v: (not (read_tile(v).bm <= m and read_tile(v).bn <= n),
+                                              held_too_many(read_tile(v)))))
 
 
 @dataclass(frozen=True, slots=True)

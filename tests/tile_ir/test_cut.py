@@ -75,14 +75,18 @@ def test_a_cut_program_has_both_kernels_each_with_its_own_row():
     assert [b.name for b in tile.program.intermediates] == ["k0_int8_linear_operand"]
 
 
-@pytest.mark.parametrize("batch,place", [(64, "fuse"), (4096, "cut")])
+@pytest.mark.parametrize("batch,place", [(64, "fuse"), (256, "fuse"), (4096, "cut")])
 def test_the_default_fuses_for_few_rows_and_cuts_for_many(batch, place):
     """`modeled`: a decoding batch's product reads one byte a weight fused, against a map's
     read and write and the product's read of two bytes cut; a long prompt's product
-    would convert every weight again for each of 32 block rows, where the cut converts once."""
+    would convert every weight again for each of 32 block rows, where the cut converts once.
+    A fused default takes a tile whose weight share its threads can hold, so that the weight
+    comes through a cp.async ring (at 256 rows the largest preferred tile could not)."""
     sets = (("batch", batch), ("in_features", 4096), ("out_features", 4096))
     (k,) = lifted(INT8, sets)
-    assert space_of(k, get_target("sm_90a")).default()["PLACE"] == place
+    row = space_of(k, get_target("sm_90a")).default()
+    assert row["PLACE"] == place
+    assert place == "cut" or row["STAGE"].startswith("async:")
 
 
 def test_sampled_rows_fused_and_cut_are_correct_at_a_ragged_shape():
