@@ -38,9 +38,10 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
                 lines.append(f"{INDENT}  {name} gathered (implicit GEMM) through a window: "
                              f"{op.window.describe()}; the k side tabulated per block")
             elif op.computed:
-                lines.append(f"{INDENT}  {name} computed (a dequantized weight): "
+                lines.append(f"{INDENT}  {name} computed (as a dequantized weight is): "
                              f"{len(op.gather)} statement(s) compute each element ({op.value}) "
-                             f"as its tiles are copied; PLACE=cut stores it first")
+                             f"from its loads as its tiles are copied; PLACE=cut stores it "
+                             f"first")
             elif op.gathered:
                 lines.append(f"{INDENT}  {name} gathered (implicit GEMM): {len(op.gather)} "
                              f"statement(s) compute each element ({op.value}), copied element "

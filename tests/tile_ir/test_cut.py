@@ -206,3 +206,45 @@ def test_a_chain_of_dequantizing_products_cuts_twice_and_stays_correct(tmp_path)
     report, failed = check_cuda_program(w, results["torch"], results["cuda"])
     assert report is not None, failed.log[-2000:]
     assert report.ok, report.outputs
+
+
+BOTH = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, xq, sx, wq, sw, x, w):
+        # int8 activations and weights, each with its scale; an operand of 12 products only
+        return F.linear(xq.half() * sx, wq.half() * sw), (x * 2) @ w
+
+
+def get_inputs():
+    return [torch.randint(-127, 128, (48, 72)).to(torch.int8), (torch.rand(48, 1) * 0.01).half(),
+            torch.randint(-127, 128, (40, 72)).to(torch.int8), (torch.rand(40, 1) * 0.01).half(),
+            torch.randn(24, 64).half(), torch.randn(64, 12).half()]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_both_operands_computed_and_an_operand_of_few_products(tmp_path):
+    """Each operand of the first product is computed (A is cut first with PLACE=cut); `x * 2`
+    feeds 12 products only, so the Loop IR keeps it fused, and its product is a template
+    rather than a row kernel of dot products."""
+    from emmy.check import check_cuda_program
+    from emmy.tile_ir.printer import print_kernel
+
+    path = tmp_path / "both.py"
+    path.write_text(BOTH)
+    first, second = lifted(path)
+    assert first.contract.a.computed and first.contract.b.computed
+    assert second.kind is KernelKind.CONTRACT and second.contract.a.computed
+    assert "A computed (as a dequantized weight is)" in print_kernel(first)
+    w = load_file(path)
+    results = compile_to(w, "cuda")
+    report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None and report.ok, failed or report.outputs
