@@ -14,8 +14,8 @@ from dataclasses import replace
 
 from emmy.cuda.gemm_spec import Body, Epilogue, Gather, GemmConfig, GemmProblem, WindowGather
 from emmy.kernel_ir import ir as K
-from emmy.loop_ir.ir import Load
 from emmy.kernel_ir.elements import element_epilogue, element_gather, element_window
+from emmy.loop_ir.ir import Load
 from emmy.schedule import gemm as G
 from emmy.schedule.row import Row
 from emmy.schedule.space import template_config
