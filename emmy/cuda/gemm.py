@@ -51,7 +51,7 @@ from functools import cached_property
 from typing import Callable
 
 from emmy.cuda.gemm_spec import (Body, Epilogue, Gather, GemmConfig, GemmOperand, GemmProblem,
-                                 WindowGather, pair_of)
+                                 VectorGather, WindowGather, pair_of)
 from emmy.schedule.targets import TARGETS
 
 CHUNK_BYTES = 16              # one cp.async / one vector copy
@@ -196,8 +196,16 @@ class _Tile:
 
     @property
     def vec(self) -> int:
-        """Elements each copy moves: a 16-byte chunk when aligned, else 1."""
+        """Elements each copy moves: a 16-byte chunk when aligned, else 1; a gathered
+        operand's, its vector width (a computed operand's VectorGather, else 1)."""
+        if self.op.gathered:
+            return self.op.vector
         return self.chunk if not self.chunk_problems() else 1
+
+    @property
+    def held_elements(self) -> int:
+        """A thread's elements of one tile (a gathered operand's, held in registers)."""
+        return self.iters * self.vec
 
     @property
     def per_row(self) -> int:
@@ -403,9 +411,9 @@ def held_problems(p: GemmProblem, c: GemmConfig) -> list[str]:
         return []
     plan = _Plan(p, c)
     return [f"async:{c.stages} holds the next {t.outer_tile}x{c.bk} tile of gathered operand "
-            f"{t.label} in registers: {t.iters} elements per thread > {MAX_HELD_ELEMENTS}; use "
+            f"{t.label} in registers: {t.held_elements} elements per thread > {MAX_HELD_ELEMENTS}; use "
             f"a smaller tile, more warps or STAGE=smem"
-            for t in (plan.a, plan.b) if t.op.gathered and t.iters > MAX_HELD_ELEMENTS]
+            for t in (plan.a, plan.b) if t.op.gathered and t.held_elements > MAX_HELD_ELEMENTS]
 
 
 def target_problems(inst: str, threads: int, stages: int, target_name: str):
@@ -507,6 +515,8 @@ class _Emitter:
         n, vec = t.name, t.vec
         if t.op.gathered and isinstance(self.gather[n], WindowGather):
             return self.window_setup(t, self.gather[n])
+        if t.op.gathered and isinstance(self.gather[n], VectorGather):
+            return self.vector_setup(t, self.gather[n])
         if t.op.gathered:
             lines, value = self.gather[n]("gm_o", "gm_kk")
             return [f"// {t.label}: {t.rows} {t.row_dim}-rows x {t.cols} {t.col_dim} per stage, "
@@ -526,6 +536,31 @@ class _Emitter:
                     f" * {_ll(t.row_stride)} + (long long)({origin[t.col_dim]} + gm_{n}_c) * "
                     f"{_ll(t.col_stride)};"]
         return out
+
+    def vector_setup(self, t: _Tile, g: VectorGather) -> list[str]:
+        """A computed operand fetched `vec` elements at a time: gm_<n>_vec(outer, k) loads the
+        raw vector (one aligned load) and computes its elements k .. k + vec - 1."""
+        n, v = t.name, t.vec
+        lines, off = g.offset("gm_o", "gm_kk")
+        body = []
+        for j in range(v):
+            stmts, value = g.element("gm_o", "gm_kk", j)
+            body += ["{", *_indent(stmts), f"  gm_v.x[{j}] = {BITS[t.op.ctype].format(value)};",
+                     "}"]
+        return [f"// {t.label}: {t.rows} {t.row_dim}-rows x {t.cols} {t.col_dim} per stage, "
+                f"computed {v} elements at a time from one vector of {g.buffer}: {t.iters} "
+                f"vectors per thread",
+                f"auto gm_{n}_vec = [&](int gm_o, int gm_kk) -> EmVec<{v}, gm_t> {{",
+                f"  EmVec<{v}, gm_t> gm_v;",
+                "  {",
+                *_indent(lines, 2),
+                f"    const EmVec<{v}, {g.ctype}> gm_rawv = *reinterpret_cast<const "
+                f"EmVec<{v}, {g.ctype}>*>({g.buffer} + ({off}));",
+                f"    const {g.ctype}* gm_raw = gm_rawv.x;",
+                *_indent(body, 2),
+                "  }",
+                "  return gm_v;",
+                "};"]
 
     def window_setup(self, t: _Tile, w: WindowGather) -> list[str]:
         """A windowed operand: the block tabulates the k side of its K range in shared memory
@@ -587,26 +622,37 @@ class _Emitter:
         outer, k = (row_i, col_i) if t.row_dim == t.outer else (col_i, row_i)
         ok = " && ".join(([f"{row_i} < {t.row_extent}"] if t.row_extent % t.rows else []) +
                          ([f"{col_i} < {t.col_extent}"] if t.col_extent % t.cols else []))
-        at = f"gm_{t.name}_at({outer}, {k})"
-        value = f"({ok}) ? {at} : gm_t(0)" if ok else at
-        to = f"{dst}[gm_r * {t.ld} + gm_c]" if dst else f"gm_{t.name}_reg[gm_it]"
+        if t.vec > 1:     # whole vectors: the columns' extent is a multiple of the width
+            at, zero = f"gm_{t.name}_vec({outer}, {k})", f"EmVec<{t.vec}, gm_t>{{}}"
+        else:
+            at, zero = f"gm_{t.name}_at({outer}, {k})", "gm_t(0)"
+        value = f"({ok}) ? {at} : {zero}" if ok else at
+        to = self._shared_slot(t, dst) if dst else f"gm_{t.name}_reg[gm_it]"
         return self._gathered_rounds(t, [f"{to} = {value};"])
 
     def gathered_put(self, t: _Tile, dst: str) -> list[str]:
         """Store the registers gathered_fetch filled into the shared tile at dst."""
-        return self._gathered_rounds(t, [f"{dst}[gm_r * {t.ld} + gm_c] = gm_{t.name}_reg[gm_it];"])
+        return self._gathered_rounds(t, [f"{self._shared_slot(t, dst)} = gm_{t.name}_reg[gm_it];"])
+
+    @staticmethod
+    def _shared_slot(t: _Tile, dst: str) -> str:
+        """A thread's element (a vector of them: one aligned store) of the shared tile."""
+        if t.vec > 1:
+            return f"*reinterpret_cast<EmVec<{t.vec}, gm_t>*>(&{dst}[gm_r * {t.ld} + gm_c])"
+        return f"{dst}[gm_r * {t.ld} + gm_c]"
 
     @staticmethod
     def _gathered_rounds(t: _Tile, body: list[str]) -> list[str]:
         """`body` for each of a thread's elements (gm_r, gm_c) of a gathered tile."""
         if t.copies % t.threads:   # the last round of copies does not fill every thread
             body = [f"if (gm_r < {t.rows}) {{", *_indent(body), "}"]
+        v = f" * {t.vec}" if t.vec > 1 else ""
         if t.threads % t.per_row == 0:   # a thread's column is the same in every round
             where = [f"const int gm_r = tid / {t.per_row} + gm_it * {t.threads // t.per_row}, "
-                     f"gm_c = tid % {t.per_row};"]
+                     f"gm_c = tid % {t.per_row}{v};"]
         else:
             where = [f"const int gm_i = tid + gm_it * {t.threads};",
-                     f"const int gm_r = gm_i / {t.per_row}, gm_c = gm_i % {t.per_row};"]
+                     f"const int gm_r = gm_i / {t.per_row}, gm_c = gm_i % {t.per_row}{v};"]
         return _unrolled("gm_it", t.iters, where + body)
 
     def copy(self, t: _Tile, kt: str, dst: str, asynchronous: bool) -> list[str]:
@@ -681,8 +727,8 @@ class _Emitter:
         out.append("};")
         if not held:
             return out
-        out += [f"gm_t gm_{t.name}_reg[{t.iters}];   // {t.label}'s gathered elements of the "
-                "next tile" for t in held]
+        out += [f"{'gm_t' if t.vec == 1 else f'EmVec<{t.vec}, gm_t>'} gm_{t.name}_reg[{t.iters}];"
+                f"   // {t.label}'s gathered elements of the next tile" for t in held]
         out += ["auto gm_fetch = [&](int kt) {",
                 *_indent([line for t in held for line in
                           ["{", *_indent(self.gathered_fetch(t, "kt")), "}"]]),
@@ -698,7 +744,7 @@ class _Emitter:
     def _held(self, t: _Tile) -> bool:
         """Operand t's tiles pass through registers (gm_fetch / gm_put): a gathered one,
         always in a cp.async ring, with one buffer when a thread's share is small enough."""
-        return t.op.gathered and (self.c.stages > 1 or t.iters <= MAX_HELD_ELEMENTS)
+        return t.op.gathered and (self.c.stages > 1 or t.held_elements <= MAX_HELD_ELEMENTS)
 
     @property
     def held(self) -> bool:

@@ -61,6 +61,23 @@ class WindowGather:
     k_bounds: tuple[tuple[int, int], ...]   # [min, max] of each k_i, in order
 
 
+@dataclass(frozen=True)
+class VectorGather:
+    """A computed operand (emmy.tile_ir.contract: a dequantized weight) read `width` elements
+    at a time: one vector load of the `width` consecutive raw elements of its main load
+    (consecutive along the tile's columns, every vector aligned: GemmOperand.vector), then
+    each element computed from its raw value."""
+
+    buffer: str           # the raw buffer
+    ctype: str            # its C element type ("signed char")
+    width: int
+    # (outer, k) -> (statements, the raw element's offset in `buffer`); `bz` in scope
+    offset: Callable[[str, str], "tuple[list[str], str]"]
+    # (outer, k, j) -> (statements, value) of element j of the vector at (outer, k): at k + j
+    # where the tiles' columns run along k, else at outer + j; its raw value is `gm_raw[j]`
+    element: Callable[[str, str, int], "tuple[list[str], str]"]
+
+
 def pair_of(epilogue: Epilogue) -> PairEpilogue | None:
     return getattr(epilogue, "pair", None)
 
@@ -88,6 +105,8 @@ class GemmOperand:
                             # than a window over one tensor
     read_bytes: int = 0     # bytes of memory an element reads, where not its itemsize (a
                             # computed operand's: its int8 weight's one byte)
+    vector: int = 1         # a computed operand's elements fetched this many at a time along
+                            # its tiles' columns (VectorGather), where every vector is aligned
 
     @property
     def itemsize(self) -> int:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from emmy.cuda.gemm_spec import Body, Epilogue, Gather, GemmConfig, GemmProblem, WindowGather
+from emmy.cuda.gemm_spec import (Body, Epilogue, Gather, GemmConfig, GemmProblem, VectorGather,
+                                 WindowGather)
 from emmy.kernel_ir import ir as K
-from emmy.kernel_ir.elements import element_epilogue, element_gather, element_window
+from emmy.kernel_ir.elements import (element_epilogue, element_gather, element_vector,
+                                     element_window)
 from emmy.loop_ir.ir import Load
 from emmy.schedule import gemm as G
 from emmy.schedule.row import Row
@@ -103,9 +105,10 @@ def make_epilogue(k: TileKernel, *, atomic: bool = False) -> Epilogue:
                             con.batch, parts={con.m.var: con.a.parts, con.n.var: con.b.parts})
 
 
-def make_gathers(k: TileKernel) -> dict[str, Gather | WindowGather]:
+def make_gathers(k: TileKernel) -> dict[str, Gather | WindowGather | VectorGather]:
     """The element functions of the gathered operands, by the template's names ("a", "b"):
-    the window form where the operand has one, else its statements per element."""
+    the window form where the operand has one, the vector form where a computed operand's
+    raw elements come whole vectors at a time, else its statements per element."""
     con = k.contract
     bounds = {a.var: a.extent for a in k.grid}
     out: dict[str, Gather | WindowGather] = {}
@@ -113,6 +116,8 @@ def make_gathers(k: TileKernel) -> dict[str, Gather | WindowGather]:
         parts = op.parts or ((con.m if name == "a" else con.n),)
         if op.window is not None:
             out[name] = element_window(op.window, parts, con.k, con.batch, bounds)
+        elif (width := G.vector_width(con, op)) > 1:
+            out[name] = element_vector(k, op, parts, con.k, con.batch, width, op.k_major)
         elif op.gathered:
             out[name] = element_gather(k, op.gather, op.value, parts, con.k, con.batch)
     return out

@@ -200,12 +200,12 @@ def problem_of(con) -> GemmProblem:
     def operand(op) -> GemmOperand:
         if op.gathered:     # strides that lay its tiles out the nearer way in memory
             extent = (con.m if op is con.a else con.n).extent
-            main = next(s for s in op.gather if isinstance(s, Load) and s.buffer == op.buffer)
             return GemmOperand(buffer=op.buffer, ctype=op.dtype.c_name,
                                stride_outer=con.k.extent if op.k_major else 1,
                                stride_k=1 if op.k_major else extent, batch_offset="0",
                                gathered=True, windowed=op.window is not None,
-                               computed=op.computed, read_bytes=main.dtype.itemsize)
+                               computed=op.computed, read_bytes=main_load(op).dtype.itemsize,
+                               vector=vector_width(con, op))
         strides = {a.name: c for a, c in op.offset.terms}
         bounds = {"bz": max(con.batch_size, 1)}
         off, rest = lin(op.offset.const), con.batch_size
@@ -225,6 +225,29 @@ def problem_of(con) -> GemmProblem:
                            start=op.offset.const)
     return GemmProblem(m=con.m.extent, n=con.n.extent, k=con.k.extent,
                        batch=max(con.batch_size, 1), a=operand(con.a), b=operand(con.b))
+
+
+def main_load(op) -> Load:
+    """A gathered operand's load whose layout its tiles take (emmy.tile_ir.contract)."""
+    return next(s for s in op.gather if isinstance(s, Load) and s.buffer == op.buffer)
+
+
+def vector_width(con, op) -> int:
+    """Elements of a computed operand fetched at once (emmy.cuda.gemm_spec.VectorGather): as
+    many as 16 bytes of its raw data or of the stored elements hold (8 int8 weights), where its
+    raw elements are consecutive along its tiles' columns (k for a k-major tile, its one outer
+    axis otherwise), every vector starts aligned (each other stride, the offset and that extent
+    multiples of the width), and the columns' extent is whole vectors; else 1."""
+    if not op.computed:
+        return 1
+    width = min(16 // main_load(op).dtype.itemsize, 16 // op.dtype.itemsize)
+    along = con.k if op.k_major else (None if op.parts else (con.m if op is con.a else con.n))
+    strides = {a.name: c for a, c in op.offset.terms}
+    if along is None or strides.get(along.var) != 1 or along.extent % width or \
+            op.offset.const % width or \
+            any(c % width for v, c in strides.items() if v != along.var):
+        return 1
+    return width
 
 
 def _after(batch, i: int) -> int:

@@ -248,3 +248,15 @@ def test_both_operands_computed_and_an_operand_of_few_products(tmp_path):
     results = compile_to(w, "cuda")
     report, failed = check_cuda_program(w, results["torch"], results["cuda"])
     assert report is not None and report.ok, failed or report.outputs
+
+
+@pytest.mark.parametrize("in_features,width", [(136, 8), (100, 1)])
+def test_the_weight_is_fetched_eight_at_a_time_where_its_rows_allow(in_features, width):
+    """8 int8 weights in one 8-byte load and one 16-byte shared store, where a weight row is
+    whole vectors (136 = 17 x 8); else one at a time (100)."""
+    sets = (("batch", 24), ("in_features", in_features), ("out_features", 40))
+    row = "WORK=warps:2x2 TILE=mma:32x32x32 REDUCE=serial STAGE=smem RASTER=row PLACE=fuse"
+    cuda = compile_to(load_file(INT8, sets), "cuda", Options(rows={"": row}))["cuda"]
+    (unit,) = cuda.units
+    assert ("EmVec<8, signed char>" in unit.source) == (width == 8)
+    assert ("gm_b_vec(" in unit.source or "gm_a_vec(" in unit.source) == (width == 8)

@@ -65,9 +65,11 @@ WINDOW_INSTRUCTIONS_PER_ELEMENT = 14
 # A computed operand's (an int8 weight dequantized, w.half() * scale): its load, conversion,
 # multiply and shared store. Counted (not timed) in the SASS of `examples/int8_linear.py --set
 # batch=256` at `WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:3 RASTER=row`
-# (sm_90a, NVRTC 13.0, 2026-12-03): 146 instructions a K step fused against 75 with PLACE=cut's
-# product, for 16 elements a thread.
+# (sm_90a, NVRTC 13.0, 2026-12-03), for 16 elements a thread, against 75 instructions a K step
+# with PLACE=cut's product: 146 fetched element by element, 132 fetched 8 at a time (one 8-byte
+# load, one 16-byte shared store: GemmOperand.vector).
 COMPUTED_INSTRUCTIONS_PER_ELEMENT = 4.5
+COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT = 3.6
 SMEM_BYTES_PER_CLOCK = 128       # one SM's shared-memory bandwidth (32 banks x 4 bytes)
 STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
 EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
@@ -138,7 +140,8 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     copy_s = max(bytes_step_all * dram_fraction / dram_bw, bytes_step_all / l2_bw)
     overhead_s = STEP_OVERHEAD_CYCLES / clock
     gathered = sum(outer * (WINDOW_INSTRUCTIONS_PER_ELEMENT if op.windowed
-                            else COMPUTED_INSTRUCTIONS_PER_ELEMENT if op.computed
+                            else (COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT if op.vector > 1
+                                  else COMPUTED_INSTRUCTIONS_PER_ELEMENT) if op.computed
                             else GATHER_INSTRUCTIONS_PER_ELEMENT)
                    for op, outer in ((p.a, c.bm), (p.b, c.bn)) if op.gathered)
     gather_s = concurrent * gathered * c.bk / (32 * 4) / clock
