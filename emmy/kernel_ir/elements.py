@@ -302,31 +302,31 @@ def _decoded(bounds: dict[str, int], flat: str, axes) -> dict[str, Lin]:
     return env
 
 
-def element_gather(k, items, value: str, parts, kaxis, batch, raw: tuple[int, int] = (0, 0)):
+def element_gather(k, items, value: str, parts, kaxis, batch, raw: int = 0):
     """A template's gathered operand (emmy.cuda.gemm_spec.Gather): the Tile IR statements
     `items` computing one element, with its row (column) axes `parts` decoded from the flat
     `outer` index, the merged reduction axis `kaxis` bound to `kk` and the batch axes decoded
     from the template's `bz`; returns the C statements and the name of the element's value.
-    With `raw` = (the index of a load in `items`, V), that load reads `gm_raw[j]` of a vector
-    of V the template loaded, and the function takes j too (element_vector; its caller moves
-    outer or k to the vector's element j)."""
+    `raw` > 0: `items` may load the template's vector of that many raw elements (RAW)."""
     from emmy.cuda.emit import _block as emit_block
 
-    shapes = {**{b.name: b.type.shape for b in (*k.inputs, *k.outputs)},
-              RAW: (max(raw[1], 1),)}
+    shapes = {**{b.name: b.type.shape for b in (*k.inputs, *k.outputs)}, RAW: (max(raw, 1),)}
 
-    def at(outer: str, kk: str, j: int | None = None) -> tuple[list[str], str]:
-        bounds = {"g_k": kaxis.extent}
-        env = _decoded(bounds, "g_bz", batch) | _decoded(bounds, "g_o", parts)
-        env[kaxis.var] = var("g_k")
-        body = items if j is None else tuple(
-            replace(s, buffer=RAW, index=(lin(j),)) if i == raw[0] else s
-            for i, s in enumerate(items))
+    def at(outer: str, kk: str) -> tuple[list[str], str]:
+        lines, env, bounds = _gather_env(outer, kk, parts, kaxis, batch)
         fn = Fn(k, None, value_types(items), shapes, bounds)
-        out = stmts(fn, body, "", env, lane0_stores=False)
-        return ["const long long g_bz = bz;", f"const int g_o = {outer};",
-                f"const int g_k = {kk};", *emit_block(out, 0)], value
+        return lines + emit_block(stmts(fn, items, "", env, lane0_stores=False), 0), value
     return at
+
+
+def _gather_env(outer: str, kk: str, parts, kaxis, batch):
+    """(the C statements binding g_bz, g_o and g_k, the Tile IR variables' values in them,
+    their bounds) for a gathered element at (`outer`, `kk`) of batch `bz`."""
+    bounds = {"g_k": kaxis.extent}
+    env = _decoded(bounds, "g_bz", batch) | _decoded(bounds, "g_o", parts)
+    env[kaxis.var] = var("g_k")
+    return (["const long long g_bz = bz;", f"const int g_o = {outer};", f"const int g_k = {kk};"],
+            env, bounds)
 
 
 RAW = "gm_raw"    # a vector operand's raw elements, as element_vector's functions read them
@@ -334,27 +334,24 @@ RAW = "gm_raw"    # a vector operand's raw elements, as element_vector's functio
 
 def element_vector(k, op, parts, kaxis, batch, width: int, along_k: bool):
     """A computed operand read `width` elements at a time (emmy.cuda.gemm_spec.VectorGather),
-    the vector along k or (`along_k` False) along its outer index: the offset of its main
-    load's element, and each element's statements with that load replaced by the raw
-    vector's element j."""
+    the vector along k or (`along_k` False) along its outer index: the offset of its load's
+    element, and each element's statements with that load reading the raw vector's element
+    j."""
     from emmy.cuda.gemm_spec import VectorGather
-    from emmy.schedule.gemm import main_load
 
-    main = main_load(op)
-    shapes = {b.name: b.type.shape for b in (*k.inputs, *k.outputs)}
+    main = op.load
+    shape = next(b.type.shape for b in k.inputs if b.name == main.buffer)
 
     def where(outer: str, kk: str) -> tuple[list[str], str]:
-        bounds = {"g_k": kaxis.extent}
-        env = _decoded(bounds, "g_bz", batch) | _decoded(bounds, "g_o", parts)
-        env[kaxis.var] = var("g_k")
+        lines, env, bounds = _gather_env(outer, kk, parts, kaxis, batch)
         idx = tuple(substitute(e, env, bounds) for e in main.index)
-        return (["const long long g_bz = bz;", f"const int g_o = {outer};",
-                 f"const int g_k = {kk};"], _c_index(offset(idx, shapes[main.buffer])))
+        return lines, _c_index(offset(idx, shape))
 
-    at = element_gather(k, op.gather, op.value, parts, kaxis, batch,
-                        raw=(op.gather.index(main), width))
     def element(outer: str, kk: str, j: int) -> tuple[list[str], str]:
-        return at(outer, f"{kk} + {j}", j) if along_k else at(f"{outer} + {j}", kk, j)
+        items = tuple(replace(s, buffer=RAW, index=(lin(j),)) if s is main else s
+                      for s in op.gather)
+        at = element_gather(k, items, op.value, parts, kaxis, batch, raw=width)
+        return at(outer, f"{kk} + {j}") if along_k else at(f"{outer} + {j}", kk)
 
     return VectorGather(main.buffer, main.dtype.c_name, width, where, element)
 

@@ -43,7 +43,7 @@ def lower_contract(k: TileKernel, row: Row, target: Target) -> K.KProgram:
     else:
         from emmy.cuda.gemm import gemm_body
 
-        body = gemm_body(problem, config, epilogue, make_gathers(k))
+        body = gemm_body(problem, config, epilogue, make_gathers(k, problem))
     if config.split_mode != "combine":
         maps = getattr(body, "tensor_maps", ())
         # a map's buffer is named after the kernel (a program may hold several wgmma kernels);
@@ -105,19 +105,20 @@ def make_epilogue(k: TileKernel, *, atomic: bool = False) -> Epilogue:
                             con.batch, parts={con.m.var: con.a.parts, con.n.var: con.b.parts})
 
 
-def make_gathers(k: TileKernel) -> dict[str, Gather | WindowGather | VectorGather]:
+def make_gathers(k: TileKernel, problem: GemmProblem
+                 ) -> dict[str, Gather | WindowGather | VectorGather]:
     """The element functions of the gathered operands, by the template's names ("a", "b"):
     the window form where the operand has one, the vector form where a computed operand's
     raw elements come whole vectors at a time, else its statements per element."""
     con = k.contract
     bounds = {a.var: a.extent for a in k.grid}
     out: dict[str, Gather | WindowGather] = {}
-    for name, op in (("a", con.a), ("b", con.b)):
+    for name, op, spec in (("a", con.a, problem.a), ("b", con.b, problem.b)):
         parts = op.parts or ((con.m if name == "a" else con.n),)
         if op.window is not None:
             out[name] = element_window(op.window, parts, con.k, con.batch, bounds)
-        elif (width := G.vector_width(con, op)) > 1:
-            out[name] = element_vector(k, op, parts, con.k, con.batch, width, op.k_major)
+        elif spec.vector > 1:     # emmy.schedule.gemm.vector_width
+            out[name] = element_vector(k, op, parts, con.k, con.batch, spec.vector, op.k_major)
         elif op.gathered:
             out[name] = element_gather(k, op.gather, op.value, parts, con.k, con.batch)
     return out

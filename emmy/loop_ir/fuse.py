@@ -289,7 +289,8 @@ def elementwise_operands(p: Program) -> dict[str, str]:
     return out
 
 
-_DEQUANT_OPS = frozenset({EwOp.MUL, EwOp.ADD, EwOp.SUB, EwOp.NEG})
+# the arithmetic a computed operand may do (Tile IR's contract recognizes the same)
+COMPUTED_OPERAND_OPS = frozenset({EwOp.MUL, EwOp.ADD, EwOp.SUB, EwOp.NEG})
 
 
 def _dequantized(name: str, defs) -> bool:
@@ -305,7 +306,8 @@ def _dequantized(name: str, defs) -> bool:
         return False
     size = math.prod(d.type.shape)
     chain = _ancestors(name, defs) | {name}
-    if any(isinstance(defs[n], Elementwise) and defs[n].op not in _DEQUANT_OPS for n in chain):
+    if any(isinstance(defs[n], Elementwise) and defs[n].op not in COMPUTED_OPERAND_OPS
+           for n in chain):
         return False
     big = [defs[n] for n in chain if isinstance(defs[n], Input)
            and math.prod(defs[n].type.shape) >= size]

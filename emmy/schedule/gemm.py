@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 from emmy.cuda.gemm_spec import ELEMENT_BYTES, GemmConfig, GemmOperand, GemmProblem
 from emmy.dtypes import DType
-from emmy.loop_ir.ir import Load
 from emmy.schedule.decisions import Reduce, read_reduce
 from emmy.schedule.rules import Rule
 from emmy.schedule.targets import Target
@@ -204,7 +203,7 @@ def problem_of(con) -> GemmProblem:
                                stride_outer=con.k.extent if op.k_major else 1,
                                stride_k=1 if op.k_major else extent, batch_offset="0",
                                gathered=True, windowed=op.window is not None,
-                               computed=op.computed, read_bytes=main_load(op).dtype.itemsize,
+                               computed=op.computed, read_bytes=op.load.dtype.itemsize,
                                vector=vector_width(con, op))
         strides = {a.name: c for a, c in op.offset.terms}
         bounds = {"bz": max(con.batch_size, 1)}
@@ -227,11 +226,6 @@ def problem_of(con) -> GemmProblem:
                        batch=max(con.batch_size, 1), a=operand(con.a), b=operand(con.b))
 
 
-def main_load(op) -> Load:
-    """A gathered operand's load whose layout its tiles take (emmy.tile_ir.contract)."""
-    return next(s for s in op.gather if isinstance(s, Load) and s.buffer == op.buffer)
-
-
 def vector_width(con, op) -> int:
     """Elements of a computed operand fetched at once (emmy.cuda.gemm_spec.VectorGather): as
     many as 16 bytes of its raw data or of the stored elements hold (8 int8 weights), where its
@@ -240,7 +234,7 @@ def vector_width(con, op) -> int:
     multiples of the width), and the columns' extent is whole vectors; else 1."""
     if not op.computed:
         return 1
-    width = min(16 // main_load(op).dtype.itemsize, 16 // op.dtype.itemsize)
+    width = min(16 // op.load.dtype.itemsize, 16 // op.dtype.itemsize)
     along = con.k if op.k_major else (None if op.parts else (con.m if op is con.a else con.n))
     strides = {a.name: c for a, c in op.offset.terms}
     if along is None or strides.get(along.var) != 1 or along.extent % width or \

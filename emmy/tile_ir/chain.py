@@ -125,20 +125,14 @@ def cut_chain(k: TileKernel, chain: Chain, merge: bool = True
     # the job's statements before the outer fold that the producer reads (a convolution's
     # output position as a value, for its padding test)
     producer = _before(k, outer, producer) + producer
-    needed = _buffers(producer)
-    first = replace(k, name=f"{k.name}_cut0", identity=_derived(k.identity, "cut0"),
-                    inputs=tuple(b for b in k.inputs if b.name in needed), outputs=(mid,),
-                    grid=mid_axes, body=producer + (Store(mid.name, index, stored),),
-                    kind=KernelKind.ROW, contract=None, attention=None)
+    first = cut_part(k, "cut0", producer + (Store(mid.name, index, stored),), outputs=(mid,),
+                     grid=mid_axes)
     rest = _consumer(outer.body, chain)
     produced = set(value_types(chain.producer)) - set(value_types(rest))
     body = (Load(stored, mid.name, index, types[stored]),) + ((widen,) if widen else ()) + rest
     new_outer = replace(outer, body=body)
     second_body = tuple(new_outer if i is outer else i for i in k.body)
-    still = _buffers(second_body)
-    second = replace(k, name=f"{k.name}_cut1", identity=_derived(k.identity, "cut1"),
-                     inputs=tuple(b for b in k.inputs if b.name in still) + (mid,),
-                     body=second_body, kind=KernelKind.ROW, contract=None, attention=None)
+    second = cut_part(k, "cut1", second_body, extra=(mid,))
     assert not (used(rest) & (produced - {chain.h})), "the consumer reads a producer value"
     out = []
     for part in (first, second):
@@ -160,6 +154,17 @@ def _consumer(body, chain: Chain) -> tuple:
     before = {n: s for n, s in defs.items() if _slice(n, defs, accs) is None}
     wanted = closure(used(tuple(keep)) & set(before), before)
     return tuple(i for i in body if i not in chain.producer or getattr(i, "dst", None) in wanted)
+
+
+def cut_part(k: TileKernel, tag: str, body: tuple[Item, ...], extra: tuple[Buffer, ...] = (),
+             kind: KernelKind = KernelKind.ROW, **changes) -> TileKernel:
+    """One half of `k` cut in two (`<name>_<tag>`, its identity derived from k's): `body`
+    over the inputs of k it loads, then `extra`; a row kernel until its caller finds what
+    it is."""
+    needed = _buffers(body)
+    return replace(k, name=f"{k.name}_{tag}", identity=_derived(k.identity, tag),
+                   inputs=tuple(b for b in k.inputs if b.name in needed) + extra, body=body,
+                   kind=kind, contract=None, attention=None, **changes)
 
 
 def _buffers(items) -> set[str]:

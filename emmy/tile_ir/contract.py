@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from emmy.dtypes import DType
+from emmy.loop_ir.fuse import COMPUTED_OPERAND_OPS
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
 from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import FloorDiv, Lin, Sym, evaluate, var
@@ -65,6 +66,11 @@ class Operand:
     @property
     def gathered(self) -> bool:
         return bool(self.gather)
+
+    @property
+    def load(self) -> Load:
+        """A gathered operand's load whose layout its tiles take (its buffer's)."""
+        return next(s for s in self.gather if isinstance(s, Load) and s.buffer == self.buffer)
 
     @property
     def axes(self) -> tuple[str, ...]:
@@ -352,9 +358,6 @@ def _factor(value: str, defs, outer, kvar: str, shapes) -> tuple[tuple, Load, st
     return tuple(sorted({*items, d}, key=lambda s: order.index(s.dst))), d, value, False
 
 
-_FACTOR_OPS = frozenset({EwOp.MUL, EwOp.ADD, EwOp.SUB, EwOp.NEG})
-
-
 def _computed_factor(value: str, defs, outer, order, kvar: str, shapes
                      ) -> tuple[tuple, Load, str, bool] | None:
     """A factor computed from loads by a few casts and multiplies, adds or subtractions (an
@@ -366,7 +369,7 @@ def _computed_factor(value: str, defs, outer, order, kvar: str, shapes
     names = closure({value}, known)
     items = [known[n] for n in names]
     if any(not isinstance(s, (Load, CastTo, Compute, IndexValue)) for s in items) \
-            or any(isinstance(s, Compute) and s.op not in _FACTOR_OPS for s in items) \
+            or any(isinstance(s, Compute) and s.op not in COMPUTED_OPERAND_OPS for s in items) \
             or any(isinstance(s, Load) and s.dyn for s in items) \
             or any(a not in known for s in items for a in operands(s)):
         return None

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from emmy.loop_ir.ir import Buffer, Load, Store
 from emmy.symbolic import var
-from emmy.tile_ir.chain import _buffers, _derived, cut_chain, find_chain
+from emmy.tile_ir.chain import cut_chain, cut_part, find_chain
 from emmy.tile_ir.ir import Fold, Item, KernelKind, TileKernel
 from emmy.tile_ir.values import index_vars, used, value_types
 from emmy.torch_ir.ir import TensorType
@@ -66,19 +66,13 @@ def cut_operand(k: TileKernel, op) -> tuple[TileKernel, TileKernel, Buffer]:
     index = tuple(var(a.var) for a in axes)
     dtype = value_types(op.gather)[op.value]
     mid = Buffer(f"{k.name}_operand", TensorType(tuple(a.extent for a in axes), dtype))
-    needed = _buffers(op.gather)
-    first = replace(k, name=f"{k.name}_cut0", identity=_derived(k.identity, "cut0"),
-                    inputs=tuple(b for b in k.inputs if b.name in needed), outputs=(mid,),
-                    grid=axes, body=op.gather + (Store(mid.name, index, op.value),),
-                    kind=KernelKind.MAP, contract=None, attention=None, atomic=False)
+    first = cut_part(k, "cut0", op.gather + (Store(mid.name, index, op.value),),
+                     kind=KernelKind.MAP, outputs=(mid,), grid=axes, atomic=False)
     gone = {s.dst for s in op.gather}
     load = Load(op.value, mid.name, index, dtype)
     inner = tuple(s for s in fold.body if getattr(s, "dst", None) not in gone)
     body = _live(tuple(replace(fold, body=(load, *inner)) if i is fold else i for i in k.body))
-    still = _buffers(body)
-    second = replace(k, name=f"{k.name}_cut1", identity=_derived(k.identity, "cut1"),
-                     inputs=tuple(b for b in k.inputs if b.name in still) + (mid,),
-                     body=body, kind=KernelKind.ROW, contract=None, attention=None)
+    second = cut_part(k, "cut1", body, extra=(mid,))
     con = find_contraction(second)
     assert con is not None, f"{k.name}: the product without its computed operand"
     return first, replace(second, kind=KernelKind.CONTRACT, contract=con), mid
