@@ -539,24 +539,32 @@ class _Emitter:
 
     def vector_setup(self, t: _Tile, g: VectorGather) -> list[str]:
         """A computed operand fetched `vec` elements at a time: gm_<n>_vec(outer, k) loads the
-        raw vector (one aligned load) and computes its elements k .. k + vec - 1."""
+        raw vector (one aligned load) and computes its elements k .. k + vec - 1, one at a
+        time or (g.pair) two at a time on 16-bit pairs from the vector's words."""
         n, v = t.name, t.vec
         lines, off = g.offset("gm_o", "gm_kk")
-        body = []
-        for j in range(v):
-            stmts, value = g.element("gm_o", "gm_kk", j)
-            body += ["{", *_indent(stmts), f"  gm_v.x[{j}] = {BITS[t.op.ctype].format(value)};",
-                     "}"]
+        raw = f"EmVec<{v}, {g.ctype}>"
+        if g.pair is not None:      # the raw bytes as words
+            how, raw, name = "two at a time on 16-bit pairs", f"EmVec<{v // 4}, uint32_t>", "gm_raww"
+            body = []
+            for j in range(0, v, 2):
+                stmts, value = g.pair("gm_o", "gm_kk", j)
+                body += ["{", *_indent(stmts), f"  memcpy(&gm_v.x[{j}], &{value}, 4);", "}"]
+        else:
+            how, name = "one at a time", "gm_rawv"
+            body = [f"const {g.ctype}* gm_raw = gm_rawv.x;"]
+            for j in range(v):
+                stmts, value = g.element("gm_o", "gm_kk", j)
+                body += ["{", *_indent(stmts),
+                         f"  gm_v.x[{j}] = {BITS[t.op.ctype].format(value)};", "}"]
         return [f"// {t.label}: {t.rows} {t.row_dim}-rows x {t.cols} {t.col_dim} per stage, "
-                f"computed {v} elements at a time from one vector of {g.buffer}: {t.iters} "
-                f"vectors per thread",
+                f"from one vector of {v} {g.buffer} elements ({t.iters} vectors per thread), "
+                f"computed {how}",
                 f"auto gm_{n}_vec = [&](int gm_o, int gm_kk) -> EmVec<{v}, gm_t> {{",
                 f"  EmVec<{v}, gm_t> gm_v;",
                 "  {",
                 *_indent(lines, 2),
-                f"    const EmVec<{v}, {g.ctype}> gm_rawv = *reinterpret_cast<const "
-                f"EmVec<{v}, {g.ctype}>*>({g.buffer} + ({off}));",
-                f"    const {g.ctype}* gm_raw = gm_rawv.x;",
+                f"    const {raw} {name} = *reinterpret_cast<const {raw}*>({g.buffer} + ({off}));",
                 *_indent(body, 2),
                 "  }",
                 "  return gm_v;",

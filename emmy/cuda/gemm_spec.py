@@ -76,6 +76,9 @@ class VectorGather:
     # (outer, k, j) -> (statements, value) of element j of the vector at (outer, k): at k + j
     # where the tiles' columns run along k, else at outer + j; its raw value is `gm_raw[j]`
     element: Callable[[str, str, int], "tuple[list[str], str]"]
+    # paired (GemmOperand.paired): (outer, k, j) -> (statements, the name of a __half2 /
+    # __nv_bfloat162 of elements j and j + 1), the raw vector's words in `gm_raww`
+    pair: "Callable[[str, str, int], tuple[list[str], str]] | None" = None
 
 
 def pair_of(epilogue: Epilogue) -> PairEpilogue | None:
@@ -107,6 +110,8 @@ class GemmOperand:
                             # computed operand's: its int8 weight's one byte)
     vector: int = 1         # a computed operand's elements fetched this many at a time along
                             # its tiles' columns (VectorGather), where every vector is aligned
+    paired: bool = False    # a vector computed two elements at a time on 16-bit pairs
+                            # (emmy.tile_ir.contract.pair_kinds: 8-bit raw data, 16-bit math)
 
     @property
     def itemsize(self) -> int:

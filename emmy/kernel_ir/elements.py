@@ -15,10 +15,11 @@ from emmy.loop_ir.semantics import STEPS, cast_is_step
 from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import Lin, Sym, bounds_of, floordiv, lin, mod, render, substitute, var
 from emmy.dtypes import DType
-from emmy.tensor_ir.ir import Scalar, gather_var
+from emmy.tensor_ir.ir import EwOp, Scalar, gather_var
 from emmy.tile_ir.apply import CLUSTER_RANK
 from emmy.tile_ir.ir import Axis, Fold, Item
-from emmy.tile_ir.values import operands, value_types
+from emmy.tile_ir.contract import pair_kinds, sixteen_bits
+from emmy.tile_ir.values import index_vars, operands, value_types
 
 
 def group(fn: Fn, items: tuple[Item, ...], axis: str | None, base: Lin, V: int, *,
@@ -332,11 +333,11 @@ def _gather_env(outer: str, kk: str, parts, kaxis, batch):
 RAW = "gm_raw"    # a vector operand's raw elements, as element_vector's functions read them
 
 
-def element_vector(k, op, parts, kaxis, batch, width: int, along_k: bool):
+def element_vector(k, op, parts, kaxis, batch, width: int, along_k: bool, paired: bool):
     """A computed operand read `width` elements at a time (emmy.cuda.gemm_spec.VectorGather),
     the vector along k or (`along_k` False) along its outer index: the offset of its load's
     element, and each element's statements with that load reading the raw vector's element
-    j."""
+    j; `paired`, its elements two at a time as well (element_pairs)."""
     from emmy.cuda.gemm_spec import VectorGather
 
     main = op.load
@@ -353,7 +354,68 @@ def element_vector(k, op, parts, kaxis, batch, width: int, along_k: bool):
         at = element_gather(k, items, op.value, parts, kaxis, batch, raw=width)
         return at(outer, f"{kk} + {j}") if along_k else at(f"{outer} + {j}", kk)
 
-    return VectorGather(main.buffer, main.dtype.c_name, width, where, element)
+    pair = element_pairs(k, op, parts, kaxis, batch, along_k) if paired else None
+    return VectorGather(main.buffer, main.dtype.c_name, width, where, element, pair)
+
+
+RAW_WORDS = "gm_raww.x"   # the raw vector's 32-bit words, as element_pairs's statements read them
+PAIR_OPS = {EwOp.MUL: "__hmul2", EwOp.ADD: "__hadd2", EwOp.SUB: "__hsub2", EwOp.NEG: "__hneg2"}
+
+
+def element_pairs(k, op, parts, kaxis, batch, along_k: bool):
+    """A paired computed operand's elements two at a time (emmy.tile_ir.contract.pair_kinds):
+    (outer, kk, j) -> (statements, the name of the pair holding elements j and j + 1 of the
+    vector at (outer, kk)), the raw bytes converted by em_8x2_half2 (bf162) from the words
+    RAW_WORDS, the other loads read per element (once where the two elements read the same
+    one) and the arithmetic done on pairs."""
+    kinds, main, t = pair_kinds(op), op.load, op.dtype
+    c_t = t.c_name
+    convert = (f"em_8x2_{'half2' if t is DType.F16 else 'bf162'}"
+               f"<{'true' if main.dtype is DType.I8 else 'false'}, {{}}>({RAW_WORDS}[{{}}])")
+    varying = {kaxis.var} if along_k else set(op.axes)
+    shapes = {b.name: b.type.shape for b in k.inputs}
+
+    def pair(outer: str, kk: str, j: int) -> tuple[list[str], str]:
+        lines, scalars, pairs = [], {}, {}
+
+        def load(s: Load) -> None:
+            names = []
+            for e in ((0, 1) if index_vars((s,)) & varying else (0,)):
+                at = (outer, f"{kk} + {j + e}") if along_k else (f"{outer} + {j + e}", kk)
+                bind, env, bounds = _gather_env(*at, parts, kaxis, batch)
+                idx = offset(tuple(substitute(x, env, bounds) for x in s.index), shapes[s.buffer])
+                names.append(f"gp_{s.dst}_{e}")
+                lines.extend([f"{s.dtype.c_name} {names[-1]};", "{", *(f"  {b}" for b in bind),
+                              f"  {names[-1]} = {s.buffer}[{_c_index(idx)}];", "}"])
+            scalars[s.dst] = (names[0], names[-1]), s.dtype
+
+        def packed(a) -> str:
+            if isinstance(a, Scalar):
+                bits = sixteen_bits(a.value, t)
+                return f"em_pair_bits<{c_t}2>({bits << 16 | bits:#010x}u)"
+            if a in pairs:
+                return pairs[a]
+            (lo, hi), dtype = scalars[a]
+            if dtype is not t:
+                lo, hi = f"em_cvt<{c_t}>({lo})", f"em_cvt<{c_t}>({hi})"
+            return f"em_pair({lo}, {hi})"
+
+        for s in op.gather:
+            if s is main:
+                continue
+            if isinstance(s, Load):
+                load(s)
+                continue
+            if isinstance(s, CastTo) and kinds[s.arg] == "raw":
+                value = convert.format(j % 4 // 2, j // 4)
+            elif isinstance(s, CastTo):
+                value = packed(s.arg)
+            else:
+                value = f"{PAIR_OPS[s.op]}({', '.join(packed(a) for a in s.args)})"
+            pairs[s.dst] = f"gp_{s.dst}"
+            lines.append(f"const auto gp_{s.dst} = {value};")
+        return lines, pairs[op.value]
+    return pair
 
 
 def element_window(w, parts, kaxis, batch, bounds):

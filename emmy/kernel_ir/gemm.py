@@ -118,7 +118,8 @@ def make_gathers(k: TileKernel, problem: GemmProblem
         if op.window is not None:
             out[name] = element_window(op.window, parts, con.k, con.batch, bounds)
         elif spec.vector > 1:     # emmy.schedule.gemm.vector_width
-            out[name] = element_vector(k, op, parts, con.k, con.batch, spec.vector, op.k_major)
+            out[name] = element_vector(k, op, parts, con.k, con.batch, spec.vector, op.k_major,
+                                       spec.paired)
         elif op.gathered:
             out[name] = element_gather(k, op.gather, op.value, parts, con.k, con.batch)
     return out

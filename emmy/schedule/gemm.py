@@ -199,12 +199,13 @@ def problem_of(con) -> GemmProblem:
     def operand(op) -> GemmOperand:
         if op.gathered:     # strides that lay its tiles out the nearer way in memory
             extent = (con.m if op is con.a else con.n).extent
+            vector = vector_width(con, op)
             return GemmOperand(buffer=op.buffer, ctype=op.dtype.c_name,
                                stride_outer=con.k.extent if op.k_major else 1,
                                stride_k=1 if op.k_major else extent, batch_offset="0",
                                gathered=True, windowed=op.window is not None,
                                computed=op.computed, read_bytes=op.load.dtype.itemsize,
-                               vector=vector_width(con, op))
+                               vector=vector, paired=vector % 4 == 0 and op.paired)
         strides = {a.name: c for a, c in op.offset.terms}
         bounds = {"bz": max(con.batch_size, 1)}
         off, rest = lin(op.offset.const), con.batch_size

@@ -77,6 +77,12 @@ class Operand:
         """The grid vars of its matrix row (column), outermost first."""
         return tuple(a.var for a in self.parts) or (self.outer,)
 
+    @property
+    def paired(self) -> bool:
+        """A computed operand the template may compute two elements at a time on pairs of its
+        16-bit type (pair_kinds)."""
+        return self.computed and pair_kinds(self) is not None
+
 
 @dataclass(frozen=True, slots=True)
 class Contraction:
@@ -384,6 +390,64 @@ def _computed_factor(value: str, defs, outer, order, kvar: str, shapes
     main = next((s for s in along if all(isinstance(atom, Sym) for atom, _ in
                                          offset(s.index, shapes[s.buffer]).terms)), along[0])
     return tuple(sorted(items, key=lambda s: order.index(s.dst))), main, value, True
+
+
+# the loads a pair may widen: their values are exact in f32, so one rounding gives the 16-bit
+_PAIR_LOADS = (DType.F16, DType.BF16, DType.F32, DType.I8, DType.U8, DType.I16)
+
+
+def pair_kinds(op: Operand) -> dict[str, str] | None:
+    """How a computed operand's values go two at a time (emmy.kernel_ir.elements.element_pairs),
+    by name: "raw" its 8-bit integer load, "scalar" another load (read per element), "pair" a
+    value of its 16-bit type held as a pair. None unless every value but the loads is of that
+    type: the raw load cast straight to it, a load cast to it or of it, MUL / ADD / SUB / NEG of
+    such values and of constants exact in it. Each operation on pairs rounds to the 16-bit type,
+    as eager PyTorch rounds each of them; where the template computes one element at a time it
+    rounds once at the end (the same bits for a cast and one multiply, the common dequant)."""
+    main, t = op.load, op.dtype
+    if main.dtype not in (DType.I8, DType.U8) or t not in _MMA_TYPES:
+        return None
+    kinds: dict[str, str] = {}
+    dtypes: dict[str, DType] = {}
+
+    def pairable(a) -> bool:
+        if isinstance(a, Scalar):
+            return sixteen_bits(a.value, t) is not None
+        return kinds.get(a) == "pair" or (kinds.get(a) == "scalar" and dtypes[a] is t)
+
+    for s in op.gather:
+        if isinstance(s, Load):
+            if s is not main and s.dtype not in _PAIR_LOADS:
+                return None
+            kinds[s.dst], dtypes[s.dst] = ("raw" if s is main else "scalar"), s.dtype
+        elif isinstance(s, CastTo) and s.dtype is t and s.arg in kinds:
+            kinds[s.dst] = "pair"
+        elif isinstance(s, Compute) and s.dtype is t and s.op in COMPUTED_OPERAND_OPS \
+                and all(pairable(a) for a in s.args):
+            kinds[s.dst] = "pair"
+        else:
+            return None
+    used_raw = [s for s in op.gather if main.dst in operands(s)]
+    if any(not isinstance(s, CastTo) for s in used_raw) or kinds.get(op.value) != "pair":
+        return None
+    return kinds
+
+
+def sixteen_bits(value, t: DType) -> int | None:
+    """The bits of a constant as the 16-bit float type `t`; None where it is not a value of
+    `t`."""
+    import struct
+
+    x = float(value)
+    try:
+        if t is DType.F16:
+            bits = struct.unpack("<H", struct.pack("<e", x))[0]
+            return bits if struct.unpack("<e", struct.pack("<H", bits))[0] == x else None
+        wide = struct.unpack("<I", struct.pack("<f", x))[0]
+    except OverflowError:
+        return None
+    exact = struct.unpack("<f", struct.pack("<I", wide))[0] == x and not wide & 0xFFFF
+    return wide >> 16 if exact else None
 
 
 def _type(k: TileKernel, buffer: str) -> DType:

@@ -109,6 +109,19 @@ def test_half_and_bfloat16_rounding():
     np.testing.assert_array_equal(b, bf)
 
 
+def test_bytes_become_pairs_of_16_bit_floats_exactly():
+    """Every byte, read signed and unsigned, as f16 and as bf16 (a computed operand's int8
+    weights, two at a time): the bits of its exact value."""
+    raw = np.arange(256, dtype=np.uint8)
+    out = np.zeros((64, 4, 2, 2), np.uint16)       # word, variant, pair, half
+    run("bytes_to_pairs", 1, 64, [out, raw.view(np.uint32), 64])
+    for variant, (signed, bf16) in enumerate([(1, 0), (0, 0), (1, 1), (0, 1)]):
+        values = (raw.view(np.int8) if signed else raw).astype(np.float32)
+        bits = values.view(np.uint32) >> 16 if bf16 else values.astype(np.float16).view(np.uint16)
+        np.testing.assert_array_equal(out[:, variant].reshape(-1), bits.astype(np.uint16),
+                                      err_msg=f"signed={signed} bf16={bf16}")
+
+
 def test_grid_and_block_indices():
     grid, block = (3, 2, 2), (4, 2, 3)
     out = np.zeros((12, 24, 6), np.int32)

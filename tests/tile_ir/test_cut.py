@@ -252,11 +252,61 @@ def test_both_operands_computed_and_an_operand_of_few_products(tmp_path):
 
 @pytest.mark.parametrize("in_features,width", [(136, 8), (100, 1)])
 def test_the_weight_is_fetched_eight_at_a_time_where_its_rows_allow(in_features, width):
-    """8 int8 weights in one 8-byte load and one 16-byte shared store, where a weight row is
-    whole vectors (136 = 17 x 8); else one at a time (100)."""
+    """8 int8 weights in one 8-byte load (two words, computed as four pairs of halves) and one
+    16-byte shared store, where a weight row is whole vectors (136 = 17 x 8); else one at a
+    time (100)."""
     sets = (("batch", 24), ("in_features", in_features), ("out_features", 40))
     row = "WORK=warps:2x2 TILE=mma:32x32x32 REDUCE=serial STAGE=smem RASTER=row PLACE=fuse"
     cuda = compile_to(load_file(INT8, sets), "cuda", Options(rows={"": row}))["cuda"]
     (unit,) = cuda.units
-    assert ("EmVec<8, signed char>" in unit.source) == (width == 8)
+    assert ("EmVec<2, uint32_t> gm_raww" in unit.source) == (width == 8)
+    assert unit.source.count("em_8x2_half2<true") == (4 if width == 8 else 0)
     assert ("gm_b_vec(" in unit.source or "gm_a_vec(" in unit.source) == (width == 8)
+
+
+PAIRS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x, q, zero, scale):
+        return F.linear(x, {expr})
+
+
+def get_inputs():
+    return [torch.randn(24, 72).half(), torch.randint(0, 256, (40, 72)).to(torch.{raw}),
+            torch.randint(120, 136, (40, 1)).half(), (torch.rand(40, 1) * 0.01).half()]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("expr,raw,paired", [
+    ("q.half() * scale", "int8", True),
+    ("-(q.half() - zero) * scale * 0.5", "uint8", True),      # a zero point, NEG, a constant
+    ("(q.half() - zero) * 0.1", "uint8", False),   # 0.1 is no f16: PyTorch multiplies in f32
+    ("q.to(torch.int16).half() * scale", "int8", False),      # the raw value widened first
+], ids=["scale", "zero_point_neg", "inexact_constant", "widened"])
+def test_a_dequantized_weight_is_computed_on_pairs_where_its_math_is_16_bit(expr, raw, paired,
+                                                                          tmp_path):
+    """The template converts two bytes at a time (em_8x2_half2) and does the dequantizing
+    arithmetic on half2 where every value is f16 (each operation rounded as eager rounds it);
+    otherwise one element at a time. Either way the emulated program matches eager."""
+    from emmy.check import check_cuda_program
+    from emmy.tile_ir.contract import pair_kinds
+
+    path = tmp_path / "pairs.py"
+    path.write_text(PAIRS.format(expr=expr, raw=raw))
+    (k,) = lifted(path)
+    assert k.contract.b.computed and (pair_kinds(k.contract.b) is not None) == paired
+    w = load_file(path)
+    row = "WORK=warps:2x2 TILE=mma:32x32x32 REDUCE=serial STAGE=async:2 RASTER=row PLACE=fuse"
+    results = compile_to(w, "cuda", Options(rows={"": row}))
+    (unit,) = results["cuda"].units
+    assert ("em_8x2_half2" in unit.source) == paired
+    report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None and report.ok, failed or report.outputs

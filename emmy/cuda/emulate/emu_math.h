@@ -51,6 +51,15 @@ inline float __uint_as_float(unsigned i) { float x; std::memcpy(&x, &i, 4); retu
 inline long long __double_as_longlong(double x) { long long i; std::memcpy(&i, &x, 8); return i; }
 inline double __longlong_as_double(long long i) { double x; std::memcpy(&x, &i, 8); return x; }
 
+// __byte_perm(x, y, s): byte n of the result is byte (s >> 4n) & 7 of the eight bytes y:x
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long b = (static_cast<unsigned long long>(y) << 32) | x;
+    unsigned r = 0;
+    for (int n = 0; n < 4; ++n)
+        r |= static_cast<unsigned>((b >> (((s >> (4 * n)) & 7u) * 8)) & 0xffu) << (8 * n);
+    return r;
+}
+
 // --- integer min/max (CUDA overloads these for each integer type) ----------------------------
 #define EMMY_EMU_MINMAX(T)                                                                     \
     inline T min(T a, T b) { return a < b ? a : b; }                                           \

@@ -178,6 +178,7 @@ inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) {
     inline T2 __hadd2(T2 a, T2 b) { return {a.x + b.x, a.y + b.y}; }                           \
     inline T2 __hsub2(T2 a, T2 b) { return {a.x - b.x, a.y - b.y}; }                           \
     inline T2 __hmul2(T2 a, T2 b) { return {a.x * b.x, a.y * b.y}; }                           \
+    inline T2 __hneg2(T2 a) { return {-a.x, -a.y}; }                                           \
     inline T2 __hfma2(T2 a, T2 b, T2 c) { return {__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)}; }
 
 EMMY_EMU_HALF_MATH(__half, __half2)

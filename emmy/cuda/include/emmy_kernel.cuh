@@ -58,6 +58,36 @@ template <class T, class... C> EMMY_FN void em_vstore_st(T* p, C... in) {
   }
 }
 
+// --- 8-bit integers as pairs of 16-bit floats (a computed operand's int8 weights) ----------
+// Exact, with no conversion instruction (conversions issue at a fraction of the integer and
+// half2 rates): a byte b under the f16 exponent of 1024 (one PRMT for two bytes) is the half
+// 1024 + b, so one half2 subtraction of 1024 leaves b; a signed byte, its sign bit flipped
+// first (b ^ 0x80 = b + 128), less 1152. A bf16 has too few mantissa bits for that: each byte
+// goes under the f32 exponent of 2^23, the same subtraction in f32 is exact, and the upper
+// halves of the two exact floats are their bf16s (one PRMT). HI picks the word's upper bytes.
+template <class T2> EMMY_FN T2 em_pair_bits(uint32_t bits) {
+  T2 v;
+  memcpy(&v, &bits, 4);
+  return v;
+}
+EMMY_FN __half2 em_pair(__half a, __half b) { return __halves2half2(a, b); }
+EMMY_FN __nv_bfloat162 em_pair(__nv_bfloat16 a, __nv_bfloat16 b) { return __halves2bfloat162(a, b); }
+
+template <bool SIGNED, int HI> EMMY_FN __half2 em_8x2_half2(uint32_t word) {
+  const uint32_t w = SIGNED ? word ^ 0x80808080u : word;
+  const __half2 h = em_pair_bits<__half2>(__byte_perm(w, 0x64646464u, HI ? 0x5342u : 0x5140u));
+  return __hsub2(h, em_pair_bits<__half2>(SIGNED ? 0x64806480u : 0x64006400u));
+}
+
+template <bool SIGNED, int HI> EMMY_FN __nv_bfloat162 em_8x2_bf162(uint32_t word) {
+  const uint32_t w = SIGNED ? word ^ 0x80808080u : word;
+  const float bias = SIGNED ? 8388736.0f : 8388608.0f;   // 2^23 + 128, 2^23
+  const float lo = __uint_as_float(__byte_perm(w, 0x4b000000u, HI ? 0x7442u : 0x7440u)) - bias;
+  const float hi = __uint_as_float(__byte_perm(w, 0x4b000000u, HI ? 0x7443u : 0x7441u)) - bias;
+  return em_pair_bits<__nv_bfloat162>(__byte_perm(__float_as_uint(lo), __float_as_uint(hi),
+                                                  0x7632u));
+}
+
 template <int BYTES> EMMY_FN void em_cp_async(void* smem, const void* gmem) {
   if constexpr (BYTES == 16) cp_async_16(smem, gmem);
   else if constexpr (BYTES == 8) cp_async_8(smem, gmem);

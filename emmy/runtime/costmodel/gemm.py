@@ -65,14 +65,37 @@ WINDOW_INSTRUCTIONS_PER_ELEMENT = 14
 # A computed operand's (an int8 weight dequantized, w.half() * scale): its load, conversion,
 # multiply and shared store. Counted (not timed) in the SASS of `examples/int8_linear.py --set
 # batch=256` at `WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:3 RASTER=row`
-# (sm_90a, NVRTC 13.0, 2026-12-03), for 16 elements a thread, against 75 instructions a K step
-# with PLACE=cut's product: 146 fetched element by element, 132 fetched 8 at a time (one 8-byte
-# load, one 16-byte shared store: GemmOperand.vector).
+# (sm_90a, NVRTC 13.0), for 16 elements a thread, against 75 instructions a K step with
+# PLACE=cut's product: 146 fetched element by element, 132 fetched 8 at a time (one 8-byte
+# load, one 16-byte shared store: GemmOperand.vector), both with an I2F (int to float) an
+# element (2026-12-03); 98 computed two at a time on f16 pairs with no conversion instruction
+# (GemmOperand.paired: PRMT, HADD2, HMUL2 per pair), 122 on bf16 pairs (the bytes go through
+# f32: PRMT, FADD per element; 2026-12-03).
 COMPUTED_INSTRUCTIONS_PER_ELEMENT = 4.5
 COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT = 3.6
+COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT = {"__half": 1.45, "__nv_bfloat16": 2.9}
+# I2F issues at 16 results a clock an SM on sm_80 and sm_90 (the CUDA C++ Programming Guide's
+# arithmetic-instruction throughput table: "all other type conversions"), an eighth of the
+# rate of the integer and half2 instructions around it: the conversions, not the issue slots,
+# bound an unpaired computed operand. (F2FP, the pack of two floats to f16x2, is counted as an
+# ordinary instruction: ASSUMPTION, the table does not list it.)
+CONVERSIONS_PER_CLOCK = 16
+COMPUTED_CONVERSIONS_PER_ELEMENT = 1
 SMEM_BYTES_PER_CLOCK = 128       # one SM's shared-memory bandwidth (32 banks x 4 bytes)
 STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
 EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
+
+
+def _gather_instructions(op) -> float:
+    """Instructions one thread issues per element of a gathered operand's tile."""
+    if op.windowed:
+        return WINDOW_INSTRUCTIONS_PER_ELEMENT
+    if op.paired:
+        return COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT[op.ctype]
+    if op.computed:
+        return COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT if op.vector > 1 \
+            else COMPUTED_INSTRUCTIONS_PER_ELEMENT
+    return GATHER_INSTRUCTIONS_PER_ELEMENT
 
 
 def _does_not_fit(kernel: str, function: str, grid: int, threads: int,
@@ -139,12 +162,12 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     bytes_step_all = step_bytes * resident
     copy_s = max(bytes_step_all * dram_fraction / dram_bw, bytes_step_all / l2_bw)
     overhead_s = STEP_OVERHEAD_CYCLES / clock
-    gathered = sum(outer * (WINDOW_INSTRUCTIONS_PER_ELEMENT if op.windowed
-                            else (COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT if op.vector > 1
-                                  else COMPUTED_INSTRUCTIONS_PER_ELEMENT) if op.computed
-                            else GATHER_INSTRUCTIONS_PER_ELEMENT)
-                   for op, outer in ((p.a, c.bm), (p.b, c.bn)) if op.gathered)
-    gather_s = concurrent * gathered * c.bk / (32 * 4) / clock
+    gathered = sum(outer * _gather_instructions(op) for op, outer in ((p.a, c.bm), (p.b, c.bn))
+                   if op.gathered)
+    conversions = sum(outer * COMPUTED_CONVERSIONS_PER_ELEMENT
+                      for op, outer in ((p.a, c.bm), (p.b, c.bn)) if op.computed and not op.paired)
+    gather_s = concurrent * c.bk * max(gathered / (32 * 4), conversions / CONVERSIONS_PER_CLOCK) \
+        / clock
     if c.stages <= 1:
         step_s = compute_s + copy_s + gather_s + DRAM_LATENCY_S / 2 + overhead_s
     else:

@@ -1,5 +1,6 @@
 // Kernels for the emulator tests; each also compiles with NVRTC (tests/cuda/test_nvrtc.py).
 #include "emmy_intrinsics.cuh"
+#include "emmy_kernel.cuh"
 
 // Sum of each row: a strided loop, a shuffle tree in each warp, a shared-memory tree across warps.
 extern "C" __global__ void __launch_bounds__(256)
@@ -145,6 +146,20 @@ extern "C" __global__ void private_values_across_barriers(float* out, int* steps
     }
     out[blockIdx.x * blockDim.x + threadIdx.x] = f;
     steps[blockIdx.x * blockDim.x + threadIdx.x] = int((a ^ b) & 0x7fffffff);
+}
+
+// Bytes as pairs of 16-bit floats (em_8x2_half2, em_8x2_bf162): each word's four bytes read
+// signed as f16, unsigned as f16, signed as bf16, unsigned as bf16, two pairs each.
+extern "C" __global__ void bytes_to_pairs(unsigned* out, const unsigned* words, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const unsigned w = words[i];
+    const __half2 h[4] = {em_8x2_half2<true, 0>(w), em_8x2_half2<true, 1>(w),
+                          em_8x2_half2<false, 0>(w), em_8x2_half2<false, 1>(w)};
+    const __nv_bfloat162 b[4] = {em_8x2_bf162<true, 0>(w), em_8x2_bf162<true, 1>(w),
+                                 em_8x2_bf162<false, 0>(w), em_8x2_bf162<false, 1>(w)};
+    memcpy(out + 8 * i, h, 16);
+    memcpy(out + 8 * i + 4, b, 16);
 }
 
 // Recursion without end: the fiber's stack overflows into its guard page.
