@@ -326,12 +326,27 @@ class _Plan:
         before = self.a.op.windowed and t is self.b
         return self.stages_bytes + before * TABLE_ENTRY_BYTES * self.table_entries
 
+    def raw_ring(self, t: _Tile) -> bool:
+        return raw_ring(t.op, self.c)
+
+    def ring_bytes(self, t: _Tile) -> int:
+        """One stage of t's raw ring: its tile of raw elements, unpadded (each thread's
+        vectors are consecutive, 8 or 16 bytes apart: no bank conflicts)."""
+        return t.rows * t.cols * t.op.bytes_read if self.raw_ring(t) else 0
+
+    def ring_offset(self, t: _Tile) -> int:
+        """Byte offset of t's raw ring: after the stages, the window tables (and A's ring)."""
+        tables = sum(u.op.windowed for u in (self.a, self.b))
+        before = self.stages_bytes + tables * TABLE_ENTRY_BYTES * self.table_entries
+        return before + (t is self.b) * self.c.stages * self.ring_bytes(self.a)
+
     @property
     def smem_bytes(self) -> int:
         tables = sum(t.op.windowed for t in (self.a, self.b))
-        if not tables:
+        rings = self.c.stages * (self.ring_bytes(self.a) + self.ring_bytes(self.b))
+        if not tables and not rings:
             return self.c.stages * self.stage_elems * self.a.itemsize
-        return self.stages_bytes + tables * TABLE_ENTRY_BYTES * self.table_entries
+        return self.stages_bytes + tables * TABLE_ENTRY_BYTES * self.table_entries + rings
 
 
 # --- what can be built ------------------------------------------------------------------------
@@ -445,7 +460,9 @@ def constraints(problem: GemmProblem, config: GemmConfig, target_name: str) -> l
     plan = _Plan(problem, config)
     limit = target.shared_per_block_optin
     if plan.smem_bytes > limit:
+        ring = plan.ring_bytes(plan.a) + plan.ring_bytes(plan.b)
         out.append(f"shared memory {config.stages} stages x {_kib(plan.stage_elems * plan.a.itemsize)}"
+                   f"{f' (+ {_kib(ring)} of raw bytes each)' if ring else ''}"
                    f" = {_kib(plan.smem_bytes)} > {_kib(limit)} per block on {target_name}")
     return out
 
@@ -453,6 +470,14 @@ def constraints(problem: GemmProblem, config: GemmConfig, target_name: str) -> l
 def smem_bytes(problem: GemmProblem, config: GemmConfig) -> int:
     """Dynamic shared memory of gemm_body's kernel: `stages` copies of the padded A and B tiles."""
     return _Plan(problem, config).smem_bytes
+
+
+def raw_ring(op: GemmOperand, c: GemmConfig) -> bool:
+    """A computed operand whose raw vectors come through their own cp.async ring (three stages
+    or more of an mma.sync row): `stages - 2` K tiles of raw bytes in flight, each tile
+    computed from shared memory into the f16 stage one K step before its mma read it; with
+    fewer stages (or element by element) its loads are in flight for one K step."""
+    return op.computed and op.vector > 1 and c.stages >= 3 and c.inst in TENSOR_CORE
 
 
 # --- emission ---------------------------------------------------------------------------------
@@ -516,7 +541,10 @@ class _Emitter:
         if t.op.gathered and isinstance(self.gather[n], WindowGather):
             return self.window_setup(t, self.gather[n])
         if t.op.gathered and isinstance(self.gather[n], VectorGather):
-            return self.vector_setup(t, self.gather[n])
+            ring = [f"unsigned char* gm_{n}_ring = emmy_smem + {self.plan.ring_offset(t)};"
+                    f"   // {self.c.stages} stages of {self.plan.ring_bytes(t)} raw bytes"] \
+                if self.plan.raw_ring(t) else []
+            return self.vector_setup(t, self.gather[n]) + ring
         if t.op.gathered:
             lines, value = self.gather[n]("gm_o", "gm_kk")
             return [f"// {t.label}: {t.rows} {t.row_dim}-rows x {t.cols} {t.col_dim} per stage, "
@@ -538,15 +566,15 @@ class _Emitter:
         return out
 
     def vector_setup(self, t: _Tile, g: VectorGather) -> list[str]:
-        """A computed operand fetched `vec` elements at a time: gm_<n>_vec(outer, k) loads the
-        raw vector (one aligned load) and computes its elements k .. k + vec - 1, one at a
-        time or (g.pair) two at a time on 16-bit pairs from the vector's words."""
+        """A computed operand fetched `vec` elements at a time: gm_<n>_raw(outer, k) is the
+        address of the raw vector at (outer, k) (one aligned load, or a cp.async of it into
+        the raw ring), gm_<n>_vec(outer, k, raw) computes its elements k .. k + vec - 1 from
+        it, one at a time or (g.pair) two at a time on 16-bit pairs from its words."""
         n, v = t.name, t.vec
         lines, off = g.offset("gm_o", "gm_kk")
-        raw = f"EmVec<{v}, {g.ctype}>"
-        if g.pair is not None:      # the raw bytes as words
-            how, raw, name = "two at a time on 16-bit pairs", f"EmVec<{v // 4}, uint32_t>", "gm_raww"
-            body = []
+        raw = self._raw_vector(t)
+        if g.pair is not None:
+            how, name, body = "two at a time on 16-bit pairs", "gm_raww", []
             for j in range(0, v, 2):
                 stmts, value = g.pair("gm_o", "gm_kk", j)
                 body += ["{", *_indent(stmts), f"  memcpy(&gm_v.x[{j}], &{value}, 4);", "}"]
@@ -557,16 +585,18 @@ class _Emitter:
                 stmts, value = g.element("gm_o", "gm_kk", j)
                 body += ["{", *_indent(stmts),
                          f"  gm_v.x[{j}] = {BITS[t.op.ctype].format(value)};", "}"]
+        ring = " through a cp.async ring of the raw bytes" if self.plan.raw_ring(t) else ""
         return [f"// {t.label}: {t.rows} {t.row_dim}-rows x {t.cols} {t.col_dim} per stage, "
-                f"from one vector of {v} {g.buffer} elements ({t.iters} vectors per thread), "
-                f"computed {how}",
-                f"auto gm_{n}_vec = [&](int gm_o, int gm_kk) -> EmVec<{v}, gm_t> {{",
+                f"from one vector of {v} {g.buffer} elements ({t.iters} vectors per thread)"
+                f"{ring}, computed {how}",
+                f"auto gm_{n}_raw = [&](int gm_o, int gm_kk) -> const {raw}* {{",
+                *_indent(lines),
+                f"  return reinterpret_cast<const {raw}*>({g.buffer} + ({off}));",
+                "};",
+                f"auto gm_{n}_vec = [&](int gm_o, int gm_kk, const {raw} {name}) -> "
+                f"EmVec<{v}, gm_t> {{",
                 f"  EmVec<{v}, gm_t> gm_v;",
-                "  {",
-                *_indent(lines, 2),
-                f"    const {raw} {name} = *reinterpret_cast<const {raw}*>({g.buffer} + ({off}));",
-                *_indent(body, 2),
-                "  }",
+                *_indent(body),
                 "  return gm_v;",
                 "};"]
 
@@ -621,22 +651,53 @@ class _Emitter:
                       f"  const int2 gm_e = gm_{n}_tab[gm_kk - gm_kt0 * {bk}];",
                       *_indent(value), "};"]
 
-    def gathered_fetch(self, t: _Tile, kt: str, dst: str | None = None) -> list[str]:
+    def gathered_fetch(self, t: _Tile, kt: str, dst: str | None = None,
+                       ring: str | None = None) -> list[str]:
         """A gathered operand's K tile kt into registers gm_<n>_reg (or, dst given, straight
         into the shared tile there): each thread computes its elements (gm_r, gm_c) of the
-        tile with gm_<n>_at, zero outside the matrix."""
-        origin = {"m": "gm_m0", "n": "gm_n0", "k": f"{kt} * {t.bk}"}
-        row_i, col_i = f"{origin[t.row_dim]} + gm_r", f"{origin[t.col_dim]} + gm_c"
-        outer, k = (row_i, col_i) if t.row_dim == t.outer else (col_i, row_i)
-        ok = " && ".join(([f"{row_i} < {t.row_extent}"] if t.row_extent % t.rows else []) +
-                         ([f"{col_i} < {t.col_extent}"] if t.col_extent % t.cols else []))
+        tile with gm_<n>_at, zero outside the matrix; `ring` given, from the raw vectors in
+        that stage of the raw ring rather than from global memory."""
+        outer, k, ok = self._tile_element(t, kt)
         if t.vec > 1:     # whole vectors: the columns' extent is a multiple of the width
-            at, zero = f"gm_{t.name}_vec({outer}, {k})", f"EmVec<{t.vec}, gm_t>{{}}"
+            raw = f"*gm_{t.name}_raw({outer}, {k})" if ring is None else \
+                f"*reinterpret_cast<const {self._raw_vector(t)}*>({self._raw_slot(t, ring)})"
+            at, zero = f"gm_{t.name}_vec({outer}, {k}, {raw})", f"EmVec<{t.vec}, gm_t>{{}}"
         else:
             at, zero = f"gm_{t.name}_at({outer}, {k})", "gm_t(0)"
         value = f"({ok}) ? {at} : {zero}" if ok else at
         to = self._shared_slot(t, dst) if dst else f"gm_{t.name}_reg[gm_it]"
         return self._gathered_rounds(t, [f"{to} = {value};"])
+
+    def _raw_vector(self, t: _Tile) -> str:
+        """The C type of a computed operand's raw vector: its words where it is paired."""
+        if t.op.paired:
+            return f"EmVec<{t.vec * t.op.bytes_read // 4}, uint32_t>"
+        return f"EmVec<{t.vec}, {self.gather[t.name].ctype}>"
+
+    @staticmethod
+    def _tile_element(t: _Tile, kt: str) -> tuple[str, str, str]:
+        """(outer index, k, the test that it is inside the matrix: "" when every one is) of a
+        thread's element (gm_r, gm_c) of K tile kt."""
+        origin = {"m": "gm_m0", "n": "gm_n0", "k": f"{kt} * {t.bk}"}
+        row_i, col_i = f"{origin[t.row_dim]} + gm_r", f"{origin[t.col_dim]} + gm_c"
+        outer, k = (row_i, col_i) if t.row_dim == t.outer else (col_i, row_i)
+        ok = " && ".join(([f"{row_i} < {t.row_extent}"] if t.row_extent % t.rows else []) +
+                         ([f"{col_i} < {t.col_extent}"] if t.col_extent % t.cols else []))
+        return outer, k, ok
+
+    def _raw_slot(self, t: _Tile, stage: str) -> str:
+        """The address of a thread's raw vector (gm_r, gm_c) in stage `stage` of t's raw ring."""
+        row = t.cols * t.op.bytes_read
+        return (f"gm_{t.name}_ring + {stage} * {t.rows * row} + gm_r * {row} + gm_c * "
+                f"{t.op.bytes_read}")
+
+    def ring_copy(self, t: _Tile, kt: str, stage: str) -> list[str]:
+        """cp.async of a thread's raw vectors of K tile kt into stage `stage` of t's raw ring
+        (none outside the matrix: ring_fetch zeroes those elements)."""
+        outer, k, ok = self._tile_element(t, kt)
+        copy = (f"em_cp_async<{t.vec * t.op.bytes_read}>({self._raw_slot(t, stage)}, "
+                f"gm_{t.name}_raw({outer}, {k}));")
+        return self._gathered_rounds(t, [f"if ({ok}) {copy}" if ok else copy])
 
     def gathered_put(self, t: _Tile, dst: str) -> list[str]:
         """Store the registers gathered_fetch filled into the shared tile at dst."""
@@ -718,41 +779,51 @@ class _Emitter:
         registers, then `gm_put(stage)` stores them (one after the other, each element's
         store would wait for its load: the stores may alias the window table). With one
         buffer the fetch precedes the barrier that frees it; with a cp.async ring it precedes
-        the tile's mma, which then run while the loads are in flight."""
+        the tile's mma, which then run while the loads are in flight. A computed operand with
+        a raw ring (raw_ring) has gm_load start copying its raw vectors, and
+        `gm_ring_fetch(kt, stage)` / `gm_ring_put(stage)` compute its tile from them."""
         a, b = self.plan.a, self.plan.b
         kind = "cp.async" if asynchronous else "synchronous"
         held = [t for t in (a, b) if self._held(t)]
+        ringed = [t for t in (a, b) if self.plan.raw_ring(t)]
+        apart = [t.label for t in held] + [f"{t.label}'s raw bytes" for t in ringed]
         out = [f"// {kind} copy of K tile `kt` of A and B into shared stage `stage`"
-               f"{' (' + ', '.join(t.label for t in held) + ' by gm_fetch / gm_put)' if held else ''}",
+               f"{' (' + ', '.join(apart) + ' apart)' if apart else ''}",
                "auto gm_load = [&](int kt, int stage) {",
                f"  gm_t* gm_as = gm_smem + stage * {self.plan.stage_elems};",
                f"  gm_t* gm_bs = gm_as + {a.elems};"]
         for t, dst in ((a, "gm_as"), (b, "gm_bs")):
-            if t.op.gathered and t not in held:   # too many to hold: element by element
+            if t in ringed:
+                out += _indent(["{", *_indent(self.ring_copy(t, "kt", "stage")), "}"])
+            elif t.op.gathered and t not in held:   # too many to hold: element by element
                 out += _indent(["{", *_indent(self.gathered_fetch(t, "kt", dst)), "}"])
             elif t not in held:
                 out += _indent(["{", *_indent(self.copy(t, "kt", dst, asynchronous)), "}"])
         out.append("};")
-        if not held:
-            return out
         out += [f"{'gm_t' if t.vec == 1 else f'EmVec<{t.vec}, gm_t>'} gm_{t.name}_reg[{t.iters}];"
-                f"   // {t.label}'s gathered elements of the next tile" for t in held]
-        out += ["auto gm_fetch = [&](int kt) {",
-                *_indent([line for t in held for line in
-                          ["{", *_indent(self.gathered_fetch(t, "kt")), "}"]]),
-                "};",
-                "auto gm_put = [&](int stage) {",
-                f"  gm_t* gm_as = gm_smem + stage * {self.plan.stage_elems};",
-                f"  gm_t* gm_bs = gm_as + {a.elems};",
-                *_indent([line for t in held for line in
-                          ["{", *_indent(self.gathered_put(t, f"gm_{t.name}s")), "}"]]),
-                "};"]
+                f"   // {t.label}'s gathered elements of the next tile" for t in held + ringed]
+        for fetch, put, ts, ring in (("gm_fetch = [&](int kt)", "gm_put", held, None),
+                                     ("gm_ring_fetch = [&](int kt, int stage)", "gm_ring_put",
+                                      ringed, "stage")):
+            if ts:
+                out += [f"auto {fetch} {{",
+                        *_indent([line for t in ts for line in
+                                  ["{", *_indent(self.gathered_fetch(t, "kt", ring=ring)), "}"]]),
+                        "};",
+                        f"auto {put} = [&](int stage) {{",
+                        f"  gm_t* gm_as = gm_smem + stage * {self.plan.stage_elems};",
+                        f"  gm_t* gm_bs = gm_as + {a.elems};",
+                        *_indent([line for t in ts for line in
+                                  ["{", *_indent(self.gathered_put(t, f"gm_{t.name}s")), "}"]]),
+                        "};"]
         return out
 
     def _held(self, t: _Tile) -> bool:
         """Operand t's tiles pass through registers (gm_fetch / gm_put): a gathered one,
-        always in a cp.async ring, with one buffer when a thread's share is small enough."""
-        return t.op.gathered and (self.c.stages > 1 or t.held_elements <= MAX_HELD_ELEMENTS)
+        always in a cp.async ring, with one buffer when a thread's share is small enough (one
+        with a raw ring through gm_ring_fetch / gm_ring_put instead)."""
+        return t.op.gathered and (self.c.stages > 1 or t.held_elements <= MAX_HELD_ELEMENTS) \
+            and not self.plan.raw_ring(t)
 
     @property
     def held(self) -> bool:
@@ -965,10 +1036,26 @@ class _Emitter:
             _unrolled("gm_j", nj, _unrolled("gm_e", 2, ["gm_bf[gm_j][gm_e] = gm_bn[gm_j][gm_e];"]))
         put = ["  gm_put(gm_next);   // the gathered tile fetched at the top"] \
             if self.held else []
+        ring = any(plan.raw_ring(t) for t in (plan.a, plan.b))
+        # with a raw ring, tile i + 1 is computed from its raw bytes during step i: the wait
+        # leaves one tile fewer in flight, so that those of tile i + 2 have landed by then
+        wait = s - 3 if ring else s - 2
+        first, ahead = [], []
+        if ring:
+            first = ["if (gm_nk > 0) {   // tile 0 computed from its raw bytes",
+                     "  gm_ring_fetch(gm_kt0, 0);",
+                     "  gm_ring_put(0);",
+                     "}",
+                     "__syncthreads();"]
+            # past the end, a stale raw stage into a stage no later step reads (no branch)
+            ahead = [f"const int gm_after = gm_stage == {s - 1} ? 0 : gm_stage + 1;",
+                     "gm_ring_fetch(gm_kt0 + min(gm_i + 1, gm_nk - 1), gm_after);"]
+            put += ["  gm_ring_put(gm_after);   // tile gm_i + 1, read after the barrier"]
         return [*self.load_lambda(True),
                 *self.prologue(),
-                f"cp_async_wait<{s - 2}>();",
+                f"cp_async_wait<{wait}>();",
                 "__syncthreads();",
+                *first,
                 f"int gm_stage = 0, gm_next = {s - 1};",
                 "const gm_t* gm_as = gm_smem;",
                 f"const gm_t* gm_bs = gm_smem + {plan.a.elems};",
@@ -978,10 +1065,11 @@ class _Emitter:
                 f"  if (gm_i + {s - 1} < gm_nk) gm_load(gm_kt0 + gm_i + {s - 1}, gm_next);",
                 "  cp_async_commit();",
                 *self.fetch(),
+                *_indent(ahead),
                 *_indent(_unrolled("gm_ks", ks_n, [
                     f"if (gm_ks == {ks_n - 1}) {{",
                     *put,
-                    f"  cp_async_wait<{s - 2}>();",
+                    f"  cp_async_wait<{wait}>();",
                     "  __syncthreads();",
                     f"  gm_stage = gm_stage == {s - 1} ? 0 : gm_stage + 1;",
                     f"  gm_next = gm_next == {s - 1} ? 0 : gm_next + 1;",

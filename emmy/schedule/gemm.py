@@ -10,7 +10,9 @@
                                    optionally shared by a thread-block cluster of 2x1 tiles (B's
                                    tile copied once for both, multicast) or 1x2 (A's); a
                                    gathered operand (an implicit GEMM's) goes through registers
-                                   one K tile ahead in an async:N ring
+                                   one K tile ahead in an async:N ring; a computed one's raw
+                                   bytes (whole aligned vectors) have their own cp.async ring
+                                   at async:3 and async:4, N - 2 K tiles ahead
     RASTER  row | group:G          tile launch order: row-major, or G tile rows at a time (L2 reuse)
     PLACE   fuse | cut             only for a product with a computed operand (an int8 weight
                                    dequantized): the template computes its elements as it copies
@@ -411,11 +413,17 @@ def held_registers(c: GemmCtx) -> str | None:
 
 
 def shared_budget(c: GemmCtx) -> str | None:
-    t, s = c.tile, c.stage
+    from emmy.cuda.gemm import raw_ring
+
+    t, s, p = c.tile, c.stage, c.problem
     per_stage = (t.bm + t.bn) * (t.bk + 16 // _itemsize(c)) * _itemsize(c)
-    need = per_stage * s.stages
+    config = config_of(c)
+    ring = sum(outer * t.bk * op.bytes_read for op, outer in ((p.a, t.bm), (p.b, t.bn))
+               if raw_ring(op, config))
+    need = (per_stage + ring) * s.stages
     if need > c.target.shared_per_block_optin:
-        return (f"{s.stages} stage(s) x {_kib(per_stage)} = {_kib(need)} shared memory > "
+        raw = f" (+ {_kib(ring)} of raw bytes)" if ring else ""
+        return (f"{s.stages} stage(s) x {_kib(per_stage)}{raw} = {_kib(need)} shared memory > "
                 f"{_kib(c.target.shared_per_block_optin)} per block on {c.target.name}")
     return None
 

@@ -38,10 +38,11 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
                 lines.append(f"{INDENT}  {name} gathered (implicit GEMM) through a window: "
                              f"{op.window.describe()}; the k side tabulated per block")
             elif op.computed:
+                pairs = ", two at a time on 16-bit pairs" if op.paired else ""
                 lines.append(f"{INDENT}  {name} computed (as a dequantized weight is): "
                              f"{len(op.gather)} statement(s) compute each element ({op.value}) "
-                             f"from its loads as its tiles are copied; PLACE=cut stores it "
-                             f"first")
+                             f"from its loads as its tiles are copied{pairs}; PLACE=cut stores "
+                             f"it first")
             elif op.gathered:
                 lines.append(f"{INDENT}  {name} gathered (implicit GEMM): {len(op.gather)} "
                              f"statement(s) compute each element ({op.value}), copied element "

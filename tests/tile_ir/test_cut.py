@@ -310,3 +310,36 @@ def test_a_dequantized_weight_is_computed_on_pairs_where_its_math_is_16_bit(expr
     assert ("em_8x2_half2" in unit.source) == paired
     report, failed = check_cuda_program(w, results["torch"], results["cuda"])
     assert report is not None and report.ok, failed or report.outputs
+
+
+@pytest.mark.parametrize("stages,in_features", [(3, 24), (4, 40), (2, 40)])
+def test_three_stages_or_more_bring_the_raw_bytes_through_their_own_ring(stages, in_features):
+    """async:3 and async:4: the int8 bytes of stages - 2 K tiles in flight by cp.async (8 bytes
+    a copy), each tile computed from shared memory during the K step before its mma; async:2
+    holds the loads of one tile in registers for one step. Correct on the emulator with one
+    and two K tiles (the steps past the end compute a stale stage no step reads)."""
+    from emmy.check import check_cuda_program
+
+    sets = (("batch", 20), ("in_features", in_features), ("out_features", 40))
+    row = (f"WORK=warps:2x2 TILE=mma:32x32x32 REDUCE=serial STAGE=async:{stages} RASTER=row "
+           "PLACE=fuse")
+    w = load_file(INT8, sets)
+    results = compile_to(w, "cuda", Options(rows={"": row}))
+    (unit,) = results["cuda"].units
+    assert ("gm_ring_fetch" in unit.source and "em_cp_async<8>" in unit.source) == (stages > 2)
+    report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None and report.ok, failed or report.outputs
+
+
+def test_the_raw_ring_is_modeled_to_hide_the_weights_latency():
+    """`modeled`, H200: at 16 rows of 4,096 x 4,096 weights each K step of a fused row waits
+    on its weight tile's DRAM latency when only one tile is in flight (async:2); async:4's raw
+    ring keeps two in flight."""
+    from emmy.runtime.costmodel.api import estimate_row
+
+    sets = (("batch", 16), ("in_features", 4096), ("out_features", 4096))
+    (k,) = lifted(INT8, sets)
+    row = "WORK=warps:2x4 TILE=mma:32x64x32 REDUCE=split:8:combine STAGE=async:{} RASTER=row PLACE=fuse"
+    two, four = (estimate_row(k, "", row.format(s), get_target("sm_90a"), nvrtc=False)
+                 for s in (2, 4))
+    assert four < 0.75 * two

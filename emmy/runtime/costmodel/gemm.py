@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from emmy.cuda.gemm import raw_ring
 from emmy.cuda.gemm_spec import GemmConfig, GemmProblem
 from emmy.cuda.nvrtc import Resources
 from emmy.runtime.costmodel.constants import (DRAM_EFFICIENCY, DRAM_LATENCY_S, L2_OVER_DRAM,
@@ -74,6 +75,11 @@ WINDOW_INSTRUCTIONS_PER_ELEMENT = 14
 COMPUTED_INSTRUCTIONS_PER_ELEMENT = 4.5
 COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT = 3.6
 COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT = {"__half": 1.45, "__nv_bfloat16": 2.9}
+# Through a raw ring (emmy.cuda.gemm.raw_ring: STAGE=async:3 or 4, the raw bytes copied by
+# cp.async, then read from shared memory): 110 a K step on f16 pairs, 134 on bf16 pairs, 161
+# one at a time (2026-12-03, same row at async:3): about 0.75 more an element, for the copy's
+# and the ring's addresses.
+COMPUTED_RING_EXTRA_INSTRUCTIONS_PER_ELEMENT = 0.75
 # I2F issues at 16 results a clock an SM on sm_80 and sm_90 (the CUDA C++ Programming Guide's
 # arithmetic-instruction throughput table: "all other type conversions"), an eighth of the
 # rate of the integer and half2 instructions around it: the conversions, not the issue slots,
@@ -86,16 +92,17 @@ STEP_OVERHEAD_CYCLES = 40        # per K step: barrier, address updates, loop
 EPILOGUE_CYCLES_PER_ELEMENT = 2  # per output element per thread-share: epilogue and store
 
 
-def _gather_instructions(op) -> float:
+def _gather_instructions(op, c: GemmConfig) -> float:
     """Instructions one thread issues per element of a gathered operand's tile."""
     if op.windowed:
         return WINDOW_INSTRUCTIONS_PER_ELEMENT
+    if not op.computed:
+        return GATHER_INSTRUCTIONS_PER_ELEMENT
+    ring = COMPUTED_RING_EXTRA_INSTRUCTIONS_PER_ELEMENT if raw_ring(op, c) else 0
     if op.paired:
-        return COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT[op.ctype]
-    if op.computed:
-        return COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT if op.vector > 1 \
-            else COMPUTED_INSTRUCTIONS_PER_ELEMENT
-    return GATHER_INSTRUCTIONS_PER_ELEMENT
+        return COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT[op.ctype] + ring
+    return ring + (COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT if op.vector > 1
+                   else COMPUTED_INSTRUCTIONS_PER_ELEMENT)
 
 
 def _does_not_fit(kernel: str, function: str, grid: int, threads: int,
@@ -162,7 +169,7 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     bytes_step_all = step_bytes * resident
     copy_s = max(bytes_step_all * dram_fraction / dram_bw, bytes_step_all / l2_bw)
     overhead_s = STEP_OVERHEAD_CYCLES / clock
-    gathered = sum(outer * _gather_instructions(op) for op, outer in ((p.a, c.bm), (p.b, c.bn))
+    gathered = sum(outer * _gather_instructions(op, c) for op, outer in ((p.a, c.bm), (p.b, c.bn))
                    if op.gathered)
     conversions = sum(outer * COMPUTED_CONVERSIONS_PER_ELEMENT
                       for op, outer in ((p.a, c.bm), (p.b, c.bn)) if op.computed and not op.paired)
@@ -171,8 +178,10 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     if c.stages <= 1:
         step_s = compute_s + copy_s + gather_s + DRAM_LATENCY_S / 2 + overhead_s
     else:
-        # a gathered tile is in flight (in registers) for one step, whatever the depth
-        ahead = 1 if gathered else c.stages - 1
+        # a gathered tile is in flight (in registers) for one step, whatever the depth; a
+        # computed operand's raw ring has stages - 2 tiles in flight
+        ahead = min([c.stages - 1] + [c.stages - 2 if raw_ring(op, c) else 1
+                                      for op in (p.a, p.b) if op.gathered])
         step_s = max(compute_s, copy_s, gather_s, DRAM_LATENCY_S / ahead) + overhead_s
     waves = -(-units // resident)
     epilogue_s = c.bm * c.bn / threads * EPILOGUE_CYCLES_PER_ELEMENT / clock
