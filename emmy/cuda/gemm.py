@@ -422,7 +422,7 @@ def _shape_problems(p: GemmProblem, c: GemmConfig) -> list[str]:
 def held_problems(p: GemmProblem, c: GemmConfig) -> list[str]:
     """Why a cp.async ring cannot hold a gathered operand's next tile in registers (a few per
     thread); empty when it can or there is no ring."""
-    if c.stages <= 1:
+    if c.stages <= 1 or c.inst == "wgmma":   # the wgmma template computes straight into a stage
         return []
     plan = _Plan(p, c)
     return [f"async:{c.stages} holds the next {t.outer_tile}x{c.bk} tile of gathered operand "
@@ -478,6 +478,45 @@ def raw_ring(op: GemmOperand, c: GemmConfig) -> bool:
     computed from shared memory into the f16 stage one K step before its mma read it; with
     fewer stages (or element by element) its loads are in flight for one K step."""
     return op.computed and op.vector > 1 and c.stages >= 3 and c.inst in TENSOR_CORE
+
+
+def raw_vector(op: GemmOperand, g: VectorGather) -> str:
+    """The C type of a computed operand's raw vector: its words where it is paired."""
+    if op.paired:
+        return f"EmVec<{op.vector * op.bytes_read // 4}, uint32_t>"
+    return f"EmVec<{op.vector}, {g.ctype}>"
+
+
+def computed_lambdas(name: str, op: GemmOperand, g: VectorGather) -> list[str]:
+    """A computed operand's element functions, for both templates: gm_<name>_raw(outer, k) is
+    the address of the raw vector at (outer, k) (one aligned load, or a cp.async of it into a
+    raw ring), gm_<name>_vec(outer, k, raw) computes its elements k .. k + vec - 1 from it, one
+    at a time or (g.pair) two at a time on 16-bit pairs from its words. `bz` and `gm_t` (the
+    16-bit storage type) must be in scope."""
+    v = op.vector
+    lines, off = g.offset("gm_o", "gm_kk")
+    raw = raw_vector(op, g)
+    if g.pair is not None:
+        arg, body = "gm_raww", []
+        for j in range(0, v, 2):
+            stmts, value = g.pair("gm_o", "gm_kk", j)
+            body += ["{", *_indent(stmts), f"  memcpy(&gm_v.x[{j}], &{value}, 4);", "}"]
+    else:
+        arg, body = "gm_rawv", [f"const {g.ctype}* gm_raw = gm_rawv.x;"]
+        for j in range(v):
+            stmts, value = g.element("gm_o", "gm_kk", j)
+            body += ["{", *_indent(stmts), f"  gm_v.x[{j}] = {BITS[op.ctype].format(value)};",
+                     "}"]
+    return [f"auto gm_{name}_raw = [&](int gm_o, int gm_kk) -> const {raw}* {{",
+            *_indent(lines),
+            f"  return reinterpret_cast<const {raw}*>({g.buffer} + ({off}));",
+            "};",
+            f"auto gm_{name}_vec = [&](int gm_o, int gm_kk, const {raw} {arg}) -> "
+            f"EmVec<{v}, gm_t> {{",
+            f"  EmVec<{v}, gm_t> gm_v;",
+            *_indent(body),
+            "  return gm_v;",
+            "};"]
 
 
 # --- emission ---------------------------------------------------------------------------------
@@ -566,39 +605,12 @@ class _Emitter:
         return out
 
     def vector_setup(self, t: _Tile, g: VectorGather) -> list[str]:
-        """A computed operand fetched `vec` elements at a time: gm_<n>_raw(outer, k) is the
-        address of the raw vector at (outer, k) (one aligned load, or a cp.async of it into
-        the raw ring), gm_<n>_vec(outer, k, raw) computes its elements k .. k + vec - 1 from
-        it, one at a time or (g.pair) two at a time on 16-bit pairs from its words."""
-        n, v = t.name, t.vec
-        lines, off = g.offset("gm_o", "gm_kk")
-        raw = self._raw_vector(t)
-        if g.pair is not None:
-            how, name, body = "two at a time on 16-bit pairs", "gm_raww", []
-            for j in range(0, v, 2):
-                stmts, value = g.pair("gm_o", "gm_kk", j)
-                body += ["{", *_indent(stmts), f"  memcpy(&gm_v.x[{j}], &{value}, 4);", "}"]
-        else:
-            how, name = "one at a time", "gm_rawv"
-            body = [f"const {g.ctype}* gm_raw = gm_rawv.x;"]
-            for j in range(v):
-                stmts, value = g.element("gm_o", "gm_kk", j)
-                body += ["{", *_indent(stmts),
-                         f"  gm_v.x[{j}] = {BITS[t.op.ctype].format(value)};", "}"]
+        """A computed operand fetched `vec` elements at a time (computed_lambdas)."""
+        how = "two at a time on 16-bit pairs" if g.pair is not None else "one at a time"
         ring = " through a cp.async ring of the raw bytes" if self.plan.raw_ring(t) else ""
         return [f"// {t.label}: {t.rows} {t.row_dim}-rows x {t.cols} {t.col_dim} per stage, "
-                f"from one vector of {v} {g.buffer} elements ({t.iters} vectors per thread)"
-                f"{ring}, computed {how}",
-                f"auto gm_{n}_raw = [&](int gm_o, int gm_kk) -> const {raw}* {{",
-                *_indent(lines),
-                f"  return reinterpret_cast<const {raw}*>({g.buffer} + ({off}));",
-                "};",
-                f"auto gm_{n}_vec = [&](int gm_o, int gm_kk, const {raw} {name}) -> "
-                f"EmVec<{v}, gm_t> {{",
-                f"  EmVec<{v}, gm_t> gm_v;",
-                *_indent(body),
-                "  return gm_v;",
-                "};"]
+                f"from one vector of {t.vec} {g.buffer} elements ({t.iters} vectors per thread)"
+                f"{ring}, computed {how}", *computed_lambdas(t.name, t.op, g)]
 
     def window_setup(self, t: _Tile, w: WindowGather) -> list[str]:
         """A windowed operand: the block tabulates the k side of its K range in shared memory
@@ -669,10 +681,7 @@ class _Emitter:
         return self._gathered_rounds(t, [f"{to} = {value};"])
 
     def _raw_vector(self, t: _Tile) -> str:
-        """The C type of a computed operand's raw vector: its words where it is paired."""
-        if t.op.paired:
-            return f"EmVec<{t.vec * t.op.bytes_read // 4}, uint32_t>"
-        return f"EmVec<{t.vec}, {self.gather[t.name].ctype}>"
+        return raw_vector(t.op, self.gather[t.name])
 
     @staticmethod
     def _tile_element(t: _Tile, kt: str) -> tuple[str, str, str]:

@@ -21,6 +21,13 @@ async proxy, meets the block at a barrier (after which every warpgroup has finis
 of tile kt-2), refills that slot with tile kt+stages-2, and issues tile kt's four wgmmas. With
 2 stages nothing stays in flight and the refill is tile kt+1 into tile kt-1's slot.
 
+A computed operand (an int8 weight dequantized, its rows whole aligned vectors of 8:
+emmy.tile_ir.contract) is not copied: cp.async brings its raw vectors into a ring of their own
+(after the stages), and once tile kt has landed each thread computes its 16-byte chunks of it
+(emmy.cuda.gemm.computed_lambdas) into the swizzled places a copy would fill, zero past the
+edges, and fences them into the async proxy; a second barrier precedes tile kt's wgmmas, and
+tile kt-1's, still in flight, overlap the computing. TMA staging is refused.
+
 With config.tma, a producer warpgroup (threads 0..127, before the bm/64 consumer warpgroups)
 loads the same layouts with the copy engine instead: one thread waits for a slot to be empty,
 announces the stage's bytes on its `full` mbarrier and issues the TMA copies (3-d tensor maps:
@@ -60,8 +67,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from emmy.cuda.gemm import _indent
-from emmy.cuda.gemm_spec import Body, Epilogue, GemmConfig, GemmOperand, GemmProblem, pair_of
+from emmy.cuda.gemm import STORAGE, _indent, computed_lambdas, raw_vector
+from emmy.cuda.gemm_spec import (Body, Epilogue, GemmConfig, GemmOperand, GemmProblem,
+                                 VectorGather, pair_of)
 from emmy.cuda.program import TensorMapSpec
 
 HEADER = "emmy_sm90.cuh"
@@ -90,9 +98,10 @@ class TmaBody(Body):
 
 def smem_bytes_sm90(problem: GemmProblem, config: GemmConfig) -> int:
     """Dynamic shared memory of one block: the stage ring (and with TMA its two mbarriers per
-    stage), plus room to align it to 1024."""
+    stage; for a computed operand the ring of its raw bytes), plus room to align it to 1024."""
     barriers = 16 * config.stages if config.tma else 0
-    return config.stages * (config.bm + config.bn) * BK * 2 + barriers + ALIGN_SLACK
+    raw = config.stages * (_ring_bytes(problem.a, config.bm) + _ring_bytes(problem.b, config.bn))
+    return config.stages * (config.bm + config.bn) * BK * 2 + raw + barriers + ALIGN_SLACK
 
 
 def constraints_sm90(problem: GemmProblem, config: GemmConfig, target_name: str) -> list[str]:
@@ -130,6 +139,7 @@ def constraints_sm90(problem: GemmProblem, config: GemmConfig, target_name: str)
     elif config.cluster > 1 and not config.tma:
         why.append("clusters share their TMA copies (multicast): they need TMA staging")
     for name, op, outer in (("A", a, "m"), ("B", b, "n")):
+        why += _gathered_refusals(name, op, config)
         why += _operand_refusals(name, op, outer, problem.batch)
         if config.tma and not op.batch_stride and not _ZERO_BASED.fullmatch(op.batch_offset):
             why.append(f"with TMA, operand {name} must start at its buffer's first element and "
@@ -142,6 +152,26 @@ def constraints_sm90(problem: GemmProblem, config: GemmConfig, target_name: str)
 
 # Batch offsets a tensor map can express without a stride: zero at bz = 0.
 _ZERO_BASED = re.compile(r"\s*(0(LL)?|\(?bz\)?\s*\*\s*\d+(LL)?)\s*")
+
+
+def _gathered_refusals(name: str, op: GemmOperand, c: GemmConfig) -> list[str]:
+    """A gathered operand's tiles are made by the threads, not copied: only a computed one
+    (an int8 weight dequantized) whose tiles' 16-byte chunks each come from one aligned vector
+    of 8 raw elements, with cp.async staging (its raw bytes in a ring of their own)."""
+    if not op.gathered:
+        return []
+    if not op.computed:
+        return [f"operand {name} is gathered element by element (an implicit GEMM's); the "
+                f"wgmma template's tiles come in 16-byte chunks: use mma"]
+    why = []
+    if op.vector != 8:
+        why.append(f"operand {name} is computed one element at a time (its rows are not whole "
+                   f"aligned vectors of 8 raw elements); the wgmma template computes 16-byte "
+                   f"chunks: use mma")
+    if c.tma:
+        why.append(f"operand {name} is computed (a dequantized weight): TMA copies tiles "
+                   f"untouched; use STAGE=async:N")
+    return why
 
 
 def _operand_refusals(name: str, op: GemmOperand, outer: str, batch: int) -> list[str]:
@@ -167,10 +197,13 @@ def _operand_refusals(name: str, op: GemmOperand, outer: str, batch: int) -> lis
 
 
 def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue, *,
-                   sm_count: int) -> Body:
+                   sm_count: int, gather: dict[str, VectorGather] | None = None) -> Body:
     """The kernel body for `problem` with `config` (which constraints_sm90 accepted); a TmaBody
-    when config.tma, whose grid is persistent: min(tiles, sm_count) blocks walk the tiles."""
+    when config.tma, whose grid is persistent: min(tiles, sm_count) blocks walk the tiles.
+    `gather` has the computed operands' element functions ("a", "b"): see
+    _cp_async_mainloop."""
     p, c = problem, config
+    gather = gather or {}
     tiles_m, tiles_n = _cdiv(p.m, c.bm), _cdiv(p.n, c.bn)
     tiles = p.batch * tiles_m * tiles_n
     ta, tb = int(not p.a.k_contiguous), int(not p.b.k_contiguous)
@@ -209,8 +242,16 @@ def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue,
     zero = ["#pragma unroll", f"for (int i = 0; i < {c.bn // 2}; ++i) acc[i] = 0.f;"]
     store = _store_lines(p, c, epilogue)
     if not c.tma:
-        lines = [*_private(head + _decode("bid", c) + consumer + zero
-                           + _cp_async_mainloop(p, c, wgmmas) + _drained(c)), *store]
+        raw = {x: raw_vector(op, gather[x]) for x, op in (("a", p.a), ("b", p.b)) if op.computed}
+        computed = [line for x, op in (("a", p.a), ("b", p.b)) if op.computed
+                    for line in computed_lambdas(x, op, gather[x])]
+        if computed:    # outside _private: the element functions name the kernel's buffers
+            computed = ["// the computed operands' element functions (emmy.cuda.gemm)",
+                        f"const long long bz = {PREFIX}bz;",
+                        f"using gm_t = {STORAGE[p.a.ctype]};", *computed]
+        lines = [*_private(head + _decode("bid", c)), *computed,
+                 *_private(consumer + zero + _cp_async_mainloop(p, c, wgmmas, raw)
+                           + _drained(c)), *store]
         return Body(lines=_buffers(lines, p), grid=tiles, threads=2 * c.bm,
                     smem_bytes=smem_bytes_sm90(p, c))
     if c.cluster > 1:
@@ -333,24 +374,59 @@ def _store_lines(p: GemmProblem, c: GemmConfig, epilogue: Epilogue) -> list[str]
     return out + body
 
 
-def _cp_async_mainloop(p: GemmProblem, c: GemmConfig, wgmmas: list[str]) -> list[str]:
-    """All threads copy (cp.async) and multiply (`wgmmas`: one k-tile's wgmma issue)."""
+def _cp_async_mainloop(p: GemmProblem, c: GemmConfig, wgmmas: list[str],
+                       raw: dict[str, str] | None = None) -> list[str]:
+    """All threads copy (cp.async) and multiply (`wgmmas`: one k-tile's wgmma issue). A
+    computed operand (`raw`: "a" / "b" -> the C type of its raw vector) has its raw bytes
+    copied into a ring of their own instead, alongside the other operand's tile, and each
+    tile computed into its stage (swizzled as a copy would place it) once they have landed."""
+    raw = raw or {}
     threads = 2 * c.bm
     inflight = 1 if c.stages >= 3 else 0          # wgmma groups left running across iterations
     ahead = c.stages - 1 - inflight               # k-tiles being copied while one is multiplied
-    setup = [
-        f"const {p.a.ctype}* __restrict__ ga = {_BUFFER_A} + ({p.a.batch_offset});",
-        f"const {p.b.ctype}* __restrict__ gb = {_BUFFER_B} + ({p.b.batch_offset});",
-        *_copy_setup("a", p.a, c.bm, "m0", "M", threads),
-        *_copy_setup("b", p.b, c.bn, "n0", "N", threads),
-        "// copies tile kt of A and B into slot kt % STAGES (zero past the edges)",
+    ops = (("a", p.a, c.bm, "m0", "M", "0", _BUFFER_A),
+           ("b", p.b, c.bn, "n0", "N", str(c.bm * BK * 2), _BUFFER_B))
+    setup = [f"const {op.ctype}* __restrict__ g{x} = {buf} + ({op.batch_offset});"
+             for x, op, *_, buf in ops if x not in raw]
+    load, compute = [], []
+    for x, op, rows, origin, extent, base, _ in ops:
+        setup += _copy_setup(x, op, rows, origin, extent, threads)
+        if x not in raw:
+            load += _copy(x, op, rows, origin, extent, threads, p, base)
+            continue
+        outer, k, ok, at = _computed_chunk(x, op, rows, origin, extent, threads, p)
+        ring = f"smem + {_ring_offset(p, c, x)} + (kt % {c.stages}) * {_ring_bytes(op, rows)}"
+        copy = f"em_cp_async<{8 * op.bytes_read}>({ring} + {at}, gm_{x}_raw({outer}, {k}));"
+        value = f"gm_{x}_vec({outer}, {k}, *reinterpret_cast<const {raw[x]}*>({ring} + {at}))"
+        n = _chunks(rows, threads)
+        load += ["#pragma unroll",
+                 f"for (int i = 0; i < {n}; ++i) {f'if ({ok}) ' if ok else ''}{copy}"]
+        compute += ["#pragma unroll",
+                    f"for (int i = 0; i < {n}; ++i)",
+                    f"  *reinterpret_cast<EmVec<8, gm_t>*>(s + {base} + "
+                    f"{_chunk_dst(x, op, rows, threads)}) = "
+                    f"{f'({ok}) ? {value} : EmVec<8, gm_t>{{}}' if ok else value};"]
+    setup += [
+        "// copies tile kt of A and B into slot kt % STAGES (zero past the edges)"
+        f"{'; a computed operand its raw bytes into their ring' if raw else ''}",
         "auto load = [&](int kt) {",
         f"  unsigned char* const s = smem + (kt % {c.stages}) * STAGE;",
         f"  const int k0 = kt * {BK};",
-        *("  " + line for line in _copy("a", p.a, c.bm, "m0", "M", threads, p, "0")),
-        *("  " + line for line in _copy("b", p.b, c.bn, "n0", "N", threads, p,
-                                        str(c.bm * BK * 2))),
+        *_indent(load),
         "};",
+    ]
+    computed = []
+    if raw:
+        setup += ["// computes tile kt of the computed operand from its raw bytes into its slot",
+                  "auto compute = [&](int kt) {",
+                  f"  unsigned char* const s = smem + (kt % {c.stages}) * STAGE;",
+                  f"  const int k0 = kt * {BK};",
+                  *_indent(compute),
+                  "};"]
+        computed = ["  compute(kt);",
+                    "  fence_proxy_async_shared();   // the computed tile, visible to wgmma",
+                    "  __syncthreads();"]
+    return setup + [
         "#pragma unroll",
         f"for (int t = 0; t < {ahead}; ++t) {{",
         "  if (t < KT) load(t);",
@@ -363,12 +439,23 @@ def _cp_async_mainloop(p: GemmProblem, c: GemmConfig, wgmmas: list[str]) -> list
         "are done",
         f"  if (kt + {ahead} < KT) load(kt + {ahead});",
         "  cp_async_commit();",
+        *computed,
         f"  const uint64_t slot = uint64_t((kt % {c.stages}) * STAGE) >> 4;",
         *wgmmas,
         f"  wgmma_wait<{inflight}>();",
         "}",
     ]
-    return setup
+
+
+def _ring_bytes(op: GemmOperand, rows: int) -> int:
+    """One stage of a computed operand's raw ring: its rows x 64 raw elements."""
+    return rows * BK * op.bytes_read if op.computed else 0
+
+
+def _ring_offset(p: GemmProblem, c: GemmConfig, x: str) -> int:
+    """Byte offset of operand x's raw ring in the aligned shared memory: after the stages (and
+    A's ring)."""
+    return c.stages * ((c.bm + c.bn) * BK * 2 + (x == "b") * _ring_bytes(p.a, c.bm))
 
 
 def _tma_mainloop(p: GemmProblem, c: GemmConfig,
@@ -490,7 +577,7 @@ def _tensor_maps(p: GemmProblem, c: GemmConfig) -> tuple[TensorMapSpec, ...]:
 PREFIX = "wg_"
 _LOCALS = re.compile(r"\b(M|N|KT|BM|BN|BK|STAGES|TILES|TILES_M|TILES_N|STAGE|bz|w|it|tile|first|rows|in_group|tm|tn|m0|n0|"
                      r"CM|CN|UNITS|UNITS_M|UNITS_N|um|un|rank|cid|clusters|"
-                     r"ga|gb|smem|smem_addr|[ab]_(?:row|chunk|src|dst|kb|nb|desc)|load|s|k0|acc|t|"
+                     r"ga|gb|smem|smem_addr|[ab]_(?:row|chunk|src|dst|kb|nb|desc)|load|compute|s|k0|acc|t|"
                      r"kt|slot|j|row0|col0|i|h|c|row|col|bytes|cw|full|empty|dst)\b")
 
 
@@ -546,13 +633,15 @@ def _copy_setup(x: str, op: GemmOperand, rows: int, origin: str, extent: str,
     k-rows t/C + i*(threads/C). Either way the row's swizzle phase (row % 8) is the thread's."""
     if op.k_contiguous:
         return [f"const int {x}_row = tid / 8, {x}_chunk = tid % 8;",
-                f"const {op.ctype}* const {x}_src = g{x} + (long long)({origin} + {x}_row) * "
-                f"{op.stride_outer}LL + 8 * {x}_chunk;",
+                *([] if op.computed else
+                  [f"const {op.ctype}* const {x}_src = g{x} + (long long)({origin} + {x}_row) * "
+                   f"{op.stride_outer}LL + 8 * {x}_chunk;"]),
                 f"const unsigned {x}_dst = {x}_row * 128u + ((({x}_chunk ^ {x}_row) & 7u) << 4);"]
     per_row = rows // 8
     lines = [f"const int {x}_row = tid / {per_row}, {x}_chunk = tid % {per_row};",
-             f"const {op.ctype}* const {x}_src = g{x} + (long long){x}_row * {op.stride_k}LL + "
-             f"{origin} + 8 * {x}_chunk;"]
+             *([] if op.computed else
+               [f"const {op.ctype}* const {x}_src = g{x} + (long long){x}_row * {op.stride_k}LL + "
+                f"{origin} + 8 * {x}_chunk;"])]
     if threads // per_row % 8 == 0:                      # the same swizzle phase for every copy
         lines.append(f"const unsigned {x}_dst = ({x}_chunk / 8) * {ATOM_BYTES}u + ({x}_row / 8) "
                      f"* 1024u + ({x}_row % 8) * 128u + (((({x}_chunk % 8) ^ {x}_row) & 7u) << 4);")
@@ -564,6 +653,7 @@ def _copy(x: str, op: GemmOperand, rows: int, origin: str, extent: str, threads:
     """The copies of one operand's tile for k-tile k0 into stage `s` (at byte `base`)."""
     n = _chunks(rows, threads)
     full_rows = {"M": p.m, "N": p.n}[extent] % rows == 0
+    dst = f"s + {base} + {_chunk_dst(x, op, rows, threads)}"
     if op.k_contiguous:
         step = threads // 8                              # rows between a thread's copies
         row_ok = "true" if full_rows else f"{origin} + {x}_row + {step} * i < {extent}"
@@ -573,7 +663,6 @@ def _copy(x: str, op: GemmOperand, rows: int, origin: str, extent: str, threads:
             nbytes = f"{x}_kb >= 8 ? 16 : ({x}_kb > 0 ? 2 * {x}_kb : 0)"
         lines = [] if p.k % BK == 0 else [f"const int {x}_kb = {p.k} - k0 - 8 * {x}_chunk;"]
         src = f"{x}_src + k0 + {step * op.stride_outer}LL * i"
-        dst = f"s + {base} + {x}_dst + {step * 128} * i"
     else:
         per_row = rows // 8
         step = threads // per_row                        # k-rows between a thread's copies
@@ -585,12 +674,6 @@ def _copy(x: str, op: GemmOperand, rows: int, origin: str, extent: str, threads:
             nbytes = f"{x}_nb >= 8 ? 16 : ({x}_nb > 0 ? 2 * {x}_nb : 0)"
             lines = [f"const int {x}_nb = {extent} - {origin} - 8 * {x}_chunk;"]
         src = f"{x}_src + (long long)k0 * {op.stride_k}LL + {step * op.stride_k}LL * i"
-        if step % 8 == 0:
-            dst = f"s + {base} + {x}_dst + {step // 8 * 1024} * i"
-        else:                                            # the swizzle phase changes with i
-            kr = f"({x}_row + {step} * i)"
-            dst = (f"s + {base} + ({x}_chunk / 8) * {ATOM_BYTES}u + {kr} / 8 * 1024u + "
-                   f"{kr} % 8 * 128u + (((({x}_chunk % 8) ^ {kr}) & 7u) << 4)")
     if row_ok == "true" and nbytes == "16":
         copy = f"cp_async_16({dst}, {src});"
         return lines + ["#pragma unroll", f"for (int i = 0; i < {n}; ++i) {copy}"]
@@ -601,3 +684,37 @@ def _copy(x: str, op: GemmOperand, rows: int, origin: str, extent: str, threads:
         f"  cp_async_16_zfill({dst}, bytes ? {src} : g{x}, bytes);",
         "}",
     ]
+
+
+def _chunk_dst(x: str, op: GemmOperand, rows: int, threads: int) -> str:
+    """The swizzled byte offset in its stage of a thread's i-th 16-byte chunk of an operand's
+    tile (see _copy_setup)."""
+    if op.k_contiguous:
+        return f"{x}_dst + {threads // 8 * 128} * i"
+    step = threads // (rows // 8)                        # k-rows between a thread's chunks
+    if step % 8 == 0:
+        return f"{x}_dst + {step // 8 * 1024} * i"
+    kr = f"({x}_row + {step} * i)"                       # the swizzle phase changes with i
+    return (f"({x}_chunk / 8) * {ATOM_BYTES}u + {kr} / 8 * 1024u + {kr} % 8 * 128u + "
+            f"(((({x}_chunk % 8) ^ {kr}) & 7u) << 4)")
+
+
+def _computed_chunk(x: str, op: GemmOperand, rows: int, origin: str, extent: str, threads: int,
+                    p: GemmProblem) -> tuple[str, str, str, str]:
+    """A computed operand's i-th chunk of a thread for k-tile k0 (8 elements from one vector
+    of 8 raw ones): (its outer index, its k, the test that it is inside the matrix ("" when
+    every one is), the raw vector's byte offset in its stage of the raw ring)."""
+    raw = op.bytes_read
+    if op.k_contiguous:
+        row = f"({x}_row + {threads // 8} * i)"
+        outer, k = f"{origin} + {row}", f"k0 + 8 * {x}_chunk"
+        ok = ([f"{outer} < {extent}"] if {"M": p.m, "N": p.n}[extent] % rows else []) + \
+            ([f"{k} < {p.k}"] if p.k % BK else [])
+        at = f"{row} * {BK * raw} + {x}_chunk * {8 * raw}"
+    else:
+        kr = f"({x}_row + {threads // (rows // 8)} * i)"
+        outer, k = f"{origin} + 8 * {x}_chunk", f"k0 + {kr}"
+        ok = ([f"{k} < {p.k}"] if p.k % BK else []) + \
+            ([f"{outer} < {extent}"] if {"M": p.m, "N": p.n}[extent] % rows else [])
+        at = f"{kr} * {rows * raw} + {x}_chunk * {8 * raw}"
+    return outer, k, " && ".join(ok), at

@@ -38,7 +38,8 @@ def lower_contract(k: TileKernel, row: Row, target: Target) -> K.KProgram:
     if config.inst == "wgmma":
         from emmy.cuda.gemm_sm90 import HEADER, gemm_sm90_body
 
-        body = gemm_sm90_body(problem, config, epilogue, sm_count=target.sm_count)
+        body = gemm_sm90_body(problem, config, epilogue, sm_count=target.sm_count,
+                              gather=make_gathers(k, problem))
         headers = (HEADER,)
     else:
         from emmy.cuda.gemm import gemm_body

@@ -12,7 +12,8 @@
                                    gathered operand (an implicit GEMM's) goes through registers
                                    one K tile ahead in an async:N ring; a computed one's raw
                                    bytes (whole aligned vectors) have their own cp.async ring
-                                   at async:3 and async:4, N - 2 K tiles ahead
+                                   at async:3 and async:4, N - 2 K tiles ahead (on wgmma tiles
+                                   at any async:N, as far ahead as the other operand's)
     RASTER  row | group:G          tile launch order: row-major, or G tile rows at a time (L2 reuse)
     PLACE   fuse | cut             only for a product with a computed operand (an int8 weight
                                    dequantized): the template computes its elements as it copies
@@ -94,7 +95,7 @@ def prefer(key: str, order: tuple[str, ...], c: "GemmCtx") -> tuple[str, ...]:
     half padding), each group in PREFERRED's order. With a computed operand (a dequantized
     weight), tiles whose share of it a thread can hold in registers come first in each
     group: only they take a cp.async ring (STAGE=async:N), without which every K step waits
-    for its weight tile."""
+    for its weight tile (wgmma tiles hold none: they compute it straight into a stage)."""
     if key != "TILE":
         return order
     m, n = _ceil_pow2(c.problem.m), _ceil_pow2(c.problem.n)
@@ -103,7 +104,7 @@ def prefer(key: str, order: tuple[str, ...], c: "GemmCtx") -> tuple[str, ...]:
     def held_too_many(t: GemmTile) -> bool:
         from emmy.cuda.gemm import MAX_HELD_ELEMENTS
 
-        return threads > 0 and any(
+        return threads > 0 and t.inst != "wgmma" and any(
             op.computed and outer * t.bk > MAX_HELD_ELEMENTS * threads
             for op, outer in ((c.problem.a, t.bm), (c.problem.b, t.bn)))
 
@@ -292,10 +293,17 @@ def tf32_allowed(c: GemmCtx) -> str | None:
 def instruction_set(c: GemmCtx) -> str | None:
     if c.tile.inst == "wgmma" and not c.target.has_wgmma:
         return f"wgmma is an sm_90a instruction; {c.target.name} has none"
-    gathered = [n for n, op in (("A", c.problem.a), ("B", c.problem.b)) if op.gathered]
+    gathered = [n for n, op in (("A", c.problem.a), ("B", c.problem.b))
+                if op.gathered and not op.computed]
     if c.tile.inst == "wgmma" and gathered:
         return (f"the wgmma template reads tiles that cp.async or TMA copy as 16-byte chunks; "
                 f"operand {gathered[0]} is gathered element by element: use mma")
+    single = [n for n, op in (("A", c.problem.a), ("B", c.problem.b))
+              if op.computed and op.vector != 8]
+    if c.tile.inst == "wgmma" and single:
+        return (f"the wgmma template computes its tiles 16-byte chunks at a time, each from one "
+                f"vector of 8 raw elements; operand {single[0]} is computed one element at a "
+                f"time (its rows are not whole aligned vectors of 8): use mma")
     if c.tile.inst in ("mma", "tf32") and not c.target.has_mma_sync:
         return f"mma.sync m16n8k16 needs sm_80 or later; {c.target.name} has none"
     return None
@@ -365,6 +373,11 @@ def stage_alignment(c: GemmCtx) -> str | None:
     if c.stage.kind == "smem":
         return None
     for name, op in (("A", c.problem.a), ("B", c.problem.b)):
+        if op.computed and c.stage.kind != "async":
+            return (f"operand {name} is computed (a dequantized weight: each element made from "
+                    f"its raw bytes as its tile is filled), so {c.stage.kind} copies, which move "
+                    f"tiles untouched, cannot fill it; use STAGE=async:N (its raw bytes by "
+                    f"cp.async){' or smem' if c.tile.inst != 'wgmma' else ''}")
         if op.gathered and c.stage.kind != "async":
             return (f"operand {name} is gathered (each element computed, as a convolution's "
                     f"window with its padding), so its tiles are copied element by element: "

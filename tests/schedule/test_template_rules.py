@@ -53,6 +53,9 @@ NO_TMA = dataclasses.replace(SM90, has_tma=False)
 MLA = ("torch.nn.functional.scaled_dot_product_attention(torch.randn(1, 2, 64, 64).half(), "
        "torch.randn(1, 2, 64, 64).half(), torch.randn(1, 2, 64, 128).half())",)
 CONV_F16 = ("nn.Conv2d(8, 16, 3, stride=2, padding=1).half()(torch.randn(2, 8, 11, 10).half())")
+# an int8 weight laid out (k, n), 44 columns: not whole vectors of 8 (computed one at a time)
+INT8_K_N44 = ("(lambda x, q, s: x @ (q.half() * s))(torch.randn(64, 72).half(), "
+              "torch.randint(-127, 128, (72, 44)).to(torch.int8), (torch.rand(1, 44) * 0.01).half())")
 CASES = {
     "work.threads_per_block": [
         ((F16,), SMALL_BLOCKS, "WORK=warps:4x4 TILE=mma:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
@@ -72,7 +75,9 @@ CASES = {
          ("10 mantissa bits", 'set_float32_matmul_precision("high")'))],
     "tile.instruction_set": [
         ((F16,), SM80, "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=serial STAGE=async:3 RASTER=row",
-         ("sm_90a instruction", "sm_80"))],
+         ("sm_90a instruction", "sm_80")),
+        ((INT8_K_N44,), SM90, "WORK=warps:2x2 TILE=wgmma:64x64x64 REDUCE=serial STAGE=async:3 "
+         "RASTER=row PLACE=fuse", ("operand B is computed one element at a time", "use mma"))],
     "tile.warp_tile": [
         ((F16,), SM90, "WORK=warps:1x4 TILE=mma:32x32x16 REDUCE=serial STAGE=smem RASTER=row",
          ("32x8 tile must be a multiple of 16x16",)),
@@ -97,7 +102,10 @@ CASES = {
     "stage.alignment": [
         ("examples/matmul_half.py", SM90,
          "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:2 RASTER=row",
-         ("16-byte chunks", "126 bytes", "STAGE=smem"))],
+         ("16-byte chunks", "126 bytes", "STAGE=smem")),
+        (("examples/int8_linear.py", ()), SM90,
+         "WORK=warps:2x2 TILE=wgmma:64x64x64 REDUCE=serial STAGE=tma:3 RASTER=row PLACE=fuse",
+         ("operand B is computed", "use STAGE=async:N"))],
     "stage.cluster": [
         ((F16,), SM90, "WORK=warps:4x1 TILE=wgmma:64x64x64 REDUCE=serial STAGE=tma:3:cluster:2x1 "
          "RASTER=row", ("one 64x64 tile along m", "use tma:3"))],

@@ -75,18 +75,20 @@ def test_a_cut_program_has_both_kernels_each_with_its_own_row():
     assert [b.name for b in tile.program.intermediates] == ["k0_int8_linear_operand"]
 
 
-@pytest.mark.parametrize("batch,place", [(64, "fuse"), (256, "fuse"), (4096, "cut")])
-def test_the_default_fuses_for_few_rows_and_cuts_for_many(batch, place):
+@pytest.mark.parametrize("batch,target,place,tile", [
+    (64, "sm_90a", "fuse", "mma:"), (256, "sm_90a", "fuse", "wgmma:"),
+    (4096, "sm_90a", "fuse", "wgmma:"), (16384, "sm_80", "cut", "")])
+def test_the_default_fuses_unless_the_cut_is_modeled_faster(batch, target, place, tile):
     """`modeled`: a decoding batch's product reads one byte a weight fused, against a map's
-    read and write and the product's read of two bytes cut; a long prompt's product
-    would convert every weight again for each of 32 block rows, where the cut converts once.
-    A fused default takes a tile whose weight share its threads can hold, so that the weight
-    comes through a cp.async ring (at 256 rows the largest preferred tile could not)."""
+    read and write and the product's read of two bytes cut. A long prompt's product converts
+    every weight again for each block row: on sm_90a its wgmma rows hide that under the
+    products; on sm_80 (mma.sync) at 16,384 rows the cut, which converts once, is faster. A
+    fused default takes a cp.async ring (an mma tile whose weight share its threads can hold)."""
     sets = (("batch", batch), ("in_features", 4096), ("out_features", 4096))
     (k,) = lifted(INT8, sets)
-    row = space_of(k, get_target("sm_90a")).default()
+    row = space_of(k, get_target(target)).default()
     assert row["PLACE"] == place
-    assert place == "cut" or row["STAGE"].startswith("async:")
+    assert place == "cut" or (row["STAGE"].startswith("async:") and row["TILE"].startswith(tile))
 
 
 def test_sampled_rows_fused_and_cut_are_correct_at_a_ragged_shape():
@@ -343,3 +345,33 @@ def test_the_raw_ring_is_modeled_to_hide_the_weights_latency():
     two, four = (estimate_row(k, "", row.format(s), get_target("sm_90a"), nvrtc=False)
                  for s in (2, 4))
     assert four < 0.75 * two
+
+
+def test_wgmma_rows_compute_the_weight_into_their_swizzled_stages(tmp_path):
+    """sm_90a: a wgmma row takes a computed operand with cp.async staging: its raw bytes in a
+    ring of their own, each tile computed into the 128-byte-swizzled stage a copy would fill
+    and fenced into the async proxy before the wgmmas read it. Correct on the emulator
+    K-major at a ragged shape (37 x 136 -> 72) and (k, n)-major in a batch (the experts'
+    chain, cut); HGMMA and nothing in local memory at 1024 x 4096 -> 4096."""
+    from emmy.check import check_cuda_program
+    from emmy.cuda.sass import cuobjdump
+
+    row = "WORK=warps:2x2 TILE=wgmma:64x64x64 REDUCE=serial STAGE=async:3 RASTER=row PLACE=fuse"
+    path = tmp_path / "experts.py"
+    path.write_text(EXPERTS)
+    for w, rows in ((load_file(INT8, RAGGED), {"": row}),
+                    (load_file(path), {"k0_experts_cut0": row, "k0_experts_cut1": row})):
+        results = compile_to(w, "cuda", Options(rows=rows))
+        assert all("wgmma" in u.row for u in results["cuda"].units)
+        report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+        assert report is not None and report.ok, failed or report.outputs
+    if cuobjdump() is None:
+        return
+    from emmy.cuda.nvrtc import compile_cuda
+    from emmy.cuda.sass import disassemble
+
+    big = load_file(INT8, (("batch", 1024), ("in_features", 4096), ("out_features", 4096)))
+    row = "WORK=warps:2x4 TILE=wgmma:128x256x64 REDUCE=serial STAGE=async:3 RASTER=group:8 PLACE=fuse"
+    (unit,) = compile_to(big, "cuda", Options(rows={"": row}))["cuda"].units
+    sass = disassemble(compile_cuda(unit.source, get_target("sm_90a")).cubin)
+    assert "HGMMA.64x256x16.F32" in sass and "LDL" not in sass and "STL" not in sass

@@ -80,6 +80,13 @@ COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT = {"__half": 1.45, "__nv_bfloat16": 2.9}
 # one at a time (2026-12-03, same row at async:3): about 0.75 more an element, for the copy's
 # and the ring's addresses.
 COMPUTED_RING_EXTRA_INSTRUCTIONS_PER_ELEMENT = 0.75
+# A wgmma row's computed operand (emmy.cuda.gemm_sm90: raw bytes in their own ring, each tile
+# computed into its swizzled stage between two barriers): the K loop of `examples/int8_linear.py
+# --set batch=1024 --set in_features=4096 --set out_features=4096` at `WORK=warps:2x4
+# TILE=wgmma:128x128x64 STAGE=async:4` has 190 instructions for 32 elements a thread, against
+# about 90 for the same row of an f16 product (counted, 2026-12-03): 3.1 an element on f16
+# pairs, 1.65 more than the mma.sync row's.
+COMPUTED_WGMMA_EXTRA_INSTRUCTIONS_PER_ELEMENT = 1.65
 # I2F issues at 16 results a clock an SM on sm_80 and sm_90 (the CUDA C++ Programming Guide's
 # arithmetic-instruction throughput table: "all other type conversions"), an eighth of the
 # rate of the integer and half2 instructions around it: the conversions, not the issue slots,
@@ -98,7 +105,8 @@ def _gather_instructions(op, c: GemmConfig) -> float:
         return WINDOW_INSTRUCTIONS_PER_ELEMENT
     if not op.computed:
         return GATHER_INSTRUCTIONS_PER_ELEMENT
-    ring = COMPUTED_RING_EXTRA_INSTRUCTIONS_PER_ELEMENT if raw_ring(op, c) else 0
+    ring = COMPUTED_WGMMA_EXTRA_INSTRUCTIONS_PER_ELEMENT if c.inst == "wgmma" else \
+        COMPUTED_RING_EXTRA_INSTRUCTIONS_PER_ELEMENT if raw_ring(op, c) else 0
     if op.paired:
         return COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT[op.ctype] + ring
     return ring + (COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT if op.vector > 1
@@ -179,9 +187,10 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
         step_s = compute_s + copy_s + gather_s + DRAM_LATENCY_S / 2 + overhead_s
     else:
         # a gathered tile is in flight (in registers) for one step, whatever the depth; a
-        # computed operand's raw ring has stages - 2 tiles in flight
+        # computed operand's raw ring has stages - 2 tiles in flight (a wgmma row's rides the
+        # other operand's ring)
         ahead = min([c.stages - 1] + [c.stages - 2 if raw_ring(op, c) else 1
-                                      for op in (p.a, p.b) if op.gathered])
+                                      for op in (p.a, p.b) if op.gathered and c.inst != "wgmma"])
         step_s = max(compute_s, copy_s, gather_s, DRAM_LATENCY_S / ahead) + overhead_s
     waves = -(-units // resident)
     epilogue_s = c.bm * c.bn / threads * EPILOGUE_CYCLES_PER_ELEMENT / clock
