@@ -21,12 +21,13 @@ demo: setup
 stages: setup
 	$(VENV)/bin/emmy compile examples/rmsnorm.py --ir all
 
-# The default suite in one worker per core (pytest-xdist); GPU runs (-m gpu) stay in one process.
+# The default suite in one worker per core (pytest-xdist; an idle worker takes tests queued on
+# another, so no worker finishes long before the others); GPU runs (-m gpu) stay in one process.
 test: setup
-	$(PY) -m pytest -q -n auto; rc=$$?; [ $$rc -ne 5 ] || echo 'pytest collected no tests'; exit $$rc
+	$(PY) -m pytest -q -n auto --dist worksteal; rc=$$?; [ $$rc -ne 5 ] || echo 'pytest collected no tests'; exit $$rc
 
 test-all: setup
-	$(PY) -m pytest -q -n auto -m "slow or not slow"
+	$(PY) -m pytest -q -n auto --dist worksteal -m "slow or not slow"
 
 bench: setup
 	$(PY) bench/frontend_time.py

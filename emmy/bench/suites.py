@@ -114,8 +114,9 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
                                            ("N", 1024)), "f16", "16x1024^3"),
                # weight-only int8 linear layers (per-row f16 scales, a bias) against eager (the
                # f16 weight dequantized, then cuBLAS) and cuBLAS on an f16 weight: a decoding
-               # batch of 16 rows (dequantized inside the product by default) and 4,096 rows
-               # (a map kernel stores the f16 weight by default)
+               # batch of 16 rows (dequantized inside an mma.sync product by default) and 4,096
+               # rows (inside a wgmma product on sm_90a; on sm_80 the default cuts from about
+               # 16,384 rows)
                *(WorkloadSpec("int8 linear", "int8_linear",
                               (("batch", b), ("in_features", 4096), ("out_features", 4096)),
                               "f16", f"{b}x4096 -> 4096") for b in (16, 4096))),

@@ -262,23 +262,26 @@ def test_gpu_topk_over_a_vocabulary_passes_the_harness():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("row", [
-    "WORK=warps:2x4 TILE=mma:32x64x16 REDUCE=split:16:combine STAGE=async:4 RASTER=group:8 "
-    "PLACE=fuse",
-    "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=split:4:combine STAGE=async:2 RASTER=row "
-    "PLACE=fuse",
-    "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=serial STAGE=smem RASTER=row PLACE=fuse",
-    "WORK=warps:1x1 TILE=mma:32x32x16 REDUCE=serial STAGE=smem RASTER=row PLACE=cut",
+@pytest.mark.parametrize("batch,row", [
+    (16, "WORK=warps:2x4 TILE=mma:32x64x16 REDUCE=split:16:combine STAGE=async:4 RASTER=group:8 "
+     "PLACE=fuse"),
+    (16, "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=split:4:combine STAGE=async:2 RASTER=row "
+     "PLACE=fuse"),
+    (16, "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=serial STAGE=smem RASTER=row PLACE=fuse"),
+    (256, "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=serial STAGE=async:4 RASTER=group:8 "
+     "PLACE=fuse"),
+    (16, "WORK=warps:1x1 TILE=mma:32x32x16 REDUCE=serial STAGE=smem RASTER=row PLACE=cut"),
 ])
-def test_gpu_int8_linear_passes_the_harness(row):
-    """A weight-only int8 linear layer at a decoding batch, 16 x 4096 -> 4096: the weight
-    dequantized inside the product as its tiles are copied (async:4: the raw bytes through
-    their own cp.async ring; async:2: one tile's loads held in registers; smem), or stored
-    first (PLACE=cut: a map kernel and the product, each on its default row)."""
+def test_gpu_int8_linear_passes_the_harness(batch, row):
+    """A weight-only int8 linear layer, `batch` x 4096 -> 4096 (16 rows: a decoding batch): the
+    weight dequantized inside the product as its tiles are copied (async:4: the raw bytes
+    through their own cp.async ring; async:2: one tile's loads held in registers; smem; a
+    wgmma row computing each tile into its swizzled stage), or stored first (PLACE=cut: a map
+    kernel and the product, each on its default row)."""
     from emmy.bench.harness import check_program
     from emmy.frontend.workload import load_file
 
-    w = load_file("examples/int8_linear.py", (("batch", 16), ("in_features", 4096),
+    w = load_file("examples/int8_linear.py", (("batch", batch), ("in_features", 4096),
                                                ("out_features", 4096)))
     if row.endswith("PLACE=fuse"):
         _passes_the_gpu_harness(w, "", row)
