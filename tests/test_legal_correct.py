@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from emmy.check import check_cuda_program
-from emmy.frontend.workload import load_file
+from emmy.frontend.workload import load_expr, load_file
 from emmy.pipeline import compile_to
 from emmy.verify import verify_rows
 from tests.rows import without_clusters
@@ -177,6 +177,31 @@ def test_wgmma_sweep(dtype):
     assert not bad, bad
 
 
+# int8 weights dequantized inside wgmma products: K-major at a ragged shape, and a (k, n)
+# weight (MN-major, a bf16 zero point) whose columns are whole vectors of 8
+INT8_WGMMA = {
+    "k_major": ("examples/int8_linear.py", (("batch", 37), ("in_features", 136),
+                                            ("out_features", 72))),
+    "mn_major": "(lambda x, q, z, s: x @ ((q.bfloat16() - z) * s))(torch.randn(40, 72)."
+                "bfloat16(), torch.randint(-127, 128, (72, 264)).to(torch.int8), "
+                "torch.randint(-3, 4, (1, 264)).bfloat16(), torch.rand(1, 264).bfloat16())",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", INT8_WGMMA)
+def test_int8_wgmma_sweep(name):
+    source = INT8_WGMMA[name]
+    w = load_file(Path(__file__).resolve().parents[1] / source[0], source[1]) \
+        if isinstance(source, tuple) else load_expr(source)
+    results = verify_rows(w, per_kernel=30, targets=("sm_90a",),
+                          where=lambda r: _wgmma("")(r) and r.get("PLACE") == "fuse")
+    # and 30 rows of each half of the cut
+    assert sum("wgmma" in r.row and "_cut" not in r.kernel for r in results) == 30
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_full_sweep(path):
@@ -221,8 +246,6 @@ def test_chains_reading_a_value_computed_before_the_products(name):
 
 
 def _check_expr_and_sampled_rows(expr: str) -> None:
-    from emmy.frontend.workload import load_expr
-
     w = load_expr(expr)
     results = compile_to(w, "cuda")
     report, failed = check_cuda_program(w, results["torch"], results["cuda"])
