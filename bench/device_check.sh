@@ -18,8 +18,9 @@
 # model, took 74 s on a 2-core CPU); the row kernels' cheaper
 # arithmetic, bench/sass_counts.py, is timed by "core:60:softmax,log_softmax,elementwise"; the
 # rows suite, a few long rows shared by thread-block clusters (REDUCE=cluster:C, never timed),
-# as "rows:45"; the weight-only int8 linear layers (dequantized inside the product or cut,
-# never timed; last in the matmul suite, past its default budget) as "matmul:60:int8").
+# as "rows:45"; the weight-only int8 linear layers (dequantized inside mma.sync or, at 4,096
+# rows, wgmma products, or cut; never timed; last in the matmul suite, past its default
+# budget) as "matmul:60:int8").
 # Knobs (environment):
 # SUITES="matmul:120 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs
 # `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of
