@@ -8,6 +8,7 @@ looked for on PATH, then in those wheels, then in $CUDA_HOME.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,3 +71,21 @@ def instructions(sass: str) -> list[str]:
             if code:
                 out.append(code.split()[0])
     return out
+
+
+def longest_loop(sass: str) -> list[str]:
+    """The opcodes of a SASS listing's longest loop (from a backward branch's target to the
+    branch): a matrix product's K loop, whose instruction count per K step says what
+    computing an operand as its tiles are filled costs (emmy.runtime.costmodel.gemm)."""
+    code = [(int(m[1], 16), m[2], line) for line in sass.splitlines()
+            if (m := _ADDRESSED.search(line))]
+    loops = [(int(m[1], 16), at) for at, text, _ in code
+             if (m := _BRANCH.search(text)) and int(m[1], 16) < at]
+    if not loops:
+        return []
+    lo, hi = max(loops, key=lambda lp: lp[1] - lp[0])
+    return instructions("\n".join(line for at, _, line in code if lo <= at <= hi))
+
+
+_ADDRESSED = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
+_BRANCH = re.compile(r"\bBRA\s+(0x[0-9a-f]+)")

@@ -8,7 +8,7 @@ import pytest
 
 from emmy.cli import main
 from emmy.dtypes import DType
-from emmy.frontend.workload import load_file
+from emmy.frontend.workload import load_expr, load_file
 from emmy.pipeline import Options, compile_to
 from emmy.schedule.row import parse
 from emmy.schedule.space import Space, space_of
@@ -375,3 +375,28 @@ def test_wgmma_rows_compute_the_weight_into_their_swizzled_stages(tmp_path):
     (unit,) = compile_to(big, "cuda", Options(rows={"": row}))["cuda"].units
     sass = disassemble(compile_cuda(unit.source, get_target("sm_90a")).cubin)
     assert "HGMMA.64x256x16.F32" in sass and "LDL" not in sass and "STL" not in sass
+
+
+def test_pairs_leave_the_k_loop_without_conversions():
+    """SASS (sm_90a, the K loop: emmy.cuda.sass.longest_loop): the int8 row on f16 pairs has no
+    I2F and fewer instructions than the same row converting each weight (an inexact constant,
+    * 0.1, keeps it unpaired); bench/dequant_sass.py prints the counts the cost model uses."""
+    from emmy.cuda.nvrtc import compile_cuda
+    from emmy.cuda.sass import cuobjdump, disassemble, longest_loop
+
+    if cuobjdump() is None:
+        pytest.skip("cuobjdump (and nvdisasm) not installed")
+    row = "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:2 RASTER=row PLACE=fuse"
+    loops = []
+    for weight in ("q.half() * s", "q.half() * 0.1"):
+        w = load_expr(f"(lambda x, q, s: F.linear(x, {weight}))(torch.randn(256, 512).half(), "
+                      "torch.randint(-127, 128, (256, 512)).to(torch.int8), "
+                      "torch.rand(256, 1).half())")
+        (unit,) = compile_to(w, "cuda", Options(rows={"": row}))["cuda"].units
+        loops.append(longest_loop(disassemble(compile_cuda(unit.source,
+                                                           get_target("sm_90a")).cubin)))
+    paired, unpaired = loops
+    assert paired.count("HMMA.16816.F32") == unpaired.count("HMMA.16816.F32") == 16
+    assert not any(o.startswith("I2F") for o in paired)
+    assert sum(o.startswith("I2F") for o in unpaired) == 16
+    assert len(paired) < len(unpaired)

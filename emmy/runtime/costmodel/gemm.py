@@ -64,29 +64,22 @@ ATTENTION_BARRIER_CYCLES = 40
 GATHER_INSTRUCTIONS_PER_ELEMENT = 37
 WINDOW_INSTRUCTIONS_PER_ELEMENT = 14
 # A computed operand's (an int8 weight dequantized, w.half() * scale): its load, conversion,
-# multiply and shared store. Counted (not timed) in the SASS of `examples/int8_linear.py --set
-# batch=256` at `WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:3 RASTER=row`
-# (sm_90a, NVRTC 13.0), for 16 elements a thread, against 75 instructions a K step with
-# PLACE=cut's product: 146 fetched element by element, 132 fetched 8 at a time (one 8-byte
-# load, one 16-byte shared store: GemmOperand.vector), both with an I2F (int to float) an
-# element (2026-12-03); 98 computed two at a time on f16 pairs with no conversion instruction
-# (GemmOperand.paired: PRMT, HADD2, HMUL2 per pair), 122 on bf16 pairs (the bytes go through
-# f32: PRMT, FADD per element; 2026-12-03).
+# arithmetic and shared store, in instructions a thread issues an element beyond the plain
+# product's K step. Counted (not timed) in the SASS by bench/dequant_sass.py (sm_90a, NVRTC 13.0,
+# 2026-12-03; int8 256 x 512 -> 256 at WORK=warps:2x2 TILE=mma:64x64x32, 16 weights a thread, 75
+# instructions a K step for the plain f16 product): fetched 8 at a time (one 8-byte load, one
+# 16-byte shared store: GemmOperand.vector) and converted one at a time (an I2F each) 3.56; on
+# f16 pairs (GemmOperand.paired: PRMT, HADD2, HMUL2 a pair, no conversion) 1.56, on bf16 pairs
+# (through f32: PRMT, FADD an element) 3.06; element by element (rows not whole vectors of 8:
+# 146 a K step, counted by hand) 4.5. A raw ring (STAGE=async:3 and 4, emmy.cuda.gemm.raw_ring:
+# the bytes copied by cp.async, then read from shared memory) adds about 0.6 (0.63 on pairs,
+# 0.44 unpaired); a wgmma row (emmy.cuda.gemm_sm90: each tile computed into its swizzled stage
+# between two barriers; 128x128x64 at 1024 x 4096 -> 4096) 1.55 (3.11 on f16 pairs).
 COMPUTED_INSTRUCTIONS_PER_ELEMENT = 4.5
-COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT = 3.6
-COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT = {"__half": 1.45, "__nv_bfloat16": 2.9}
-# Through a raw ring (emmy.cuda.gemm.raw_ring: STAGE=async:3 or 4, the raw bytes copied by
-# cp.async, then read from shared memory): 110 a K step on f16 pairs, 134 on bf16 pairs, 161
-# one at a time (2026-12-03, same row at async:3): about 0.75 more an element, for the copy's
-# and the ring's addresses.
-COMPUTED_RING_EXTRA_INSTRUCTIONS_PER_ELEMENT = 0.75
-# A wgmma row's computed operand (emmy.cuda.gemm_sm90: raw bytes in their own ring, each tile
-# computed into its swizzled stage between two barriers): the K loop of `examples/int8_linear.py
-# --set batch=1024 --set in_features=4096 --set out_features=4096` at `WORK=warps:2x4
-# TILE=wgmma:128x128x64 STAGE=async:4` has 190 instructions for 32 elements a thread, against
-# about 90 for the same row of an f16 product (counted, 2026-12-03): 3.1 an element on f16
-# pairs, 1.65 more than the mma.sync row's.
-COMPUTED_WGMMA_EXTRA_INSTRUCTIONS_PER_ELEMENT = 1.65
+COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT = 3.56
+COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT = {"__half": 1.56, "__nv_bfloat16": 3.06}
+COMPUTED_RING_EXTRA_INSTRUCTIONS_PER_ELEMENT = 0.6
+COMPUTED_WGMMA_EXTRA_INSTRUCTIONS_PER_ELEMENT = 1.55
 # I2F issues at 16 results a clock an SM on sm_80 and sm_90 (the CUDA C++ Programming Guide's
 # arithmetic-instruction throughput table: "all other type conversions"), an eighth of the
 # rate of the integer and half2 instructions around it: the conversions, not the issue slots,

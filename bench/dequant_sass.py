@@ -1,0 +1,106 @@
+"""SASS instructions a K step of an int8 linear layer's product issues (CPU only: NVRTC and
+cuobjdump, no GPU): the counts behind emmy/runtime/costmodel/gemm.py's per-element costs of a
+computed operand (an int8 weight dequantized as its tiles are filled), against the same row of
+a plain f16 product.
+
+    .venv/bin/python bench/dequant_sass.py [--json counts.json]
+
+How it counts: the longest loop of the kernel's SASS (emmy.cuda.sass.longest_loop) is its K
+loop, which may hold several K steps (its HMMA / HGMMA count over a step's); its instructions a
+K step, less the plain product's, over the weight elements a thread computes a K step (BN x BK
+/ threads), are the cost an element. The counts say what a thread issues, not
+how long it takes (I2F, int to float, issues at 16 a clock an SM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from emmy.cuda.nvrtc import compile_cuda  # noqa: E402
+from emmy.cuda.sass import disassemble, longest_loop  # noqa: E402
+from emmy.frontend.workload import load_expr  # noqa: E402
+from emmy.pipeline import Options, compile_to  # noqa: E402
+from emmy.schedule.targets import get_target  # noqa: E402
+
+
+def linear(m: int, k: int, n: int, weight: str, dtype: str = "half") -> str:
+    """F.linear(x, weight) with x (m, k) and q an int8 (n, k) weight, s a scale per row."""
+    return (f"(lambda x, q, s: torch.nn.functional.linear(x, {weight}))(torch.randn({m}, {k})."
+            f"{dtype}(), torch.randint(-127, 128, ({n}, {k})).to(torch.int8), "
+            f"torch.rand({n}, 1).{dtype}())")
+
+
+def plain(m: int, k: int, n: int, dtype: str = "half") -> str:
+    """F.linear(x, w) with a 16-bit (n, k) weight: the product without computing it."""
+    return (f"(lambda x, w: torch.nn.functional.linear(x, w))(torch.randn({m}, {k}).{dtype}(), "
+            f"torch.randn({n}, {k}).{dtype}())")
+
+
+MMA = "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:{} RASTER=row"
+WGMMA = "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=serial STAGE=async:4 RASTER=group:8"
+# (name, workload, row, the plain product, weight elements a thread computes a K step)
+CASES = [
+    ("f16 pairs, held (async:2)", linear(256, 512, 256, "q.half() * s"), MMA.format(2),
+     plain(256, 512, 256), 64 * 32 // 128),
+    ("f16 pairs, raw ring (async:3)", linear(256, 512, 256, "q.half() * s"), MMA.format(3),
+     plain(256, 512, 256), 64 * 32 // 128),
+    ("bf16 pairs, held (async:2)", linear(256, 512, 256, "q.bfloat16() * s", "bfloat16"),
+     MMA.format(2), plain(256, 512, 256, "bfloat16"), 64 * 32 // 128),
+    ("bf16 pairs, raw ring (async:3)", linear(256, 512, 256, "q.bfloat16() * s", "bfloat16"),
+     MMA.format(3), plain(256, 512, 256, "bfloat16"), 64 * 32 // 128),
+    ("f16 unpaired (an I2F each), held (async:2)", linear(256, 512, 256, "q.half() * 0.1"),
+     MMA.format(2), plain(256, 512, 256), 64 * 32 // 128),
+    ("f16 unpaired (an I2F each), ring (async:3)", linear(256, 512, 256, "q.half() * 0.1"),
+     MMA.format(3), plain(256, 512, 256), 64 * 32 // 128),
+    ("f16 pairs, wgmma (async:4)", linear(1024, 4096, 4096, "q.half() * s"), WGMMA,
+     plain(1024, 4096, 4096), 128 * 64 // 256),
+]
+
+
+def k_loop(expr: str, row: str, place: bool) -> list[str]:
+    """The K loop's opcodes of the product of `expr` under `row` (sm_90a)."""
+    rows = {"": row + (" PLACE=fuse" if place else "")}
+    program = compile_to(load_expr(expr), "cuda", Options(target="sm_90a", rows=rows, db=None))
+    unit = program["cuda"].units[-1]
+    return longest_loop(disassemble(compile_cuda(unit.source, get_target("sm_90a")).cubin))
+
+
+def per_step(ops: list[str], row: str) -> float:
+    """Instructions a K step: the loop's, over the K steps its tensor-core instructions make
+    (an mma.sync row's warp issues (BM/WM/16) x (BN/WN/8) x (BK/16) a step, a wgmma row's
+    warpgroup BK/16)."""
+    wm, wn = map(int, re.search(r"warps:(\d+)x(\d+)", row).groups())
+    inst, bm, bn, bk = re.search(r"TILE=(\w+):(\d+)x(\d+)x(\d+)", row).groups()
+    bm, bn, bk = int(bm), int(bn), int(bk)
+    step = bk // 16 if inst == "wgmma" else (bm // wm // 16) * (bn // wn // 8) * (bk // 16)
+    mmas = sum(o.startswith(("HMMA", "HGMMA")) for o in ops)
+    return len(ops) * step / mmas
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, help="write the counts here too")
+    args = ap.parse_args()
+    out = {}
+    for name, expr, row, plain, elements in CASES:
+        ops, base = k_loop(expr, row, True), k_loop(plain, row, False)
+        step, plain_step = per_step(ops, row), per_step(base, row)
+        i2f = sum(o.startswith("I2F") for o in ops) * step / len(ops)
+        each = (step - plain_step) / elements
+        out[name] = {"k_step": step, "plain": plain_step, "i2f": i2f, "per_element": each,
+                     "row": row}
+        print(f"{name:44s} {step:5.1f} a K step ({plain_step:.1f} plain, {i2f:.0f} I2F): "
+              f"{each:.2f} an element   {row}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
