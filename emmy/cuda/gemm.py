@@ -473,11 +473,14 @@ def smem_bytes(problem: GemmProblem, config: GemmConfig) -> int:
 
 
 def raw_ring(op: GemmOperand, c: GemmConfig) -> bool:
-    """A computed operand whose raw vectors come through their own cp.async ring (three stages
-    or more of an mma.sync row): `stages - 2` K tiles of raw bytes in flight, each tile
-    computed from shared memory into the f16 stage one K step before its mma read it; with
-    fewer stages (or element by element) its loads are in flight for one K step."""
-    return op.computed and op.vector > 1 and c.stages >= 3 and c.inst in TENSOR_CORE
+    """A computed operand whose raw vectors come through their own cp.async ring: on a wgmma
+    row always (emmy.cuda.gemm_sm90: as far ahead as the other operand's tiles, each tile
+    computed into its stage once it has landed); on an mma.sync row with three stages or more
+    (`stages - 2` K tiles of raw bytes in flight, each tile computed from shared memory into
+    the f16 stage one K step before its mma read it; with fewer stages, or element by element,
+    its loads are in flight for one K step)."""
+    return op.computed and op.vector > 1 and \
+        (c.inst == "wgmma" or (c.stages >= 3 and c.inst in TENSOR_CORE))
 
 
 def raw_vector(op: GemmOperand, g: VectorGather) -> str:
@@ -671,17 +674,15 @@ class _Emitter:
         that stage of the raw ring rather than from global memory."""
         outer, k, ok = self._tile_element(t, kt)
         if t.vec > 1:     # whole vectors: the columns' extent is a multiple of the width
+            kind = raw_vector(t.op, self.gather[t.name])
             raw = f"*gm_{t.name}_raw({outer}, {k})" if ring is None else \
-                f"*reinterpret_cast<const {self._raw_vector(t)}*>({self._raw_slot(t, ring)})"
+                f"*reinterpret_cast<const {kind}*>({self._raw_slot(t, ring)})"
             at, zero = f"gm_{t.name}_vec({outer}, {k}, {raw})", f"EmVec<{t.vec}, gm_t>{{}}"
         else:
             at, zero = f"gm_{t.name}_at({outer}, {k})", "gm_t(0)"
         value = f"({ok}) ? {at} : {zero}" if ok else at
         to = self._shared_slot(t, dst) if dst else f"gm_{t.name}_reg[gm_it]"
         return self._gathered_rounds(t, [f"{to} = {value};"])
-
-    def _raw_vector(self, t: _Tile) -> str:
-        return raw_vector(t.op, self.gather[t.name])
 
     @staticmethod
     def _tile_element(t: _Tile, kt: str) -> tuple[str, str, str]:

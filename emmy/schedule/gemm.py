@@ -432,7 +432,7 @@ def shared_budget(c: GemmCtx) -> str | None:
     per_stage = (t.bm + t.bn) * (t.bk + 16 // _itemsize(c)) * _itemsize(c)
     config = config_of(c)
     ring = sum(outer * t.bk * op.bytes_read for op, outer in ((p.a, t.bm), (p.b, t.bn))
-               if raw_ring(op, config) or (op.computed and t.inst == "wgmma"))
+               if raw_ring(op, config))
     need = (per_stage + ring) * s.stages
     if need > c.target.shared_per_block_optin:
         raw = f" (+ {_kib(ring)} of raw bytes)" if ring else ""

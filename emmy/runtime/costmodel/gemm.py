@@ -98,12 +98,21 @@ def _gather_instructions(op, c: GemmConfig) -> float:
         return WINDOW_INSTRUCTIONS_PER_ELEMENT
     if not op.computed:
         return GATHER_INSTRUCTIONS_PER_ELEMENT
-    ring = COMPUTED_WGMMA_EXTRA_INSTRUCTIONS_PER_ELEMENT if c.inst == "wgmma" else \
-        COMPUTED_RING_EXTRA_INSTRUCTIONS_PER_ELEMENT if raw_ring(op, c) else 0
+    ring = 0 if not raw_ring(op, c) else COMPUTED_WGMMA_EXTRA_INSTRUCTIONS_PER_ELEMENT \
+        if c.inst == "wgmma" else COMPUTED_RING_EXTRA_INSTRUCTIONS_PER_ELEMENT
     if op.paired:
         return COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT[op.ctype] + ring
     return ring + (COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT if op.vector > 1
                    else COMPUTED_INSTRUCTIONS_PER_ELEMENT)
+
+
+def _tiles_ahead(op, c: GemmConfig) -> int:
+    """K tiles of an operand in flight while one is multiplied (a ring of two stages or more):
+    a gathered tile's, in registers, one whatever the depth; a computed operand's raw ring's
+    `stages - 2` on an mma.sync row and as many as the other operand's on a wgmma row."""
+    if not op.gathered or (raw_ring(op, c) and c.inst == "wgmma"):
+        return c.stages - 1
+    return c.stages - 2 if raw_ring(op, c) else 1
 
 
 def _does_not_fit(kernel: str, function: str, grid: int, threads: int,
@@ -179,11 +188,7 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     if c.stages <= 1:
         step_s = compute_s + copy_s + gather_s + DRAM_LATENCY_S / 2 + overhead_s
     else:
-        # a gathered tile is in flight (in registers) for one step, whatever the depth; a
-        # computed operand's raw ring has stages - 2 tiles in flight (a wgmma row's rides the
-        # other operand's ring)
-        ahead = min([c.stages - 1] + [c.stages - 2 if raw_ring(op, c) else 1
-                                      for op in (p.a, p.b) if op.gathered and c.inst != "wgmma"])
+        ahead = min(_tiles_ahead(op, c) for op in (p.a, p.b))
         step_s = max(compute_s, copy_s, gather_s, DRAM_LATENCY_S / ahead) + overhead_s
     waves = -(-units // resident)
     epilogue_s = c.bm * c.bn / threads * EPILOGUE_CYCLES_PER_ELEMENT / clock
