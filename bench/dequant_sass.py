@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from emmy.cuda.nvrtc import compile_cuda  # noqa: E402
 from emmy.cuda.sass import disassemble, longest_loop  # noqa: E402
+from emmy.errors import UserError  # noqa: E402
 from emmy.frontend.workload import load_expr  # noqa: E402
 from emmy.pipeline import Options, compile_to  # noqa: E402
 from emmy.schedule.targets import get_target  # noqa: E402
@@ -87,6 +88,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the counts here too")
     args = ap.parse_args()
+    if args.json and not args.json.parent.is_dir():
+        print(f"dequant_sass: error: --json {args.json}: no directory {args.json.parent}",
+              file=sys.stderr)
+        return 2
+    try:
+        out = _counts()
+    except UserError as e:          # no cuobjdump / nvdisasm
+        print(f"dequant_sass: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+def _counts() -> dict:
+    """Each case's counts, printed as they come."""
     out = {}
     for name, expr, row, plain, elements in CASES:
         ops, base = k_loop(expr, row, True), k_loop(plain, row, False)
@@ -97,9 +114,7 @@ def main() -> int:
                      "row": row}
         print(f"{name:44s} {step:5.1f} a K step ({plain_step:.1f} plain, {i2f:.0f} I2F): "
               f"{each:.2f} an element   {row}", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
-    return 0
+    return out
 
 
 if __name__ == "__main__":
