@@ -129,6 +129,66 @@ def _recombined(acc: dict[Atom, int], const: int) -> tuple[dict[Atom, int], int]
         const += m.num.const * c
 
 
+def canonical(e: Lin) -> Lin:
+    """`e` with the pieces a reshape split an index into put back together, inside divisions
+    too, wherever the value is the same for every integer:
+
+        c*d*(x // d) + c*(x % d)        -> c*x
+        c*(a/b)*(x // a) + c*((x % a) // b) -> c*(x // b)    (b divides a)
+        (x % a) % b                     -> x % b             (b divides a)
+        (x // a) // b                   -> x // (a*b)
+
+    so that an int4 weight unpacked through two reshapes reads packed[n, k // 2] at parity
+    k % 2. The constructors keep the pieces (a reshape splits an axis into them on purpose);
+    an analysis that asks how an offset moves along one variable takes this form."""
+    acc: dict[Atom, int] = {}
+    const = e.const
+    for atom, coef in e.terms:
+        part = _canonical_atom(atom)
+        for a, c in part.terms:
+            acc[a] = acc.get(a, 0) + c * coef
+            if acc[a] == 0:
+                del acc[a]
+        const += part.const * coef
+    while True:
+        acc, const = _recombined(acc, const)
+        pair = next(((f, c) for f, c in acc.items() if isinstance(f, FloorDiv)
+                     and _mod_piece(f) is not None
+                     and acc.get(FloorDiv(*_mod_piece(f))) == c * _mod_piece(f)[1] // f.den),
+                    None)
+        if pair is None:
+            return _make(acc, const)
+        f, c = pair
+        num, a = _mod_piece(f)
+        del acc[f], acc[FloorDiv(num, a)]
+        whole = FloorDiv(num, f.den)
+        acc[whole] = acc.get(whole, 0) + c
+        if acc[whole] == 0:
+            del acc[whole]
+
+
+def _mod_piece(f: FloorDiv) -> tuple[Lin, int] | None:
+    """(x, a) where `f` is (x % a) // b with b dividing a, else None."""
+    t = f.num.terms
+    if f.num.const or len(t) != 1 or t[0][1] != 1 or not isinstance(t[0][0], Mod) \
+            or t[0][0].den % f.den:
+        return None
+    return t[0][0].num, t[0][0].den
+
+
+def _canonical_atom(atom: Atom) -> Lin:
+    if isinstance(atom, Sym):
+        return lin(atom)
+    num = canonical(atom.num)
+    only = num.terms[0][0] if len(num.terms) == 1 and num.terms[0][1] == 1 and \
+        not num.const else None
+    if isinstance(atom, Mod) and isinstance(only, Mod) and only.den % atom.den == 0:
+        return lin(Mod(only.num, atom.den))
+    if isinstance(atom, FloorDiv) and isinstance(only, FloorDiv):
+        return lin(FloorDiv(only.num, only.den * atom.den))
+    return lin(type(atom)(num, atom.den))
+
+
 @lru_cache(maxsize=1 << 16)
 def _atom_key(atom: Atom) -> tuple:
     if isinstance(atom, Sym):

@@ -2,10 +2,13 @@
 
 import itertools
 
+import numpy as np
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emmy.symbolic import evaluate, floordiv, lin, mod, recombine, render, substitute, var
+from emmy.symbolic import (canonical, evaluate, floordiv, lin, mod, recombine, render, substitute,
+                           var)
 
 
 def test_reshape_round_trip_simplifies_to_the_variables():
@@ -107,3 +110,31 @@ def test_recombination_agrees_with_python(c, d, m, k, e):
     for v in range(e):
         value = m * v + k
         assert evaluate(got, {"a0": v}) == c * d * (value // d) + c * (value % d)
+
+
+def test_canonical_puts_an_axis_split_by_reshapes_back_together():
+    """An int4 weight unpacked through two reshapes: its byte at k // 2, its nibble at k % 2."""
+    b = {"k": 1024, "n": 8}
+    k = var("k")
+    split = floordiv(k, 128, b) * 128 + mod(k, 128, b)        # view(n, 8, 128) of k
+    assert render(floordiv(split, 2, b)) == "((k % 128) / 2) + (k / 128)*64"
+    assert canonical(floordiv(split, 2, b) + var("n") * 512) == floordiv(k, 2, b) + var("n") * 512
+    assert canonical(mod(mod(k, 128, b), 2, b)) == mod(k, 2, b)
+    assert canonical(floordiv(floordiv(k, 4, b), 8, b)) == floordiv(k, 32, b)
+    assert canonical(mod(mod(k, 6, b), 4, b)) == mod(mod(k, 6, b), 4, b)     # 4 does not divide 6
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.sampled_from([2, 4, 6, 8, 12, 16, 128]), d=st.sampled_from([1, 2, 3, 4, 8]),
+       c=st.integers(-5, 5), s=st.integers(0, 3), n=st.integers(1, 40))
+def test_canonical_keeps_every_value(a, d, c, s, n):
+    bounds = {"k": 300, "n": n}
+    k, nn = var("k"), var("n")
+    split = floordiv(k, a, bounds) * a + mod(k, a, bounds)
+    exprs = [floordiv(split, d, bounds) * c + nn * s, mod(mod(split, a, bounds), d, bounds),
+             floordiv(floordiv(k * 3 + nn, a, bounds), d, bounds),
+             floordiv(mod(k, a, bounds), d, bounds) + floordiv(k, a, bounds) * c]
+    env = {"k": np.arange(300)[:, None], "n": np.arange(n)[None, :]}
+    for e in exprs:
+        np.testing.assert_array_equal(np.broadcast_to(evaluate(canonical(e), env), (300, n)),
+                                      np.broadcast_to(evaluate(e, env), (300, n)), err_msg=str(e))
