@@ -37,6 +37,16 @@ def linear(m: int, k: int, n: int, weight: str, dtype: str = "half") -> str:
             f"torch.rand({n}, 1).{dtype}())")
 
 
+def linear4(m: int, k: int, n: int, dtype: str = "half") -> str:
+    """F.linear(x, weight) with int4 weights two to a byte (p, (n, k / 2) bytes, the low nibble
+    first), less 8, times a scale per group of 128 along k (s, (n, k / 128, 1))."""
+    weight = (f"((torch.stack([p & 15, p >> 4], -1).reshape({n}, {k}).{dtype}() - 8)"
+              f".view({n}, {k // 128}, 128) * s).view({n}, {k})")
+    return (f"(lambda x, p, s: torch.nn.functional.linear(x, {weight}))(torch.randn({m}, {k})."
+            f"{dtype}(), torch.randint(0, 256, ({n}, {k // 2}), dtype=torch.uint8), "
+            f"torch.rand({n}, {k // 128}, 1).{dtype}())")
+
+
 def plain(m: int, k: int, n: int, dtype: str = "half") -> str:
     """F.linear(x, w) with a 16-bit (n, k) weight: the product without computing it."""
     return (f"(lambda x, w: torch.nn.functional.linear(x, w))(torch.randn({m}, {k}).{dtype}(), "
@@ -60,6 +70,14 @@ CASES = [
     ("f16 unpaired (an I2F each), ring (async:3)", linear(256, 512, 256, "q.half() * 0.1"),
      MMA.format(3), plain(256, 512, 256), 64 * 32 // 128),
     ("f16 pairs, wgmma (async:4)", linear(1024, 4096, 4096, "q.half() * s"), WGMMA,
+     plain(1024, 4096, 4096), 128 * 64 // 256),
+    ("int4 f16 pairs, held (async:2)", linear4(256, 512, 256), MMA.format(2),
+     plain(256, 512, 256), 64 * 32 // 128),
+    ("int4 f16 pairs, raw ring (async:3)", linear4(256, 512, 256), MMA.format(3),
+     plain(256, 512, 256), 64 * 32 // 128),
+    ("int4 bf16 pairs, raw ring (async:3)", linear4(256, 512, 256, "bfloat16"), MMA.format(3),
+     plain(256, 512, 256, "bfloat16"), 64 * 32 // 128),
+    ("int4 f16 pairs, wgmma (async:4)", linear4(1024, 4096, 4096), WGMMA,
      plain(1024, 4096, 4096), 128 * 64 // 256),
 ]
 

@@ -20,7 +20,8 @@
 # rows suite, a few long rows shared by thread-block clusters (REDUCE=cluster:C, never timed),
 # as "rows:45"; the weight-only int8 linear layers (dequantized inside mma.sync or, at 4,096
 # rows, wgmma products, or cut; never timed; last in the matmul suite, past its default
-# budget) as "matmul:60:int8").
+# budget) as "matmul:60:int8", and the int4 ones (two weights to a byte, never timed) as
+# "matmul:90:int4").
 # Knobs (environment):
 # SUITES="matmul:120 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs
 # `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of

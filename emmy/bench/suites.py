@@ -119,6 +119,11 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
                # 16,384 rows)
                *(WorkloadSpec("int8 linear", "int8_linear",
                               (("batch", b), ("in_features", 4096), ("out_features", 4096)),
+                              "f16", f"{b}x4096 -> 4096") for b in (16, 4096)),
+               # weight-only int4 (two to a byte, a scale per group of 128), the same shapes:
+               # inside an mma.sync product at 16 rows, a wgmma product at 4,096
+               *(WorkloadSpec("int4 linear", "int4_linear",
+                              (("batch", b), ("in_features", 4096), ("out_features", 4096)),
                               "f16", f"{b}x4096 -> 4096") for b in (16, 4096))),
     # batch 4, 32 heads, sequence 4096, head dim 128
     "attention": tuple(WorkloadSpec(f"attention{'' if causal else ' (full)'}", "attention",

@@ -332,7 +332,7 @@ class _Plan:
     def ring_bytes(self, t: _Tile) -> int:
         """One stage of t's raw ring: its tile of raw elements, unpadded (each thread's
         vectors are consecutive, 8 or 16 bytes apart: no bank conflicts)."""
-        return t.rows * t.cols * t.op.bytes_read if self.raw_ring(t) else 0
+        return t.op.raw_bytes(t.rows * t.cols) if self.raw_ring(t) else 0
 
     def ring_offset(self, t: _Tile) -> int:
         """Byte offset of t's raw ring: after the stages, the window tables (and A's ring)."""
@@ -486,8 +486,8 @@ def raw_ring(op: GemmOperand, c: GemmConfig) -> bool:
 def raw_vector(op: GemmOperand, g: VectorGather) -> str:
     """The C type of a computed operand's raw vector: its words where it is paired."""
     if op.paired:
-        return f"EmVec<{op.vector * op.bytes_read // 4}, uint32_t>"
-    return f"EmVec<{op.vector}, {g.ctype}>"
+        return f"EmVec<{op.raw_bytes(op.vector) // 4}, uint32_t>"
+    return f"EmVec<{op.vector // op.packing}, {g.ctype}>"
 
 
 def computed_lambdas(name: str, op: GemmOperand, g: VectorGather) -> list[str]:
@@ -697,15 +697,16 @@ class _Emitter:
 
     def _raw_slot(self, t: _Tile, stage: str) -> str:
         """The address of a thread's raw vector (gm_r, gm_c) in stage `stage` of t's raw ring."""
-        row = t.cols * t.op.bytes_read
-        return (f"gm_{t.name}_ring + {stage} * {t.rows * row} + gm_r * {row} + gm_c * "
-                f"{t.op.bytes_read}")
+        row, op = t.op.raw_bytes(t.cols), t.op
+        col = f"gm_c * {op.read_bytes}" if op.packing == 1 else \
+            f"gm_c / {op.packing} * {op.read_bytes}"
+        return f"gm_{t.name}_ring + {stage} * {t.rows * row} + gm_r * {row} + {col}"
 
     def ring_copy(self, t: _Tile, kt: str, stage: str) -> list[str]:
         """cp.async of a thread's raw vectors of K tile kt into stage `stage` of t's raw ring
         (none outside the matrix: ring_fetch zeroes those elements)."""
         outer, k, ok = self._tile_element(t, kt)
-        copy = (f"em_cp_async<{t.vec * t.op.bytes_read}>({self._raw_slot(t, stage)}, "
+        copy = (f"em_cp_async<{t.op.raw_bytes(t.vec)}>({self._raw_slot(t, stage)}, "
                 f"gm_{t.name}_raw({outer}, {k}));")
         return self._gathered_rounds(t, [f"if ({ok}) {copy}" if ok else copy])
 

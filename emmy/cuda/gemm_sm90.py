@@ -396,7 +396,7 @@ def _cp_async_mainloop(p: GemmProblem, c: GemmConfig, wgmmas: list[str],
             continue
         outer, k, ok, at = _computed_chunk(x, op, rows, origin, extent, threads, p)
         ring = f"smem + {_ring_offset(p, c, x)} + (kt % {c.stages}) * {_ring_bytes(op, rows)}"
-        copy = f"em_cp_async<{8 * op.bytes_read}>({ring} + {at}, gm_{x}_raw({outer}, {k}));"
+        copy = f"em_cp_async<{op.raw_bytes(8)}>({ring} + {at}, gm_{x}_raw({outer}, {k}));"
         value = f"gm_{x}_vec({outer}, {k}, *reinterpret_cast<const {raw[x]}*>({ring} + {at}))"
         n = _chunks(rows, threads)
         load += ["#pragma unroll",
@@ -449,7 +449,7 @@ def _cp_async_mainloop(p: GemmProblem, c: GemmConfig, wgmmas: list[str],
 
 def _ring_bytes(op: GemmOperand, rows: int) -> int:
     """One stage of a computed operand's raw ring: its rows x 64 raw elements."""
-    return rows * BK * op.bytes_read if op.computed else 0
+    return op.raw_bytes(rows * BK) if op.computed else 0
 
 
 def _ring_offset(p: GemmProblem, c: GemmConfig, x: str) -> int:
@@ -704,17 +704,17 @@ def _computed_chunk(x: str, op: GemmOperand, rows: int, origin: str, extent: str
     """A computed operand's i-th chunk of a thread for k-tile k0 (8 elements from one vector
     of 8 raw ones): (its outer index, its k, the test that it is inside the matrix ("" when
     every one is), the raw vector's byte offset in its stage of the raw ring)."""
-    raw = op.bytes_read
+    raw, v = op.raw_bytes(BK), op.raw_bytes(8)
     if op.k_contiguous:
         row = f"({x}_row + {threads // 8} * i)"
         outer, k = f"{origin} + {row}", f"k0 + 8 * {x}_chunk"
         ok = ([f"{outer} < {extent}"] if {"M": p.m, "N": p.n}[extent] % rows else []) + \
             ([f"{k} < {p.k}"] if p.k % BK else [])
-        at = f"{row} * {BK * raw} + {x}_chunk * {8 * raw}"
+        at = f"{row} * {raw} + {x}_chunk * {v}"
     else:
         kr = f"({x}_row + {threads // (rows // 8)} * i)"
         outer, k = f"{origin} + 8 * {x}_chunk", f"k0 + {kr}"
         ok = ([f"{k} < {p.k}"] if p.k % BK else []) + \
             ([f"{outer} < {extent}"] if {"M": p.m, "N": p.n}[extent] % rows else [])
-        at = f"{kr} * {rows * raw} + {x}_chunk * {8 * raw}"
+        at = f"{kr} * {op.raw_bytes(rows)} + {x}_chunk * {v}"
     return outer, k, " && ".join(ok), at

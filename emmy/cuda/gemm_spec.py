@@ -112,15 +112,22 @@ class GemmOperand:
                             # its tiles' columns (VectorGather), where every vector is aligned
     paired: bool = False    # a vector computed two elements at a time on 16-bit pairs
                             # (emmy.tile_ir.contract.pair_kinds: 8-bit raw data, 16-bit math)
+    packing: int = 1        # a computed operand's elements a raw element holds (int4
+                            # weights two to a byte: 2)
 
     @property
     def itemsize(self) -> int:
         return ELEMENT_BYTES[self.ctype]
 
     @property
-    def bytes_read(self) -> int:
-        """Bytes of memory one element costs to read."""
-        return self.read_bytes or self.itemsize
+    def bytes_read(self) -> float:
+        """Bytes of memory one element costs to read (half a byte for an int4 weight)."""
+        return self.read_bytes / self.packing if self.read_bytes else self.itemsize
+
+    def raw_bytes(self, elements: int) -> int:
+        """Bytes of a computed operand's raw data holding `elements` elements (a whole
+        number of raw elements: vectors and tiles are)."""
+        return elements * self.read_bytes // self.packing
 
     @property
     def k_contiguous(self) -> bool:

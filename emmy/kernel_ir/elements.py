@@ -13,7 +13,8 @@ from emmy.kernel_ir.fastmath import approximate, sixteen_bit
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
 from emmy.loop_ir.semantics import STEPS, cast_is_step
 from emmy.schedule.facts import offset, stride_along
-from emmy.symbolic import Lin, Sym, bounds_of, floordiv, lin, mod, render, substitute, var
+from emmy.symbolic import (Lin, Sym, bounds_of, canonical, evaluate, floordiv, lin, mod, render,
+                           substitute, var)
 from emmy.dtypes import DType
 from emmy.tensor_ir.ir import EwOp, Scalar, gather_var
 from emmy.tile_ir.apply import CLUSTER_RANK
@@ -346,15 +347,15 @@ def element_vector(k, op, parts, kaxis, batch, width: int, along_k: bool, paired
     def where(outer: str, kk: str) -> tuple[list[str], str]:
         lines, env, bounds = _gather_env(outer, kk, parts, kaxis, batch)
         idx = tuple(substitute(e, env, bounds) for e in main.index)
-        return lines, _c_index(offset(idx, shape))
+        return lines, _c_index(canonical(offset(idx, shape)))
 
     def element(outer: str, kk: str, j: int) -> tuple[list[str], str]:
-        items = tuple(replace(s, buffer=RAW, index=(lin(j),)) if s is main else s
-                      for s in op.gather)
+        items = tuple(replace(s, buffer=RAW, index=(lin(j // op.packing),)) if s is main
+                      else s for s in op.gather)
         at = element_gather(k, items, op.value, parts, kaxis, batch, raw=width)
         return at(outer, f"{kk} + {j}") if along_k else at(f"{outer} + {j}", kk)
 
-    pair = element_pairs(k, op, parts, kaxis, batch, along_k) if paired else None
+    pair = element_pairs(k, op, parts, kaxis, batch, along_k, width) if paired else None
     return VectorGather(main.buffer, main.dtype.c_name, width, where, element, pair)
 
 
@@ -362,12 +363,13 @@ RAW_WORDS = "gm_raww.x"   # the raw vector's 32-bit words, as element_pairs's st
 PAIR_OPS = {EwOp.MUL: "__hmul2", EwOp.ADD: "__hadd2", EwOp.SUB: "__hsub2", EwOp.NEG: "__hneg2"}
 
 
-def element_pairs(k, op, parts, kaxis, batch, along_k: bool):
+def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
     """A paired computed operand's elements two at a time (emmy.tile_ir.contract.pair_kinds):
     (outer, kk, j) -> (statements, the name of the pair holding elements j and j + 1 of the
     vector at (outer, kk)), the raw bytes converted by em_8x2_half2 (bf162) from the words
-    RAW_WORDS, the other loads read per element (once where the two elements read the same
-    one) and the arithmetic done on pairs."""
+    RAW_WORDS (an int4 operand's, one byte's two nibbles by em_4x2), the other loads read per
+    element (once a vector where its elements all read the same one, as a scale per group of
+    k does, else once a pair where both do) and the arithmetic done on pairs."""
     kinds, main, t = pair_kinds(op), op.load, op.dtype
     c_t = t.c_name
     convert = (f"em_8x2_{'half2' if t is DType.F16 else 'bf162'}"
@@ -380,8 +382,10 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool):
 
         def load(s: Load) -> None:
             names = []
-            for e in ((0, 1) if index_vars((s,)) & varying else (0,)):
-                at = (outer, f"{kk} + {j + e}") if along_k else (f"{outer} + {j + e}", kk)
+            steady = along_k and _steady(s, kaxis, width, shapes[s.buffer])
+            for e in ((0, 1) if index_vars((s,)) & varying and not steady else (0,)):
+                at = (outer, kk if steady else f"{kk} + {j + e}") if along_k else \
+                    (f"{outer} + {j + e}", kk)
                 bind, env, bounds = _gather_env(*at, parts, kaxis, batch)
                 idx = offset(tuple(substitute(x, env, bounds) for x in s.index), shapes[s.buffer])
                 names.append(f"gp_{s.dst}_{e}")
@@ -400,14 +404,27 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool):
                 lo, hi = f"em_cvt<{c_t}>({lo})", f"em_cvt<{c_t}>({hi})"
             return f"em_pair({lo}, {hi})"
 
+        done: set[str] = set()
         for s in op.gather:
-            if s is main:
+            if s is main or kinds[s.dst] == "unpack" or kinds[s.dst].startswith("nibbles") \
+                    or s.dst in done:
                 continue
             if isinstance(s, Load):
                 load(s)
                 continue
             if isinstance(s, CastTo) and kinds[s.arg] == "raw":
                 value = convert.format(j % 4 // 2, j // 4)
+            elif isinstance(s, CastTo) and kinds[s.arg].startswith("nibbles"):
+                byte = j // 2       # elements j and j + 1: one byte's two nibbles
+                signed = kinds[s.arg].endswith("signed")
+                folded = nibble_bias(s, op.gather, t, signed)
+                bias = sixteen_bits(_MAGIC[t] + 8 * signed + (folded[1] if folded else 0), t)
+                value = (f"em_4x2<{c_t}2, {str(signed).lower()}, "
+                         f"{str(kinds[s.arg].startswith('nibbles:hi')).lower()}, {byte % 4}>"
+                         f"({RAW_WORDS}[{byte // 4}], {bias << 16 | bias:#010x}u)")
+                if folded:      # the constant subtracted next, taken away with the magic
+                    done.add(folded[0])
+                    pairs[folded[0]] = pairs[s.dst] = f"gp_{s.dst}"
             elif isinstance(s, CastTo):
                 value = packed(s.arg)
             else:
@@ -416,6 +433,49 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool):
             lines.append(f"const auto gp_{s.dst} = {value};")
         return lines, pairs[op.value]
     return pair
+
+
+_MAGIC = {DType.F16: 1024, DType.BF16: 128}    # em_4x2's: a nibble's value in its last bits
+
+
+def nibble_bias(cast: CastTo, items, t: DType, signed: bool) -> tuple[str, int] | None:
+    """(the statement, c) where the only use of an int4 pair `cast` is a subtraction of the
+    integer constant c (or an addition of -c) that em_4x2 can take away with its magic number
+    exactly: c small enough that magic + 8 + c is a value of `t` within a factor of two of
+    every magic + nibble (the subtraction is then exact, Sterbenz), as eager's cast, then
+    subtraction, is for a 4-bit value. None otherwise."""
+    uses = [s for s in items if cast.dst in operands(s)]
+    if len(uses) != 1 or not isinstance(uses[0], Compute):
+        return None
+    s = uses[0]
+    if s.op is EwOp.SUB and s.args[0] == cast.dst and isinstance(s.args[1], Scalar):
+        c = s.args[1].value
+    elif s.op is EwOp.ADD and isinstance(s.args[0], Scalar) ^ isinstance(s.args[1], Scalar):
+        c = -next(a for a in s.args if isinstance(a, Scalar)).value
+    else:
+        return None
+    if float(c) != int(c) or s.dtype is not t:
+        return None
+    bias = _MAGIC[t] + 8 * signed + int(c)
+    ok = sixteen_bits(bias, t) is not None and bias / 2 <= _MAGIC[t] and _MAGIC[t] + 15 <= 2 * bias
+    return (s.dst, int(c)) if ok else None
+
+
+def _steady(s: Load, kaxis, width: int, shape) -> bool:
+    """Whether load `s` reads one element for all `width` k of each aligned vector (a scale
+    per group of 128 weights along k): its offset's terms in k alone take, at every k, their
+    value at the vector's first k, and no term mixes k with another variable."""
+    import numpy as np
+
+    ks = np.arange(kaxis.extent)
+    total = np.zeros_like(ks)
+    for atom, c in canonical(offset(s.index, shape)).terms:
+        free = atom.free_vars()
+        if kaxis.var in free:
+            if free != {kaxis.var}:
+                return False
+            total = total + c * np.asarray(evaluate(Lin(((atom, 1),)), {kaxis.var: ks}))
+    return bool(np.array_equal(total, total[ks - ks % width]))
 
 
 def element_window(w, parts, kaxis, batch, bounds):

@@ -291,27 +291,44 @@ def elementwise_operands(p: Program) -> dict[str, str]:
 
 # the arithmetic a computed operand may do (Tile IR's contract recognizes the same)
 COMPUTED_OPERAND_OPS = frozenset({EwOp.MUL, EwOp.ADD, EwOp.SUB, EwOp.NEG})
+# and on its integer (or bool) values before they become floats: unpacking data narrower than
+# a byte (int4 weights two to a byte: w & 15, w >> 4, chosen by the index's parity)
+UNPACKING_OPS = frozenset({EwOp.BITAND, EwOp.BITOR, EwOp.SHR, EwOp.SHL, EwOp.WHERE, EwOp.LT,
+                           EwOp.LE, EwOp.GT, EwOp.GE, EwOp.EQ, EwOp.NE})
+
+
+def operand_op(op: EwOp, dtype: DType) -> bool:
+    """Whether a computed operand may compute a value of `dtype` by `op`: its float arithmetic
+    (COMPUTED_OPERAND_OPS), or the bit operations, comparisons and selections that unpack
+    integer data (UNPACKING_OPS, on integer and bool values only)."""
+    return op in COMPUTED_OPERAND_OPS or (op in UNPACKING_OPS and not dtype.is_float)
 
 
 def _dequantized(name: str, defs) -> bool:
     """A 16-bit float operand computed from narrower data (an int8 weight dequantized:
-    w.half() * scale, maybe less a zero point): its largest inputs (as many elements as it
-    has) are all of a type narrower than its own, and it is their casts, multiplies, adds and
-    subtractions. Fused, the product's template computes its elements as it copies their
-    tiles, reading the narrow data once a block row of the output; stored, every product
-    would read twice the bytes, after a kernel read the narrow data and wrote them. The row's
-    PLACE=cut stores it after all."""
+    w.half() * scale, maybe less a zero point; int4 weights two to a byte, unpacked by bit
+    operations): its data (the inputs of at least half a byte an element it has) take fewer
+    bytes than it does, and it is their casts, multiplies, adds and subtractions, after the
+    bit operations, comparisons and selections that unpack integers (operand_op). Fused, the
+    product's template computes its elements as it copies their tiles, reading the narrow
+    data once a block row of the output; stored, every product would read twice the bytes
+    and more, after a kernel read the narrow data and wrote them. The row's PLACE=cut stores
+    it after all."""
     d = defs[name]
     if d.type.dtype not in (DType.F16, DType.BF16):
         return False
     size = math.prod(d.type.shape)
     chain = _ancestors(name, defs) | {name}
-    if any(isinstance(defs[n], Elementwise) and defs[n].op not in COMPUTED_OPERAND_OPS
+    if any(isinstance(defs[n], Elementwise) and not operand_op(defs[n].op, defs[n].type.dtype)
            for n in chain):
         return False
-    big = [defs[n] for n in chain if isinstance(defs[n], Input)
-           and math.prod(defs[n].type.shape) >= size]
-    return bool(big) and all(i.type.dtype.itemsize < d.type.dtype.itemsize for i in big)
+    data = [defs[n] for n in chain if isinstance(defs[n], Input)
+            and 2 * _bytes(defs[n]) >= size]
+    return bool(data) and sum(_bytes(i) for i in data) < size * d.type.dtype.itemsize
+
+
+def _bytes(d) -> int:
+    return math.prod(d.type.shape) * d.type.dtype.itemsize
 
 
 def _element_wise(name: str, defs) -> bool:

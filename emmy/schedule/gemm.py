@@ -35,7 +35,7 @@ from emmy.dtypes import DType
 from emmy.schedule.decisions import Reduce, read_reduce
 from emmy.schedule.rules import Rule
 from emmy.schedule.targets import Target
-from emmy.symbolic import floordiv, lin, mod, render, var
+from emmy.symbolic import FloorDiv, Sym, floordiv, lin, mod, render, var
 
 KIB = 1024
 _WARPS = ("1x1", "1x2", "2x1", "2x2", "1x4", "4x1", "2x4", "4x2", "4x4")
@@ -208,7 +208,8 @@ def problem_of(con) -> GemmProblem:
                                stride_k=1 if op.k_major else extent, batch_offset="0",
                                gathered=True, windowed=op.window is not None,
                                computed=op.computed, read_bytes=op.load.dtype.itemsize,
-                               vector=vector, paired=vector % 4 == 0 and op.paired)
+                               vector=vector, paired=vector % 4 == 0 and op.paired,
+                               packing=op.packing)
         strides = {a.name: c for a, c in op.offset.terms}
         bounds = {"bz": max(con.batch_size, 1)}
         off, rest = lin(op.offset.const), con.batch_size
@@ -232,18 +233,29 @@ def problem_of(con) -> GemmProblem:
 
 def vector_width(con, op) -> int:
     """Elements of a computed operand fetched at once (emmy.cuda.gemm_spec.VectorGather): as
-    many as 16 bytes of its raw data or of the stored elements hold (8 int8 weights), where its
-    raw elements are consecutive along its tiles' columns (k for a k-major tile, its one outer
-    axis otherwise), every vector starts aligned (each other stride, the offset and that extent
-    multiples of the width), and the columns' extent is whole vectors; else 1."""
+    many as 16 bytes of its raw data or of the stored elements hold (8 int8 weights; 8 int4
+    weights, two to a byte, from 4 bytes), where its raw elements are consecutive along its
+    tiles' columns (k for a k-major tile, its one outer axis otherwise; an int4 weight's
+    bytes along k // 2), every vector starts aligned (each other stride, the offset and that
+    extent multiples of its raw elements), and the columns' extent is whole vectors; else 1."""
     if not op.computed:
         return 1
-    width = min(16 // op.load.dtype.itemsize, 16 // op.dtype.itemsize)
-    along = con.k if op.k_major else (None if op.parts else (con.m if op is con.a else con.n))
-    strides = {a.name: c for a, c in op.offset.terms}
-    if along is None or strides.get(along.var) != 1 or along.extent % width or \
-            op.offset.const % width or \
-            any(c % width for v, c in strides.items() if v != along.var):
+    pack = op.packing
+    width = min(16 // op.load.dtype.itemsize * pack, 16 // op.dtype.itemsize)
+    raw = width // pack
+    along = con.k if op.k_major else (None if op.parts or pack > 1 else
+                                      (con.m if op is con.a else con.n))
+    if along is None or raw == 0 or along.extent % width or op.offset.const % raw:
+        return 1
+    strides: dict[str, int] = {}
+    for a, c in op.offset.terms:
+        if isinstance(a, Sym):
+            strides[a.name] = c
+        elif not (pack > 1 and isinstance(a, FloorDiv) and a.den == pack and c == 1
+                  and a.num == var(along.var)):
+            return 1        # an offset no vector walks (a gather, a window)
+    if strides.get(along.var, 1 if pack > 1 else 0) != 1 or \
+            any(c % raw for v, c in strides.items() if v != along.var):
         return 1
     return width
 
@@ -431,7 +443,7 @@ def shared_budget(c: GemmCtx) -> str | None:
     t, s, p = c.tile, c.stage, c.problem
     per_stage = (t.bm + t.bn) * (t.bk + 16 // _itemsize(c)) * _itemsize(c)
     config = config_of(c)
-    ring = sum(outer * t.bk * op.bytes_read for op, outer in ((p.a, t.bm), (p.b, t.bn))
+    ring = sum(op.raw_bytes(outer * t.bk) for op, outer in ((p.a, t.bm), (p.b, t.bn))
                if raw_ring(op, config))
     need = (per_stage + ring) * s.stages
     if need > c.target.shared_per_block_optin:

@@ -29,13 +29,14 @@ the weights stay an affine operand. A grouped convolution is first given a group
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from emmy.dtypes import DType
-from emmy.loop_ir.fuse import COMPUTED_OPERAND_OPS
+from emmy.loop_ir.fuse import COMPUTED_OPERAND_OPS, operand_op
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
 from emmy.schedule.facts import offset, stride_along
-from emmy.symbolic import FloorDiv, Lin, Sym, evaluate, var
+from emmy.symbolic import FloorDiv, Lin, Sym, canonical, evaluate, var
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, TileKernel
 from emmy.tile_ir.window import Window, tabled, window
@@ -62,6 +63,8 @@ class Operand:
                                     # (column) and one of k (emmy.tile_ir.window), when it is
     computed: bool = False          # gathered: arithmetic on loads (a dequantized weight),
                                     # which PLACE=cut may store (emmy.tile_ir.cut)
+    packing: int = 1                # computed: elements a raw element of its load holds
+                                    # (int4 weights two to a byte, read at k // 2: 2)
 
     @property
     def gathered(self) -> bool:
@@ -235,10 +238,23 @@ def _operand(k, side, off: Lin, only: list[str], affine: bool, kaxis: Axis, axes
         return Operand(ld.buffer, dtype, merged, outer, parts=parts)
     parts = tuple(axes[v] for v in only)
     outer = "_".join(only)
+    if computed:    # the pieces two reshapes split an int4 weight's k into, put together
+        off = canonical(off)
     return Operand(ld.buffer, dtype, off, outer, gather=items, value=value, computed=computed,
+                   packing=_packing(off, kaxis.var) if computed else 1,
                    parts=parts if len(parts) > 1 else (),
                    k_major=_spread(off, kaxis, parts[-1], bounds) <= 0,
                    window=tabled(window(items, value, shapes, kaxis.var, axes, bounds), bounds))
+
+
+def _packing(off: Lin, kvar: str) -> int:
+    """Elements of a computed operand per raw element of its load: P where the load reads
+    its buffer at k // P (and nowhere else along k), else 1."""
+    terms = dict(off.terms)
+    if Sym(kvar) in terms:
+        return 1
+    return next((a.den for a, c in terms.items() if isinstance(a, FloorDiv) and c == 1
+                 and a.num == var(kvar)), 1)
 
 
 def _affine_parts(off: Lin, only: list[str], axes) -> tuple[Axis, ...]:
@@ -369,13 +385,14 @@ def _computed_factor(value: str, defs, outer, order, kvar: str, shapes
     """A factor computed from loads by a few casts and multiplies, adds or subtractions (an
     int8 weight dequantized: cast(load w[n, k]) * load scale[n], maybe less a zero point, the
     scale maybe per group of k), of a 16-bit float type: the template computes each element as
-    it copies the operand's tile. Its load (the one whose layout its tiles take) is the first
-    that reads along k (`kvar`) at an affine index."""
+    it copies the operand's tile; integer data may first be unpacked (operand_op: int4
+    weights two to a byte). Its load (the one whose layout its tiles take) is the one of the
+    most bytes that reads along k (`kvar`)."""
     known = outer | defs
     names = closure({value}, known)
     items = [known[n] for n in names]
     if any(not isinstance(s, (Load, CastTo, Compute, IndexValue)) for s in items) \
-            or any(isinstance(s, Compute) and s.op not in COMPUTED_OPERAND_OPS for s in items) \
+            or any(isinstance(s, Compute) and not operand_op(s.op, s.dtype) for s in items) \
             or any(isinstance(s, Load) and s.dyn for s in items) \
             or any(a not in known for s in items for a in operands(s)):
         return None
@@ -385,10 +402,14 @@ def _computed_factor(value: str, defs, outer, order, kvar: str, shapes
     along = [s for s in loads if kvar in index_vars((s,))]
     if not along:
         return None
-    # the weight, not a group-wise scale (scale[n, k // 128]): the first load whose offset
-    # in its buffer is affine, else the first along k
-    main = next((s for s in along if all(isinstance(atom, Sym) for atom, _ in
-                                         offset(s.index, shapes[s.buffer]).terms)), along[0])
+    # the weight, not a group-wise scale (scale[n, k // 128]): the load of the most bytes
+    # (int4 weights read two to a byte, packed[n, k // 2]), the first at an affine offset in
+    # its buffer of those
+    def rank(s: Load) -> tuple[int, bool]:
+        affine = all(isinstance(atom, Sym) for atom, _ in offset(s.index, shapes[s.buffer]).terms)
+        return -math.prod(shapes[s.buffer]) * s.dtype.itemsize, not affine
+
+    main = min(along, key=rank)
     return tuple(sorted(items, key=lambda s: order.index(s.dst))), main, value, True
 
 
@@ -405,10 +426,15 @@ def pair_kinds(op: Operand) -> dict[str, str] | None:
     as eager PyTorch rounds each of them; where the template computes one element at a time it
     rounds once at the end (the same bits for a cast and one multiply, the common dequant)."""
     main, t = op.load, op.dtype
-    if main.dtype not in (DType.I8, DType.U8) or t not in _MMA_TYPES:
+    if main.dtype not in (DType.I8, DType.U8) or t not in _MMA_TYPES or op.packing not in (1, 2):
         return None
     kinds: dict[str, str] = {}
     dtypes: dict[str, DType] = {}
+    if op.packing == 2:     # int4: the statements unpacking a nibble from its byte
+        unpacked = _nibbles(op)
+        if unpacked is None:
+            return None
+        kinds.update(unpacked)
 
     def pairable(a) -> bool:
         if isinstance(a, Scalar):
@@ -416,21 +442,77 @@ def pair_kinds(op: Operand) -> dict[str, str] | None:
         return kinds.get(a) == "pair" or (kinds.get(a) == "scalar" and dtypes[a] is t)
 
     for s in op.gather:
+        if s.dst in kinds:
+            continue
         if isinstance(s, Load):
             if s is not main and s.dtype not in _PAIR_LOADS:
                 return None
             kinds[s.dst], dtypes[s.dst] = ("raw" if s is main else "scalar"), s.dtype
-        elif isinstance(s, CastTo) and s.dtype is t and s.arg in kinds:
+        elif isinstance(s, CastTo) and s.dtype is t and s.arg in kinds and \
+                kinds[s.arg] != "unpack" and (kinds[s.arg] != "raw" or op.packing == 1):
             kinds[s.dst] = "pair"
         elif isinstance(s, Compute) and s.dtype is t and s.op in COMPUTED_OPERAND_OPS \
                 and all(pairable(a) for a in s.args):
             kinds[s.dst] = "pair"
         else:
             return None
-    used_raw = [s for s in op.gather if main.dst in operands(s)]
+    # the raw byte (an int4 operand's unpacked nibble) only a cast to the 16-bit type reads
+    raw = {n for n, kind in kinds.items() if kind not in ("pair", "scalar", "unpack")}
+    used_raw = [s for s in op.gather if set(operands(s)) & raw and kinds[s.dst] != "unpack"]
     if any(not isinstance(s, CastTo) for s in used_raw) or kinds.get(op.value) != "pair":
         return None
     return kinds
+
+
+def _nibbles(op: Operand) -> dict[str, str] | None:
+    """The kinds of an int4 operand's unpacking statements (its raw load reads a byte at
+    k // 2): "unpack" each statement between the byte and the value cast to the 16-bit type,
+    and for that value "nibbles:lo" (the byte's low nibble at even k, its high one at odd k;
+    "nibbles:hi" the other way round), ":signed" appended where the nibble is read as a
+    4-bit two's complement number. Found by computing the statements for every byte and both
+    parities of k (operand_op's integer operations and casts between integer types, the
+    parity read as an index value of k alone); None where they compute anything else."""
+    import numpy as np
+
+    from emmy.dtypes import to_numpy
+    from emmy.tensor_ir.semantics import UFUNC
+
+    main = op.load
+    kvar = next(a.num.terms[0][0].name for a, c in op.offset.terms
+                if isinstance(a, FloorDiv) and a.den == 2 and c == 1)
+    defs = {s.dst: s for s in op.gather}
+    cast = next((s for s in op.gather if isinstance(s, CastTo) and s.dtype is op.dtype
+                 and main.dst in closure({s.arg}, defs)), None)
+    if cast is None:
+        return None
+    names = closure({cast.arg}, defs)
+    k = np.arange(64)[None, :]
+    byte = np.arange(256)[:, None]
+    values = {main.dst: byte.astype(np.uint8).astype(to_numpy(main.dtype))}
+    for s in op.gather:
+        if s.dst not in names or s is main:
+            continue
+        if isinstance(s, IndexValue) and s.expr.free_vars() <= {kvar}:
+            values[s.dst] = np.asarray(evaluate(canonical(s.expr), {kvar: k}))
+        elif isinstance(s, CastTo) and not s.dtype.is_float and s.arg in values:
+            values[s.dst] = values[s.arg].astype(to_numpy(s.dtype))
+        elif isinstance(s, Compute) and not s.dtype.is_float and operand_op(s.op, s.dtype) \
+                and all(isinstance(a, Scalar) or a in values for a in s.args):
+            args = [np.asarray(a.value, to_numpy(a.dtype)) if isinstance(a, Scalar)
+                    else values[a] for a in s.args]
+            values[s.dst] = np.asarray(UFUNC[s.op](*args)).astype(to_numpy(s.dtype))
+        else:
+            return None
+    got = np.broadcast_to(values[cast.arg].astype(np.int64), (256, 64))
+    lo, hi, even = byte & 15, byte >> 4, k % 2 == 0
+    for order, first, second in (("lo", lo, hi), ("hi", hi, lo)):
+        for signed in (False, True):
+            a, b = ((first ^ 8) - 8, (second ^ 8) - 8) if signed else (first, second)
+            if np.array_equal(got, np.where(even, a, b)):
+                kind = f"nibbles:{order}" + (":signed" if signed else "")
+                return {**{n: "unpack" for n in names - {cast.arg}}, cast.arg: kind,
+                        main.dst: "raw"}
+    return None
 
 
 def sixteen_bits(value, t: DType) -> int | None:

@@ -39,10 +39,12 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
                              f"{op.window.describe()}; the k side tabulated per block")
             elif op.computed:
                 pairs = ", two at a time on 16-bit pairs" if op.paired else ""
+                packed = f", {op.packing} to a {op.load.dtype} of {op.load.buffer}" \
+                    if op.packing > 1 else ""
                 lines.append(f"{INDENT}  {name} computed (as a dequantized weight is): "
                              f"{len(op.gather)} statement(s) compute each element ({op.value}) "
-                             f"from its loads as its tiles are copied{pairs}; PLACE=cut stores "
-                             f"it first")
+                             f"from its loads{packed} as its tiles are copied{pairs}; PLACE=cut "
+                             f"stores it first")
             elif op.gathered:
                 lines.append(f"{INDENT}  {name} gathered (implicit GEMM): {len(op.gather)} "
                              f"statement(s) compute each element ({op.value}), copied element "

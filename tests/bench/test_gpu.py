@@ -291,3 +291,22 @@ def test_gpu_int8_linear_passes_the_harness(batch, row):
                                                         "k0_int8_linear_cut1"]
     result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
     assert result.verdict == "ok" and len(result.cases) == 6, result
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch,row", [
+    (16, "WORK=warps:2x4 TILE=mma:32x64x16 REDUCE=split:16:combine STAGE=async:4 RASTER=group:8 "
+     "PLACE=fuse"),
+    (16, "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=split:4:combine STAGE=async:2 RASTER=row "
+     "PLACE=fuse"),
+    (256, "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=serial STAGE=async:4 RASTER=group:8 "
+     "PLACE=fuse"),
+])
+def test_gpu_int4_linear_passes_the_harness(batch, row):
+    """A weight-only int4 linear layer (examples/int4_linear.py), `batch` x 4096 -> 4096: two
+    weights from each byte's nibbles on f16 pairs (em_4x2) inside mma.sync products (a raw
+    ring; one tile held) and a wgmma product."""
+    from emmy.frontend.workload import load_file
+
+    _passes_the_gpu_harness(load_file("examples/int4_linear.py", (
+        ("batch", batch), ("in_features", 4096), ("out_features", 4096))), "", row)

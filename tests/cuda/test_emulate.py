@@ -122,6 +122,23 @@ def test_bytes_become_pairs_of_16_bit_floats_exactly():
                                       err_msg=f"signed={signed} bf16={bf16}")
 
 
+def test_nibbles_become_pairs_of_16_bit_floats_exactly():
+    """Every byte's two nibbles (a computed operand's int4 weights, two to a byte), low first
+    and high first, read unsigned and as 4-bit two's complement, as f16 and as bf16: the bits
+    of their exact values."""
+    raw = np.arange(256, dtype=np.uint8)
+    out = np.zeros((64, 8, 4, 2), np.uint16)       # word, variant, byte, half
+    run("nibbles_to_pairs", 1, 64, [out, raw.view(np.uint32), 64])
+    lo, hi = (raw & 15).astype(np.int32), (raw >> 4).astype(np.int32)
+    for variant, (bf16, signed, hi_first) in enumerate(
+            [(b, s, h) for b in (0, 1) for s in (0, 1) for h in (0, 1)]):
+        pair = np.stack([hi, lo] if hi_first else [lo, hi], axis=-1)
+        values = ((pair ^ 8) - 8 if signed else pair).astype(np.float32)
+        bits = values.view(np.uint32) >> 16 if bf16 else values.astype(np.float16).view(np.uint16)
+        np.testing.assert_array_equal(out[:, variant].reshape(256, 2), bits.astype(np.uint16),
+                                      err_msg=f"bf16={bf16} signed={signed} hi={hi_first}")
+
+
 def test_grid_and_block_indices():
     grid, block = (3, 2, 2), (4, 2, 3)
     out = np.zeros((12, 24, 6), np.int32)

@@ -88,6 +88,25 @@ template <bool SIGNED, int HI> EMMY_FN __nv_bfloat162 em_8x2_bf162(uint32_t word
                                                   0x7632u));
 }
 
+// Byte BYTE of `word` holds two 4-bit integers (int4 weights two to a byte): the pair of them,
+// the low nibble first (HI_FIRST: the high one), less the constant whose bits `bias` are less
+// the magic number, exactly, with no conversion instruction. The word's low and high nibbles
+// are split once (the same for its four bytes), one PRMT puts the byte's two under the two
+// halves and one LOP3 the exponent of 1024 (f16) or 128 (bf16) over them, whose last mantissa
+// bits then count ones; one HSUB2 takes away the magic number (plus 8 for a signed nibble,
+// whose sign bit is flipped first, plus any constant the caller subtracts next).
+EMMY_FN constexpr uint32_t em_magic2(const __half2*) { return 0x64006400u; }        // 1024
+EMMY_FN constexpr uint32_t em_magic2(const __nv_bfloat162*) { return 0x43004300u; } // 128
+template <class T2, bool SIGNED, bool HI_FIRST, int BYTE>
+EMMY_FN T2 em_4x2(uint32_t word, uint32_t bias) {
+  const uint32_t w = SIGNED ? word ^ 0x88888888u : word;
+  const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+  const uint32_t t = HI_FIRST ? __byte_perm(hi, lo, BYTE | (BYTE + 4) << 8)
+                              : __byte_perm(lo, hi, BYTE | (BYTE + 4) << 8);
+  const uint32_t v = (t & 0x00FF00FFu) | em_magic2(static_cast<const T2*>(nullptr));
+  return __hsub2(em_pair_bits<T2>(v), em_pair_bits<T2>(bias));
+}
+
 template <int BYTES> EMMY_FN void em_cp_async(void* smem, const void* gmem) {
   if constexpr (BYTES == 16) cp_async_16(smem, gmem);
   else if constexpr (BYTES == 8) cp_async_8(smem, gmem);

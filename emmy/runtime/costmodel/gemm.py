@@ -74,10 +74,14 @@ WINDOW_INSTRUCTIONS_PER_ELEMENT = 14
 # 146 a K step, counted by hand) 4.5. A raw ring (STAGE=async:3 and 4, emmy.cuda.gemm.raw_ring:
 # the bytes copied by cp.async, then read from shared memory) adds about 0.6 (0.63 on pairs,
 # 0.44 unpaired); a wgmma row (emmy.cuda.gemm_sm90: each tile computed into its swizzled stage
-# between two barriers; 128x128x64 at 1024 x 4096 -> 4096) 1.55 (3.11 on f16 pairs).
+# between two barriers; 128x128x64 at 1024 x 4096 -> 4096) 1.55 (3.11 on f16 pairs). int4
+# weights two to a byte, less 8, times a scale per group of 128 (GemmOperand.packing 2: a word's
+# nibbles split once, then PRMT, LOP3, HSUB2 and HMUL2 a pair, the scale loaded once a vector)
+# 3.25 on f16 or bf16 pairs (3.69 through a raw ring, 4.48 on a wgmma row).
 COMPUTED_INSTRUCTIONS_PER_ELEMENT = 4.5
 COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT = 3.56
 COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT = {"__half": 1.56, "__nv_bfloat16": 3.06}
+COMPUTED_NIBBLE_PAIR_INSTRUCTIONS_PER_ELEMENT = 3.25
 COMPUTED_RING_EXTRA_INSTRUCTIONS_PER_ELEMENT = 0.6
 COMPUTED_WGMMA_EXTRA_INSTRUCTIONS_PER_ELEMENT = 1.55
 # I2F issues at 16 results a clock an SM on sm_80 and sm_90 (the CUDA C++ Programming Guide's
@@ -101,7 +105,8 @@ def _gather_instructions(op, c: GemmConfig) -> float:
     ring = 0 if not raw_ring(op, c) else COMPUTED_WGMMA_EXTRA_INSTRUCTIONS_PER_ELEMENT \
         if c.inst == "wgmma" else COMPUTED_RING_EXTRA_INSTRUCTIONS_PER_ELEMENT
     if op.paired:
-        return COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT[op.ctype] + ring
+        return ring + (COMPUTED_NIBBLE_PAIR_INSTRUCTIONS_PER_ELEMENT if op.packing > 1
+                       else COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT[op.ctype])
     return ring + (COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT if op.vector > 1
                    else COMPUTED_INSTRUCTIONS_PER_ELEMENT)
 

@@ -162,6 +162,30 @@ extern "C" __global__ void bytes_to_pairs(unsigned* out, const unsigned* words, 
     memcpy(out + 8 * i + 4, b, 16);
 }
 
+// Nibbles as pairs of 16-bit floats (em_4x2, int4 weights two to a byte): each byte of each word
+// as (low, high) and (high, low) nibbles, unsigned and signed, as f16 and as bf16: 8 variants,
+// 4 pairs (one a byte) each.
+template <class T2, bool SIGNED, bool HI> __device__ void nibble_pairs(unsigned* out, unsigned w,
+                                                                      unsigned bias) {
+    const T2 p[4] = {em_4x2<T2, SIGNED, HI, 0>(w, bias), em_4x2<T2, SIGNED, HI, 1>(w, bias),
+                     em_4x2<T2, SIGNED, HI, 2>(w, bias), em_4x2<T2, SIGNED, HI, 3>(w, bias)};
+    memcpy(out, p, 16);
+}
+extern "C" __global__ void nibbles_to_pairs(unsigned* out, const unsigned* words, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const unsigned w = words[i];
+    unsigned* o = out + 32 * i;
+    nibble_pairs<__half2, false, false>(o, w, 0x64006400u);          // 1024
+    nibble_pairs<__half2, false, true>(o + 4, w, 0x64006400u);
+    nibble_pairs<__half2, true, false>(o + 8, w, 0x64086408u);        // 1032
+    nibble_pairs<__half2, true, true>(o + 12, w, 0x64086408u);
+    nibble_pairs<__nv_bfloat162, false, false>(o + 16, w, 0x43004300u);   // 128
+    nibble_pairs<__nv_bfloat162, false, true>(o + 20, w, 0x43004300u);
+    nibble_pairs<__nv_bfloat162, true, false>(o + 24, w, 0x43084308u);    // 136
+    nibble_pairs<__nv_bfloat162, true, true>(o + 28, w, 0x43084308u);
+}
+
 // Recursion without end: the fiber's stack overflows into its guard page.
 __device__ int deeper(volatile int* p, int n) {
     volatile int pad[256];
