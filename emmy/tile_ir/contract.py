@@ -36,7 +36,7 @@ from emmy.dtypes import DType
 from emmy.loop_ir.fuse import COMPUTED_OPERAND_OPS, operand_op
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
 from emmy.schedule.facts import offset, stride_along
-from emmy.symbolic import FloorDiv, Lin, Sym, canonical, evaluate, var
+from emmy.symbolic import FloorDiv, Lin, Mod, Sym, canonical, evaluate, var
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, TileKernel
 from emmy.tile_ir.window import Window, tabled, window
@@ -470,8 +470,8 @@ def _nibbles(op: Operand) -> dict[str, str] | None:
     and for that value "nibbles:lo" (the byte's low nibble at even k, its high one at odd k;
     "nibbles:hi" the other way round), ":signed" appended where the nibble is read as a
     4-bit two's complement number. Found by computing the statements for every byte and both
-    parities of k (operand_op's integer operations and casts between integer types, the
-    parity read as an index value of k alone); None where they compute anything else."""
+    parities of k (operand_op's integer operations and casts between integer types, index
+    values of k % 2 alone); None where they compute anything else."""
     import numpy as np
 
     from emmy.dtypes import to_numpy
@@ -492,8 +492,9 @@ def _nibbles(op: Operand) -> dict[str, str] | None:
     for s in op.gather:
         if s.dst not in names or s is main:
             continue
-        if isinstance(s, IndexValue) and s.expr.free_vars() <= {kvar}:
-            values[s.dst] = np.asarray(evaluate(canonical(s.expr), {kvar: k}))
+        parity = canonical(s.expr) if isinstance(s, IndexValue) else None
+        if parity is not None and all(a == Mod(var(kvar), 2) for a, _ in parity.terms):
+            values[s.dst] = np.asarray(evaluate(parity, {kvar: k}))
         elif isinstance(s, CastTo) and not s.dtype.is_float and s.arg in values:
             values[s.dst] = values[s.arg].astype(to_numpy(s.dtype))
         elif isinstance(s, Compute) and not s.dtype.is_float and operand_op(s.op, s.dtype) \
