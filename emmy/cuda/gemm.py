@@ -64,8 +64,10 @@ MAX_HELD_ELEMENTS = 32        # a gathered tile's elements a thread holds in reg
 SIMT_K_STEP = 4               # the SIMT loop reads 4 k at a time (one 16-byte vector)
 COMBINE_THREADS = 256
 MAX_GRID = 2**31 - 1
-SPLIT_MODES = ("atomic", "combine")
-PARTIAL = "emmy_partial"      # combine: the f32 partial sums, [split][batch][m][n]
+SPLIT_MODES = ("atomic", "combine", "last")
+PARTIAL = "emmy_partial"      # combine, last: the f32 partial sums, [split][batch][m][n]
+TICKETS = "emmy_tickets"      # last: per output tile, its blocks that have stored their partials
+                              # (int [batch][tiles], zero before the first launch and after each)
 STORAGE = {"__half": "unsigned short", "__nv_bfloat16": "unsigned short", "float": "float"}
 # a gathered element (a float expression holding an exact f16/bf16/f32 value) as storage bits
 BITS = {"__half": "__half_as_ushort(__float2half({}))",
@@ -899,7 +901,7 @@ class _Emitter:
     def store(self, row: str, col: str, acc: str) -> list[str]:
         """One output element: the epilogue (or the partial sum) inside the bounds."""
         p, c = self.p, self.c
-        if c.split_mode == "combine":
+        if c.split_mode in ("combine", "last"):
             stmts = [f"{PARTIAL}[((gm_split * {p.batch}LL + bz) * {p.m} + {row}) * {p.n}LL + "
                      f"{col}] = {acc};"]
         else:
@@ -990,7 +992,7 @@ class _Emitter:
                 "2(lane%4) + r%2",
                 "const int gm_row0 = gm_m0 + gm_wm0 + gm_lane / 4;",
                 "const int gm_col0 = gm_n0 + gm_wn0 + 2 * (gm_lane % 4);"]
-        pair = None if c.split_mode == "combine" else self.epilogue
+        pair = None if c.split_mode in ("combine", "last") else self.epilogue
         return out + fragment_stores(self.p, c, self.store, pair, "gm_acc", mi, nj)
 
     def ldmatrix_fragments(self) -> tuple[list[str], Callable[[str, str, str], list[str]]]:
@@ -1147,7 +1149,41 @@ class _Emitter:
                 "memory",
                 "gm_t* gm_smem = reinterpret_cast<gm_t*>(emmy_smem);"]
         head += self.decode() + self.copy_setup(a) + self.copy_setup(b)
-        return head + (self.mma() if c.inst in TENSOR_CORE else self.simt())
+        body = self.mma() if c.inst in TENSOR_CORE else self.simt()
+        return head + body + (self.last_block() if c.split_mode == "last" else [])
+
+    def last_block(self) -> list[str]:
+        """split_mode "last": once a block has stored its partial sums, it takes a ticket for
+        its tile; the block taking the last one adds the tile's `split` partials in split order
+        (the same sum whichever block finishes last: deterministic) and runs the epilogue, so no
+        second kernel is launched. The fences order each block's partial stores before its
+        ticket, and the last block's reads after the tickets; it reads through L2 (__ldcg) and
+        leaves its tile's ticket at zero for the next launch."""
+        p, c, plan = self.p, self.c, self.plan
+        cells, s = c.bm * c.bn, c.split
+        conds = ([f"gm_row < {p.m}"] if p.m % c.bm else []) + \
+            ([f"gm_col < {p.n}"] if p.n % c.bn else [])
+        total = f"gm_sum += __ldcg({PARTIAL} + ((gm_s * {p.batch}LL + bz) * {p.m} + gm_row) * " \
+            f"{p.n}LL + gm_col);"
+        element = ["float gm_sum = 0.0f;",
+                   "#pragma unroll", f"for (int gm_s = 0; gm_s < {s}; ++gm_s) {total}",
+                   *self.epilogue("bz", "gm_row", "gm_col", "gm_sum")]
+        if conds:
+            element = [f"if ({' && '.join(conds)}) {{", *_indent(element), "}"]
+        element.insert(0, f"const int gm_row = gm_m0 + gm_e / {c.bn}, gm_col = gm_n0 + gm_e % "
+                          f"{c.bn};")
+        return [f"// split {s}, last block: the tile's partials summed by its last block",
+                "__threadfence();   // this block's partial sums, before its ticket",
+                "__syncthreads();",
+                "int* gm_ticket = reinterpret_cast<int*>(emmy_smem);",
+                f"const long long gm_slot = bz * {plan.tiles} + gm_tile;",
+                f"if (tid == 0) *gm_ticket = atomicAdd({TICKETS} + gm_slot, 1);",
+                "__syncthreads();",
+                f"if (*gm_ticket != {s - 1}) return;",
+                "__threadfence();   // the other blocks' partial sums, after their tickets",
+                f"if (tid == 0) {TICKETS}[gm_slot] = 0;   // for the next launch",
+                f"for (int gm_e = tid; gm_e < {cells}; gm_e += {c.threads}) {{",
+                *_indent(element), "}"]
 
 
 def fragment_stores(p, c, store: Callable[[str, str, str], list[str]], epilogue: Epilogue | None,

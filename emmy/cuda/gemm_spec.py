@@ -165,6 +165,7 @@ class GemmConfig:
     stages: int           # 1: synchronous loads into one shared buffer; 2..4: a cp.async ring
     split: int = 1        # blocks sharing one output tile's K range
     split_mode: str = ""  # "atomic" (epilogue adds into zeroed outputs) | "combine" (see below)
+                          # | "last" (the last block of a tile sums the partials: gemm.py)
     group: int = 1        # launch order: 1 row-major over tiles; G > 1 grouped by G tile rows
     tma: bool = False     # wgmma only: operands loaded by TMA (else cp.async)
     cluster_m: int = 1    # TMA only: thread-block clusters of cluster_m x cluster_n tiles that

@@ -62,6 +62,7 @@ class Unit:
     launches: tuple[LaunchSpec, ...]
     temporaries: tuple[tuple[str, str, int], ...]
     zero_fill: tuple[str, ...]
+    zeroed: tuple[str, ...] = ()    # temporaries zero when allocated and left zero by each run
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,6 @@ def build_program(m) -> CudaProgram:
                          for l in kp.launches)
         units.append(Unit(k.name, str(m.scheduled.rows[k.name]),
                           _EMITTED(kp, None, lambda kp=kp: emit_program(kp)), launches,
-                          kp.temporaries, kp.zero_fill))
+                          kp.temporaries, kp.zero_fill, kp.zeroed))
     return CudaProgram(tp.name, tp.inputs, tp.intermediates, tp.outputs, tuple(units),
                        m.scheduled.target.name)

@@ -5,7 +5,8 @@ emmy.cuda.gemm_sm90 for wgmma); the compiler's part is the fused epilogue: the T
 statements after the fold (bias, activation, scaling, residual, the store), lowered for one
 output element at the template's (batch, row, column) with the accumulator bound to `e_acc`.
 REDUCE=split:S:combine launches two functions: the partial products into a scratch buffer,
-then a combine that sums them and runs the epilogue.
+then a combine that sums them and runs the epilogue; split:S:last one, whose last block of each
+tile sums them (a scratch buffer of partials and one of tickets, which stays zero).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def lower_contract(k: TileKernel, row: Row, target: Target) -> K.KProgram:
         from emmy.cuda.gemm import gemm_body
 
         body = gemm_body(problem, config, epilogue, make_gathers(k, problem))
+    if config.split_mode == "last":
+        return _last_block_program(k, problem, config, params, body, summary, row, headers)
     if config.split_mode != "combine":
         maps = getattr(body, "tensor_maps", ())
         # a map's buffer is named after the kernel (a program may hold several wgmma kernels);
@@ -124,6 +127,27 @@ def make_gathers(k: TileKernel, problem: GemmProblem
         elif op.gathered:
             out[name] = element_gather(k, op.gather, op.value, parts, con.k, con.batch)
     return out
+
+
+def _last_block_program(k: TileKernel, problem: GemmProblem, config: GemmConfig, params,
+                        body: Body, summary, row: Row, headers) -> K.KProgram:
+    """split:S:last: one function, whose blocks store their partial sums into a scratch
+    buffer and take a ticket for their tile (another buffer, zero before and after each run);
+    the last of a tile's S blocks sums the partials and runs the epilogue."""
+    from emmy.cuda.gemm import TICKETS, _Plan
+
+    tiles = problem.batch * _Plan(problem, config).tiles
+    names = {PARTIAL: f"{k.name}_partial", TICKETS: f"{k.name}_tickets"}
+    f = _function(k.name, params + (K.Param(PARTIAL, "float", True),
+                                    K.Param(TICKETS, "int", True)), body,
+                  summary + (f"partial sums -> {PARTIAL}[{config.split}][batch][m][n], summed "
+                             f"by each tile's last block",), row)
+    count = config.split * problem.batch * problem.m * problem.n
+    return K.KProgram(name=k.name, functions=(f,),
+                      launches=(K.Launch(f.name, tuple(names.get(a, a) for a in _args(f))),),
+                      temporaries=((names[PARTIAL], "float", count),
+                                   (names[TICKETS], "int", tiles)),
+                      zero_fill=(), zeroed=(names[TICKETS],), headers=headers)
 
 
 def _summary(k: TileKernel, p: GemmProblem, c: GemmConfig) -> tuple[str, ...]:

@@ -240,4 +240,6 @@ class KProgram:
     launches: tuple[Launch, ...]            # in order
     temporaries: tuple[tuple[str, str, int], ...]  # (name, ctype, elements): scratch buffers
     zero_fill: tuple[str, ...]              # buffers to zero before the first launch
+    zeroed: tuple[str, ...] = ()            # temporaries zero when allocated, which every run
+                                            # leaves zero (split:S:last's tickets)
     headers: tuple[str, ...] = ()           # extra headers the source includes (emmy_sm90.cuh)

@@ -10,7 +10,9 @@ INDENT = "  "
 
 def print_program(p: K.KProgram) -> str:
     lines = [f"kernel {p.name}: {len(p.launches)} launch(es)"]
-    lines += [f"{INDENT}temporary {n}: {c}[{count}]" for n, c, count in p.temporaries]
+    lines += [f"{INDENT}temporary {n}: {c}[{count}]"
+              f"{' (zero, and left zero by every run)' if n in p.zeroed else ''}"
+              for n, c, count in p.temporaries]
     lines += [f"{INDENT}zero {n} before the first launch" for n in p.zero_fill]
     for f in p.functions:
         lines.append("")

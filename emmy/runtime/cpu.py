@@ -40,6 +40,8 @@ def run_program(prog: CudaProgram, inputs: Mapping[str, object], *, timeout: flo
     for unit in prog.units:
         for name, ctype, count in unit.temporaries:
             buffers[name] = poisoned((count,), dtype_of_c(ctype))
+            if name in unit.zeroed:
+                buffers[name][...] = 0
         for name in unit.zero_fill:
             buffers[name][...] = 0
         for launch in unit.launches:

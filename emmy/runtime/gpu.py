@@ -110,8 +110,10 @@ class GpuProgram:
         self._temporaries = {}
         for unit in prog.units:
             for name, ctype, count in unit.temporaries:
-                t = torch.empty((count,), dtype=to_torch(dtype_of_c(ctype)), device=self.device)
-                self._temporaries[name] = t
+                make = torch.zeros if name in unit.zeroed else torch.empty
+                t = make((count,), dtype=to_torch(dtype_of_c(ctype)), device=self.device)
+                if name not in unit.zeroed:     # a zeroed one stays zero: never poisoned
+                    self._temporaries[name] = t
                 self.buffers[name] = t
         self._bound: tuple | None = None
         self._streams: dict[int, Any] = {}

@@ -4,7 +4,8 @@
     TILE    mma:BMxBNxBK           block tile on tensor cores: mma.sync m16n8k16, f16/bf16 -> f32
             simt:BMxBNxBK          block tile on CUDA cores: f32 FFMA, register micro-tiles
             wgmma:BMxBNxBK         block tile on Hopper's warpgroup mma (sm_90a)
-    REDUCE  serial | split:S:atomic | split:S:combine     S blocks share one tile's K range
+    REDUCE  serial | split:S:atomic | split:S:combine | split:S:last
+                                                        S blocks share one tile's K range
     STAGE   smem | async:N | tma:N  synchronous copies into one shared buffer, a cp.async ring of
             tma:N:cluster:CMxCN    N stages, or TMA copies completing on mbarriers (wgmma only),
                                    optionally shared by a thread-block cluster of 2x1 tiles (B's
@@ -49,7 +50,8 @@ _TF32 = tuple(f"tf32:{m}x{n}x{k}" for m in (32, 64, 128, 256) for n in (32, 64, 
 GRAMMAR: dict[str, tuple[str, ...]] = {
     "WORK": tuple(f"warps:{w}" for w in _WARPS),
     "TILE": _MMA + _SIMT + _WGMMA + _TF32,
-    "REDUCE": ("serial", *(f"split:{s}:{how}" for s in (2, 4, 8, 16) for how in ("atomic", "combine"))),
+    "REDUCE": ("serial", *(f"split:{s}:{how}" for s in (2, 4, 8, 16)
+                           for how in ("atomic", "combine", "last"))),
     "STAGE": ("smem", "async:2", "async:3", "async:4", "tma:3", "tma:4",
               *(f"tma:{n}:cluster:{c}" for n in (3, 4) for c in ("2x1", "1x2"))),
     "RASTER": ("row", "group:4", "group:8"),
@@ -61,7 +63,9 @@ GRAMMAR_TEXT = {
             "BM,BN in 32..256, BK 16|32|64; simt BM,BN in 32..128, BK 8|16|32; wgmma BM 64|128, "
             "BN 64|128|256; tf32 (f32 operands on tensor cores, only where the workload allows "
             "tf32) BM,BN in 32..256, BK 16|32)",
-    "REDUCE": "serial | split:S:atomic | split:S:combine  (S in 2,4,8,16)",
+    "REDUCE": "serial | split:S:atomic | split:S:combine | split:S:last  (S in 2,4,8,16; "
+              "combine: a second kernel sums the S partial products; last: the last of a "
+              "tile's S blocks to finish sums them, in split order, and runs the epilogue)",
     "STAGE": "smem | async:N (N = 2,3,4 cp.async stages) | tma:N (N = 3,4; wgmma only) | "
              "tma:N:cluster:2x1 | tma:N:cluster:1x2 (clusters of two blocks on neighbouring "
              "tiles along m / n; each copies half of the operand tile they share, B / A, "

@@ -261,15 +261,24 @@ def test_gpu_topk_over_a_vocabulary_passes_the_harness():
     assert result.verdict == "ok", result
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("batch,row", [
+# fused rows of a weight-only quantized linear layer, 4096 -> 4096: a decoding batch's
+# mma.sync rows (a raw ring at async:4, its K split summed by a combine kernel or by each tile's
+# last block; one tile held at async:2) and a wgmma row
+QUANTIZED_ROWS = [
     (16, "WORK=warps:2x4 TILE=mma:32x64x16 REDUCE=split:16:combine STAGE=async:4 RASTER=group:8 "
+     "PLACE=fuse"),
+    (16, "WORK=warps:2x4 TILE=mma:32x64x16 REDUCE=split:16:last STAGE=async:4 RASTER=group:8 "
      "PLACE=fuse"),
     (16, "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=split:4:combine STAGE=async:2 RASTER=row "
      "PLACE=fuse"),
-    (16, "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=serial STAGE=smem RASTER=row PLACE=fuse"),
     (256, "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=serial STAGE=async:4 RASTER=group:8 "
      "PLACE=fuse"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch,row", QUANTIZED_ROWS + [
+    (16, "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=serial STAGE=smem RASTER=row PLACE=fuse"),
     (16, "WORK=warps:1x1 TILE=mma:32x32x16 REDUCE=serial STAGE=smem RASTER=row PLACE=cut"),
 ])
 def test_gpu_int8_linear_passes_the_harness(batch, row):
@@ -294,14 +303,7 @@ def test_gpu_int8_linear_passes_the_harness(batch, row):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("batch,row", [
-    (16, "WORK=warps:2x4 TILE=mma:32x64x16 REDUCE=split:16:combine STAGE=async:4 RASTER=group:8 "
-     "PLACE=fuse"),
-    (16, "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=split:4:combine STAGE=async:2 RASTER=row "
-     "PLACE=fuse"),
-    (256, "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=serial STAGE=async:4 RASTER=group:8 "
-     "PLACE=fuse"),
-])
+@pytest.mark.parametrize("batch,row", QUANTIZED_ROWS)
 def test_gpu_int4_linear_passes_the_harness(batch, row):
     """A weight-only int4 linear layer (examples/int4_linear.py), `batch` x 4096 -> 4096: two
     weights from each byte's nibbles on f16 pairs (em_4x2) inside mma.sync products (a raw

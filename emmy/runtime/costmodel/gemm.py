@@ -198,7 +198,11 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     waves = -(-units // resident)
     epilogue_s = c.bm * c.bn / threads * EPILOGUE_CYCLES_PER_ELEMENT / clock
     out_bytes = p.batch * p.m * p.n * (4 if c.split_mode else item)
-    seconds = waves * (steps * step_s + epilogue_s) + out_bytes / dram_bw \
+    # split:S:last: after the last wave, each tile's last block waits for its ticket (a round
+    # trip to memory) and reads the tile's S partial planes from L2 at one SM's share of it
+    fixup_s = c.split * c.bm * c.bn * 4 / (l2_bw / target.sm_count) + DRAM_LATENCY_S + \
+        epilogue_s if c.split_mode == "last" else 0.0
+    seconds = waves * (steps * step_s + epilogue_s) + out_bytes / dram_bw + fixup_s \
         + target.launch_overhead_s
     flops = 2 * p.batch * tiles_m * c.bm * tiles_n * c.bn * steps * c.bk * c.split
     operand_bytes = p.batch * (p.m * p.k * item_a + p.k * p.n * item_b)
@@ -206,6 +210,7 @@ def estimate_gemm_launch(kernel: str, function: str, p: GemmProblem, c: GemmConf
     limiter = "compute" if compute_s >= copy_s else "memory"
     breakdown = (("compute", waves * steps * compute_s), ("copies", waves * steps * copy_s),
                  *((("gather", waves * steps * gather_s),) if gathered else ()),
+                 *((("last block", fixup_s),) if fixup_s else ()),
                  ("launch", target.launch_overhead_s))
     return LaunchEstimate(kernel=kernel, function=function, seconds=seconds,
                           bytes_dram=round(operand_bytes + out_bytes), bytes_l2=round(reads),
