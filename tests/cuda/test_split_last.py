@@ -66,3 +66,21 @@ def test_the_last_block_is_modeled_to_save_the_combine_launch():
     last, other = (estimate_kernel(k, r, sm90, nvrtc=False) for r in (row, combine))
     assert len(last.launches) == 1 and len(other.launches) == 2
     assert last.seconds < other.seconds
+
+
+def test_the_tickets_are_atomics_between_fences_and_the_partials_are_read_through_l2():
+    """SASS (sm_90a, NVRTC on the CPU): the fence before a block's ticket and after the last
+    block's, the ticket a global atomic, the vote on it one barrier (BAR.RED.OR), and the
+    partials read with GPU-scope loads (ld.cg: no L1 copy from before the other blocks' stores)."""
+    from emmy.cuda.nvrtc import compile_cuda
+    from emmy.cuda.sass import cuobjdump, disassemble
+
+    if cuobjdump() is None:
+        pytest.skip("cuobjdump (and nvdisasm) not installed")
+    w = load_file(EXAMPLES / "int4_linear.py", (("batch", 16), ("in_features", 1024),
+                                                ("out_features", 512)))
+    row = "WORK=warps:2x4 TILE=mma:32x64x16 REDUCE=split:8:last STAGE=async:4 RASTER=group:8"
+    (unit,) = compile_to(w, "cuda", Options(rows={"": row + " PLACE=fuse"}))["cuda"].units
+    sass = disassemble(compile_cuda(unit.source, get_target("sm_90a")).cubin)
+    assert sass.count("MEMBAR.SC.GPU") == 2 and "ATOMG.E.ADD" in sass
+    assert "BAR.RED.OR" in sass and "LDG.E.STRONG.GPU" in sass
