@@ -178,10 +178,13 @@ def test_wgmma_sweep(dtype):
 
 
 # int8 weights dequantized inside wgmma products: K-major at a ragged shape, and a (k, n)
-# weight (MN-major, a bf16 zero point) whose columns are whole vectors of 8
+# weight (MN-major, a bf16 zero point) whose columns are whole vectors of 8; int4 weights two to
+# a byte with a scale per group of 128
 INT8_WGMMA = {
     "k_major": ("examples/int8_linear.py", (("batch", 37), ("in_features", 136),
                                             ("out_features", 72))),
+    "int4": ("examples/int4_linear.py", (("batch", 37), ("in_features", 256),
+                                         ("out_features", 72))),
     "mn_major": "(lambda x, q, z, s: x @ ((q.bfloat16() - z) * s))(torch.randn(40, 72)."
                 "bfloat16(), torch.randint(-127, 128, (72, 264)).to(torch.int8), "
                 "torch.randint(-3, 4, (1, 264)).bfloat16(), torch.rand(1, 264).bfloat16())",
@@ -198,6 +201,27 @@ def test_int8_wgmma_sweep(name):
                           where=lambda r: _wgmma("")(r) and r.get("PLACE") == "fuse")
     # and 30 rows of each half of the cut
     assert sum("wgmma" in r.row and "_cut" not in r.kernel for r in results) == 30
+    bad = [r for r in results if r.verdict != "ok"]
+    assert not bad, bad
+
+
+# products whose K split each tile's last block sums (REDUCE=split:S:last), at ragged shapes
+SPLIT_LAST = {
+    "int4": ("examples/int4_linear.py", (("batch", 37), ("in_features", 512),
+                                         ("out_features", 72))),
+    "bmm": ("examples/bmm.py", (("batch_size", 3), ("M", 33), ("K", 200), ("N", 40))),
+    "tf32": ("examples/matmul_tf32.py", ()),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SPLIT_LAST)
+def test_split_last_sweep(name):
+    path, sets = SPLIT_LAST[name]
+    w = load_file(Path(__file__).resolve().parents[1] / path, sets)
+    results = verify_rows(w, per_kernel=20, targets=("sm_80",),
+                          where=lambda r: r.get("REDUCE", "").endswith(":last"))
+    assert sum(r.row.find(":last") > 0 for r in results) >= 20     # (and a cut half's)
     bad = [r for r in results if r.verdict != "ok"]
     assert not bad, bad
 
