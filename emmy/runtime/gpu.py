@@ -107,13 +107,14 @@ class GpuProgram:
         for b in (*prog.intermediates, *prog.outputs):
             self.buffers[b.name] = torch.empty(b.type.shape, dtype=to_torch(b.type.dtype),
                                                device=self.device)
-        self._temporaries = {}
+        self._temporaries, self._zeroed = {}, {}
         for unit in prog.units:
             for name, ctype, count in unit.temporaries:
                 make = torch.zeros if name in unit.zeroed else torch.empty
                 t = make((count,), dtype=to_torch(dtype_of_c(ctype)), device=self.device)
-                if name not in unit.zeroed:     # a zeroed one stays zero: never poisoned
-                    self._temporaries[name] = t
+                # a zeroed one (split:S:last's tickets) is left zero by every run: never
+                # poisoned, and zeroed again by poison() after a run that may have stopped short
+                (self._zeroed if name in unit.zeroed else self._temporaries)[name] = t
                 self.buffers[name] = t
         self._bound: tuple | None = None
         self._streams: dict[int, Any] = {}
@@ -163,11 +164,14 @@ class GpuProgram:
         self._bound = tuple(bound)
 
     def poison(self) -> None:
-        """Fill outputs, intermediates and temporaries so that an unwritten element shows."""
+        """Fill outputs, intermediates and temporaries so that an unwritten element shows (and
+        zero the temporaries each run must leave zero, in case a run was cut short)."""
         for b in (*self.prog.intermediates, *self.prog.outputs):
             _poison(self.buffers[b.name])
         for t in self._temporaries.values():
             _poison(t)
+        for t in self._zeroed.values():
+            t.zero_()
 
     def launch(self, units: tuple[int, ...] | None = None) -> None:
         """Enqueue the program (or only the units at these positions) once on torch's current
