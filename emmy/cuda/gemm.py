@@ -901,7 +901,7 @@ class _Emitter:
     def store(self, row: str, col: str, acc: str) -> list[str]:
         """One output element: the epilogue (or the partial sum) inside the bounds."""
         p, c = self.p, self.c
-        if c.split_mode in ("combine", "last"):
+        if c.partial_sums:
             stmts = [f"{PARTIAL}[((gm_split * {p.batch}LL + bz) * {p.m} + {row}) * {p.n}LL + "
                      f"{col}] = {acc};"]
         else:
@@ -992,7 +992,7 @@ class _Emitter:
                 "2(lane%4) + r%2",
                 "const int gm_row0 = gm_m0 + gm_wm0 + gm_lane / 4;",
                 "const int gm_col0 = gm_n0 + gm_wn0 + 2 * (gm_lane % 4);"]
-        pair = None if c.split_mode in ("combine", "last") else self.epilogue
+        pair = None if c.partial_sums else self.epilogue
         return out + fragment_stores(self.p, c, self.store, pair, "gm_acc", mi, nj)
 
     def ldmatrix_fragments(self) -> tuple[list[str], Callable[[str, str, str], list[str]]]:

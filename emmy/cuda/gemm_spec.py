@@ -176,6 +176,11 @@ class GemmConfig:
         return 32 * self.wm * self.wn
 
     @property
+    def partial_sums(self) -> bool:
+        """The product's blocks store f32 partial sums (split_mode combine or last)."""
+        return self.split_mode in ("combine", "last")
+
+    @property
     def cluster(self) -> int:
         return self.cluster_m * self.cluster_n
 

@@ -377,12 +377,15 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
     varying = {kaxis.var} if along_k else set(op.axes)
     shapes = {b.name: b.type.shape for b in k.inputs}
 
+    steadies = {s.dst: along_k and _steady(s, kaxis, width, shapes[s.buffer])
+                for s in op.gather if isinstance(s, Load) and s is not main}
+
     def pair(outer: str, kk: str, j: int) -> tuple[list[str], str]:
         lines, scalars, pairs = [], {}, {}
 
         def load(s: Load) -> None:
             names = []
-            steady = along_k and _steady(s, kaxis, width, shapes[s.buffer])
+            steady = steadies[s.dst]
             for e in ((0, 1) if index_vars((s,)) & varying and not steady else (0,)):
                 at = (outer, kk if steady else f"{kk} + {j + e}") if along_k else \
                     (f"{outer} + {j + e}", kk)

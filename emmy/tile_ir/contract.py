@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from emmy.dtypes import DType
 from emmy.loop_ir.fuse import COMPUTED_OPERAND_OPS, operand_op
@@ -420,11 +421,19 @@ _PAIR_LOADS = (DType.F16, DType.BF16, DType.F32, DType.I8, DType.U8, DType.I16)
 def pair_kinds(op: Operand) -> dict[str, str] | None:
     """How a computed operand's values go two at a time (emmy.kernel_ir.elements.element_pairs),
     by name: "raw" its 8-bit integer load, "scalar" another load (read per element), "pair" a
-    value of its 16-bit type held as a pair. None unless every value but the loads is of that
+    value of its 16-bit type held as a pair (an int4 operand's unpacking: _nibbles). None unless every value but the loads is of that
     type: the raw load cast straight to it, a load cast to it or of it, MUL / ADD / SUB / NEG of
     such values and of constants exact in it. Each operation on pairs rounds to the 16-bit type,
     as eager PyTorch rounds each of them; where the template computes one element at a time it
     rounds once at the end (the same bits for a cast and one multiply, the common dequant)."""
+    kinds = _pair_kinds(op)
+    return None if kinds is None else dict(kinds)
+
+
+@lru_cache(maxsize=256)
+def _pair_kinds(op: Operand) -> tuple[tuple[str, str], ...] | None:
+    """pair_kinds, once per operand (Operand.paired asks again for every row's template, and
+    an int4 operand's answer computes its unpacking for every byte)."""
     main, t = op.load, op.dtype
     if main.dtype not in (DType.I8, DType.U8) or t not in _MMA_TYPES or op.packing not in (1, 2):
         return None
@@ -461,7 +470,7 @@ def pair_kinds(op: Operand) -> dict[str, str] | None:
     used_raw = [s for s in op.gather if set(operands(s)) & raw and kinds[s.dst] != "unpack"]
     if any(not isinstance(s, CastTo) for s in used_raw) or kinds.get(op.value) != "pair":
         return None
-    return kinds
+    return tuple(kinds.items())
 
 
 def _nibbles(op: Operand) -> dict[str, str] | None:
