@@ -114,3 +114,17 @@ def test_gpu_runs_back_to_back_give_the_same_bits_and_leave_the_tickets_zero():
     for o in (*outs[1:], out):
         assert torch.equal(o, outs[0])
     assert not loaded.buffers[tickets].any()
+
+
+@pytest.mark.parametrize("reduce,message", [
+    ("split:3:last", "not a REDUCE value"),
+    ("split:4:last", "the wgmma template does not split K"),
+], ids=["grammar", "wgmma"])
+def test_a_refused_last_block_row_is_a_message_and_exit_code_2(reduce, message, capsys):
+    from emmy.cli import main
+
+    tile = "wgmma:128x128x64" if reduce == "split:4:last" else "mma:32x64x16"
+    row = f"WORK=warps:2x4 TILE={tile} REDUCE={reduce} STAGE=async:4 RASTER=group:8 PLACE=fuse"
+    rc = main(["compile", str(EXAMPLES / "int4_linear.py"), "--row", row, "--ir", "tile"])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err, err
