@@ -43,7 +43,11 @@ The kernel
   still fills the GPU. Each writes its output normalized over its own keys and each row's
   log2-sum-exp2 (m + log2 l, -inf where it saw no key) to the f32 scratch `emmy_partial`
   ([splits][batch x heads][sq][d], then [splits][batch x heads][sq]); combine_body's kernel
-  weighs the splits by 2^(lse - max lse) and stores out through `store`.
+  weighs the splits by 2^(lse - max lse) and stores out through `store`. With split_mode
+  "last" there is no second kernel: each block then takes a ticket for its query block
+  (`emmy_tickets`, one int per (batch x head, query block), zero before and after a run), and
+  the block taking the last one combines the query block's rows in the same kernel
+  (_Emitter.last_block; the fences and the vote as in emmy.cuda.gemm's split:S:last).
 
 Registers and speed: a thread holds (bq / warps) * (d + bkv) / 32 f32 accumulators, and each
 warp re-reads every K and V tile from shared memory, so 32 query rows a warp (bq 128, 4 warps)
@@ -61,7 +65,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from emmy.cuda.gemm_spec import ELEMENT_BYTES, Body
+from emmy.cuda.gemm_spec import ELEMENT_BYTES, TICKETS, Body
 from emmy.schedule.targets import get_target
 
 # store(bz, h, row, col, value) -> C statements writing out[bz, h, row, col]; the arguments are C
@@ -158,6 +162,8 @@ class AttentionConfig:
     splits: int = 1                          # > 1: split-KV (flash-decoding): the key blocks
                                              # dealt out to this many blocks per query block,
                                              # whose partial outputs combine_body merges
+    split_mode: str = "combine"              # splits > 1: "combine" (a second kernel) or
+                                             # "last" (each query block's last block combines)
 
     @property
     def threads(self) -> int:
@@ -348,12 +354,8 @@ COMBINE_THREADS = 128
 
 
 def combine_body(p: AttentionProblem, c: AttentionConfig, store: Store) -> Body:
-    """The split-KV combine (module docstring): one thread per output element reads the
-    splits' log2-sum-exp2 of its row and their outputs, out = sum_s 2^(lse_s - M) o_s / sum_s
-    2^(lse_s - M) with M the largest (where every split saw no key, M = -inf: NaN, as the
-    unsplit template gives 0 / 0, or 0 for a `zero_empty` problem), through `store`."""
-    rows = p.batch * p.heads * p.sq
-    total = rows * p.dv
+    """The split-KV combine kernel (module docstring): one thread per output element."""
+    total = p.batch * p.heads * p.sq * p.dv
     lines = [f"// flash split-KV combine: {c.splits} partial outputs of {p.batch}x{p.heads} heads "
              f"x {p.sq} queries x d {p.dv}",
              f"const long long fc_e = (long long)bid * {COMBINE_THREADS} + tid;",
@@ -363,21 +365,34 @@ def combine_body(p: AttentionProblem, c: AttentionConfig, store: Store) -> Body:
              f"const long long fc_bh = fc_r / {p.sq};",
              f"const long long fa_bz = fc_bh / {p.heads};",
              f"const int fa_h = int(fc_bh % {p.heads});",
-             f"const float* const fc_lse = emmy_partial + {c.splits * total}LL + fc_r;",
-             "float fc_m = -EMMY_INF_F32;",
-             "#pragma unroll",
-             f"for (int s = 0; s < {c.splits}; ++s) fc_m = fmaxf(fc_m, fc_lse[s * {rows}LL]);",
-             "float fc_num = 0.f, fc_den = 0.f;",
-             "#pragma unroll",
-             f"for (int s = 0; s < {c.splits}; ++s) {{",
-             "  const float fc_w = exp2f(fc_lse[s * %dLL] - fc_m);" % rows,
-             f"  fc_num += fc_w * emmy_partial[s * {total}LL + fc_e];",
-             "  fc_den += fc_w;",
-             "}",
-             "const float fa_val = fc_m == -EMMY_INF_F32 ? 0.f : fc_num / fc_den;"
-             if p.zero_empty else "const float fa_val = fc_num / fc_den;",
-             *store("fa_bz", "fa_h", "fa_row", "fa_col", "fa_val")]
+             *combine_element(p, c, store, "*")]
     return Body(tuple(lines), -(-total // COMBINE_THREADS), COMBINE_THREADS, 0)
+
+
+def combine_element(p: AttentionProblem, c: AttentionConfig, store: Store, read: str
+                    ) -> list[str]:
+    """One output element of a split-KV row, fc_e of row fc_r of emmy_partial (fa_bz, fa_h,
+    fa_row, fa_col in scope): out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M) with M the
+    largest lse (where every split saw no key, M = -inf: NaN, as the unsplit template gives
+    0 / 0, or 0 for a `zero_empty` problem), through `store`. `read`: the C function (or `*`)
+    that reads a partial through its pointer."""
+    rows = p.batch * p.heads * p.sq
+    total = rows * p.dv
+    return [f"const float* const fc_lse = emmy_partial + {c.splits * total}LL + fc_r;",
+            "float fc_m = -EMMY_INF_F32;",
+            "#pragma unroll",
+            f"for (int s = 0; s < {c.splits}; ++s) "
+            f"fc_m = fmaxf(fc_m, {read}(fc_lse + s * {rows}LL));",
+            "float fc_num = 0.f, fc_den = 0.f;",
+            "#pragma unroll",
+            f"for (int s = 0; s < {c.splits}; ++s) {{",
+            f"  const float fc_w = exp2f({read}(fc_lse + s * {rows}LL) - fc_m);",
+            f"  fc_num += fc_w * {read}(emmy_partial + s * {total}LL + fc_e);",
+            "  fc_den += fc_w;",
+            "}",
+            "const float fa_val = fc_m == -EMMY_INF_F32 ? 0.f : fc_num / fc_den;"
+            if p.zero_empty else "const float fa_val = fc_num / fc_den;",
+            *store("fa_bz", "fa_h", "fa_row", "fa_col", "fa_val")]
 
 
 class _Emitter:
@@ -401,7 +416,35 @@ class _Emitter:
 
     def lines(self, store: Store) -> list[str]:
         end = self.epilogue(store) if self.c.splits == 1 else self.partial_epilogue()
-        return [*self.prologue(), *self.key_loop(), *end]
+        last = self.last_block(store) if self.c.splits > 1 and self.c.split_mode == "last" \
+            else []
+        return [*self.prologue(), *self.key_loop(), *end, *last]
+
+    def last_block(self, store: Store) -> list[str]:
+        """split_mode "last": once a block has stored its partial outputs and row lse, it takes
+        a ticket for its query block; the block taking the last one combines the query block's
+        rows (combine_element; the splits in order, whichever block finishes last) and stores
+        them, so no second kernel is launched. The fences order each block's partial stores
+        before its ticket, and the last block's reads after the tickets; it reads through L2
+        (__ldcg) and leaves the ticket at zero for the next launch."""
+        p, c = self.p, self.c
+        element = [f"const int fa_row = fa_q0 + fa_e / {p.dv}, fa_col = fa_e % {p.dv};",
+                   f"const long long fc_r = fa_bh * {p.sq}LL + fa_row;",
+                   f"const long long fc_e = fc_r * {p.dv}LL + fa_col;",
+                   *combine_element(p, c, store, "__ldcg")]
+        if p.sq % c.bq:
+            element = [element[0], f"if (fa_row < {p.sq}) {{", *_indent(element[1:], 1), "}"]
+        return [f"// split-KV, last block: the query block's {c.splits} partials combined by its "
+                "last block",
+                "__threadfence();   // this block's partial outputs, before its ticket",
+                "__syncthreads();",
+                "int fa_last = 0;",
+                f"if (tid == 0) fa_last = atomicAdd({TICKETS} + fa_blk, 1) == {c.splits - 1};",
+                "if (!__syncthreads_or(fa_last)) return;",
+                "__threadfence();   // the other blocks' partial outputs, after their tickets",
+                f"if (tid == 0) {TICKETS}[fa_blk] = 0;   // for the next launch",
+                f"for (int fa_e = tid; fa_e < {c.bq * p.dv}; fa_e += {c.threads}) {{",
+                *_indent(element, 1), "}"]
 
     @property
     def kb_range(self) -> tuple[str, str]:

@@ -50,8 +50,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable
 
-from emmy.cuda.gemm_spec import (Body, Epilogue, Gather, GemmConfig, GemmOperand, GemmProblem,
-                                 VectorGather, WindowGather, pair_of)
+from emmy.cuda.gemm_spec import (PARTIAL, TICKETS, Body, Epilogue, Gather, GemmConfig,
+                                 GemmOperand, GemmProblem, VectorGather, WindowGather, pair_of)
 from emmy.schedule.targets import TARGETS
 
 CHUNK_BYTES = 16              # one cp.async / one vector copy
@@ -65,9 +65,6 @@ SIMT_K_STEP = 4               # the SIMT loop reads 4 k at a time (one 16-byte v
 COMBINE_THREADS = 256
 MAX_GRID = 2**31 - 1
 SPLIT_MODES = ("atomic", "combine", "last")
-PARTIAL = "emmy_partial"      # combine, last: the f32 partial sums, [split][batch][m][n]
-TICKETS = "emmy_tickets"      # last: per output tile, its blocks that have stored their partials
-                              # (int [batch][tiles], zero before the first launch and after each)
 STORAGE = {"__half": "unsigned short", "__nv_bfloat16": "unsigned short", "float": "float"}
 # a gathered element (a float expression holding an exact f16/bf16/f32 value) as storage bits
 BITS = {"__half": "__half_as_ushort(__float2half({}))",

@@ -26,6 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+# Split reductions' scratch, by the names the templates' bodies use: PARTIAL, the f32 partial
+# results (combine and last modes); TICKETS, per output tile (attention: per query block) the
+# int count of blocks that have stored their partials (last mode: zero before the first launch
+# and after each).
+PARTIAL = "emmy_partial"
+TICKETS = "emmy_tickets"
+
 # epilogue(bz, row, col, acc) -> C statements storing one output element; the arguments are C
 # expressions (64-bit batch index, int row in 0..m, int col in 0..n, the f32 accumulator value).
 Epilogue = Callable[[str, str, str, str], list[str]]

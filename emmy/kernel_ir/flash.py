@@ -4,12 +4,15 @@ emmy.cuda.attention_sm90 on wgmma when the row's TILE is wgmma:..., or emmy.cuda
 on CUDA cores for f32 operands, TILE=simt:...); the compiler's part is the
 store of each output element (the cast to the output type, the output's layout). A split-KV
 row (REDUCE=split:S:combine) launches two functions: the template's blocks write partial
-outputs to a scratch buffer, a combine kernel merges them and stores."""
+outputs to a scratch buffer, a combine kernel merges them and stores; split:S:last one, whose
+last block of each query block merges them (a scratch buffer of partials and one of tickets,
+which stays zero)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from emmy.cuda.gemm_spec import PARTIAL, TICKETS
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.elements import element_lines
 from emmy.schedule import flash as F
@@ -101,13 +104,30 @@ def lower_attention(k: TileKernel, row: Row, target: Target) -> K.KProgram:
 
 def _split(k: TileKernel, row: Row, params, problem, config, body, store,
            summary) -> K.KProgram:
-    """Split-KV: the template's blocks write partials to `<kernel>_partial`, then a combine
-    kernel stores the output (emmy.cuda.attention.combine_body)."""
-    from emmy.cuda.attention import combine_body, partial_floats
-    from emmy.kernel_ir.gemm import PARTIAL
+    """Split-KV: the template's blocks write partials to `<kernel>_partial`; then a combine
+    kernel stores the output (emmy.cuda.attention.combine_body), or (split_mode "last") the
+    last block of each query block does, counting its blocks in `<kernel>_tickets`."""
+    from emmy.cuda.attention import _qblocks, combine_body, partial_floats
 
+    scratch = {PARTIAL: f"{k.name}_partial", TICKETS: f"{k.name}_tickets"}
+    temporaries = ((scratch[PARTIAL], "float", partial_floats(problem, config)),)
     inputs = tuple(p for p in params if not p.is_output)
     outputs = tuple(p for p in params if p.is_output)
+    if config.split_mode == "last":
+        blocks = problem.batch * problem.heads * _qblocks(problem, config)
+        f = K.KFunction(
+            name=k.name, params=params + (K.Param(PARTIAL, "float", True),
+                                          K.Param(TICKETS, "int", True)),
+            grid=body.grid, threads=body.threads, shared_bytes=body.smem_bytes,
+            body=(K.Template(summary + (f"  split-KV: {config.splits} blocks per query block, "
+                                        f"partial outputs and row log-sum-exp -> {PARTIAL}, "
+                                        f"combined by each query block's last block",),
+                             tuple(body.lines)),),
+            row=str(row), min_blocks=body.min_blocks)
+        return K.KProgram(name=k.name, functions=(f,), launches=(K.Launch(f.name, tuple(
+            scratch.get(p.name, p.name) for p in f.params)),),
+            temporaries=temporaries + ((scratch[TICKETS], "int", blocks),), zero_fill=(),
+            zeroed=(scratch[TICKETS],), headers=())
     first = K.KFunction(
         name=f"{k.name}_partial", params=inputs + (K.Param(PARTIAL, "float", True),),
         grid=body.grid, threads=body.threads, shared_bytes=body.smem_bytes,
@@ -121,11 +141,8 @@ def _split(k: TileKernel, row: Row, params, problem, config, body, store,
         grid=comb.grid, threads=comb.threads, shared_bytes=0,
         body=(K.Template((f"combine the {config.splits} splits of {PARTIAL}: weighted by "
                           f"2^(lse - max lse), then stored",), comb.lines),), row=str(row))
-    scratch = f"{k.name}_partial"
-    rename = {PARTIAL: scratch}
     return K.KProgram(name=k.name, functions=(first, second),
-                      launches=tuple(K.Launch(f.name, tuple(rename.get(p.name, p.name)
+                      launches=tuple(K.Launch(f.name, tuple(scratch.get(p.name, p.name)
                                                             for p in f.params))
                                      for f in (first, second)),
-                      temporaries=((scratch, "float", partial_floats(problem, config)),),
-                      zero_fill=(), headers=())
+                      temporaries=temporaries, zero_fill=(), headers=())

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from emmy.cuda.gemm_spec import (Body, Epilogue, Gather, GemmConfig, GemmProblem, VectorGather,
-                                 WindowGather)
+from emmy.cuda.gemm_spec import (PARTIAL, TICKETS, Body, Epilogue, Gather, GemmConfig,
+                                 GemmProblem, VectorGather, WindowGather)
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.elements import (element_epilogue, element_gather, element_vector,
                                      element_window)
@@ -24,8 +24,6 @@ from emmy.schedule.row import Row
 from emmy.schedule.space import template_config
 from emmy.schedule.targets import Target
 from emmy.tile_ir.ir import TileKernel
-
-PARTIAL = "emmy_partial"     # the partial sums' parameter name inside the template
 
 
 def lower_contract(k: TileKernel, row: Row, target: Target) -> K.KProgram:
@@ -134,7 +132,7 @@ def _last_block_program(k: TileKernel, problem: GemmProblem, config: GemmConfig,
     """split:S:last: one function, whose blocks store their partial sums into a scratch
     buffer and take a ticket for their tile (another buffer, zero before and after each run);
     the last of a tile's S blocks sums the partials and runs the epilogue."""
-    from emmy.cuda.gemm import TICKETS, _Plan
+    from emmy.cuda.gemm import _Plan
 
     tiles = problem.batch * _Plan(problem, config).tiles
     names = {PARTIAL: f"{k.name}_partial", TICKETS: f"{k.name}_tickets"}

@@ -35,6 +35,9 @@ as an online fold that rescales its running sum and output.
                                  query block)s than SMs: a decoding step (one query a head)
                                  is one block per key/value head unsplit. flash: and simt:
                                  tiles only
+            split:S:last         the same split, one kernel: the last of a query block's S
+                                 blocks to take its ticket (an atomic count) weighs and sums
+                                 the partials (in split order: the same sums every run)
 
 The last rule asks the template (emmy.cuda.attention or .attention_sm90) itself, so a listed
 row always builds.
@@ -57,7 +60,7 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "TILE": (*(f"flash:{q}x{kv}" for q in (64, 128) for kv in (32, 64, 128)),
              *(f"wgmma:{q}x{kv}" for q in (64, 128) for kv in (64, 128)),
              *(f"simt:{q}x{kv}" for q in (32, 64, 128) for kv in (32, 64))),
-    "REDUCE": ("serial", *(f"split:{s}:combine" for s in SPLITS)),
+    "REDUCE": ("serial", *(f"split:{s}:{how}" for s in SPLITS for how in ("combine", "last"))),
     "STAGE": ("smem", "async:2", "async:2:overlap", "tma:2", "tma:2:overlap"),
 }
 GRAMMAR_TEXT = {
@@ -65,9 +68,10 @@ GRAMMAR_TEXT = {
     "TILE": "flash:BQxBKV | wgmma:BQxBKV | simt:BQxBKV  (BQ = 64 | 128 queries per block; "
             "BKV = 32 | 64 | 128 keys per step for flash (mma.sync), 64 | 128 for wgmma (sm_90a, "
             "BQ/16 warps); simt (f32 operands, CUDA cores): BQ = 32 | 64 | 128, BKV = 32 | 64)",
-    "REDUCE": "serial | split:S:combine  (S = 2 | 4 | 8 | 16 | 32 blocks share a query "
-              "block's keys, a second kernel combines their outputs: split-KV, for few heads "
-              "or one query a head; flash: and simt: tiles)",
+    "REDUCE": "serial | split:S:combine | split:S:last  (S = 2 | 4 | 8 | 16 | 32 blocks share "
+              "a query block's keys: split-KV, for few heads or one query a head; combine: a "
+              "second kernel combines their outputs, last: the last of the S blocks to finish "
+              "does; flash: and simt: tiles)",
     "STAGE": "smem | async:2 | async:2:overlap | tma:2 | tma:2:overlap  (K/V copies: "
              "synchronous, or a cp.async double buffer; overlap, wgmma only: S_j issued with "
              "P_{j-1} V_{j-1}, the softmax of block j runs while P V does; tma, wgmma only: a "
@@ -109,9 +113,17 @@ def read_tile(value: str) -> FlashTile:
     return FlashTile(int(m[2]), int(m[3]), "mma" if m[1] == "flash" else m[1])
 
 
-def read_reduce(value: str) -> int:
-    """serial -> 1, split:S:combine -> S."""
-    return 1 if value == "serial" else int(value.split(":")[1])
+@dataclass(frozen=True, slots=True)
+class FlashReduce:
+    splits: int = 1          # serial -> 1, split:S:... -> S
+    mode: str = "combine"    # split:S:combine | split:S:last
+
+
+def read_reduce(value: str) -> FlashReduce:
+    if value == "serial":
+        return FlashReduce()
+    _, count, mode = value.split(":")
+    return FlashReduce(int(count), mode)
 
 
 def read_stage(value: str) -> FlashStage:
@@ -122,7 +134,7 @@ def read_stage(value: str) -> FlashStage:
 
 
 READ = {"WORK": read_work, "TILE": read_tile, "REDUCE": read_reduce, "STAGE": read_stage}
-FIELD = {"WORK": "warps", "TILE": "tile", "REDUCE": "splits", "STAGE": "stage"}
+FIELD = {"WORK": "warps", "TILE": "tile", "REDUCE": "reduce", "STAGE": "stage"}
 
 
 @dataclass(frozen=True)
@@ -132,8 +144,16 @@ class FlashCtx:
     target: Target
     warps: int | None = None
     tile: FlashTile | None = None
-    splits: int | None = None
+    reduce: FlashReduce | None = None
     stage: FlashStage | None = None
+
+    @property
+    def splits(self) -> int | None:
+        return self.reduce.splits if self.reduce else None
+
+    @property
+    def split_mode(self) -> str:
+        return self.reduce.mode if self.reduce else "combine"
 
     @property
     def stages(self) -> int | None:
@@ -156,10 +176,10 @@ def config_of(c: FlashCtx):
 
         return WgmmaAttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps,
                                     stages=c.stages, overlap=c.overlap, tma=c.tma,
-                                    splits=c.splits or 1)
+                                    splits=c.splits or 1, split_mode=c.split_mode)
     return AttentionConfig(bq=c.tile.bq, bkv=c.tile.bkv, warps=c.warps, stages=c.stages,
                            inst=c.tile.inst,      # "mma" or "simt" (emmy.cuda.attention_simt)
-                           splits=c.splits or 1)
+                           splits=c.splits or 1, split_mode=c.split_mode)
 
 
 def merged_batch_stride(att, offset) -> int | None:

@@ -191,10 +191,13 @@ def test_gpu_f32_attention_passes_the_harness(row):
 @pytest.mark.parametrize("sets, row", [
     ((), "WORK=warps:4 TILE=flash:64x64 REDUCE=split:16:combine STAGE=async:2"),
     ((("dtype", "float32"),), "WORK=warps:4 TILE=simt:32x32 REDUCE=split:8:combine STAGE=async:2"),
+    ((), "WORK=warps:4 TILE=flash:64x64 REDUCE=split:8:last STAGE=async:2"),
+    ((("dtype", "float32"),), "WORK=warps:4 TILE=simt:32x32 REDUCE=split:8:last STAGE=async:2"),
 ])
 def test_gpu_split_decode_attention_passes_the_harness(sets, row):
     """A Llama-3-8B decoding step's attention (one query a head, 32 heads over 8 key/value
-    heads, 4,096 cached tokens), split-KV: partial kernel and combine."""
+    heads, 4,096 cached tokens), split-KV: partial kernel and combine, or one kernel whose
+    last block of each query block combines."""
     from emmy.frontend.workload import load_file
 
     _passes_the_gpu_harness(load_file("examples/decode_attention.py", (

@@ -1,12 +1,14 @@
-"""Split-KV attention (REDUCE=split:S:combine) and attention with one query a head (a decoding
-step): the recognizer takes a kernel whose query axis is gone, the split rows compute what
-torch computes on the CPU emulator (f16, bf16 and f32, grouped k and v, a causal mask whose
-later splits see no key for the early rows, ragged key blocks), the lowering launches the
-template's partial kernel and then the combine, and the default row splits where the cost
-model says that is faster."""
+"""Split-KV attention (REDUCE=split:S:combine and split:S:last) and attention with one query a
+head (a decoding step): the recognizer takes a kernel whose query axis is gone, the split rows
+compute what torch computes on the CPU emulator (f16, bf16 and f32, grouped k and v, a causal
+mask whose later splits see no key for the early rows, ragged key blocks), the lowering
+launches the template's partial kernel and then the combine (combine), or one kernel whose
+last block of each query block combines (last: its tickets zero before and after), and the
+default row splits where the cost model says that is faster."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from emmy.check import check_cuda_program
@@ -67,6 +69,28 @@ def run_row(w, row: str):
     return results
 
 
+def run_last_row(w, row: str, monkeypatch):
+    """run_row for a split:S:last row: one launch, the tickets its last argument and a zeroed
+    temporary, zero after every emulated run (each query block's last block resets its own)."""
+    import emmy.runtime.cpu as cpu
+
+    after = []
+    run = cpu.build_and_run
+
+    def spy(source, function, grid, block, smem, args, **kw):
+        out = run(source, function, grid, block, smem, args, **kw)
+        after.append(np.array(args[-1]))        # the tickets, the last parameter
+        return out
+
+    monkeypatch.setattr(cpu, "build_and_run", spy)
+    results = run_row(w, row)
+    (unit,) = results["cuda"].units
+    (launch,) = unit.launches
+    assert unit.zeroed == (launch.args[-1],) and launch.args[-1].endswith("_tickets")
+    assert after and all(not t.any() for t in after)
+    return results
+
+
 @pytest.mark.parametrize("sets, row", [
     ((), "WORK=warps:4 TILE=flash:64x32 REDUCE=split:4:combine STAGE=async:2"),
     ((("dtype", "bfloat16"),), "WORK=warps:8 TILE=flash:128x64 REDUCE=split:2:combine STAGE=smem"),
@@ -82,11 +106,32 @@ def test_split_decode_rows_agree_with_torch(sets, row):
     assert (ctype, count) == ("float", splits * 2 * 8 * 1 * (64 + 1))
 
 
-def test_split_causal_prefill_agrees_with_torch():
+@pytest.mark.parametrize("sets, row", [
+    ((), "WORK=warps:4 TILE=flash:64x32 REDUCE=split:4:last STAGE=async:2"),
+    ((("dtype", "float32"),), "WORK=warps:4 TILE=simt:32x32 REDUCE=split:2:last STAGE=smem"),
+], ids=["f16", "f32"])
+def test_split_last_decode_rows_agree_with_torch_in_one_launch(sets, row, monkeypatch):
+    results = run_last_row(load_file(DECODE, sets), row, monkeypatch)
+    (kp,) = results["kernel"].kernels
+    assert [f.name for f in kp.functions] == [kp.name]
+    splits = int(parse(row)["REDUCE"].split(":")[1])
+    # the partials as split:S:combine stores them; a ticket per (batch x key/value head, query
+    # block): 2 x 2 heads of 4 query rows each, one query block
+    assert sorted(t[1:] for t in kp.temporaries) == [("float", splits * 2 * 8 * 1 * (64 + 1)),
+                                                    ("int", 4)]
+
+
+@pytest.mark.parametrize("how", ["combine", "last"])
+def test_split_causal_prefill_agrees_with_torch(how, monkeypatch):
     """200 queries, causal, 7 key blocks in runs of 2: the early rows' later splits see no key
-    (log-sum-exp -inf, weight 0), the last split holds one, ragged, block."""
+    (log-sum-exp -inf, weight 0), the last split holds one, ragged, block; the last query
+    block is ragged too (rows 192..199: its last block combines only those)."""
     w = load_file("examples/attention_half.py", (("seq_len", 200),))
-    run_row(w, "WORK=warps:4 TILE=flash:64x32 REDUCE=split:4:combine STAGE=async:2")
+    row = f"WORK=warps:4 TILE=flash:64x32 REDUCE=split:4:{how} STAGE=async:2"
+    if how == "last":
+        run_last_row(w, row, monkeypatch)
+    else:
+        run_row(w, row)
 
 
 def test_the_query_heads_of_a_key_value_head_are_its_query_rows():
@@ -126,6 +171,13 @@ def test_the_default_splits_where_the_model_says_it_is_faster():
     assert (estimate_kernel(k, row, SM90, nvrtc=False).seconds
             < 0.9 * estimate_kernel(k, serial, SM90, nvrtc=False).seconds)
     assert Space(only_kernel(load_file(DECODE)), SM90).default()["REDUCE"] == "serial"
+    # one kernel: the last block of each query block combines (no combine launch, modeled
+    # cheaper than the same split with a combine kernel)
+    assert row["REDUCE"].endswith(":last"), row
+    combine = parse(str(row).replace(row["REDUCE"], row["REDUCE"].replace("last", "combine")))
+    last, other = (estimate_kernel(k, r, SM90, nvrtc=False) for r in (row, combine))
+    assert (len(last.launches), len(other.launches)) == (1, 2)
+    assert last.seconds < other.seconds
 
 
 def test_split_rows_are_refused_where_they_cannot_be_built():
@@ -137,5 +189,69 @@ def test_split_rows_are_refused_where_they_cannot_be_built():
     (r,) = space.check(parse("WORK=warps:4 TILE=flash:64x64 REDUCE=split:8:combine "
                              "STAGE=async:2"))
     assert r.rule == "reduce.split_keys" and "8 splits of 5 key blocks" in r.reason
+    (r,) = space.check(parse("WORK=warps:8 TILE=wgmma:128x64 REDUCE=split:2:last "
+                             "STAGE=async:2"))
+    assert r.rule == "reduce.split_template"
     splits = {row["REDUCE"] for row in space.all_rows}
-    assert splits == {"serial", "split:2:combine", "split:4:combine"}
+    assert splits == {"serial", *(f"split:{s}:{how}" for s in (2, 4)
+                                  for how in ("combine", "last"))}
+
+
+@pytest.mark.parametrize("reduce,message", [
+    ("split:3:last", "not a REDUCE value"),
+    ("split:2:last", "split-KV is built for flash:BQxBKV and simt:BQxBKV tiles"),
+], ids=["grammar", "wgmma"])
+def test_a_refused_split_row_is_a_message_and_exit_code_2(reduce, message, capsys):
+    from emmy.cli import main
+
+    tile = "wgmma:128x64" if reduce == "split:2:last" else "flash:64x32"
+    row = f"WORK=warps:{8 if 'wgmma' in tile else 4} TILE={tile} REDUCE={reduce} STAGE=async:2"
+    rc = main(["compile", DECODE, "--row", row, "--ir", "tile"])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err, err
+
+
+def test_the_last_block_fences_its_ticket_and_reads_the_partials_through_l2():
+    """SASS (sm_80, NVRTC on the CPU) of a split:8:last decoding row: a fence before each
+    block's ticket and one after the last block's, the ticket a global atomic, the vote one
+    barrier (BAR.RED.OR), the partials read with GPU-scope loads (ld.cg)."""
+    from emmy.cuda.nvrtc import compile_cuda
+    from emmy.cuda.sass import cuobjdump, disassemble
+
+    if cuobjdump() is None:
+        pytest.skip("cuobjdump (and nvdisasm) not installed")
+    w = load_file(DECODE, LLAMA_DECODE)
+    row = "WORK=warps:4 TILE=flash:64x64 REDUCE=split:8:last STAGE=async:2"
+    (unit,) = compile_to(w, "cuda", Options(rows={"": row}, target="sm_80"))["cuda"].units
+    sass = disassemble(compile_cuda(unit.source, get_target("sm_80")).cubin)
+    assert sass.count("MEMBAR.SC.GPU") == 2 and "ATOMG.E.ADD" in sass
+    assert "BAR.RED.OR" in sass and "LDG.E.STRONG.GPU" in sass
+
+
+@pytest.mark.gpu
+def test_gpu_split_last_decoding_gives_the_same_bits_and_leaves_the_tickets_zero():
+    """On the GPU: a Llama-3-8B decoding step split 8 ways with each query block's last block
+    combining, run three times on the same inputs and once enqueued without waiting: the
+    same output bits every time and every ticket zero after each (tests/bench/test_gpu.py
+    checks the row against eager through the GPU harness)."""
+    import torch
+
+    from emmy.check import program_inputs
+    from emmy.runtime.gpu import GpuProgram
+
+    w = load_file(DECODE, LLAMA_DECODE)
+    row = "WORK=warps:4 TILE=flash:64x64 REDUCE=split:8:last STAGE=async:2"
+    stages = compile_to(w, "cuda", Options(rows={"": row}))
+    loaded = GpuProgram(stages["cuda"])
+    inputs = program_inputs(stages["torch"], w.inputs)
+    (tickets,) = stages["cuda"].units[0].zeroed
+    outs = []
+    for _ in range(3):
+        (out,) = loaded.run(inputs)
+        outs.append(out.clone())
+        assert not loaded.buffers[tickets].any()
+    (out,) = loaded.call(inputs)
+    torch.cuda.synchronize()
+    for o in (*outs[1:], out):
+        assert torch.equal(o, outs[0])
+    assert not loaded.buffers[tickets].any()

@@ -248,7 +248,9 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     its products as FMAs (SIMT_ATTENTION_EFFICIENCY, an assumption) and counts the wavefronts of
     its warps' shared-memory reads of Q, K, P and V and its writes of P.
     Split-KV rows (c.splits > 1) give each block a run of the key blocks (`steps` of them) and
-    add the combine launch (estimate_attention_combine). K and V stream from DRAM at no more
+    add the combine launch (estimate_attention_combine), or (split_mode "last") the last block
+    of each query block's combine: its ticket's round trip to memory, then the S partial
+    outputs of its rows read from L2 at one SM's share of it. K and V stream from DRAM at no more
     than the blocks running at once keep in flight (their K/V stages over DRAM_LATENCY_S,
     Little's law): a decoding step's few unsplit blocks cannot pull the HBM's bandwidth."""
     if function.endswith("_combine"):
@@ -335,7 +337,12 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
     dram_rate = min(target.dram_bytes_per_s * DRAM_EFFICIENCY, in_flight)
     memory_s = io / dram_rate + reread / (target.dram_bytes_per_s * L2_OVER_DRAM)
     latency_s = 0.0 if c.stages > 1 else waves * steps * visible * DRAM_LATENCY_S / 2
-    seconds = max(compute_s, memory_s) + latency_s + target.launch_overhead_s
+    fixup_s = 0.0
+    if c.splits > 1 and c.split_mode == "last":
+        l2_share = target.dram_bytes_per_s * L2_OVER_DRAM / target.sm_count
+        block_rows = min(c.bq, p.sq)            # the last block combines its rows inside sq
+        fixup_s = c.splits * block_rows * (p.dv + 1) * 4 / l2_share + DRAM_LATENCY_S
+    seconds = max(compute_s, memory_s) + latency_s + fixup_s + target.launch_overhead_s
     return LaunchEstimate(kernel=kernel, function=function, seconds=seconds, bytes_dram=io,
                           bytes_l2=round(reread), flops=round(flops), occupancy=occ.fraction,
                           blocks_per_sm=occ.blocks_per_sm, waves=waves,
@@ -344,7 +351,9 @@ def estimate_attention_launch(kernel: str, function: str, p, c, grid: int, threa
                           breakdown=(("compute", compute_s), ("shared memory", smem_s),
                                      ("copy issue", copy_s), ("spills", spills),
                                      ("memory", memory_s),
-                                     ("latency", latency_s), ("launch", target.launch_overhead_s)),
+                                     ("latency", latency_s),
+                                     *((("last block", fixup_s),) if fixup_s else ()),
+                                     ("launch", target.launch_overhead_s)),
                           method=METHOD)
 
 
