@@ -75,7 +75,7 @@ def approximate(body: tuple[K.KStmt, ...]) -> tuple[K.KStmt, ...]:
         match s:
             case K.Let(op=op, ctype="float") if op in FAST:
                 s = replace(s, op=FAST[op])
-            case K.For() | K.If():
+            case K.For() | K.If() | K.LastBlock():
                 s = replace(s, body=approximate(s.body))
         out.append(s)
     return tuple(out)

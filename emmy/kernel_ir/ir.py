@@ -187,6 +187,19 @@ class AtomicAdd:
 
 
 @dataclass(frozen=True, slots=True)
+class LastBlock:
+    """The block's job is one of `count` slices (REDUCE=split:K:last): its stores so far fenced,
+    it takes a ticket at tickets[slot]; every block but the one that takes the count-th
+    returns, and that one fences again (the other blocks' stores are then visible to it),
+    resets the ticket to zero for the next launch and runs `body` (a scope of its own)."""
+
+    tickets: str
+    slot: Lin
+    count: int
+    body: tuple["KStmt", ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Comment:
     text: str
 
@@ -202,7 +215,7 @@ class Template:
 
 KStmt = Union[Let, Index, Fold, Set, For, If, GlobalLoad, GlobalStore, SharedArray, SharedLoad,
               SharedStore, CpAsync, CpAsyncWaitAll, Barrier, LaneCombine, ScanLanes, AtomicAdd,
-              Comment, Template]
+              LastBlock, Comment, Template]
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from emmy.kernel_ir.context import ARG_OPS, Fn, buffer_dtype, ctype, decode
 from emmy.kernel_ir.elements import group, init_acc, scalar, stmts
 from emmy.kernel_ir.fastmath import reciprocal_divisions
 from emmy.loop_ir.ir import Accum, Load
+from emmy.schedule.decisions import Tile
 from emmy.schedule.facts import facts, offset
 from emmy.symbolic import floordiv, lin, mod, render, substitute, var
 from emmy.tile_ir.ir import Fold, FoldKind
@@ -48,9 +49,29 @@ def lower_jobs(fn: Fn) -> tuple[tuple[K.KStmt, ...], int]:
             body += scalar(fn, item, "", {}, lane0_stores=L > 1)
     if fn.cluster_combines:     # no block exits while another may still read its slots
         body.append(K.Barrier("cluster"))
+    if k.finish:
+        body.append(_last_block(fn))
     if J > 1 and k.jobs % J:
         return tuple(head[:2]) + (K.If(f"job < {k.jobs}", tuple(head[2:] + body)),), grid
     return tuple(head + body), grid
+
+
+def _last_block(fn: Fn) -> K.LastBlock:
+    """REDUCE=split:K:last: the block of slice s (the grid's last, fastest axis) of its job
+    has stored its partials; the last of the job's K blocks to take its ticket folds the K
+    partials over its lanes one at a time (v1x1: K need not be a multiple of the row's
+    vector) and runs the statements after the fold, as the combine kernel would."""
+    k = fn.k
+    K_ = k.grid[-1].extent
+    saved, fn.d = fn.d, replace(fn.d, tile=Tile(1, 1))
+    body: list[K.KStmt] = []
+    for item in k.finish:
+        if isinstance(item, Fold):
+            body += _lane_fold(fn, item)
+        else:
+            body += scalar(fn, item, "", {}, lane0_stores=fn.d.work.lanes > 1)
+    fn.d = saved
+    return K.LastBlock(k.tickets, floordiv(var("job"), K_, fn.bounds), K_, tuple(body))
 
 
 def _stop(f: Fold, loop: str, out: list[K.KStmt]) -> str:

@@ -42,7 +42,8 @@ def lower_applied(name: str, applied: Applied) -> K.KProgram:
     temps = tuple((b.name, b.type.dtype.c_name, b.type.numel) for b in applied.temporaries)
     clusters = any(p.kernel.cluster > 1 for p in applied.parts)
     return K.KProgram(name=name, functions=functions, launches=launches, temporaries=temps,
-                      zero_fill=applied.zero_fill, headers=(SM90_HEADER,) if clusters else ())
+                      zero_fill=applied.zero_fill, zeroed=applied.zeroed,
+                      headers=(SM90_HEADER,) if clusters else ())
 
 
 def lower_part(part: Part) -> K.KFunction:

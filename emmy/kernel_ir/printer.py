@@ -38,6 +38,10 @@ def _stmt(s: K.KStmt, depth: int, lines: list[str]) -> None:
         case K.If(cond=c, body=body):
             lines.append(f"{pad}if {c}")
             _block(body, depth + 1, lines)
+        case K.LastBlock(tickets=t, slot=slot, count=n, body=body):
+            lines.append(f"{pad}last_block of {n} (ticket {t}[{render(slot)}], fenced; reset "
+                         f"after)")
+            _block(body, depth + 1, lines)
         case K.Template(summary=summary):
             lines.extend(pad + line for line in summary)
         case _:

@@ -110,7 +110,7 @@ def scan_serial_steps(c: Ctx) -> str | None:
 
 _METHODS = {"thread": ("serial",), "warp": ("shuffle",),
             "block": ("shuffle", "smem", "split", "cluster")}
-_SPELLED = {"split": "split:K:atomic|combine", "cluster": "cluster:C"}
+_SPELLED = {"split": "split:K:atomic|combine|last", "cluster": "cluster:C"}
 
 
 def method_fits_work(c: Ctx) -> str | None:
@@ -144,7 +144,8 @@ def split_ops(c: Ctx) -> str | None:
         return f"{bad[0]} tracks positions; it is not split across blocks"
     if c.reduce.combine == "atomic" and not c.facts.atomic_ok:
         return ("atomic splits add f32 partial sums straight into the output, so the kernel must "
-                "store one f32 sum (or its multiple by a constant); use split:K:combine")
+                "store one f32 sum (or its multiple by a constant); use split:K:combine or "
+                "split:K:last")
     return None
 
 

@@ -28,7 +28,7 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "TILE": tuple(f"v{v}x{n}" for v in (1, 2, 4, 8) for n in (1, 2, 4)),
     "REDUCE": ("serial", "shuffle", "smem",
                *(f"split:{k}:{how}" for k in (2, 4, 8, 16, 32, 64, 128)
-                 for how in ("atomic", "combine")),
+                 for how in ("atomic", "combine", "last")),
                *(f"cluster:{c}" for c in CLUSTER_SIZES)),
     "STAGE": ("direct", "smem", "smem:async"),
     "PLACE": ("fuse", "cut"),
@@ -36,8 +36,9 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
 GRAMMAR_TEXT = {
     "WORK": "thread:T | warp:W | block:T  (T threads per block in 32..1024, W warps in 1..32)",
     "TILE": "vVxN  (V-element vector accesses, V in 1,2,4,8; N vectors per lane per step, 1,2,4)",
-    "REDUCE": "serial | shuffle | smem | split:K:atomic | split:K:combine  (K blocks per job, "
-              "2..128) | cluster:C  (sm_90: a cluster of C blocks per job, 2, 4 or 8)",
+    "REDUCE": "serial | shuffle | smem | split:K:atomic | split:K:combine | split:K:last  (K "
+              "blocks per job, 2..128; last: the job's last block to finish folds the partials, "
+              "no second kernel) | cluster:C  (sm_90: a cluster of C blocks per job, 2, 4 or 8)",
     "STAGE": "direct | smem | smem:async",
     "PLACE": "fuse | cut",
 }
@@ -101,6 +102,12 @@ def template_config(profile, kernel: TileKernel, row: Row, target: Target):
     for key in profile.KEYS:
         ctx = replace(ctx, **{profile.FIELD[key]: profile.READ[key](row[key])})
     return ctx.problem, profile.config_of(ctx)
+
+
+def _splits(row: Row) -> int:
+    """The blocks a row's REDUCE shares each reduction among (split:S:...: S; else 1)."""
+    value = row["REDUCE"]
+    return int(value.split(":")[1]) if value.startswith("split:") else 1
 
 
 class Space:
@@ -326,15 +333,16 @@ class Space:
                    if v != row["REDUCE"] and not v.endswith(":atomic")]
         options = [r for r in options if not self.check(r)]
         # the fewest splits within 5% of the fastest: less scratch traffic and fewer blocks
-        return self._cheaper(row, serial.seconds, options, prefer=options.index)
+        return self._cheaper(row, serial.seconds, options, prefer=_splits)
 
     def _share_few_jobs(self, row: Row) -> Row:
         """A row kernel's `row`, or, where its jobs are fewer than the SMs and it takes long
         enough to matter (SHARE_MIN_LAUNCHES launches' overhead, modeled), the row that shares
         each job among several blocks that the cost model (no NVRTC) gives at least a tenth less
         time. A pure reduction may split
-        (REDUCE=split:K:combine: K blocks, then a combine kernel sums their partials; never
-        atomics, whose sums vary with the order blocks finish); on sm_90 a row or scan kernel
+        (REDUCE=split:K:combine: K blocks, then a combine kernel sums their partials, or
+        split:K:last: the job's last block to finish sums them; never atomics, whose sums vary
+        with the order blocks finish); on sm_90 a row or scan kernel
         may take a thread-block cluster (REDUCE=cluster:C: C blocks, one kernel, partial
         results combined through distributed shared memory; a scan's block continues from the
         totals of the blocks before it). Each in blocks of 256 to 1,024
@@ -354,7 +362,7 @@ class Space:
                  if not chained or dec.read_work(w).threads < CAPPED_THREADS]
         options: dict[Row, None] = {}
         for reduce in self.grammar["REDUCE"]:
-            if not (reduce.endswith(":combine") or reduce.startswith("cluster:")):
+            if not (reduce.endswith((":combine", ":last")) or reduce.startswith("cluster:")):
                 continue
             for work in works:
                 found = self._preferred_row({"WORK": work, "REDUCE": reduce})
@@ -374,13 +382,14 @@ class Space:
 
     def _cheaper(self, row: Row, seconds_now: float, options, prefer=None) -> Row:
         """Of `options` (legal rows), the one `prefer` ranks lowest among those within 5% of
-        the fastest (no NVRTC; without `prefer`, the fastest), if it gives at least a tenth
-        less time than `row`'s `seconds_now` (SPLIT_GAIN); else `row`."""
+        the fastest (no NVRTC; without `prefer`, or between rows it ranks alike, the fastest),
+        if it gives at least a tenth less time than `row`'s `seconds_now` (SPLIT_GAIN); else
+        `row`."""
         if not options:
             return row
         seconds = {r: self._seconds(r) for r in options}
         near = [r for r in options if seconds[r] <= 1.05 * min(seconds.values())]
-        best = min(near, key=prefer or seconds.__getitem__)
+        best = min(near, key=lambda r: (prefer(r) if prefer else (), seconds[r]))
         return best if seconds[best] < SPLIT_GAIN * seconds_now else row
 
     def _fill_the_gpu(self, row: Row) -> Row:

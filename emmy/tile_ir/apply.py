@@ -7,13 +7,15 @@ never changed):
   over the output pass.
 - REDUCE=split:K splits each job's reduction over K blocks: a `partial` kernel whose grid has
   an extra slice axis, then (combine) a `combine` kernel folding the K partials and running the
-  observer, or (atomic) the partial kernel adds straight into the zeroed output.
+  observer, or (atomic) the partial kernel adds straight into the zeroed output, or (last) one
+  kernel whose last block of each job folds the partials and runs the observer (its `finish`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from emmy.dtypes import DType
 from emmy.loop_ir.ir import Accum, Buffer, Load, Store
 from emmy.schedule import decisions as dec
 from emmy.schedule.row import Row, make_row
@@ -38,6 +40,7 @@ class Applied:
     temporaries: tuple[Buffer, ...]     # buffers the parts pass between them
     zero_fill: tuple[str, ...]          # outputs to zero before the first part runs
     target: Target | None = None        # contractions: the template's target
+    zeroed: tuple[str, ...] = ()        # temporaries zero when allocated and after every run
 
 
 def built_by_template(k: TileKernel) -> bool:
@@ -59,7 +62,7 @@ def apply_row(k: TileKernel, row: Row, target: Target) -> Applied:
         second_row = _map_row(second, d, target)
         a = apply_row(first, first_row, target)
         return Applied(a.parts + (Part(second, second_row, dec.read(second_row)),),
-                       a.temporaries + stats, a.zero_fill)
+                       a.temporaries + stats, a.zero_fill, zeroed=a.zeroed)
     if d.reduce is not None and d.reduce.method == "split":
         return split(k, row, d)
     if d.reduce is not None and d.reduce.method == "cluster":
@@ -200,6 +203,15 @@ def split(k: TileKernel, row: Row, d: dec.Decisions) -> Applied:
     partial = replace(k, name=f"{k.name}_partial", grid=grid, kind=KernelKind.ROW,
                       outputs=tuple(temps), body=k.body[:fold_i] + (sliced, *saves))
     combine_fold = Fold(FoldKind.REDUCE, Axis("k", K), fold.accs, tuple(loads) + tuple(accs))
+    if d.reduce.combine == "last":
+        tickets = Buffer(f"{k.name}_tickets", TensorType(tuple(a.extent for a in k.grid),
+                                                         DType.I32))
+        partial = replace(k, grid=grid, kind=KernelKind.ROW, outputs=k.outputs + tuple(temps)
+                          + (tickets,), body=k.body[:fold_i] + (sliced, *saves),
+                          finish=(combine_fold,) + k.body[fold_i + 1:], tickets=tickets.name)
+        # one kernel: it shows the row as given; its decisions fold the slice as part_row's
+        return Applied((Part(partial, row, dec.read(part_row)),), tuple(temps) + (tickets,),
+                       (), zeroed=(tickets.name,))
     combine_body = k.body[:fold_i] + (combine_fold,) + k.body[fold_i + 1:]
     combine = replace(k, name=f"{k.name}_combine", kind=KernelKind.ROW,
                       inputs=tuple(b for b in k.inputs if reads(combine_body, b.name)) + tuple(temps),

@@ -86,6 +86,12 @@ class TileKernel:
     attention: object = None          # ATTENTION kernels: their tile_ir.attention.Attention
     chain: object = None              # CHAIN kernels: their tile_ir.chain.FusedChain
     tf32: bool = False                # its float32 products may round operands to tf32
+    # REDUCE=split:K:last: the grid's last axis is the slice of each job a block folds; once it
+    # has stored its partials, the block takes a ticket for its job in `tickets` (an int per
+    # job, zero before and after each run), and the last of the K runs `finish` (the fold of
+    # the K partials and the statements after it) for the job
+    finish: tuple = ()
+    tickets: str = ""
 
     @property
     def jobs(self) -> int:

@@ -172,13 +172,14 @@ def test_made_up_targets_narrow_the_space():
 
 def test_split_rows_are_listed_for_pure_reductions_only():
     """Splits for pure reductions and for the matrix product (whose K range splits over blocks
-    by BK steps; its last block of a tile may sum the partials); amax cannot add partial
-    maxima atomically."""
+    by BK steps); their partials added atomically, by a combine kernel or by the last block
+    of a job (a tile) to finish; amax cannot add partial maxima atomically."""
     for name in NAMES:
         splits = {r["REDUCE"].split(":")[2] for r in space(name).all_rows
                   if "REDUCE" in r.keys and r["REDUCE"].startswith("split")}
-        want = {"sum": {"atomic", "combine"}, "sum_102": {"atomic", "combine"},
-                "amax": {"combine"}, "matmul": {"atomic", "combine", "last"}}.get(name, set())
+        want = {"sum": {"atomic", "combine", "last"}, "sum_102": {"atomic", "combine", "last"},
+                "amax": {"combine", "last"}, "matmul": {"atomic", "combine", "last"}}.get(name,
+                                                                                   set())
         assert splits == want, name
 
 

@@ -59,6 +59,57 @@ def test_ragged_split_rows_are_correct(expr, row):
     assert "min(" in prog.units[0].source      # the last slice stops at the axis' end
 
 
+# split:K:last: one launch; f64 and int64 partials, a v2 row whose K partials are folded one at
+# a time, one warp and several warps a block
+RAGGED_LAST = [
+    ("torch.randn(1003, dtype=torch.float64).mean()", "WORK=block:64 TILE=v1x2 REDUCE=split:8:last"),
+    ("torch.randint(0, 9, (2, 999)).sum(-1)", "WORK=block:32 TILE=v1x1 REDUCE=split:16:last"),
+    ("torch.randn(2, 2050).half().amax(-1)", "WORK=block:32 TILE=v2x2 REDUCE=split:16:last"),
+]
+
+
+@pytest.mark.parametrize("expr,row", RAGGED_LAST)
+def test_ragged_last_block_rows_are_one_launch_and_leave_the_tickets_zero(expr, row, monkeypatch):
+    """The last of a job's K blocks to take its ticket folds the partials and stores the
+    result; the tickets (an int per job, the launch's last argument) are zero after every
+    emulated run."""
+    import numpy as np
+
+    import emmy.runtime.cpu as cpu
+
+    after = []
+    run = cpu.build_and_run
+
+    def spy(source, function, grid, block, smem, args, **kw):
+        out = run(source, function, grid, block, smem, args, **kw)
+        after.append(np.array(args[-1]))
+        return out
+
+    monkeypatch.setattr(cpu, "build_and_run", spy)
+    assert not Space(_kernel(expr), SM90).check(parse(row))
+    prog = _check(expr, row)
+    (unit,) = prog.units
+    (launch,) = unit.launches
+    assert unit.zeroed == (launch.args[-1],) and launch.args[-1].endswith("_tickets")
+    assert "min(" in unit.source and "atomicAdd" in unit.source
+    assert after and all(not t.any() for t in after)
+
+
+def test_the_last_block_fences_its_ticket_in_the_machine_code():
+    """SASS (sm_80, NVRTC on the CPU) of a split:8:last sum: a fence before each block's ticket
+    and one after the last block's, the ticket a global atomic, the vote one barrier."""
+    from emmy.cuda.nvrtc import compile_cuda
+    from emmy.cuda.sass import cuobjdump, disassemble
+
+    if cuobjdump() is None:
+        pytest.skip("cuobjdump (and nvdisasm) not installed")
+    results = compile_to(load_expr("torch.randn(8, 20011).sum(-1)"), "cuda",
+                         Options(target="sm_80",
+                                 rows={"": "WORK=block:256 TILE=v1x1 REDUCE=split:8:last"}))
+    sass = disassemble(compile_cuda(results["cuda"].units[0].source, SM80).cubin)
+    assert sass.count("MEMBAR.SC.GPU") == 2 and "ATOMG.E.ADD" in sass and "BAR.RED.OR" in sass
+
+
 def test_a_split_that_divides_the_axis_has_no_bound_check():
     prog = _check("torch.randn(2, 4096).sum(-1)", "WORK=block:64 TILE=v4x1 REDUCE=split:4:combine")
     assert "_stop" not in prog.units[0].source
@@ -81,10 +132,12 @@ SM80 = get_target("sm_80")
     # a loss's mean over one 4,096 x 4,096 batch: one job; a cluster holds at most 8 blocks
     ("((torch.randn(4096, 4096) - torch.randn(4096, 4096)) ** 2).mean()", SM90, "split:"),
     # a few long rows: 8 x a 50,257-word vocabulary, 4 rows of a million: one kernel of
-    # clusters where there are clusters, else a split and a combine kernel
+    # clusters where there are clusters, else a split whose last block of each row sums it;
+    # 4 rows of a million want more blocks a row than a cluster holds (8: 32 blocks, too few
+    # to keep HBM busy), so 16 share each row there too
     ("torch.randn(8, 50257).sum(-1)", SM90, "cluster:"),
     ("torch.randn(8, 50257).sum(-1)", SM80, "split:"),
-    ("torch.randn(4, 1000000).abs().amax(-1)", SM90, "cluster:"),
+    ("torch.randn(4, 1000000).abs().amax(-1)", SM90, "split:16:last"),
     ("torch.randn(4, 1000000).abs().amax(-1)", SM80, "split:"),
     # not pure reductions: clusters only
     ("F.softmax(torch.randn(8, 50257), -1)", SM90, "cluster:"),
@@ -120,10 +173,28 @@ def test_default_keeps_a_job_in_one_block_where_sharing_does_not_pay(expr, targe
 
 
 def test_a_default_split_row_is_correct():
-    """Eight rows of 20,011 (prime) elements on sm_80: the default splits them (ragged) and
-    sums the partials in a combine kernel."""
+    """Eight rows of 20,011 (prime) elements on sm_80: the default splits them (ragged), and
+    the last block of each row to finish sums its partials, in the same kernel."""
     expr = "torch.randn(8, 20011).sum(-1)"
     row = Space(_kernel(expr), SM80).default()
-    assert row["REDUCE"].endswith(":combine"), row
+    assert row["REDUCE"].endswith(":last"), row
     prog = _check(expr, None, "sm_80")
-    assert [l.function.rsplit("_", 1)[1] for l in prog.units[0].launches] == ["partial", "combine"]
+    assert [l.function for l in prog.units[0].launches] == ["k0_sum"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("expr,row", [
+    ("F.mse_loss(torch.randn(4096, 4096), torch.randn(4096, 4096))",
+     "WORK=block:256 TILE=v4x4 REDUCE=split:64:last"),
+    ("torch.randn(8, 20011).half().sum(-1)", "WORK=block:256 TILE=v1x2 REDUCE=split:8:last"),
+])
+def test_gpu_last_block_rows_pass_the_harness(expr, row):
+    """On the GPU, through the harness (2 seeds x 3 input distributions): each job's last block
+    folds the partials of the others (the fences and the ticket's atomic as the hardware runs
+    them, blocks finishing in any order)."""
+    from emmy.bench.harness import check_program
+
+    w = load_expr(expr)
+    stages = compile_to(w, "cuda", Options(rows={"": row}))
+    result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
+    assert result.verdict == "ok" and len(result.cases) == 6, result

@@ -43,7 +43,7 @@ class LaunchEstimate:
 
 _LIMITER = {"dram": "memory", "l2": "memory", "sm port": "memory", "latency": "latency",
             "issue": "compute", "fp32": "compute", "fp64": "compute", "sfu": "compute",
-            "atomics": "memory"}
+            "atomics": "memory", "last block": "latency"}
 
 
 def estimate_launch(work: Work, spec, resources: Resources | None, target: Target,
@@ -75,6 +75,9 @@ def estimate_launch(work: Work, spec, resources: Resources | None, target: Targe
             totals["atomics"] = totals.get("atomics", 0.0) + wave.count * atomics
     for name, size in traffic.touched:
         l2.touch(name, size)
+    if work.finish_cycles:      # split:K:last: the ticket's round trip, then the partials'
+        totals["last block"] = DRAM_LATENCY_S + L2_LATENCY_S + work.finish_cycles / target.clock_hz
+        seconds += totals["last block"]
     limiter = _LIMITER[max(totals, key=totals.get)] if totals else "launch"
     if target.launch_overhead_s >= seconds:
         limiter = "launch"

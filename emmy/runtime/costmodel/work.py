@@ -94,6 +94,10 @@ class Work:
     jobs: int
     jobs_per_block: int
     lane_loop_trips: float          # most iterations of one lane loop (for spills)
+    # REDUCE=split:K:last: the dependent cycles of a job's last block after its ticket (its fold
+    # of the K partials over the lanes, their combine, the barriers), paid once after the last
+    # wave with the ticket's and the partials' round trips (timing.estimate_launch)
+    finish_cycles: float = 0.0
 
 
 @dataclass
@@ -208,7 +212,14 @@ def launch_work(part: Part, fn: K.KFunction) -> Work:
     for f, global_buffers in zip(folds, direct):     # counted as lowered: x / s as x * (1/s)
         _lane_fold(k, reciprocal_divisions(f, t.values)[0], d, base, global_buffers, t)
     t.chain += sum(_combine_cycles(c) for c in code.combines) + code.barriers * BARRIER_CYCLES
-    return _work(t, k.jobs, d.work.jobs_per_block)
+    work = _work(t, k.jobs, d.work.jobs_per_block)
+    last = [s for s in fn.body if isinstance(s, K.LastBlock)]
+    if last:
+        steps = math.ceil(last[0].count / L)
+        cycles = (steps * FOLD_OP_CYCLES + 3 * BARRIER_CYCLES
+                  + sum(_combine_cycles(c) for c in _find(last[0], K.LaneCombine)))
+        work = replace(work, finish_cycles=cycles)
+    return work
 
 
 def types_of(k: TileKernel) -> dict:
