@@ -1,4 +1,4 @@
-"""SASS instructions a K step of an int8 linear layer's product issues (CPU only: NVRTC and
+"""SASS instructions a K step of an int8 (int4, GPTQ) linear layer's product issues (CPU only: NVRTC and
 cuobjdump, no GPU): the counts behind emmy/runtime/costmodel/gemm.py's per-element costs of a
 computed operand (an int8 weight dequantized as its tiles are filled), against the same row of
 a plain f16 product.
@@ -47,6 +47,21 @@ def linear4(m: int, k: int, n: int, dtype: str = "half") -> str:
             f"torch.rand({n}, {k // 128}, 1).{dtype}())")
 
 
+def gptq(m: int, k: int, n: int, group: int = 128) -> str:
+    """x @ w with GPTQ's int32 words (q, (k / 8, n): eight weights along k, the low nibble
+    first), less zero points packed the same way along n (z, (k / group, n / 8)), times a scale
+    per group (s, (k / group, n)). Zero points every 4 k cannot go into the pairs' bias (one a
+    vector of 8): those weights are computed one at a time."""
+    shifts = "torch.arange(0, 32, 4, dtype=torch.int32)"
+    weight = (f"(((q.unsqueeze(1) >> {shifts}.view(1, 8, 1)) & 15).reshape({k // group}, "
+              f"{group}, {n}) - ((z.unsqueeze(2) >> {shifts}.view(1, 1, 8)) & 15)"
+              f".reshape({k // group}, 1, {n})).half() * s.unsqueeze(1)")
+    return (f"(lambda x, q, z, s: x @ ({weight}).reshape({k}, {n}))(torch.randn({m}, {k})"
+            f".half(), torch.randint(-2**31, 2**31 - 1, ({k // 8}, {n}), dtype=torch.int32), "
+            f"torch.randint(-2**31, 2**31 - 1, ({k // group}, {n // 8}), dtype=torch.int32), "
+            f"torch.rand({k // group}, {n}).half())")
+
+
 def plain(m: int, k: int, n: int, dtype: str = "half") -> str:
     """F.linear(x, w) with a 16-bit (n, k) weight: the product without computing it."""
     return (f"(lambda x, w: torch.nn.functional.linear(x, w))(torch.randn({m}, {k}).{dtype}(), "
@@ -79,6 +94,10 @@ CASES = [
      plain(256, 512, 256, "bfloat16"), 64 * 32 // 128),
     ("int4 f16 pairs, wgmma (async:4)", linear4(1024, 4096, 4096), WGMMA,
      plain(1024, 4096, 4096), 128 * 64 // 256),
+    ("GPTQ f16 pairs, zero points, ring (async:3)", gptq(256, 512, 256), MMA.format(3),
+     plain(256, 512, 256), 64 * 32 // 128),
+    ("GPTQ f16, zero points every 4 k, unpaired, ring", gptq(256, 512, 256, 4), MMA.format(3),
+     plain(256, 512, 256), 64 * 32 // 128),
 ]
 
 

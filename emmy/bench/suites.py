@@ -124,7 +124,12 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
                # inside an mma.sync product at 16 rows, a wgmma product at 4,096
                *(WorkloadSpec("int4 linear", "int4_linear",
                               (("batch", b), ("in_features", 4096), ("out_features", 4096)),
-                              "f16", f"{b}x4096 -> 4096") for b in (16, 4096))),
+                              "f16", f"{b}x4096 -> 4096") for b in (16, 4096)),
+               # GPTQ's checkpoint format (eight weights an int32 along k, zero points packed
+               # along n): a decoding batch, the zero point taken away on the weight pairs
+               WorkloadSpec("gptq linear", "gptq_linear",
+                            (("batch", 16), ("in_features", 4096), ("out_features", 4096)),
+                            "f16", "16x4096 -> 4096")),
     # batch 4, 32 heads, sequence 4096, head dim 128
     "attention": tuple(WorkloadSpec(f"attention{'' if causal else ' (full)'}", "attention",
                                     (("batch_size", 4), ("heads", 32), ("seq_len", 4096),

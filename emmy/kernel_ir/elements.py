@@ -378,7 +378,19 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
     shapes = {b.name: b.type.shape for b in k.inputs}
 
     steadies = {s.dst: along_k and _steady(s, kaxis, width, shapes[s.buffer])
-                for s in op.gather if isinstance(s, Load) and s is not main}
+                for s in op.gather if isinstance(s, Load) and s is not main
+                and kinds[s.dst] != "zero"}
+    defs = {s.dst: s for s in op.gather}
+    # a zero point taken from the nibbles (GPTQ's qzeros: one value for each vector of k),
+    # computed once a vector by its integer statements
+    zero_point = element_gather(k, tuple(s for s in op.gather if kinds[s.dst] == "zero"),
+                                "", parts, kaxis, batch)
+
+    def zero_of(cast: CastTo) -> str | None:
+        sub = defs.get(cast.arg)
+        if isinstance(sub, Compute) and sub.op is EwOp.SUB and kinds.get(sub.args[1]) == "zero":
+            return sub.args[1]
+        return None
 
     def pair(outer: str, kk: str, j: int) -> tuple[list[str], str]:
         lines, scalars, pairs = [], {}, {}
@@ -409,8 +421,8 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
 
         done: set[str] = set()
         for s in op.gather:
-            if s is main or kinds[s.dst] == "unpack" or kinds[s.dst].startswith("nibbles") \
-                    or s.dst in done:
+            if s is main or kinds[s.dst] in ("unpack", "zero") or \
+                    kinds[s.dst].startswith("nibbles") or s.dst in done:
                 continue
             if isinstance(s, Load):
                 load(s)
@@ -420,11 +432,19 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
             elif isinstance(s, CastTo) and kinds[s.arg].startswith("nibbles"):
                 byte = j // 2       # elements j and j + 1: one byte's two nibbles
                 signed = kinds[s.arg].endswith("signed")
-                folded = nibble_bias(s, op.gather, t, signed)
+                zero = zero_of(s)
+                folded = None if zero else nibble_bias(s, op.gather, t, signed)
                 bias = sixteen_bits(_MAGIC[t] + 8 * signed + (folded[1] if folded else 0), t)
+                bias_bits = f"{bias << 16 | bias:#010x}u"
+                if zero:            # magic + 8 signed + z: the same exponent, z more ones
+                    bits, _ = zero_point(outer, kk)
+                    lines += [f"uint32_t gp_{s.dst}_bias;", "{", *(f"  {b}" for b in bits),
+                              f"  gp_{s.dst}_bias = {bias_bits} + uint32_t({zero}) * "
+                              f"0x00010001u;", "}"]
+                    bias_bits = f"gp_{s.dst}_bias"
                 value = (f"em_4x2<{c_t}2, {str(signed).lower()}, "
                          f"{str(kinds[s.arg].startswith('nibbles:hi')).lower()}, {byte % 4}>"
-                         f"({RAW_WORDS}[{byte // 4}], {bias << 16 | bias:#010x}u)")
+                         f"({RAW_WORDS}[{byte // 4}], {bias_bits})")
                 if folded:      # the constant subtracted next, taken away with the magic
                     done.add(folded[0])
                     pairs[folded[0]] = pairs[s.dst] = f"gp_{s.dst}"

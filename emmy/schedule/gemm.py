@@ -240,7 +240,8 @@ def vector_width(con, op) -> int:
     many as 16 bytes of its raw data or of the stored elements hold (8 int8 weights; 8 int4
     weights, two to a byte, from 4 bytes), where its raw elements are consecutive along its
     tiles' columns (k for a k-major tile, its one outer axis otherwise; an int4 weight's
-    bytes along k // 2), every vector starts aligned (each other stride, the offset and that
+    bytes along k // 2, or GPTQ's int32 words of eight at k // 8, one after another or
+    strided), every vector starts aligned (each other stride, the offset and that
     extent multiples of its raw elements), and the columns' extent is whole vectors; else 1."""
     if not op.computed:
         return 1
@@ -255,8 +256,8 @@ def vector_width(con, op) -> int:
     for a, c in op.offset.terms:
         if isinstance(a, Sym):
             strides[a.name] = c
-        elif not (pack > 1 and isinstance(a, FloorDiv) and a.den == pack and c == 1
-                  and a.num == var(along.var)):
+        elif not (pack > 1 and isinstance(a, FloorDiv) and a.den == pack
+                  and (c == 1 or raw == 1) and a.num == var(along.var)):
             return 1        # an offset no vector walks (a gather, a window)
     if strides.get(along.var, 1 if pack > 1 else 0) != 1 or \
             any(c % raw for v, c in strides.items() if v != along.var):

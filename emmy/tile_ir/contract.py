@@ -241,20 +241,26 @@ def _operand(k, side, off: Lin, only: list[str], affine: bool, kaxis: Axis, axes
     outer = "_".join(only)
     if computed:    # the pieces two reshapes split an int4 weight's k into, put together
         off = canonical(off)
+    packing = _packing(off, kaxis.var) if computed else 1
+    # int4 weights packed in a byte or a word: its tiles are read along k (the nibbles of one
+    # raw element), whatever the stride between raw elements (GPTQ's words lie along n)
+    nibbles = packing > 1 and _type(k, ld.buffer) in _NIBBLE_WORDS and \
+        packing == 2 * _type(k, ld.buffer).itemsize
     return Operand(ld.buffer, dtype, off, outer, gather=items, value=value, computed=computed,
-                   packing=_packing(off, kaxis.var) if computed else 1,
-                   parts=parts if len(parts) > 1 else (),
-                   k_major=_spread(off, kaxis, parts[-1], bounds) <= 0,
+                   packing=packing, parts=parts if len(parts) > 1 else (),
+                   k_major=nibbles or _spread(off, kaxis, parts[-1], bounds) <= 0,
                    window=tabled(window(items, value, shapes, kaxis.var, axes, bounds), bounds))
 
 
 def _packing(off: Lin, kvar: str) -> int:
     """Elements of a computed operand per raw element of its load: P where the load reads
-    its buffer at k // P (and nowhere else along k), else 1."""
+    its buffer at k // P (and nowhere else along k; the raw elements one after another along
+    k, as int4 weights two to a byte of nn.Linear's (out, in // 2) layout, or strided, as
+    GPTQ's int32 words of eight, (in // 8, out)), else 1."""
     terms = dict(off.terms)
     if Sym(kvar) in terms:
         return 1
-    return next((a.den for a, c in terms.items() if isinstance(a, FloorDiv) and c == 1
+    return next((a.den for a, c in terms.items() if isinstance(a, FloorDiv) and c > 0
                  and a.num == var(kvar)), 1)
 
 
@@ -435,11 +441,13 @@ def _pair_kinds(op: Operand) -> tuple[tuple[str, str], ...] | None:
     """pair_kinds, once per operand (Operand.paired asks again for every row's template, and
     an int4 operand's answer computes its unpacking for every byte)."""
     main, t = op.load, op.dtype
-    if main.dtype not in (DType.I8, DType.U8) or t not in _MMA_TYPES or op.packing not in (1, 2):
+    if t not in _MMA_TYPES or main.dtype not in _NIBBLE_WORDS or \
+            op.packing not in (1, 2 * main.dtype.itemsize) or \
+            (op.packing == 1 and main.dtype not in (DType.I8, DType.U8)):
         return None
     kinds: dict[str, str] = {}
     dtypes: dict[str, DType] = {}
-    if op.packing == 2:     # int4: the statements unpacking a nibble from its byte
+    if op.packing > 1:      # int4: the statements unpacking a nibble from its byte (word)
         unpacked = _nibbles(op)
         if unpacked is None:
             return None
@@ -466,44 +474,60 @@ def _pair_kinds(op: Operand) -> tuple[tuple[str, str], ...] | None:
         else:
             return None
     # the raw byte (an int4 operand's unpacked nibble) only a cast to the 16-bit type reads
-    raw = {n for n, kind in kinds.items() if kind not in ("pair", "scalar", "unpack")}
-    used_raw = [s for s in op.gather if set(operands(s)) & raw and kinds[s.dst] != "unpack"]
+    raw = {n for n, kind in kinds.items() if kind not in ("pair", "scalar", "unpack", "zero")}
+    used_raw = [s for s in op.gather if set(operands(s)) & raw
+                and kinds[s.dst] not in ("unpack", "zero")]
     if any(not isinstance(s, CastTo) for s in used_raw) or kinds.get(op.value) != "pair":
         return None
     return tuple(kinds.items())
 
 
 def _nibbles(op: Operand) -> dict[str, str] | None:
-    """The kinds of an int4 operand's unpacking statements (its raw load reads a byte at
-    k // 2): "unpack" each statement between the byte and the value cast to the 16-bit type,
-    and for that value "nibbles:lo" (the byte's low nibble at even k, its high one at odd k;
-    "nibbles:hi" the other way round), ":signed" appended where the nibble is read as a
-    4-bit two's complement number. Found by computing the statements for every byte and both
-    parities of k (operand_op's integer operations and casts between integer types, index
-    values of k % 2 alone); None where they compute anything else."""
+    """The kinds of an int4 operand's unpacking statements (its raw load reads a byte, or a
+    16- or 32-bit word as GPTQ packs eight weights in an int32, at k // P, P its nibbles):
+    "unpack" each statement between the word and the value cast to the 16-bit type, and for
+    that value "nibbles:lo" (k's nibble is the word's nibble k % P counting from its lowest
+    bits: each byte's low nibble at even k, its high one at odd k; "nibbles:hi" each byte's
+    high nibble first), ":signed" appended where the nibble is read as a 4-bit two's
+    complement number. Found by computing the statements for every byte value at every byte
+    of the word (the other bytes random) and every k % P (operand_op's integer operations and
+    casts between integer types, index values of k % P alone); None where they compute
+    anything else."""
     import numpy as np
 
     from emmy.dtypes import to_numpy
     from emmy.tensor_ir.semantics import UFUNC
 
-    main = op.load
+    main, P = op.load, op.packing
     kvar = next(a.num.terms[0][0].name for a, c in op.offset.terms
-                if isinstance(a, FloorDiv) and a.den == 2 and c == 1)
+                if isinstance(a, FloorDiv) and a.den == P)
     defs = {s.dst: s for s in op.gather}
     cast = next((s for s in op.gather if isinstance(s, CastTo) and s.dtype is op.dtype
                  and main.dst in closure({s.arg}, defs)), None)
     if cast is None:
         return None
-    names = closure({cast.arg}, defs)
+    # GPTQ's form: a zero point (unpacked from data of its own, one value a group of k)
+    # subtracted from the nibble before the cast: the nibble is then the subtraction's first
+    # operand, and em_4x2 takes the zero point away with its magic number
+    nibble, zero = cast.arg, {}
+    sub = defs.get(cast.arg)
+    if isinstance(sub, Compute) and sub.op is EwOp.SUB and not sub.dtype.is_float and \
+            all(isinstance(a, str) for a in sub.args) and main.dst in closure({sub.args[0]}, defs):
+        found = _zero_point(sub.args[1], defs, kvar, main.dst)
+        if found is None:
+            return None
+        zero, most = {n: "zero" for n in found[0]}, found[1]
+        nibble = sub.args[0]
+    names = closure({nibble}, defs)
     k = np.arange(64)[None, :]
-    byte = np.arange(256)[:, None]
-    values = {main.dst: byte.astype(np.uint8).astype(to_numpy(main.dtype))}
+    word = _test_words(main.dtype.itemsize)[:, None]
+    values = {main.dst: word.astype(to_numpy(main.dtype))}
     for s in op.gather:
         if s.dst not in names or s is main:
             continue
-        parity = canonical(s.expr) if isinstance(s, IndexValue) else None
-        if parity is not None and all(a == Mod(var(kvar), 2) for a, _ in parity.terms):
-            values[s.dst] = np.asarray(evaluate(parity, {kvar: k}))
+        position = canonical(s.expr) if isinstance(s, IndexValue) else None
+        if position is not None and all(a == Mod(var(kvar), P) for a, _ in position.terms):
+            values[s.dst] = np.asarray(evaluate(position, {kvar: k}))
         elif isinstance(s, CastTo) and not s.dtype.is_float and s.arg in values:
             values[s.dst] = values[s.arg].astype(to_numpy(s.dtype))
         elif isinstance(s, Compute) and not s.dtype.is_float and operand_op(s.op, s.dtype) \
@@ -513,16 +537,101 @@ def _nibbles(op: Operand) -> dict[str, str] | None:
             values[s.dst] = np.asarray(UFUNC[s.op](*args)).astype(to_numpy(s.dtype))
         else:
             return None
-    got = np.broadcast_to(values[cast.arg].astype(np.int64), (256, 64))
-    lo, hi, even = byte & 15, byte >> 4, k % 2 == 0
-    for order, first, second in (("lo", lo, hi), ("hi", hi, lo)):
+    got = np.broadcast_to(values[nibble].astype(np.int64), (len(word), 64))
+    p = k % P
+    for order, odd in (("lo", p % 2), ("hi", 1 - p % 2)):
+        expected = (word >> (8 * (p // 2) + 4 * odd)) & 15
         for signed in (False, True):
-            a, b = ((first ^ 8) - 8, (second ^ 8) - 8) if signed else (first, second)
-            if np.array_equal(got, np.where(even, a, b)):
+            if np.array_equal(got, (expected ^ 8) - 8 if signed else expected):
                 kind = f"nibbles:{order}" + (":signed" if signed else "")
-                return {**{n: "unpack" for n in names - {cast.arg}}, cast.arg: kind,
+                if zero and 8 * signed + most > ZERO_LIMIT:
+                    return None
+                unpack = names - {cast.arg} if not zero else names
+                return {**{n: "unpack" for n in unpack}, **zero, cast.arg: kind,
                         main.dst: "raw"}
     return None
+
+
+ZERO_LIMIT = 127    # the most a nibble's bias may take away (em_4x2: magic + 127 keeps every
+                    # subtraction exact, in f16 and in bf16)
+
+
+def _zero_point(z: str, defs, kvar: str, main: str):
+    """(the names of the statements computing an int4 operand's zero point `z`, its largest
+    value) where they are integer loads, casts and operand_op's integer operations that read k
+    only as k // d with d a multiple of 8 (one value for each vector of 8 k the template
+    converts at once: GPTQ's qzeros unpacked, (qzeros[k // group, n // 8] >> 4 (n % 8)) & 15),
+    and the last of them bounds it within 0..ZERO_LIMIT (a mask by a constant, maybe plus or
+    minus a constant); None otherwise."""
+    names = closure({z}, defs)
+    if main in names:
+        return None
+    for n in names:
+        s = defs[n]
+        if isinstance(s, Load):
+            exprs = s.index
+            if s.dtype.is_float:
+                return None
+        elif isinstance(s, IndexValue):
+            exprs = (s.expr,)
+        elif isinstance(s, CastTo):
+            exprs = ()
+            if s.dtype.is_float or defs.get(s.arg) is not None and defs[s.arg].dtype.is_float:
+                return None
+        elif isinstance(s, Compute) and not s.dtype.is_float and operand_op(s.op, s.dtype):
+            exprs = ()
+        else:
+            return None
+        for e in exprs:
+            for atom, _ in canonical(e).terms:
+                if kvar in atom.free_vars() and not (
+                        isinstance(atom, FloorDiv) and atom.num == var(kvar) and atom.den % 8 == 0):
+                    return None
+    bounds = _int_bounds(z, defs)
+    if bounds is None or bounds[0] < 0 or bounds[1] > ZERO_LIMIT:
+        return None
+    return names, bounds[1]
+
+
+def _int_bounds(name: str, defs) -> tuple[int, int] | None:
+    """Bounds of an integer value that a mask by a non-negative constant makes (and a constant
+    added to or taken from it then moves); None where they are not known that way."""
+    s = defs.get(name)
+    if isinstance(s, CastTo):
+        return _int_bounds(s.arg, defs)
+    if not isinstance(s, Compute) or len(s.args) != 2:
+        return None
+    a, b = s.args
+    if isinstance(a, Scalar):
+        a, b = b, a
+    if not isinstance(b, Scalar) or isinstance(a, Scalar) or float(b.value) != int(b.value):
+        return None
+    c = int(b.value)
+    if s.op is EwOp.BITAND and c >= 0:
+        return (0, c)
+    inner = _int_bounds(a, defs)
+    if inner is None or s.op not in (EwOp.ADD, EwOp.SUB) or \
+            (s.op is EwOp.SUB and s.args[0] != a):
+        return None
+    sign = 1 if s.op is EwOp.ADD else -1
+    return (inner[0] + sign * c, inner[1] + sign * c)
+
+
+_NIBBLE_WORDS = (DType.I8, DType.U8, DType.I16, DType.I32)   # what int4 weights pack into
+
+
+def _test_words(size: int):
+    """Words of `size` bytes (as unsigned int64) that show how a function of a word reads its
+    nibbles: at each byte every value, the other bytes random (a fixed seed)."""
+    import numpy as np
+
+    if size == 1:
+        return np.arange(256, dtype=np.int64)
+    rng = np.random.default_rng(0)
+    background = rng.integers(0, 1 << (8 * size), 256, dtype=np.int64)
+    values = np.arange(256, dtype=np.int64)
+    return np.concatenate([(background & ~(0xFF << 8 * b)) | (values << 8 * b)
+                           for b in range(size)])
 
 
 def sixteen_bits(value, t: DType) -> int | None:

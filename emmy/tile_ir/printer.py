@@ -39,8 +39,9 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
                              f"{op.window.describe()}; the k side tabulated per block")
             elif op.computed:
                 pairs = ", two at a time on 16-bit pairs" if op.paired else ""
-                packed = f", {op.packing} to a {op.load.dtype} of {op.load.buffer}" \
-                    if op.packing > 1 else ""
+                raw = op.load.dtype
+                packed = (f", {op.packing} to {'an' if raw.value[0] == 'i' else 'a'} {raw} of "
+                          f"{op.load.buffer}") if op.packing > 1 else ""
                 lines.append(f"{INDENT}  {name} computed (as a dequantized weight is): "
                              f"{len(op.gather)} statement(s) compute each element ({op.value}) "
                              f"from its loads{packed} as its tiles are copied{pairs}; PLACE=cut "

@@ -315,3 +315,15 @@ def test_gpu_int4_linear_passes_the_harness(batch, row):
 
     _passes_the_gpu_harness(load_file("examples/int4_linear.py", (
         ("batch", batch), ("in_features", 4096), ("out_features", 4096))), "", row)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch,row", QUANTIZED_ROWS)
+def test_gpu_gptq_linear_passes_the_harness(batch, row):
+    """GPTQ's checkpoint format (examples/gptq_linear.py: eight weights an int32 word along k,
+    zero points packed along n), `batch` x 4096 -> 4096: the words' nibbles on f16 pairs, the
+    group's zero point taken away with em_4x2's magic number."""
+    from emmy.frontend.workload import load_file
+
+    _passes_the_gpu_harness(load_file("examples/gptq_linear.py", (
+        ("batch", batch), ("in_features", 4096), ("out_features", 4096))), "", row)

@@ -77,8 +77,13 @@ WINDOW_INSTRUCTIONS_PER_ELEMENT = 14
 # between two barriers; 128x128x64 at 1024 x 4096 -> 4096) 1.55 (3.11 on f16 pairs). int4
 # weights two to a byte, less 8, times a scale per group of 128 (GemmOperand.packing 2: a word's
 # nibbles split once, then PRMT, LOP3, HSUB2 and HMUL2 a pair, the scale loaded once a vector)
-# 3.25 on f16 or bf16 pairs (3.69 through a raw ring, 4.48 on a wgmma row).
+# 3.25 on f16 or bf16 pairs (3.69 through a raw ring, 4.48 on a wgmma row). GPTQ's int32 words
+# of eight with a zero point per group of 128 packed along n (2026-12-03, 256 x 512 -> 256, raw
+# ring): 4.5 on f16 pairs (the zero point an IMAD a vector into em_4x2's bias), 20.1 computed one
+# at a time as before pairs took the zero point (32.1 with a zero point every 4 k, which pairs
+# cannot take): int4 unpacking the pairs do not recognise costs COMPUTED_UNPAIRED_NIBBLE.
 COMPUTED_INSTRUCTIONS_PER_ELEMENT = 4.5
+COMPUTED_UNPAIRED_NIBBLE_INSTRUCTIONS_PER_ELEMENT = 20
 COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT = 3.56
 COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT = {"__half": 1.56, "__nv_bfloat16": 3.06}
 COMPUTED_NIBBLE_PAIR_INSTRUCTIONS_PER_ELEMENT = 3.25
@@ -107,6 +112,8 @@ def _gather_instructions(op, c: GemmConfig) -> float:
     if op.paired:
         return ring + (COMPUTED_NIBBLE_PAIR_INSTRUCTIONS_PER_ELEMENT if op.packing > 1
                        else COMPUTED_PAIR_INSTRUCTIONS_PER_ELEMENT[op.ctype])
+    if op.packing > 1:
+        return ring + COMPUTED_UNPAIRED_NIBBLE_INSTRUCTIONS_PER_ELEMENT
     return ring + (COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT if op.vector > 1
                    else COMPUTED_INSTRUCTIONS_PER_ELEMENT)
 

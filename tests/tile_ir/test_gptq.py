@@ -1,0 +1,133 @@
+"""GPTQ's checkpoint format (examples/gptq_linear.py): eight 4-bit weights an int32 word along k,
+the words along n ((in // 8, out)), a zero point per group of 128 k packed the same way along n.
+The product reads one word for 8 weights (its nibbles in the order int4 weights two to a byte
+have, the low first) and computes them two at a time (em_4x2), taking the group's zero point
+away with the magic number (one integer multiply-add a vector, no conversion)."""
+
+from pathlib import Path
+
+import pytest
+
+from emmy.check import check_cuda_program
+from emmy.dtypes import DType
+from emmy.frontend.workload import load_file
+from emmy.pipeline import Options, compile_to
+from emmy.schedule.gemm import problem_of
+from emmy.schedule.targets import get_target
+from emmy.tile_ir.contract import pair_kinds
+from emmy.tile_ir.lift import lift_program
+
+GPTQ = Path(__file__).resolve().parents[2] / "examples" / "gptq_linear.py"
+RAGGED = (("batch", 37), ("in_features", 512), ("out_features", 200))
+
+
+def lifted(path, sets=()):
+    (k,) = lift_program(compile_to(load_file(path, sets), "loop")["loop"]).kernels
+    return k
+
+
+def checked(path, sets, row, target="sm_90a"):
+    w = load_file(path, sets)
+    results = compile_to(w, "cuda", Options(rows={"": row}, target=target))
+    report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+    assert report is not None and report.ok, failed or report.outputs
+    (unit,) = results["cuda"].units
+    return unit
+
+
+def test_a_word_of_eight_nibbles_is_read_along_k_and_its_zero_point_once_a_vector():
+    k = lifted(GPTQ)
+    op = k.contract.b
+    assert (op.load.buffer, op.load.dtype, op.packing, op.k_major) == ("qweight", DType.I32, 8,
+                                                                        True)
+    kinds = pair_kinds(op)
+    assert op.paired and kinds[op.load.dst] == "raw" and "nibbles:lo" in kinds.values()
+    zero = {s.dst for s in op.gather if kinds[s.dst] == "zero"}
+    loads = {s.buffer for s in op.gather if s.dst in zero and hasattr(s, "buffer")}
+    assert loads == {"qzeros"}
+    b = problem_of(k.contract).b
+    assert (b.vector, b.paired, b.bytes_read) == (8, True, 0.5)
+
+
+@pytest.mark.parametrize("sets,row,target", [
+    (RAGGED, "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=serial STAGE=async:3 RASTER=row", "sm_90a"),
+    (RAGGED + (("dtype", "bfloat16"),),
+     "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=split:2:last STAGE=async:2 RASTER=row", "sm_80"),
+    ((("batch", 130), ("in_features", 512), ("out_features", 192), ("dtype", "bfloat16")),
+     "WORK=warps:2x4 TILE=wgmma:128x64x64 REDUCE=serial STAGE=async:3 RASTER=group:8", "sm_90a"),
+], ids=["f16_ring", "bf16_held_split", "bf16_wgmma"])
+def test_rows_compute_the_weights_on_pairs_and_match_eager(sets, row, target):
+    """Ragged on both sides (200 outputs: 25 words of zero points a group), f16 and bf16, a raw
+    ring, one tile held with a K split summed by its last block, and a wgmma row."""
+    unit = checked(GPTQ, sets, row + " PLACE=fuse", target)
+    assert "em_4x2<" in unit.source and "_bias = " in unit.source
+
+
+VARIANT = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, qweight, qzeros, scales):
+        shifts = torch.arange(0, 32, 4, dtype=torch.int32)
+        q = (qweight.unsqueeze(1) >> shifts.view(1, 8, 1)) & 15
+        zeros = {zeros}
+        w = (q.reshape({groups}, {group}, 64) - zeros.reshape({groups}, 1, 64)).half() \\
+            * scales.unsqueeze(1)
+        return x @ w.reshape(256, 64)
+
+
+def get_inputs():
+    return [torch.randn(24, 256).half(), torch.randint(-2**31, 2**31 - 1, (32, 64),
+            dtype=torch.int32), torch.randint(-2**31, 2**31 - 1, ({groups}, 8), dtype=torch.int32),
+            (torch.rand({groups}, 64) * 0.01).half()]
+
+
+def get_init_inputs():
+    return []
+"""
+NIBBLES = "(qzeros.unsqueeze(2) >> shifts.view(1, 1, 8)) & 15"
+
+
+@pytest.mark.parametrize("zeros,group,paired", [
+    (f"({NIBBLES}) + 1", 128, True),          # GPTQ's first format: zero points stored less 1
+    (NIBBLES, 4, False),                      # a zero point every 4 k: not one a vector
+    ("(qzeros.unsqueeze(2) >> shifts.view(1, 1, 8)) & 255", 128, False),   # up to 255
+], ids=["plus_one", "group_of_4", "wide"])
+def test_zero_points_are_taken_by_the_magic_only_where_exact(zeros, group, paired, tmp_path):
+    """A zero point bounded by 0..127 and one value for each vector of 8 k goes into em_4x2's
+    bias; others leave the weights computed one at a time. Both match eager."""
+    path = tmp_path / "gptq.py"
+    path.write_text(VARIANT.format(zeros=zeros, group=group, groups=256 // group))
+    k = lifted(path)
+    assert k.contract.b.packing == 8 and k.contract.b.paired == paired
+    row = "WORK=warps:2x2 TILE=mma:32x32x32 REDUCE=serial STAGE=async:3 RASTER=row PLACE=fuse"
+    unit = checked(path, (), row)
+    assert ("em_4x2<" in unit.source) == paired
+
+
+def test_the_k_loop_of_gptq_weights_has_no_conversions():
+    """SASS (sm_90a, NVRTC on the CPU): 16 HMMA and no I2F in the K loop of an mma.sync row
+    (bench/dequant_sass.py counts its instructions: 4.5 an element against 20 computed one at
+    a time)."""
+    from emmy.cuda.nvrtc import compile_cuda
+    from emmy.cuda.sass import cuobjdump, disassemble, longest_loop
+
+    if cuobjdump() is None:
+        pytest.skip("cuobjdump (and nvdisasm) not installed")
+    row = "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:3 RASTER=row PLACE=fuse"
+    (unit,) = compile_to(load_file(GPTQ, (("batch", 256), ("in_features", 512),
+                                          ("out_features", 256))),
+                         "cuda", Options(rows={"": row}))["cuda"].units
+    loop = longest_loop(disassemble(compile_cuda(unit.source, get_target("sm_90a")).cubin))
+    assert loop.count("HMMA.16816.F32") == 16
+    assert not any(o.startswith("I2F") for o in loop)
+
+
+def test_the_default_fuses_a_decoding_batch():
+    """`modeled`: 16 rows x 4,096 -> 4,096 on sm_90a: the weights computed inside the product."""
+    from emmy.schedule.space import space_of
+
+    k = lifted(GPTQ, (("batch", 16), ("in_features", 4096), ("out_features", 4096)))
+    assert space_of(k, get_target("sm_90a")).default()["PLACE"] == "fuse"
