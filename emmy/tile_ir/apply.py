@@ -206,11 +206,11 @@ def split(k: TileKernel, row: Row, d: dec.Decisions) -> Applied:
     if d.reduce.combine == "last":
         tickets = Buffer(f"{k.name}_tickets", TensorType(tuple(a.extent for a in k.grid),
                                                          DType.I32))
-        partial = replace(k, grid=grid, kind=KernelKind.ROW, outputs=k.outputs + tuple(temps)
-                          + (tickets,), body=k.body[:fold_i] + (sliced, *saves),
-                          finish=(combine_fold,) + k.body[fold_i + 1:], tickets=tickets.name)
+        whole = replace(k, grid=grid, kind=KernelKind.ROW, outputs=k.outputs + tuple(temps)
+                        + (tickets,), body=k.body[:fold_i] + (sliced, *saves),
+                        finish=(combine_fold,) + k.body[fold_i + 1:], tickets=tickets.name)
         # one kernel: it shows the row as given; its decisions fold the slice as part_row's
-        return Applied((Part(partial, row, dec.read(part_row)),), tuple(temps) + (tickets,),
+        return Applied((Part(whole, row, dec.read(part_row)),), tuple(temps) + (tickets,),
                        (), zeroed=(tickets.name,))
     combine_body = k.body[:fold_i] + (combine_fold,) + k.body[fold_i + 1:]
     combine = replace(k, name=f"{k.name}_combine", kind=KernelKind.ROW,

@@ -8,7 +8,6 @@ default row splits where the cost model says that is faster."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from emmy.check import check_cuda_program
@@ -18,6 +17,7 @@ from emmy.schedule.row import parse
 from emmy.schedule.space import Space
 from emmy.schedule.targets import get_target
 from emmy.tile_ir.ir import KernelKind
+from tests.tickets import assert_gpu_runs_repeat_their_bits, record_tickets
 
 SM90 = get_target("sm_90a")
 DECODE = "examples/decode_attention.py"
@@ -72,17 +72,7 @@ def run_row(w, row: str):
 def run_last_row(w, row: str, monkeypatch):
     """run_row for a split:S:last row: one launch, the tickets its last argument and a zeroed
     temporary, zero after every emulated run (each query block's last block resets its own)."""
-    import emmy.runtime.cpu as cpu
-
-    after = []
-    run = cpu.build_and_run
-
-    def spy(source, function, grid, block, smem, args, **kw):
-        out = run(source, function, grid, block, smem, args, **kw)
-        after.append(np.array(args[-1]))        # the tickets, the last parameter
-        return out
-
-    monkeypatch.setattr(cpu, "build_and_run", spy)
+    after = record_tickets(monkeypatch)
     results = run_row(w, row)
     (unit,) = results["cuda"].units
     (launch,) = unit.launches
@@ -230,28 +220,8 @@ def test_the_last_block_fences_its_ticket_and_reads_the_partials_through_l2():
 
 @pytest.mark.gpu
 def test_gpu_split_last_decoding_gives_the_same_bits_and_leaves_the_tickets_zero():
-    """On the GPU: a Llama-3-8B decoding step split 8 ways with each query block's last block
-    combining, run three times on the same inputs and once enqueued without waiting: the
-    same output bits every time and every ticket zero after each (tests/bench/test_gpu.py
-    checks the row against eager through the GPU harness)."""
-    import torch
-
-    from emmy.check import program_inputs
-    from emmy.runtime.gpu import GpuProgram
-
-    w = load_file(DECODE, LLAMA_DECODE)
-    row = "WORK=warps:4 TILE=flash:64x64 REDUCE=split:8:last STAGE=async:2"
-    stages = compile_to(w, "cuda", Options(rows={"": row}))
-    loaded = GpuProgram(stages["cuda"])
-    inputs = program_inputs(stages["torch"], w.inputs)
-    (tickets,) = stages["cuda"].units[0].zeroed
-    outs = []
-    for _ in range(3):
-        (out,) = loaded.run(inputs)
-        outs.append(out.clone())
-        assert not loaded.buffers[tickets].any()
-    (out,) = loaded.call(inputs)
-    torch.cuda.synchronize()
-    for o in (*outs[1:], out):
-        assert torch.equal(o, outs[0])
-    assert not loaded.buffers[tickets].any()
+    """On the GPU: a Llama-3-8B decoding step split 8 ways, each query block's last block
+    combining (tests/tickets.py; tests/bench/test_gpu.py checks the row against eager through
+    the GPU harness)."""
+    assert_gpu_runs_repeat_their_bits(load_file(DECODE, LLAMA_DECODE), "WORK=warps:4 "
+                                      "TILE=flash:64x64 REDUCE=split:8:last STAGE=async:2")

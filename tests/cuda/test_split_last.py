@@ -5,7 +5,6 @@ second kernel for that)."""
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from emmy.check import check_cuda_program
@@ -15,6 +14,7 @@ from emmy.runtime.costmodel.api import estimate_kernel
 from emmy.schedule.row import make_row
 from emmy.schedule.space import Space
 from emmy.schedule.targets import get_target
+from tests.tickets import assert_gpu_runs_repeat_their_bits, record_tickets
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -30,17 +30,7 @@ def test_each_tiles_last_block_sums_the_partials_and_leaves_the_tickets_zero(exa
     """Ragged tiles on both sides (and a batch of 3): one launch, its partials and tickets as
     temporaries (the tickets zero before the run, and after it: the last block of each tile
     resets its ticket for the next launch); the emulated program matches eager."""
-    import emmy.runtime.cpu as cpu
-
-    after = []
-    run = cpu.build_and_run
-
-    def spy(source, function, grid, block, smem, args, **kw):
-        out = run(source, function, grid, block, smem, args, **kw)
-        after.append(np.array(args[-1]))        # the tickets, the last parameter
-        return out
-
-    monkeypatch.setattr(cpu, "build_and_run", spy)
+    after = record_tickets(monkeypatch)
     w = load_file(EXAMPLES / f"{example}.py", sets)
     results = compile_to(w, "cuda", Options(rows={"": row}))
     (unit,) = results["cuda"].units
@@ -88,32 +78,11 @@ def test_the_tickets_are_atomics_between_fences_and_the_partials_are_read_throug
 
 @pytest.mark.gpu
 def test_gpu_runs_back_to_back_give_the_same_bits_and_leave_the_tickets_zero():
-    """On the GPU: a decoding batch's int4 projection split 16 ways, run three times on the
-    same inputs and once enqueued without waiting: the same output bits every time (the last
-    block adds the partials in split order, whichever block finishes last) and every ticket
-    zero after each."""
-    import torch
-
-    from emmy.check import program_inputs
-    from emmy.runtime.gpu import GpuProgram
-
+    """On the GPU: a decoding batch's int4 projection split 16 ways (tests/tickets.py)."""
     w = load_file(EXAMPLES / "int4_linear.py", (("batch", 16), ("in_features", 4096),
                                                 ("out_features", 4096)))
-    row = "WORK=warps:2x4 TILE=mma:32x64x16 REDUCE=split:16:last STAGE=async:4 RASTER=group:8"
-    stages = compile_to(w, "cuda", Options(rows={"": row + " PLACE=fuse"}))
-    loaded = GpuProgram(stages["cuda"])
-    inputs = program_inputs(stages["torch"], w.inputs)
-    (tickets,) = stages["cuda"].units[0].zeroed
-    outs = []
-    for _ in range(3):
-        (out,) = loaded.run(inputs)
-        outs.append(out.clone())
-        assert not loaded.buffers[tickets].any()
-    (out,) = loaded.call(inputs)
-    torch.cuda.synchronize()
-    for o in (*outs[1:], out):
-        assert torch.equal(o, outs[0])
-    assert not loaded.buffers[tickets].any()
+    assert_gpu_runs_repeat_their_bits(w, "WORK=warps:2x4 TILE=mma:32x64x16 REDUCE=split:16:last "
+                                         "STAGE=async:4 RASTER=group:8 PLACE=fuse")
 
 
 @pytest.mark.parametrize("reduce,message", [

@@ -11,6 +11,7 @@ from emmy.schedule.row import parse
 from emmy.schedule.space import Space
 from emmy.schedule.targets import get_target
 from emmy.tile_ir.apply import apply_row
+from tests.tickets import record_tickets
 
 SM90 = get_target("sm_90a")
 
@@ -73,19 +74,7 @@ def test_ragged_last_block_rows_are_one_launch_and_leave_the_tickets_zero(expr, 
     """The last of a job's K blocks to take its ticket folds the partials and stores the
     result; the tickets (an int per job, the launch's last argument) are zero after every
     emulated run."""
-    import numpy as np
-
-    import emmy.runtime.cpu as cpu
-
-    after = []
-    run = cpu.build_and_run
-
-    def spy(source, function, grid, block, smem, args, **kw):
-        out = run(source, function, grid, block, smem, args, **kw)
-        after.append(np.array(args[-1]))
-        return out
-
-    monkeypatch.setattr(cpu, "build_and_run", spy)
+    after = record_tickets(monkeypatch)
     assert not Space(_kernel(expr), SM90).check(parse(row))
     prog = _check(expr, row)
     (unit,) = prog.units
