@@ -79,11 +79,13 @@ def program_inputs(graph, inputs: tuple) -> dict[str, np.ndarray]:
 
 
 def compare(names, dtypes, got: list[np.ndarray], expected: list, *,
-            tf32: bool = False, selections: tuple = ()) -> CheckReport:
+            tf32: bool = False, selections: tuple = (), slack: list | None = None
+            ) -> CheckReport:
     """Compare each output with the eager result in float64, with a tolerance by dtype (f32 as
-    f16 where the workload allows tf32 products); an output of positions a selection took
-    (`selections`, per output: emmy.selections) that differs from the reference's is compared
-    by the values its positions pick."""
+    f16 where the workload allows tf32 products), widened elementwise by `slack` (per output,
+    where given); an output of positions a selection took (`selections`, per output:
+    emmy.selections) that differs from the reference's is compared by the values its positions
+    pick."""
     checks = []
     for i, (name, dtype, g, e) in enumerate(zip(names, dtypes, got, expected)):
         ref = to_numpy(e).astype(np.float64)
@@ -111,7 +113,10 @@ def compare(names, dtypes, got: list[np.ndarray], expected: list, *,
         max_abs = float(diff.max()) if diff.size else 0.0
         rel = diff / np.maximum(np.abs(ref), 1e-30)
         max_rel = float(np.where(diff == 0, 0.0, rel).max()) if diff.size else 0.0
-        ok = bool(np.all(diff <= atol + rtol * np.abs(np.where(np.isfinite(ref), ref, 0.0))))
+        bound = atol + rtol * np.abs(np.where(np.isfinite(ref), ref, 0.0))
+        if slack is not None and i < len(slack) and slack[i] is not None:
+            bound = bound + slack[i].reshape(ref.shape)
+        ok = bool(np.all(diff <= bound))
         checks.append(OutputCheck(name, dtype, ref.shape, max_abs, max_rel, atol, rtol, ok))
     return CheckReport(tuple(checks))
 
@@ -171,9 +176,11 @@ def check_cuda_program(workload, graph, cuda_program):
 
 def _compare_outputs(outs, got, workload, *, tf32: bool = False) -> CheckReport:
     """Each output against eager; one that misses is compared again with the model run in
-    float64: a program that rounds less often than eager f16/bf16 (which rounds after every
-    op) can be nearer the exact result than eager is, and further from eager than the
-    tolerance (a LayerNorm over three near-equal values magnifies eager's roundings)."""
+    float64, the tolerance widened by eager's own distance from it: a program that rounds less
+    often than eager f16/bf16 (which rounds after every op) can be nearer the exact result
+    than eager is, and further from eager than the tolerance (a LayerNorm over three
+    near-equal values magnifies eager's roundings); where eager is far from the exact result,
+    the program may be as far and no less accurate."""
     from emmy.selections import model_dtype, of_outputs
 
     own: list = []
@@ -190,11 +197,33 @@ def _compare_outputs(outs, got, workload, *, tf32: bool = False) -> CheckReport:
     exact = eager_outputs_f64(workload, recorded)
     if exact is None:
         return report
-    again = compare(names, dtypes, got, exact, tf32=tf32,
-                    selections=of_outputs(exact, recorded, own, floor))
+    selections = of_outputs(exact, recorded, own, floor)
+    plain = compare(names, dtypes, got, exact, tf32=tf32, selections=selections)
+    again = compare(names, dtypes, got, exact, tf32=tf32, selections=selections,
+                    slack=_eager_error(expected, exact))
     return CheckReport(tuple(
-        o if o.ok or not a.ok else replace(a, reference="float64 eager")
-        for o, a in zip(report.outputs, again.outputs)))
+        o if o.ok or not a.ok else
+        replace(a, reference="float64 eager" if p.ok else
+                "float64 eager, give or take eager's own error")
+        for o, p, a in zip(report.outputs, plain.outputs, again.outputs)))
+
+
+def _eager_error(expected: list, exact: list) -> list:
+    """Per output, how far eager's own result is from the float64 one, elementwise (None where
+    the shapes or values do not compare): where eager's f16/bf16 roundings move an ill-
+    conditioned output (a log_softmax of values in the hundreds, whose inputs' last bit is worth
+    several units), a program may differ from both by as much and be no less accurate than
+    eager."""
+    out = []
+    for e, x in zip(expected, exact):
+        ref, mine = to_numpy(x).astype(np.float64), to_numpy(e).astype(np.float64)
+        if ref.shape != mine.shape:
+            out.append(None)
+            continue
+        with np.errstate(invalid="ignore"):
+            err = np.abs(mine - ref)
+        out.append(np.where(np.isfinite(err), err, 0.0))
+    return out
 
 
 def eager_outputs_f64(workload, selections: list | None = None) -> list | None:
