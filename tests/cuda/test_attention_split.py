@@ -187,20 +187,6 @@ def test_split_rows_are_refused_where_they_cannot_be_built():
                                   for how in ("combine", "last"))}
 
 
-@pytest.mark.parametrize("reduce,message", [
-    ("split:3:last", "not a REDUCE value"),
-    ("split:2:last", "split-KV is built for flash:BQxBKV and simt:BQxBKV tiles"),
-], ids=["grammar", "wgmma"])
-def test_a_refused_split_row_is_a_message_and_exit_code_2(reduce, message, capsys):
-    from emmy.cli import main
-
-    tile = "wgmma:128x64" if reduce == "split:2:last" else "flash:64x32"
-    row = f"WORK=warps:{8 if 'wgmma' in tile else 4} TILE={tile} REDUCE={reduce} STAGE=async:2"
-    rc = main(["compile", DECODE, "--row", row, "--ir", "tile"])
-    err = capsys.readouterr().err
-    assert rc == 2 and message in err and "Traceback" not in err, err
-
-
 def test_the_last_block_fences_its_ticket_and_reads_the_partials_through_l2():
     """SASS (sm_80, NVRTC on the CPU) of a split:8:last decoding row: a fence before each
     block's ticket and one after the last block's, the ticket a global atomic, the vote one

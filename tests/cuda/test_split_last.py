@@ -85,15 +85,19 @@ def test_gpu_runs_back_to_back_give_the_same_bits_and_leave_the_tickets_zero():
                                          "STAGE=async:4 RASTER=group:8 PLACE=fuse")
 
 
-@pytest.mark.parametrize("reduce,message", [
-    ("split:3:last", "not a REDUCE value"),
-    ("split:4:last", "the wgmma template does not split K"),
-], ids=["grammar", "wgmma"])
-def test_a_refused_last_block_row_is_a_message_and_exit_code_2(reduce, message, capsys):
+@pytest.mark.parametrize("example,row,message", [
+    ("int4_linear", "WORK=warps:2x4 TILE=mma:32x64x16 REDUCE=split:3:last STAGE=async:4 "
+     "RASTER=group:8 PLACE=fuse", "not a REDUCE value"),
+    ("int4_linear", "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=split:4:last STAGE=async:4 "
+     "RASTER=group:8 PLACE=fuse", "the wgmma template does not split K"),
+    ("decode_attention", "WORK=warps:4 TILE=flash:64x32 REDUCE=split:3:last STAGE=async:2",
+     "not a REDUCE value"),
+    ("decode_attention", "WORK=warps:8 TILE=wgmma:128x64 REDUCE=split:2:last STAGE=async:2",
+     "split-KV is built for flash:BQxBKV and simt:BQxBKV tiles"),
+], ids=["product_grammar", "product_wgmma", "attention_grammar", "attention_wgmma"])
+def test_a_refused_last_block_row_is_a_message_and_exit_code_2(example, row, message, capsys):
     from emmy.cli import main
 
-    tile = "wgmma:128x128x64" if reduce == "split:4:last" else "mma:32x64x16"
-    row = f"WORK=warps:2x4 TILE={tile} REDUCE={reduce} STAGE=async:4 RASTER=group:8 PLACE=fuse"
-    rc = main(["compile", str(EXAMPLES / "int4_linear.py"), "--row", row, "--ir", "tile"])
+    rc = main(["compile", str(EXAMPLES / f"{example}.py"), "--row", row, "--ir", "tile"])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and "Traceback" not in err, err
