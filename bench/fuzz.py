@@ -234,9 +234,12 @@ class Gen:
         return Node(f"{x.code}.reshape(-1)", (n,))
 
     def matmul(self, x: Node) -> Node:
-        if len(x.shape) < 2:
+        """x @ w, the weight and the result within max_elements like the inputs."""
+        rows = math.prod(x.shape[:-1])
+        fits = [n for n in self.dims[1:] if max(x.shape[-1], rows) * n <= self.max_elements]
+        if len(x.shape) < 2 or not fits:
             return self.unary(x)
-        n = self.rng.choice(self.dims[1:])
+        n = self.rng.choice(fits)
         w = self.leaf((x.shape[-1], n))
         code = f"({x.code} @ {w.code} * {1 / max(1, x.shape[-1]) ** 0.5:.4f})"
         return Node(code, x.shape[:-1] + (n,))

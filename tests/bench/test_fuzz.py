@@ -25,6 +25,20 @@ def test_generated_programs_have_the_shapes_the_generator_tracks(seed):
     assert tuple(value.shape) == node.shape, node.code
 
 
+def test_products_keep_their_weights_within_max_elements():
+    """x @ w over large axes: the weight (and the result) no larger than --max-elements, as the
+    inputs are (a 5,000 x 5,000 weight had kept the emulator past its time limit)."""
+    import math
+    import re
+
+    gen = Gen(random.Random(0), "", dims=(1, 3, 17, 100, 1000, 5000), max_elements=60000)
+    for _ in range(200):
+        node = gen.matmul(gen.leaf())
+        for shape in re.findall(r"torch\.randn\(([\d, ]+)\)", node.code):
+            assert math.prod(int(d) for d in re.findall(r"\d+", shape)) <= 60000, node.code
+        assert math.prod(node.shape) <= 60000, node.code
+
+
 def test_a_few_programs_pass(capsys):
     assert main(["--programs", "3", "--seed", "5", "--rows", "0"]) == 0
     out = capsys.readouterr().out
