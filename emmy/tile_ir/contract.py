@@ -411,10 +411,13 @@ def _computed_factor(value: str, defs, outer, order, kvar: str, shapes
         return None
     # the weight, not a group-wise scale (scale[n, k // 128]): the load of the most bytes
     # (int4 weights read two to a byte, packed[n, k // 2]), the first at an affine offset in
-    # its buffer of those
-    def rank(s: Load) -> tuple[int, bool]:
+    # its buffer of those, then integer data before floats (GPTQ's words against scales of as
+    # many bytes, one every 4 k), then the first in the program (the same choice in every
+    # process: `names` is a set)
+    def rank(s: Load) -> tuple[int, bool, bool, int]:
         affine = all(isinstance(atom, Sym) for atom, _ in offset(s.index, shapes[s.buffer]).terms)
-        return -math.prod(shapes[s.buffer]) * s.dtype.itemsize, not affine
+        return (-math.prod(shapes[s.buffer]) * s.dtype.itemsize, not affine, s.dtype.is_float,
+                order.index(s.dst))
 
     main = min(along, key=rank)
     return tuple(sorted(items, key=lambda s: order.index(s.dst))), main, value, True

@@ -131,3 +131,23 @@ def test_the_default_fuses_a_decoding_batch():
 
     k = lifted(GPTQ, (("batch", 16), ("in_features", 4096), ("out_features", 4096)))
     assert space_of(k, get_target("sm_90a")).default()["PLACE"] == "fuse"
+
+
+def test_the_weight_is_the_main_load_in_every_process(tmp_path):
+    """Scales one every 4 k take as many bytes as the int32 words: the integer data is the
+    operand's main load whatever order Python's string hashing gives the statements (two hash
+    seeds that picked the scales before the tie was broken)."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "gptq.py"
+    path.write_text(VARIANT.format(zeros=NIBBLES, group=4, groups=64))
+    code = ("import sys; from tests.tile_ir.test_gptq import lifted; "
+            "print(lifted(sys.argv[1]).contract.b.load.buffer)")
+    root = Path(__file__).resolve().parents[2]
+    for seed in ("2", "4"):
+        out = subprocess.run([sys.executable, "-c", code, str(path)], cwd=root, check=True,
+                             capture_output=True, text=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed})
+        assert out.stdout.split() == ["qweight"], out.stderr[-2000:]
