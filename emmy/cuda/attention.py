@@ -65,7 +65,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from emmy.cuda.gemm_spec import ELEMENT_BYTES, TICKETS, Body
+from emmy.cuda.gemm_spec import ELEMENT_BYTES, TICKETS, Body, last_block_lines
 from emmy.schedule.targets import get_target
 
 # store(bz, h, row, col, value) -> C statements writing out[bz, h, row, col]; the arguments are C
@@ -436,13 +436,7 @@ class _Emitter:
             element = [element[0], f"if (fa_row < {p.sq}) {{", *_indent(element[1:], 1), "}"]
         return [f"// split-KV, last block: the query block's {c.splits} partials combined by its "
                 "last block",
-                "__threadfence();   // this block's partial outputs, before its ticket",
-                "__syncthreads();",
-                "int fa_last = 0;",
-                f"if (tid == 0) fa_last = atomicAdd({TICKETS} + fa_blk, 1) == {c.splits - 1};",
-                "if (!__syncthreads_or(fa_last)) return;",
-                "__threadfence();   // the other blocks' partial outputs, after their tickets",
-                f"if (tid == 0) {TICKETS}[fa_blk] = 0;   // for the next launch",
+                *last_block_lines(TICKETS, "fa_blk", c.splits),
                 f"for (int fa_e = tid; fa_e < {c.bq * p.dv}; fa_e += {c.threads}) {{",
                 *_indent(element, 1), "}"]
 

@@ -6,6 +6,7 @@ so the same text compiles with NVRTC for the GPU and with g++ against the CPU em
 
 from __future__ import annotations
 
+from emmy.cuda.gemm_spec import last_block_lines
 from emmy.kernel_ir import ir as K
 from emmy.symbolic import Lin, render
 from emmy.tensor_ir.ir import ReduceOp
@@ -124,15 +125,7 @@ def _stmt(s: K.KStmt, depth: int) -> list[str]:
         case K.AtomicAdd(buffer=b, elem=t, offset=off, value=v):
             return [f"atomicAdd({b} + ({_ix(off)}), em_cvt<{t}>({v}));"]
         case K.LastBlock(tickets=t, slot=slot, count=n, body=body):
-            return ["__threadfence();   // this block's partials, before its ticket",
-                    "__syncthreads();",
-                    "{",
-                    "  int em_last = 0;",
-                    f"  if (tid == 0) em_last = atomicAdd({t} + ({_ix(slot)}), 1) == {n - 1};",
-                    "  if (!__syncthreads_or(em_last)) return;",
-                    "}",
-                    "__threadfence();   // the other blocks' partials, after their tickets",
-                    f"if (tid == 0) {t}[{_ix(slot)}] = 0;   // for the next launch",
+            return [*last_block_lines(t, _ix(slot), n),
                     "{   // the last block: the job's partials", *_inner(body, depth), "}"]
         case K.Comment(text=t):
             return [f"// {t}"]

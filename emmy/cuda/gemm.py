@@ -51,7 +51,8 @@ from functools import cached_property
 from typing import Callable
 
 from emmy.cuda.gemm_spec import (PARTIAL, TICKETS, Body, Epilogue, Gather, GemmConfig,
-                                 GemmOperand, GemmProblem, VectorGather, WindowGather, pair_of)
+                                 GemmOperand, GemmProblem, VectorGather, WindowGather,
+                                 last_block_lines, pair_of)
 from emmy.schedule.targets import TARGETS
 
 CHUNK_BYTES = 16              # one cp.async / one vector copy
@@ -1170,14 +1171,8 @@ class _Emitter:
         element.insert(0, f"const int gm_row = gm_m0 + gm_e / {c.bn}, gm_col = gm_n0 + gm_e % "
                           f"{c.bn};")
         return [f"// split {s}, last block: the tile's partials summed by its last block",
-                "__threadfence();   // this block's partial sums, before its ticket",
-                "__syncthreads();",
                 f"const long long gm_slot = bz * {plan.tiles} + gm_tile;",
-                "int gm_last = 0;   // (shared memory may still have copies landing in it)",
-                f"if (tid == 0) gm_last = atomicAdd({TICKETS} + gm_slot, 1) == {s - 1};",
-                "if (!__syncthreads_or(gm_last)) return;",
-                "__threadfence();   // the other blocks' partial sums, after their tickets",
-                f"if (tid == 0) {TICKETS}[gm_slot] = 0;   // for the next launch",
+                *last_block_lines(TICKETS, "gm_slot", s),
                 f"for (int gm_e = tid; gm_e < {cells}; gm_e += {c.threads}) {{",
                 *_indent(element), "}"]
 

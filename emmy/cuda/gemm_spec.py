@@ -33,6 +33,24 @@ from typing import Callable
 PARTIAL = "emmy_partial"
 TICKETS = "emmy_tickets"
 
+
+def last_block_lines(tickets: str, slot: str, count: int) -> list[str]:
+    """C statements after a block has stored its partials (split_mode "last": the products',
+    split-KV attention's and the row kernels' splits): fence them, take a ticket at
+    tickets[slot] (thread `tid` 0, the vote by __syncthreads_or); every block but the one that
+    takes the count-th returns, and that one fences again (the other blocks' partials are then
+    visible to it) and leaves the ticket at zero for the next launch. What follows runs in the
+    last block alone."""
+    return ["__threadfence();   // this block's partials, before its ticket",
+            "__syncthreads();",
+            "{",
+            "  int em_last = 0;",
+            f"  if (tid == 0) em_last = atomicAdd({tickets} + ({slot}), 1) == {count - 1};",
+            "  if (!__syncthreads_or(em_last)) return;",
+            "}",
+            "__threadfence();   // the other blocks' partials, after their tickets",
+            f"if (tid == 0) {tickets}[{slot}] = 0;   // for the next launch"]
+
 # epilogue(bz, row, col, acc) -> C statements storing one output element; the arguments are C
 # expressions (64-bit batch index, int row in 0..m, int col in 0..n, the f32 accumulator value).
 Epilogue = Callable[[str, str, str, str], list[str]]

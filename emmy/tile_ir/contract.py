@@ -429,9 +429,10 @@ _PAIR_LOADS = (DType.F16, DType.BF16, DType.F32, DType.I8, DType.U8, DType.I16)
 
 def pair_kinds(op: Operand) -> dict[str, str] | None:
     """How a computed operand's values go two at a time (emmy.kernel_ir.elements.element_pairs),
-    by name: "raw" its 8-bit integer load, "scalar" another load (read per element), "pair" a
-    value of its 16-bit type held as a pair (an int4 operand's unpacking: _nibbles). None unless every value but the loads is of that
-    type: the raw load cast straight to it, a load cast to it or of it, MUL / ADD / SUB / NEG of
+    by name: "raw" its 8-bit integer load (an int4 operand's byte or word), "scalar" another
+    load (read per element), "pair" a value of its 16-bit type held as a pair, and an int4
+    operand's unpacking (_nibbles: "unpack", "nibbles:...", a zero point's "zero"). None
+    unless every value but the loads is of that type: the raw load cast straight to it, a load cast to it or of it, MUL / ADD / SUB / NEG of
     such values and of constants exact in it. Each operation on pairs rounds to the 16-bit type,
     as eager PyTorch rounds each of them; where the template computes one element at a time it
     rounds once at the end (the same bits for a cast and one multiply, the common dequant)."""
