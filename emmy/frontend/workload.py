@@ -207,9 +207,11 @@ class _SplitExpr(ast.NodeTransformer):
 
 def _module_name(node: ast.Call, taken) -> str:
     """`nn.Linear(64, 32).half()` -> "linear" (then "linear_1", ...)."""
+    import torch.nn as nn
+
     base = _expr_name(node)
     name, n = base, 0
-    while name in taken:
+    while name in taken or hasattr(nn.Module, name):   # `eval`, `float`, ... are its methods
         n += 1
         name = f"{base}_{n}"
     return name
@@ -330,9 +332,9 @@ def _expr_name(node: ast.expr) -> str:
     func = node.func
     if isinstance(func, ast.Call):   # a module built and called: `nn.RMSNorm(2048)(x)`
         return _expr_name(func)
-    if isinstance(func, ast.Attribute) and func.attr in _CASTS and isinstance(func.value,
-                                                                             ast.Call):
-        return _expr_name(func.value)   # `nn.Linear(64, 32).half()`
+    if isinstance(func, ast.Attribute) and func.attr in _CASTS | _MODULE_MODES \
+            and isinstance(func.value, ast.Call):
+        return _expr_name(func.value)   # `nn.Linear(64, 32).half()`, `nn.GRU(8, 8).eval()`
     if isinstance(func, ast.Attribute):
         return func.attr.lower()
     if isinstance(func, ast.Name):

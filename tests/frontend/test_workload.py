@@ -144,6 +144,24 @@ def test_expression_dtype_conversions_stay_with_inputs_and_modules():
     assert compile_to(w, "tensor")["tensor"].outputs
 
 
+def test_expression_module_names_skip_chained_modes_and_module_attributes():
+    # `.eval()` chained on a module used inside a larger expression: the submodule is named
+    # after its class, not after `eval` (which nn.Module already has: add_module refused it)
+    w = load_expr("nn.MultiheadAttention(16, 2, batch_first=True).eval()(torch.randn(2, 4, 16), "
+                  "torch.randn(2, 4, 16), torch.randn(2, 4, 16))[0]")
+    assert isinstance(w.model.multiheadattention, nn.MultiheadAttention)
+    q, k, v = w.inputs
+    torch.testing.assert_close(w.model(q, k, v), w.model.multiheadattention(q, k, v)[0])
+    # a name nn.Module already has (a method, an attribute) takes a suffix, as a repeat does
+    import ast
+
+    from emmy.frontend.workload import _module_name
+
+    call = ast.parse("nn.Train(4).half()", mode="eval").body
+    assert _module_name(call, {}) == "train_1"
+    assert _module_name(call, {"train_1": None}) == "train_2"
+
+
 def test_expression_inputs_are_fresh_on_demand():
     w = load_expr("torch.relu(torch.randn(16))")
     (fresh,) = w.make_inputs()
