@@ -25,7 +25,7 @@ def lower(graph: Graph) -> Program:
     b = Builder(graph.name)
     env: dict[str, Any] = {}
     for p in graph.placeholders:
-        env[p.name] = b.input(p.name, p.type, p.kind, p.target)
+        env[p.name] = b.input(p.name, p.type, p.kind, p.target, graph.values.get(p.name))
     for node in graph.nodes:
         env[node.name] = lower_node(b, node, env)
     values = {p.name: graph.values[p.name] for p in graph.placeholders

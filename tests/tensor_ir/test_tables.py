@@ -1,0 +1,102 @@
+"""Constant tables of positions read back as index expressions (emmy.tensor_ir.tables): the
+expression found is exact on every entry, reshapes and transposes of ranges are found, and a
+read through a lifted constant list is an index map, fused where a gather was not."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from emmy import symbolic
+from emmy.tensor_ir.ir import Gather, IndexMap
+from emmy.tensor_ir.tables import MAX_ELEMENTS, table_index
+from tests.tensor_ir.conftest import Fn, check_module
+
+AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
+AWQ_REVERSE_ORDER = [0, 4, 1, 5, 2, 6, 3, 7]
+
+
+def _values(expr: symbolic.Lin, shape) -> np.ndarray:
+    grids = np.meshgrid(*(np.arange(n) for n in shape), indexing="ij")
+    env = {f"a{i}": g for i, g in enumerate(grids)}
+    return np.broadcast_to(symbolic.evaluate(expr, env), shape)
+
+
+@pytest.mark.parametrize("table, text", [
+    (AWQ_REVERSE_ORDER, "(a0 / 2) + (a0 % 2)*4"),
+    (AWQ_ORDER, "(a0 / 4) + (a0 % 4)*2"),
+    (list(range(8)), "a0"),
+    ([7, 6, 5, 4, 3, 2, 1, 0], "-a0 + 7"),
+    ([3, 3, 3], "3"),
+    ([(i % 3) * 4 + i // 3 for i in range(12)], "(a0 / 3) + (a0 % 3)*4"),   # 3 x 4 transposed
+])
+def test_reshaped_and_transposed_ranges_are_digit_sums(table, text):
+    expr = table_index(np.array(table))
+    assert str(expr) == text
+    assert np.array_equal(_values(expr, (len(table),)), table)
+
+
+@pytest.mark.parametrize("table", [[0, 1, 3, 2], [5, 1, 4], [[0, 1], [1, 0]]])
+def test_tables_that_are_no_digit_sum_stay_data(table):
+    assert table_index(np.array(table)) is None
+
+
+def test_floats_and_large_tables_stay_data():
+    assert table_index(np.array([0.0, 1.0])) is None
+    assert table_index(np.arange(MAX_ELEMENTS + 1)) is None
+    assert table_index(np.arange(MAX_ELEMENTS)) is not None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=4), st.randoms(use_true_random=False),
+       st.integers(-3, 3), st.integers(-50, 50), st.integers(1, 3))
+def test_any_permuted_reshape_of_a_range_is_found_exactly(dims, rnd, scale, offset, rank):
+    """arange(n).reshape(dims).permute(p).reshape(rank dims) * scale + offset: found, and the
+    expression equals the table everywhere."""
+    n = int(np.prod(dims))
+    perm = list(range(len(dims)))
+    rnd.shuffle(perm)
+    flat = (np.arange(n).reshape(dims).transpose(perm) * scale + offset).reshape(-1)
+    cut = sorted(rnd.sample(range(1, len(dims)), min(rank - 1, len(dims) - 1)))
+    shape = [int(np.prod(p)) for p in np.split(np.array(dims)[perm], cut)]
+    table = flat.reshape(shape)
+    expr = table_index(table)
+    assert expr is not None, table
+    assert np.array_equal(_values(expr, table.shape), table)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-9, 9), min_size=1, max_size=12))
+def test_a_found_expression_is_always_exact(values):
+    expr = table_index(np.array(values))
+    if expr is not None:
+        assert np.array_equal(_values(expr, (len(values),)), values)
+
+
+def test_indexing_with_a_constant_list_is_an_index_map():
+    """AWQ's reverse order applied to eight nibbles a word: no Gather left, the same values."""
+    def unpack(w):
+        shifts = torch.arange(0, 32, 4)
+        nibbles = (w[:, :, None] >> shifts).view(w.shape[0], -1)
+        order = torch.arange(nibbles.shape[-1]).view(-1, 8)[:, AWQ_REVERSE_ORDER].view(-1)
+        return nibbles[:, order] & 15
+
+    w = torch.randint(-2**31, 2**31 - 1, (5, 3), dtype=torch.int32)
+    program = check_module(Fn(unpack), w)
+    assert not any(isinstance(d, Gather) for d in program.defs)
+    assert any(isinstance(d, IndexMap) for d in program.defs)
+
+
+def test_a_registered_buffer_of_positions_stays_a_gather():
+    """A buffer is state the caller may change between calls; only constants fold."""
+    class Shuffle(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("order", torch.tensor(AWQ_REVERSE_ORDER))
+
+        def forward(self, x):
+            return x[:, self.order]
+
+    program = check_module(Shuffle(), torch.randn(3, 8))
+    assert any(isinstance(d, Gather) for d in program.defs)
