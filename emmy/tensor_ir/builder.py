@@ -25,7 +25,6 @@ from typing import Iterable, Sequence, Union
 from emmy import symbolic
 from emmy.dtypes import DType
 from emmy.errors import InternalError
-from emmy.tensor_ir.semantics import as_numpy
 from emmy.tensor_ir.tables import table_index
 from emmy.tensor_ir.ir import (ARITY, COMPARISON, Cast, Def, Elementwise, EwOp, Gather, IndexMap,
                                Input, InputKind, Iota, Program, Reduce, ReduceOp, Scalar, Scan,
@@ -43,8 +42,6 @@ class Builder:
         self.name = name
         self.defs: dict[str, Def] = {}
         self._memo: dict[tuple, str] = {}
-        self.constants: dict[str, object] = {}   # values of the CONSTANT inputs (torch tensors)
-        self._tables: dict[str, symbolic.Lin | None] = {}   # table_index of each, once asked
 
     # ---- queries -------------------------------------------------------------------------
 
@@ -67,15 +64,24 @@ class Builder:
     # ---- definitions ---------------------------------------------------------------------
 
     def input(self, name: str, type: TensorType, kind: InputKind = InputKind.INPUT,
-              target: str | None = None, value=None) -> str:
-        """A program input; `value`, for a CONSTANT (a tensor torch.export lifted out of the
-        forward), is what it holds: positions read through it may fold into index maps."""
+              target: str | None = None) -> str:
         if name in self.defs or name.startswith(_FRESH):
             raise InternalError(f"input name {name!r} is taken")
         self.defs[name] = Input(name, type, kind, target)
-        if kind is InputKind.CONSTANT and value is not None:
-            self.constants[name] = value
         return name
+
+    def table(self, value, dtype: DType) -> str | None:
+        """A constant integer tensor (torch.export's lifted constants: a list the forward
+        indexes with, a tensor attribute) as positions computed from an iota, where its
+        entries are a digit sum of its indices (emmy.tensor_ir.tables), else None: reads
+        through it are then index maps, and a value computed from it an index expression."""
+        expr = table_index(value) if value.ndim else None
+        if expr is None:
+            return None
+        shape = tuple(int(n) for n in value.shape)
+        lo, hi = symbolic.bounds_of(expr, {axis_var(i): n for i, n in enumerate(shape)})
+        positions = self.index_map(self.iota((hi - lo + 1,), 0, dtype), shape, [expr - lo])
+        return self.ew(EwOp.ADD, positions, lo) if lo else positions
 
     def ew(self, op: EwOp, *args: Value) -> str:
         """An elementwise op; operands are promoted to a common type and broadcast."""
@@ -172,9 +178,8 @@ class Builder:
 
     def affine_value(self, x: str) -> symbolic.Lin | None:
         """x's value as an index expression over its own axes, where x is integer positions
-        computed from an iota or a constant table (emmy.tensor_ir.tables) by index maps and
-        integer literals (`torch.arange(n) * 2 + 1`, `x[:, [0, 4, 1, 5, 2, 6, 3, 7]]`); else
-        None."""
+        computed from an iota by index maps and integer literals (`torch.arange(n) * 2 + 1`,
+        and constant tables: Builder.table); else None."""
         d = self.defs[x]
         bounds = {axis_var(i): n for i, n in enumerate(d.type.shape)}
         if d.type.dtype not in (DType.I32, DType.I64):
@@ -182,10 +187,6 @@ class Builder:
         match d:
             case Iota():
                 return symbolic.var(axis_var(d.axis))
-            case Input() if x in self.constants:
-                if x not in self._tables:
-                    self._tables[x] = table_index(as_numpy(self.constants[x]))
-                return self._tables[x]
             case IndexMap() | Cast():
                 inner = self.affine_value(d.arg)
                 if inner is None or isinstance(d, Cast):

@@ -13,6 +13,7 @@ from emmy.tensor_ir.builder import Builder
 from emmy.tensor_ir.decomp import REGISTRY, SUPPORTED_OPS
 from emmy.tensor_ir.decomp.table import Refused
 from emmy.tensor_ir.ir import Input, InputKind, Program
+from emmy.tensor_ir.semantics import as_numpy
 from emmy.torch_ir.ir import Graph, Node, Ref, TensorType
 
 __all__ = ["lower", "SUPPORTED_OPS"]
@@ -25,11 +26,15 @@ def lower(graph: Graph) -> Program:
     b = Builder(graph.name)
     env: dict[str, Any] = {}
     for p in graph.placeholders:
-        env[p.name] = b.input(p.name, p.type, p.kind, p.target, graph.values.get(p.name))
+        table = None
+        if p.kind is InputKind.CONSTANT and p.name in graph.values and \
+                p.type.dtype in (DType.I32, DType.I64):
+            table = b.table(as_numpy(graph.values[p.name]), p.type.dtype)
+        env[p.name] = table or b.input(p.name, p.type, p.kind, p.target)
     for node in graph.nodes:
         env[node.name] = lower_node(b, node, env)
     values = {p.name: graph.values[p.name] for p in graph.placeholders
-              if p.kind is not InputKind.INPUT and p.name in graph.values}
+              if p.kind is not InputKind.INPUT and p.name in graph.values and p.name in b.defs}
     # an output that is an input as it is (`x.reshape(-1)` of a vector) is copied: the caller
     # gets its own tensor, as from every other program
     outputs = [b.copy(env[r.name]) if isinstance(b.defs[env[r.name]], Input) else env[r.name]

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emmy import symbolic
-from emmy.tensor_ir.ir import Gather, IndexMap
+from emmy.tensor_ir.ir import Gather, IndexMap, Iota
 from emmy.tensor_ir.tables import MAX_ELEMENTS, table_index
 from tests.tensor_ir.conftest import Fn, check_module
 
@@ -100,3 +100,20 @@ def test_a_registered_buffer_of_positions_stays_a_gather():
 
     program = check_module(Shuffle(), torch.randn(3, 8))
     assert any(isinstance(d, Gather) for d in program.defs)
+
+
+def test_a_tensor_attribute_of_shifts_is_computed_from_an_iota():
+    """AutoGPTQ's `self.wf` (a plain tensor attribute, which torch.export lifts as a
+    constant) used as values, not positions: the program computes it (no load), so the shifts
+    are index arithmetic downstream."""
+    class Unpack(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wf = torch.tensor(list(range(0, 32, 4)), dtype=torch.int32).unsqueeze(0)
+
+        def forward(self, q):
+            return torch.bitwise_right_shift(q.unsqueeze(2), self.wf.unsqueeze(0)) & 15
+
+    program = check_module(Unpack(), torch.randint(-2**31, 2**31 - 1, (4, 3), dtype=torch.int32))
+    assert [d.name for d in program.inputs] == ["q"]
+    assert any(isinstance(d, Iota) for d in program.defs)

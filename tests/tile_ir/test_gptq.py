@@ -151,3 +151,21 @@ def test_the_weight_is_the_main_load_in_every_process(tmp_path):
                              capture_output=True, text=True,
                              env={**os.environ, "PYTHONHASHSEED": seed})
         assert out.stdout.split() == ["qweight"], out.stderr[-2000:]
+
+
+def test_shifts_in_a_tensor_attribute_pair_as_computed_ones(tmp_path):
+    """AutoGPTQ keeps its shifts in a plain tensor attribute (`self.wf`): a constant, read back
+    as index arithmetic (emmy.tensor_ir.tables), so the words' nibbles pair as before."""
+    source = GPTQ.read_text().replace(
+        "        shifts = torch.arange(0, 32, 4, dtype=torch.int32)",
+        "        shifts = self.wf").replace(
+        "        groups = in_features // group",
+        "        groups = in_features // group\n"
+        "        self.wf = torch.tensor(list(range(0, 32, 4)), dtype=torch.int32)")
+    assert "self.wf" in source and "torch.arange" not in source
+    path = tmp_path / "gptq_wf.py"
+    path.write_text(source)
+    op = lifted(path).contract.b
+    assert (op.packing, op.k_major, op.paired) == (8, True, True)
+    row = "WORK=warps:2x2 TILE=mma:32x32x32 REDUCE=serial STAGE=async:3 RASTER=row PLACE=fuse"
+    assert "em_4x2<" in checked(path, (), row).source
