@@ -1,5 +1,5 @@
-"""SASS instructions a K step of an int8 (int4, GPTQ) linear layer's product issues (CPU only: NVRTC and
-cuobjdump, no GPU): the counts behind emmy/runtime/costmodel/gemm.py's per-element costs of a
+"""SASS instructions a K step of an int8 (int4, GPTQ, AWQ) linear layer's product issues (CPU
+only: NVRTC and cuobjdump, no GPU): the counts behind emmy/runtime/costmodel/gemm.py's per-element costs of a
 computed operand (an int8 weight dequantized as its tiles are filled), against the same row of
 a plain f16 product.
 
@@ -62,6 +62,21 @@ def gptq(m: int, k: int, n: int, group: int = 128) -> str:
             f"torch.rand({k // group}, {n}).half())")
 
 
+def awq(m: int, k: int, n: int, group: int = 128) -> str:
+    """x @ w with AWQ's int32 words (q, (k, n / 8): eight weights along n in the interleaved
+    order 0, 4, 1, 5, 2, 6, 3, 7, undone by indexing with that list), less zero points packed
+    the same way (z, (k / group, n / 8)), times a scale per group (s, (k / group, n))."""
+    order = f"[:, torch.arange({n}).view(-1, 8)[:, [0, 4, 1, 5, 2, 6, 3, 7]].view(-1)]"
+    shifts = "torch.arange(0, 32, 4)"
+    weight = (f"((((q[:, :, None] >> {shifts}) & 15).view({k}, {n}){order} - "
+              f"((z[:, :, None] >> {shifts}) & 15).view({k // group}, {n}){order}"
+              f".repeat_interleave({group}, dim=0)).half() * s.repeat_interleave({group}, dim=0))")
+    return (f"(lambda x, q, z, s: x @ {weight})(torch.randn({m}, {k}).half(), "
+            f"torch.randint(-2**31, 2**31 - 1, ({k}, {n // 8}), dtype=torch.int32), "
+            f"torch.randint(-2**31, 2**31 - 1, ({k // group}, {n // 8}), dtype=torch.int32), "
+            f"torch.rand({k // group}, {n}).half())")
+
+
 def plain(m: int, k: int, n: int, dtype: str = "half") -> str:
     """F.linear(x, w) with a 16-bit (n, k) weight: the product without computing it."""
     return (f"(lambda x, w: torch.nn.functional.linear(x, w))(torch.randn({m}, {k}).{dtype}(), "
@@ -97,6 +112,8 @@ CASES = [
     ("GPTQ f16 pairs, zero points, ring (async:3)", gptq(256, 512, 256), MMA.format(3),
      plain(256, 512, 256), 64 * 32 // 128),
     ("GPTQ f16, zero points every 4 k, unpaired, ring", gptq(256, 512, 256, 4), MMA.format(3),
+     plain(256, 512, 256), 64 * 32 // 128),
+    ("AWQ f16 pairs along n, zero points, ring (async:3)", awq(256, 512, 256), MMA.format(3),
      plain(256, 512, 256), 64 * 32 // 128),
 ]
 

@@ -129,6 +129,11 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
                # along n): a decoding batch, the zero point taken away on the weight pairs
                WorkloadSpec("gptq linear", "gptq_linear",
                             (("batch", 16), ("in_features", 4096), ("out_features", 4096)),
+                            "f16", "16x4096 -> 4096"),
+               # AWQ's (eight weights an int32 along n in its interleaved order, undone by a
+               # constant list): neighbouring outputs' nibbles paired, their zero points too
+               WorkloadSpec("awq linear", "awq_linear",
+                            (("batch", 16), ("in_features", 4096), ("out_features", 4096)),
                             "f16", "16x4096 -> 4096")),
     # batch 4, 32 heads, sequence 4096, head dim 128
     "attention": tuple(WorkloadSpec(f"attention{'' if causal else ' (full)'}", "attention",

@@ -500,7 +500,7 @@ def computed_lambdas(name: str, op: GemmOperand, g: VectorGather) -> list[str]:
     lines, off = g.offset("gm_o", "gm_kk")
     raw = raw_vector(op, g)
     if g.pair is not None:
-        arg, body = "gm_raww", []
+        arg, body = "gm_raww", (g.prologue("gm_o", "gm_kk") if g.prologue else [])
         for j in range(0, v, 2):
             stmts, value = g.pair("gm_o", "gm_kk", j)
             body += ["{", *_indent(stmts), f"  memcpy(&gm_v.x[{j}], &{value}, 4);", "}"]

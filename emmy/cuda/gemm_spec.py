@@ -104,6 +104,9 @@ class VectorGather:
     # paired (GemmOperand.paired): (outer, k, j) -> (statements, the name of a __half2 /
     # __nv_bfloat162 of elements j and j + 1), the raw vector's words in `gm_raww`
     pair: "Callable[[str, str, int], tuple[list[str], str]] | None" = None
+    # paired: (outer, k) -> statements once a vector, before its pairs (whose statements may
+    # read what they define: a zero point word, a vector of scales)
+    prologue: "Callable[[str, str], list[str]] | None" = None
 
 
 def pair_of(epilogue: Epilogue) -> PairEpilogue | None:

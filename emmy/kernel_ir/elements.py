@@ -19,7 +19,7 @@ from emmy.dtypes import DType
 from emmy.tensor_ir.ir import EwOp, Scalar, gather_var
 from emmy.tile_ir.apply import CLUSTER_RANK
 from emmy.tile_ir.ir import Axis, Fold, Item
-from emmy.tile_ir.contract import pair_kinds, sixteen_bits
+from emmy.tile_ir.contract import NIBBLE_ORDERS, constant_zero, pair_kinds, sixteen_bits
 from emmy.tile_ir.values import index_vars, operands, value_types
 
 
@@ -355,8 +355,9 @@ def element_vector(k, op, parts, kaxis, batch, width: int, along_k: bool, paired
         at = element_gather(k, items, op.value, parts, kaxis, batch, raw=width)
         return at(outer, f"{kk} + {j}") if along_k else at(f"{outer} + {j}", kk)
 
-    pair = element_pairs(k, op, parts, kaxis, batch, along_k, width) if paired else None
-    return VectorGather(main.buffer, main.dtype.c_name, width, where, element, pair)
+    pair, prologue = element_pairs(k, op, parts, kaxis, batch, along_k, width) if paired \
+        else (None, None)
+    return VectorGather(main.buffer, main.dtype.c_name, width, where, element, pair, prologue)
 
 
 RAW_WORDS = "gm_raww.x"   # the raw vector's 32-bit words, as element_pairs's statements read them
@@ -367,9 +368,10 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
     """A paired computed operand's elements two at a time (emmy.tile_ir.contract.pair_kinds):
     (outer, kk, j) -> (statements, the name of the pair holding elements j and j + 1 of the
     vector at (outer, kk)), the raw bytes converted by em_8x2_half2 (bf162) from the words
-    RAW_WORDS (an int4 operand's, one byte's two nibbles by em_4x2), the other loads read per
-    element (once a vector where its elements all read the same one, as a scale per group of
-    k does, else once a pair where both do) and the arithmetic done on pairs."""
+    RAW_WORDS (an int4 operand's, one byte's two nibbles by em_4x2 or em_4x2_il), the other
+    loads read per element (once a vector where its elements all read the same one, as a scale
+    per group of k does, else once a pair where both do) and the arithmetic done on pairs;
+    and the vector's prologue (outer, kk) -> statements (VectorGather.prologue) or None."""
     kinds, main, t = pair_kinds(op), op.load, op.dtype
     c_t = t.c_name
     convert = (f"em_8x2_{'half2' if t is DType.F16 else 'bf162'}"
@@ -379,7 +381,7 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
 
     steadies = {s.dst: along_k and _steady(s, kaxis, width, shapes[s.buffer])
                 for s in op.gather if isinstance(s, Load) and s is not main
-                and kinds[s.dst] != "zero"}
+                and not kinds[s.dst].startswith("zero")}
     defs = {s.dst: s for s in op.gather}
     # a zero point taken from the nibbles (GPTQ's qzeros: one value for each vector of k),
     # computed once a vector by its integer statements
@@ -388,14 +390,61 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
 
     def zero_of(cast: CastTo) -> str | None:
         sub = defs.get(cast.arg)
-        if isinstance(sub, Compute) and sub.op is EwOp.SUB and kinds.get(sub.args[1]) == "zero":
+        if isinstance(sub, Compute) and sub.op is EwOp.SUB and \
+                kinds.get(sub.args[1], "").startswith("zero"):
             return sub.args[1]
         return None
+
+    def flat(s: Load, outer: str, kk: str) -> tuple[list[str], Lin]:
+        """(the statements binding g_*, the offset in s's buffer) of s at (outer, kk)."""
+        bind, env, bounds = _gather_env(outer, kk, parts, kaxis, batch)
+        return bind, offset(tuple(substitute(x, env, bounds) for x in s.index), shapes[s.buffer])
+
+    def zero_word(outer: str, kk: str, j: int) -> tuple[list[str], str]:
+        """A zero point packed as the weights are (AWQ's qzeros): the word holding elements j
+        and j + 1's, loaded."""
+        (s,) = [s for s in op.gather if kinds[s.dst] == "zero:word"]
+        bind, idx = flat(s, f"{outer} + {j}", kk)
+        name = f"gp_{s.dst}_{j}"
+        return [f"uint32_t {name};", "{", *(f"  {b}" for b in bind),
+                f"  {name} = uint32_t({s.buffer}[{_c_index(idx)}]);", "}"], name
+
+    # Along the row (AWQ: along n), once a vector: a zero point word the vector's elements
+    # share (the vector no wider than a word's nibbles), and the 16-bit loads that read on
+    # with the row, aligned (scales[k // group, n]), as one 16-byte load each
+    shared_zero = not along_k and "zero:word" in kinds.values() and width <= op.packing
+    vectors = set()
+    if not along_k and width * t.itemsize == 16:
+        for s in op.gather:
+            if not isinstance(s, Load) or s is main or kinds[s.dst] != "scalar" or \
+                    s.dtype is not t or not index_vars((s,)) & varying:
+                continue
+            _, off = flat(s, "0", "0")
+            terms = dict(off.terms)
+            if terms.get(Sym("g_o")) == 1 and off.const % width == 0 and \
+                    all("g_o" not in a.free_vars() and c % width == 0
+                        for a, c in terms.items() if a != Sym("g_o")):
+                vectors.add(s.dst)
+
+    def prologue(outer: str, kk: str) -> list[str]:
+        lines = []
+        if shared_zero:
+            lines += zero_word(outer, kk, 0)[0]
+        for s in op.gather:
+            if s.dst in vectors:
+                bind, idx = flat(s, outer, kk)
+                lines += [f"uint4 gp_{s.dst}_v;", "{", *(f"  {b}" for b in bind),
+                          f"  gp_{s.dst}_v = *reinterpret_cast<const uint4*>({s.buffer} + "
+                          f"({_c_index(idx)}));", "}"]
+        return lines
 
     def pair(outer: str, kk: str, j: int) -> tuple[list[str], str]:
         lines, scalars, pairs = [], {}, {}
 
         def load(s: Load) -> None:
+            if s.dst in vectors:    # its pair: a word of the prologue's vector
+                pairs[s.dst] = f"em_pair_bits<{c_t}2>(gp_{s.dst}_v.{'xyzw'[j // 2]})"
+                return
             names = []
             steady = steadies[s.dst]
             for e in ((0, 1) if index_vars((s,)) & varying and not steady else (0,)):
@@ -421,7 +470,7 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
 
         done: set[str] = set()
         for s in op.gather:
-            if s is main or kinds[s.dst] in ("unpack", "zero") or \
+            if s is main or kinds[s.dst] == "unpack" or kinds[s.dst].startswith("zero") or \
                     kinds[s.dst].startswith("nibbles") or s.dst in done:
                 continue
             if isinstance(s, Load):
@@ -432,19 +481,35 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
             elif isinstance(s, CastTo) and kinds[s.arg].startswith("nibbles"):
                 byte = j // 2       # elements j and j + 1: one byte's two nibbles
                 signed = kinds[s.arg].endswith("signed")
+                interleaved = kinds[s.arg].startswith("nibbles:il")   # nibbles j/2, j/2 + 4
                 zero = zero_of(s)
-                folded = None if zero else nibble_bias(s, op.gather, t, signed)
-                bias = sixteen_bits(_MAGIC[t] + 8 * signed + (folded[1] if folded else 0), t)
+                less = constant_zero(defs.get(s.arg)) or 0   # `(q & 15) - 8` before the cast
+                folded = None if zero or less else nibble_bias(s, op.gather, t, signed)
+                bias = sixteen_bits(_MAGIC[t] + 8 * signed + less +
+                                    (folded[1] if folded else 0), t)
                 bias_bits = f"{bias << 16 | bias:#010x}u"
-                if zero:            # magic + 8 signed + z: the same exponent, z more ones
+                if zero and kinds[zero] == "zero:pair":   # each element's own zero point
+                    bits, word = ([], zero_word(outer, kk, 0)[1]) if shared_zero else \
+                        zero_word(outer, kk, j)
+                    which = NIBBLE_ORDERS[kinds[s.arg].split(":")[1]]
+                    lo, hi = which(j % op.packing), which(j % op.packing + 1)
+                    both = f"(({word} >> {4 * lo}) & 0x000F000Fu)" if hi == lo + 4 else \
+                        f"((({word} >> {4 * lo}) & 0xFu) | ((({word} >> {4 * hi}) & 0xFu) << 16))"
+                    lines += [*bits, f"const uint32_t gp_{s.dst}_bias = {bias_bits} + {both};"]
+                    bias_bits = f"gp_{s.dst}_bias"
+                elif zero:          # magic + 8 signed + z: the same exponent, z more ones
                     bits, _ = zero_point(outer, kk)
                     lines += [f"uint32_t gp_{s.dst}_bias;", "{", *(f"  {b}" for b in bits),
                               f"  gp_{s.dst}_bias = {bias_bits} + uint32_t({zero}) * "
                               f"0x00010001u;", "}"]
                     bias_bits = f"gp_{s.dst}_bias"
-                value = (f"em_4x2<{c_t}2, {str(signed).lower()}, "
-                         f"{str(kinds[s.arg].startswith('nibbles:hi')).lower()}, {byte % 4}>"
-                         f"({RAW_WORDS}[{byte // 4}], {bias_bits})")
+                if interleaved:
+                    value = (f"em_4x2_il<{c_t}2, {str(signed).lower()}, {j % 8 // 2}>"
+                             f"({RAW_WORDS}[{j // 8}], {bias_bits})")
+                else:
+                    value = (f"em_4x2<{c_t}2, {str(signed).lower()}, "
+                             f"{str(kinds[s.arg].startswith('nibbles:hi')).lower()}, "
+                             f"{byte % 4}>({RAW_WORDS}[{byte // 4}], {bias_bits})")
                 if folded:      # the constant subtracted next, taken away with the magic
                     done.add(folded[0])
                     pairs[folded[0]] = pairs[s.dst] = f"gp_{s.dst}"
@@ -455,7 +520,7 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
             pairs[s.dst] = f"gp_{s.dst}"
             lines.append(f"const auto gp_{s.dst} = {value};")
         return lines, pairs[op.value]
-    return pair
+    return pair, (prologue if shared_zero or vectors else None)
 
 
 _MAGIC = {DType.F16: 1024, DType.BF16: 128}    # em_4x2's: a nibble's value in its last bits

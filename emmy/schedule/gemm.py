@@ -241,15 +241,14 @@ def vector_width(con, op) -> int:
     weights, two to a byte, from 4 bytes), where its raw elements are consecutive along its
     tiles' columns (k for a k-major tile, its one outer axis otherwise; an int4 weight's
     bytes along k // 2, or GPTQ's int32 words of eight at k // 8, one after another or
-    strided), every vector starts aligned (each other stride, the offset and that
+    strided, or AWQ's words at n // 8 along n), every vector starts aligned (each other stride, the offset and that
     extent multiples of its raw elements), and the columns' extent is whole vectors; else 1."""
     if not op.computed:
         return 1
     pack = op.packing
     width = min(16 // op.load.dtype.itemsize * pack, 16 // op.dtype.itemsize)
     raw = width // pack
-    along = con.k if op.k_major else (None if op.parts or pack > 1 else
-                                      (con.m if op is con.a else con.n))
+    along = con.k if op.k_major else (None if op.parts else (con.m if op is con.a else con.n))
     if along is None or raw == 0 or along.extent % width or op.offset.const % raw:
         return 1
     strides: dict[str, int] = {}

@@ -37,7 +37,7 @@ from emmy.dtypes import DType
 from emmy.loop_ir.fuse import COMPUTED_OPERAND_OPS, operand_op
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
 from emmy.schedule.facts import offset, stride_along
-from emmy.symbolic import FloorDiv, Lin, Mod, Sym, canonical, evaluate, var
+from emmy.symbolic import FloorDiv, Lin, Sym, canonical, evaluate, var
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.ir import Axis, Fold, FoldKind, Item, TileKernel
 from emmy.tile_ir.window import Window, tabled, window
@@ -65,7 +65,8 @@ class Operand:
     computed: bool = False          # gathered: arithmetic on loads (a dequantized weight),
                                     # which PLACE=cut may store (emmy.tile_ir.cut)
     packing: int = 1                # computed: elements a raw element of its load holds
-                                    # (int4 weights two to a byte, read at k // 2: 2)
+                                    # (int4 weights two to a byte, read at k // 2: 2), along
+                                    # k (k_major) or along `outer` (AWQ's words at n // 8)
 
     @property
     def gathered(self) -> bool:
@@ -242,13 +243,19 @@ def _operand(k, side, off: Lin, only: list[str], affine: bool, kaxis: Axis, axes
     if computed:    # the pieces two reshapes split an int4 weight's k into, put together
         off = canonical(off)
     packing = _packing(off, kaxis.var) if computed else 1
+    raw = _type(k, ld.buffer)
     # int4 weights packed in a byte or a word: its tiles are read along k (the nibbles of one
     # raw element), whatever the stride between raw elements (GPTQ's words lie along n)
-    nibbles = packing > 1 and _type(k, ld.buffer) in _NIBBLE_WORDS and \
-        packing == 2 * _type(k, ld.buffer).itemsize
+    nibbles = packing > 1 and raw in _NIBBLE_WORDS and packing == 2 * raw.itemsize
+    # or packed along its one row (column) axis, k its own (AWQ's words of eight along n):
+    # its tiles are then read along that axis
+    across = computed and packing == 1 and len(only) == 1 and raw in _NIBBLE_WORDS and \
+        _packing(off, only[0]) == 2 * raw.itemsize and Sym(kaxis.var) in dict(off.terms)
+    if across:
+        packing = 2 * raw.itemsize
     return Operand(ld.buffer, dtype, off, outer, gather=items, value=value, computed=computed,
                    packing=packing, parts=parts if len(parts) > 1 else (),
-                   k_major=nibbles or _spread(off, kaxis, parts[-1], bounds) <= 0,
+                   k_major=nibbles or (not across and _spread(off, kaxis, parts[-1], bounds) <= 0),
                    window=tabled(window(items, value, shapes, kaxis.var, axes, bounds), bounds))
 
 
@@ -431,7 +438,8 @@ def pair_kinds(op: Operand) -> dict[str, str] | None:
     """How a computed operand's values go two at a time (emmy.kernel_ir.elements.element_pairs),
     by name: "raw" its 8-bit integer load (an int4 operand's byte or word), "scalar" another
     load (read per element), "pair" a value of its 16-bit type held as a pair, and an int4
-    operand's unpacking (_nibbles: "unpack", "nibbles:...", a zero point's "zero"). None
+    operand's unpacking (_nibbles: "unpack", "nibbles:...", a zero point's "zero", or
+    "zero:word" and "zero:pair" for one packed as the weights are along the row). None
     unless every value but the loads is of that type: the raw load cast straight to it, a load cast to it or of it, MUL / ADD / SUB / NEG of
     such values and of constants exact in it. Each operation on pairs rounds to the 16-bit type,
     as eager PyTorch rounds each of them; where the template computes one element at a time it
@@ -478,9 +486,10 @@ def _pair_kinds(op: Operand) -> tuple[tuple[str, str], ...] | None:
         else:
             return None
     # the raw byte (an int4 operand's unpacked nibble) only a cast to the 16-bit type reads
-    raw = {n for n, kind in kinds.items() if kind not in ("pair", "scalar", "unpack", "zero")}
+    raw = {n for n, kind in kinds.items() if kind not in ("pair", "scalar", "unpack")
+           and not kind.startswith("zero")}
     used_raw = [s for s in op.gather if set(operands(s)) & raw
-                and kinds[s.dst] not in ("unpack", "zero")]
+                and kinds[s.dst] != "unpack" and not kinds[s.dst].startswith("zero")]
     if any(not isinstance(s, CastTo) for s in used_raw) or kinds.get(op.value) != "pair":
         return None
     return tuple(kinds.items())
@@ -488,22 +497,19 @@ def _pair_kinds(op: Operand) -> tuple[tuple[str, str], ...] | None:
 
 def _nibbles(op: Operand) -> dict[str, str] | None:
     """The kinds of an int4 operand's unpacking statements (its raw load reads a byte, or a
-    16- or 32-bit word as GPTQ packs eight weights in an int32, at k // P, P its nibbles):
-    "unpack" each statement between the word and the value cast to the 16-bit type, and for
-    that value "nibbles:lo" (k's nibble is the word's nibble k % P counting from its lowest
-    bits: each byte's low nibble at even k, its high one at odd k; "nibbles:hi" each byte's
-    high nibble first), ":signed" appended where the nibble is read as a 4-bit two's
-    complement number. Found by computing the statements for every byte value at every byte
-    of the word (the other bytes random) and every k % P (operand_op's integer operations and
-    casts between integer types, index values of k % P alone); None where they compute
-    anything else."""
-    import numpy as np
-
-    from emmy.dtypes import to_numpy
-    from emmy.tensor_ir.semantics import UFUNC
-
+    16- or 32-bit word as GPTQ packs eight weights in an int32, at p // P, P its nibbles and p
+    k or, for an operand packed along its row (column), that index): "unpack" each statement
+    between the word and the value cast to the 16-bit type, and for that value
+    "nibbles:ORDER" (NIBBLE_ORDERS: which nibble of the word element p % P is), ":signed"
+    appended where the nibble is read as a 4-bit two's complement number. Found by computing the
+    statements for every byte value at every byte of the word (the other bytes random) and
+    every p % P (operand_op's integer operations and casts between integer types, index
+    values of p alone); None where they compute anything else. A zero point subtracted before
+    the cast is "zero" (one value a vector of k: _zero_point) or, packed as the weights are
+    along the row (AWQ's qzeros), "zero:pair": its statements, two of them a pair of
+    elements, unpacked the same way."""
     main, P = op.load, op.packing
-    kvar = next(a.num.terms[0][0].name for a, c in op.offset.terms
+    pvar = next(a.num.terms[0][0].name for a, c in op.offset.terms
                 if isinstance(a, FloorDiv) and a.den == P)
     defs = {s.dst: s for s in op.gather}
     cast = next((s for s in op.gather if isinstance(s, CastTo) and s.dtype is op.dtype
@@ -513,25 +519,73 @@ def _nibbles(op: Operand) -> dict[str, str] | None:
     # GPTQ's form: a zero point (unpacked from data of its own, one value a group of k)
     # subtracted from the nibble before the cast: the nibble is then the subtraction's first
     # operand, and em_4x2 takes the zero point away with its magic number
-    nibble, zero = cast.arg, {}
+    nibble, zero, most = cast.arg, {}, 0
     sub = defs.get(cast.arg)
-    if isinstance(sub, Compute) and sub.op is EwOp.SUB and not sub.dtype.is_float and \
-            all(isinstance(a, str) for a in sub.args) and main.dst in closure({sub.args[0]}, defs):
-        found = _zero_point(sub.args[1], defs, kvar, main.dst)
-        if found is None:
+    if constant_zero(sub) is not None and isinstance(sub.args[0], str) and \
+            main.dst in closure({sub.args[0]}, defs):   # `(q & 15) - 8`, then the cast
+        nibble, most = sub.args[0], constant_zero(sub)
+        if most > ZERO_LIMIT:
             return None
-        zero, most = {n: "zero" for n in found[0]}, found[1]
+    elif isinstance(sub, Compute) and sub.op is EwOp.SUB and not sub.dtype.is_float and \
+            all(isinstance(a, str) for a in sub.args) and main.dst in closure({sub.args[0]}, defs):
         nibble = sub.args[0]
+        found = _zero_point(sub.args[1], defs, pvar, main.dst) if op.k_major else None
+        if found is not None:
+            zero, most = {n: "zero" for n in found[0]}, found[1]
+        else:
+            zero = _paired_zero(op, sub.args[1], defs, pvar)
+            if zero is None:
+                return None
+    kind = _nibble_order(nibble, main, P, pvar, op.gather)
+    if kind is None:
+        return None
+    paired_zero = any(k.startswith("nibbles") for k in zero.values())
+    if kind.endswith(":signed") and 8 + most > ZERO_LIMIT or \
+            paired_zero and zero[sub.args[1]] != kind:
+        return None
+    if paired_zero:     # the word's load, and the rest of the zero point's statements
+        zero = {n: "zero:word" if k == "raw" else "zero:pair" for n, k in zero.items()}
     names = closure({nibble}, defs)
-    k = np.arange(64)[None, :]
+    unpack = names - {cast.arg} if not zero else names
+    return {**{n: "unpack" for n in unpack}, **zero, cast.arg: kind, main.dst: "raw"}
+
+
+# Which nibble of a raw element the element at p % P (of P) is, by order: "lo" the bytes' low
+# nibbles first (byte i holds elements 2i, 2i + 1), "hi" their high ones first, "il" AWQ's
+# interleave of a word of eight (elements 2i, 2i + 1 in nibbles i and i + 4)
+NIBBLE_ORDERS = {"lo": lambda p: p, "hi": lambda p: 2 * (p // 2) + 1 - p % 2,
+                 "il": lambda p: (p % 2) * 4 + (p % 8) // 2}
+
+
+def constant_zero(s) -> int | None:
+    """c where `s` is an integer subtraction of the constant c >= 0 (a nibble less 8 before
+    its cast: em_4x2's bias takes c away with the magic number), else None."""
+    if not isinstance(s, Compute) or s.op is not EwOp.SUB or s.dtype.is_float or \
+            not isinstance(s.args[1], Scalar):
+        return None
+    c = s.args[1].value
+    return int(c) if not isinstance(c, bool) and float(c) == int(c) and c >= 0 else None
+
+
+def _nibble_order(value: str, main: Load, P: int, pvar: str, gather) -> str | None:
+    """"nibbles:ORDER" (maybe ":signed") where the statements computing `value` from the word
+    `main` reads give, at every p, the nibble NIBBLE_ORDERS[ORDER](p % P) of the word; else
+    None."""
+    import numpy as np
+
+    from emmy.dtypes import to_numpy
+    from emmy.tensor_ir.semantics import UFUNC
+
+    names = closure({value}, {s.dst: s for s in gather})
+    p = np.arange(64)[None, :]
     word = _test_words(main.dtype.itemsize)[:, None]
     values = {main.dst: word.astype(to_numpy(main.dtype))}
-    for s in op.gather:
+    for s in gather:
         if s.dst not in names or s is main:
             continue
         position = canonical(s.expr) if isinstance(s, IndexValue) else None
-        if position is not None and all(a == Mod(var(kvar), P) for a, _ in position.terms):
-            values[s.dst] = np.asarray(evaluate(position, {kvar: k}))
+        if position is not None and position.free_vars() <= {pvar}:
+            values[s.dst] = np.asarray(evaluate(position, {pvar: p}))
         elif isinstance(s, CastTo) and not s.dtype.is_float and s.arg in values:
             values[s.dst] = values[s.arg].astype(to_numpy(s.dtype))
         elif isinstance(s, Compute) and not s.dtype.is_float and operand_op(s.op, s.dtype) \
@@ -541,19 +595,39 @@ def _nibbles(op: Operand) -> dict[str, str] | None:
             values[s.dst] = np.asarray(UFUNC[s.op](*args)).astype(to_numpy(s.dtype))
         else:
             return None
-    got = np.broadcast_to(values[nibble].astype(np.int64), (len(word), 64))
-    p = k % P
-    for order, odd in (("lo", p % 2), ("hi", 1 - p % 2)):
-        expected = (word >> (8 * (p // 2) + 4 * odd)) & 15
+    if value not in values:
+        return None
+    got = np.broadcast_to(values[value].astype(np.int64), (len(word), 64))
+    for order, which in NIBBLE_ORDERS.items():
+        if order == "il" and P != 8:
+            continue
+        expected = (word >> (4 * which(p % P))) & 15
         for signed in (False, True):
             if np.array_equal(got, (expected ^ 8) - 8 if signed else expected):
-                kind = f"nibbles:{order}" + (":signed" if signed else "")
-                if zero and 8 * signed + most > ZERO_LIMIT:
-                    return None
-                unpack = names - {cast.arg} if not zero else names
-                return {**{n: "unpack" for n in unpack}, **zero, cast.arg: kind,
-                        main.dst: "raw"}
+                return f"nibbles:{order}" + (":signed" if signed else "")
     return None
+
+
+def _paired_zero(op: Operand, z: str, defs, pvar: str) -> dict[str, str] | None:
+    """An operand packed along its row (column): {name: kind} of the statements computing the
+    zero point `z` where they unpack it (unsigned) from a word of their own, read at pvar // P
+    as the weight is (AWQ's qzeros[k // group, n // 8]): the word's load "raw" and the
+    nibble "nibbles:ORDER" (the caller checks the order is the weight's), the rest "unpack";
+    else None."""
+    if op.k_major:
+        return None
+    names = closure({z}, defs)
+    words = [defs[n] for n in names if isinstance(defs[n], Load)]
+    if op.load.dst in names or len(words) != 1 or words[0].dtype is not op.load.dtype:
+        return None
+    (word,) = words
+    reads = [a for e in word.index for a, _ in canonical(e).terms if pvar in a.free_vars()]
+    if reads != [FloorDiv(var(pvar), op.packing)]:
+        return None
+    kind = _nibble_order(z, word, op.packing, pvar, tuple(defs[n] for n in defs if n in names))
+    if kind is None or kind.endswith(":signed"):
+        return None
+    return {**{n: "unpack" for n in names}, word.dst: "raw", z: kind}
 
 
 ZERO_LIMIT = 127    # the most a nibble's bias may take away (em_4x2: magic + 127 keeps every

@@ -327,3 +327,16 @@ def test_gpu_gptq_linear_passes_the_harness(batch, row):
 
     _passes_the_gpu_harness(load_file("examples/gptq_linear.py", (
         ("batch", batch), ("in_features", 4096), ("out_features", 4096))), "", row)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch,row", QUANTIZED_ROWS)
+def test_gpu_awq_linear_passes_the_harness(batch, row):
+    """AWQ's checkpoint format (examples/awq_linear.py: eight weights an int32 word along n in
+    AWQ's interleaved order, zero points packed the same way), `batch` x 4096 -> 4096: nibbles
+    i and i + 4 of a word, neighbouring outputs, on f16 pairs (em_4x2_il), each pair's zero
+    points in its bias."""
+    from emmy.frontend.workload import load_file
+
+    _passes_the_gpu_harness(load_file("examples/awq_linear.py", (
+        ("batch", batch), ("in_features", 4096), ("out_features", 4096))), "", row)

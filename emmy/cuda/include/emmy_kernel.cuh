@@ -107,6 +107,16 @@ EMMY_FN T2 em_4x2(uint32_t word, uint32_t bias) {
   return __hsub2(em_pair_bits<T2>(v), em_pair_bits<T2>(bias));
 }
 
+// AWQ's interleaved order: the pair of nibbles SHIFT and SHIFT + 4 of `word` (bits 4 SHIFT and
+// 16 + 4 SHIFT, neighbouring elements of its eight), one shift and one LOP3 under the magic
+// number's exponent, one HSUB2, as em_4x2.
+template <class T2, bool SIGNED, int SHIFT>
+EMMY_FN T2 em_4x2_il(uint32_t word, uint32_t bias) {
+  const uint32_t w = SIGNED ? word ^ 0x88888888u : word;
+  const uint32_t v = ((w >> (4 * SHIFT)) & 0x000F000Fu) | em_magic2(static_cast<const T2*>(nullptr));
+  return __hsub2(em_pair_bits<T2>(v), em_pair_bits<T2>(bias));
+}
+
 template <int BYTES> EMMY_FN void em_cp_async(void* smem, const void* gmem) {
   if constexpr (BYTES == 16) cp_async_16(smem, gmem);
   else if constexpr (BYTES == 8) cp_async_8(smem, gmem);

@@ -82,6 +82,10 @@ WINDOW_INSTRUCTIONS_PER_ELEMENT = 14
 # ring): 4.5 on f16 pairs (the zero point an IMAD a vector into em_4x2's bias), 20.1 computed one
 # at a time as before pairs took the zero point (32.1 with a zero point every 4 k, which pairs
 # cannot take): int4 unpacking the pairs do not recognise costs COMPUTED_UNPAIRED_NIBBLE.
+# AWQ's words of eight along n in its interleaved order, zero points packed the same way
+# (2026-12-03, the same row): 5.56 on f16 pairs (a shift and a LOP3 for the pair's nibbles and
+# again for its zero points, the zero point word and the 8 scales one load a vector), 8.31 when
+# each pair loaded its zero word and scales; charged as the other int4 pairs.
 COMPUTED_INSTRUCTIONS_PER_ELEMENT = 4.5
 COMPUTED_UNPAIRED_NIBBLE_INSTRUCTIONS_PER_ELEMENT = 20
 COMPUTED_VECTOR_INSTRUCTIONS_PER_ELEMENT = 3.56
