@@ -526,7 +526,7 @@ def _nibbles(op: Operand) -> dict[str, str] | None:
         nibble, most = sub.args[0], constant_zero(sub)
         if most > ZERO_LIMIT:
             return None
-    elif isinstance(sub, Compute) and sub.op is EwOp.SUB and not sub.dtype.is_float and \
+    elif isinstance(sub, Compute) and sub.op is EwOp.SUB and sub.dtype in _SIGNED and \
             all(isinstance(a, str) for a in sub.args) and main.dst in closure({sub.args[0]}, defs):
         nibble = sub.args[0]
         found = _zero_point(sub.args[1], defs, pvar, main.dst) if op.k_major else None
@@ -560,7 +560,7 @@ NIBBLE_ORDERS = {"lo": lambda p: p, "hi": lambda p: 2 * (p // 2) + 1 - p % 2,
 def constant_zero(s) -> int | None:
     """c where `s` is an integer subtraction of the constant c >= 0 (a nibble less 8 before
     its cast: em_4x2's bias takes c away with the magic number), else None."""
-    if not isinstance(s, Compute) or s.op is not EwOp.SUB or s.dtype.is_float or \
+    if not isinstance(s, Compute) or s.op is not EwOp.SUB or s.dtype not in _SIGNED or \
             not isinstance(s.args[1], Scalar):
         return None
     c = s.args[1].value
@@ -696,6 +696,7 @@ def _int_bounds(name: str, defs) -> tuple[int, int] | None:
 
 
 _NIBBLE_WORDS = (DType.I8, DType.U8, DType.I16, DType.I32)   # what int4 weights pack into
+_SIGNED = (DType.I8, DType.I16, DType.I32, DType.I64)   # a nibble less a zero point: no wrap
 
 
 def _test_words(size: int):

@@ -75,7 +75,10 @@ HI = "torch.stack([p >> 4, p & 15], dim=-1).view(40, 128)"
     (HI, "n", "- 8", "bfloat16", "nibbles:hi"),
     (LO, "torch.where(n >= 8, n.short() - 16, n.short())", "+ 0.5", "half", "nibbles:lo:signed"),
     (LO, "((n >> 1) & 7)", "- 8", "half", None),          # no nibble: one element at a time
-], ids=["low_first", "high_first_bf16", "signed", "not_nibbles"])
+    (LO, "n.short() - 8", "", "half", "nibbles:lo"),      # less 8 before the cast, in int16
+    (LO, "n - 8", "", "half", None),                      # ... in uint8, which wraps: not pairs
+], ids=["low_first", "high_first_bf16", "signed", "not_nibbles", "less_8_int16",
+        "less_8_uint8_wraps"])
 def test_each_nibble_order_is_computed_on_pairs_and_matches_eager(nibbles, value, zero, dtype,
                                                                   kind, tmp_path):
     """Low nibble first or high first, unsigned or as 4-bit two's complement, f16 or bf16: two
