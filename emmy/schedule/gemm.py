@@ -241,8 +241,9 @@ def vector_width(con, op) -> int:
     weights, two to a byte, from 4 bytes), where its raw elements are consecutive along its
     tiles' columns (k for a k-major tile, its one outer axis otherwise; an int4 weight's
     bytes along k // 2, or GPTQ's int32 words of eight at k // 8, one after another or
-    strided, or AWQ's words at n // 8 along n), every vector starts aligned (each other stride, the offset and that
-    extent multiples of its raw elements), and the columns' extent is whole vectors; else 1."""
+    strided, or AWQ's words at n // 8 along n), every vector starts aligned (each other
+    stride, the offset and that extent multiples of its raw elements), and the columns'
+    extent is whole vectors; else 1."""
     if not op.computed:
         return 1
     pack = op.packing

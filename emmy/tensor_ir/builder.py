@@ -79,9 +79,17 @@ class Builder:
         if expr is None:
             return None
         shape = tuple(int(n) for n in value.shape)
-        lo, hi = symbolic.bounds_of(expr, {axis_var(i): n for i, n in enumerate(shape)})
-        positions = self.index_map(self.iota((hi - lo + 1,), 0, dtype), shape, [expr - lo])
-        return self.ew(EwOp.ADD, positions, lo) if lo else positions
+        bounds = {axis_var(i): n for i, n in enumerate(shape)}
+        out = None
+        for atom, coef in expr.terms:   # each digit: an iota over its range, read at it
+            digit = symbolic.lin(atom)
+            count = symbolic.bounds_of(digit, bounds)[1] + 1
+            term = self.index_map(self.iota((count,), 0, dtype), shape, [digit])
+            term = self.ew(EwOp.MUL, term, coef) if coef != 1 else term
+            out = term if out is None else self.ew(EwOp.ADD, out, term)
+        if out is None:
+            return self.full(shape, expr.const, dtype)
+        return self.ew(EwOp.ADD, out, expr.const) if expr.const else out
 
     def ew(self, op: EwOp, *args: Value) -> str:
         """An elementwise op; operands are promoted to a common type and broadcast."""

@@ -117,3 +117,22 @@ def test_a_tensor_attribute_of_shifts_is_computed_from_an_iota():
     program = check_module(Unpack(), torch.randint(-2**31, 2**31 - 1, (4, 3), dtype=torch.int32))
     assert [d.name for d in program.inputs] == ["q"]
     assert any(isinstance(d, Iota) for d in program.defs)
+
+
+@pytest.mark.parametrize("values", [[0, 10**12], [5, 5, 5], [-3, 4, 11], [[7, 1], [8, 2]]])
+def test_tables_of_any_range_are_computed_digit_by_digit(values):
+    """Far-apart entries (no iota over their range), constants, negative starts, two axes: the
+    same values as eager, from the table's own digits."""
+    table = torch.tensor(values)
+
+    class Add(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.t = table
+
+        def forward(self, x):
+            return x + self.t
+
+    program = check_module(Add(), torch.randint(-9, 9, table.shape))
+    assert [d.name for d in program.inputs] == ["x"]
+    assert all(d.type.shape[0] <= max(table.shape) for d in program.defs if isinstance(d, Iota))

@@ -113,7 +113,8 @@ EMMY_FN T2 em_4x2(uint32_t word, uint32_t bias) {
 template <class T2, bool SIGNED, int SHIFT>
 EMMY_FN T2 em_4x2_il(uint32_t word, uint32_t bias) {
   const uint32_t w = SIGNED ? word ^ 0x88888888u : word;
-  const uint32_t v = ((w >> (4 * SHIFT)) & 0x000F000Fu) | em_magic2(static_cast<const T2*>(nullptr));
+  const uint32_t v = ((w >> (4 * SHIFT)) & 0x000F000Fu) |
+                     em_magic2(static_cast<const T2*>(nullptr));
   return __hsub2(em_pair_bits<T2>(v), em_pair_bits<T2>(bias));
 }
 
