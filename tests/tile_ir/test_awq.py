@@ -9,30 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from emmy.check import check_cuda_program
-from emmy.frontend.workload import load_file
-from emmy.pipeline import Options, compile_to
 from emmy.schedule.gemm import problem_of
-from emmy.schedule.targets import get_target
 from emmy.tile_ir.contract import pair_kinds
-from emmy.tile_ir.lift import lift_program
+from tests.tile_ir.quantized import (ROW_IDS, ROWS, assert_the_k_loop_has_no_conversions, checked,
+                                    default_place, lifted)
 
 AWQ = Path(__file__).resolve().parents[2] / "examples" / "awq_linear.py"
-RAGGED = (("batch", 37), ("in_features", 512), ("out_features", 200))
-
-
-def lifted(path, sets=()):
-    (k,) = lift_program(compile_to(load_file(path, sets), "loop")["loop"]).kernels
-    return k
-
-
-def checked(path, sets, row, target="sm_90a"):
-    w = load_file(path, sets)
-    results = compile_to(w, "cuda", Options(rows={"": row}, target=target))
-    report, failed = check_cuda_program(w, results["torch"], results["cuda"])
-    assert report is not None and report.ok, failed or report.outputs
-    (unit,) = results["cuda"].units
-    return unit
 
 
 def test_a_word_of_eight_nibbles_is_read_along_n_with_its_zero_points():
@@ -47,13 +29,7 @@ def test_a_word_of_eight_nibbles_is_read_along_n_with_its_zero_points():
     assert (b.vector, b.paired, b.bytes_read) == (8, True, 0.5)
 
 
-@pytest.mark.parametrize("sets,row,target", [
-    (RAGGED, "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=serial STAGE=async:3 RASTER=row", "sm_90a"),
-    (RAGGED + (("dtype", "bfloat16"),),
-     "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=split:2:last STAGE=async:2 RASTER=row", "sm_80"),
-    ((("batch", 130), ("in_features", 512), ("out_features", 192), ("dtype", "bfloat16")),
-     "WORK=warps:2x4 TILE=wgmma:128x64x64 REDUCE=serial STAGE=async:3 RASTER=group:8", "sm_90a"),
-], ids=["f16_ring", "bf16_held_split", "bf16_wgmma"])
+@pytest.mark.parametrize("sets,row,target", ROWS, ids=ROW_IDS)
 def test_rows_compute_the_weights_on_interleaved_pairs_and_match_eager(sets, row, target):
     """Ragged (200 outputs: tiles past the edge), f16 and bf16, a raw ring, one tile held with
     a K split summed by its last block, and a wgmma row."""
@@ -109,23 +85,10 @@ def test_weights_packed_along_n_pair_in_any_order_they_are_read(order, weight, k
 
 def test_the_k_loop_of_awq_weights_has_no_conversions():
     """SASS (sm_90a, NVRTC on the CPU): 16 HMMA and no I2F in the K loop of an mma.sync row."""
-    from emmy.cuda.nvrtc import compile_cuda
-    from emmy.cuda.sass import cuobjdump, disassemble, longest_loop
-
-    if cuobjdump() is None:
-        pytest.skip("cuobjdump (and nvdisasm) not installed")
-    row = "WORK=warps:2x2 TILE=mma:64x64x32 REDUCE=serial STAGE=async:3 RASTER=row PLACE=fuse"
-    (unit,) = compile_to(load_file(AWQ, (("batch", 256), ("in_features", 512),
-                                         ("out_features", 256))),
-                         "cuda", Options(rows={"": row}))["cuda"].units
-    loop = longest_loop(disassemble(compile_cuda(unit.source, get_target("sm_90a")).cubin))
-    assert loop.count("HMMA.16816.F32") == 16
-    assert not any(o.startswith("I2F") for o in loop)
+    assert_the_k_loop_has_no_conversions(AWQ)
 
 
 def test_the_default_fuses_a_decoding_batch():
     """`modeled`: 16 rows x 4,096 -> 4,096 on sm_90a: the weights computed inside the product."""
-    from emmy.schedule.space import space_of
-
-    k = lifted(AWQ, (("batch", 16), ("in_features", 4096), ("out_features", 4096)))
-    assert space_of(k, get_target("sm_90a")).default()["PLACE"] == "fuse"
+    sets = (("batch", 16), ("in_features", 4096), ("out_features", 4096))
+    assert default_place(AWQ, sets) == "fuse"
