@@ -40,8 +40,10 @@ def print_kernel(k: TileKernel, row: Row | None = None, explain=()) -> str:
             elif op.computed:
                 pairs = ", two at a time on 16-bit pairs" if op.paired else ""
                 raw = op.load.dtype
+                along = f"k ({c.k.var})" if op.k_major else \
+                    f"{'m' if name == 'A' else 'n'} ({op.outer})"
                 packed = (f", {op.packing} to {'an' if raw.value[0] == 'i' else 'a'} {raw} of "
-                          f"{op.load.buffer}") if op.packing > 1 else ""
+                          f"{op.load.buffer} along {along}") if op.packing > 1 else ""
                 lines.append(f"{INDENT}  {name} computed (as a dequantized weight is): "
                              f"{len(op.gather)} statement(s) compute each element ({op.value}) "
                              f"from its loads{packed} as its tiles are copied{pairs}; PLACE=cut "

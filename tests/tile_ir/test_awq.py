@@ -27,6 +27,9 @@ def test_a_word_of_eight_nibbles_is_read_along_n_with_its_zero_points():
     assert words == ["qzeros"]
     b = problem_of(k.contract).b
     assert (b.vector, b.paired, b.bytes_read) == (8, True, 0.5)
+    from emmy.tile_ir.printer import print_kernel
+
+    assert "8 to an i32 of qweight along n (" in print_kernel(k)
 
 
 @pytest.mark.parametrize("sets,row,target", ROWS, ids=ROW_IDS)
