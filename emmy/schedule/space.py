@@ -398,10 +398,12 @@ class Space:
         """A product split along K (a decoding batch's: few rows, a long K), or the row with
         the same tile and another k step (the rest as fixed, its WORK as preferred) that the
         cost model (no NVRTC) gives at least a tenth less time, the shortest step among those
-        within 5% of the fastest: each block's slice of K is then a few long steps (fewer
-        barriers and waits a step) rather than many short ones. A quantized decoding layer
-        (16 x 4,096 -> 4,096 int4 on sm_90a, split 16 ways) takes k steps of 64 for 16, 10.0
-        against 11.5 us (17.4 us with NVRTC's register count: 40 a thread, 6 blocks an SM)."""
+        within 5% of the fastest, or, where the model's fastest gains less, NVRTC's register
+        report gives it a tenth less time: each block's slice of K is then a few long steps
+        (fewer barriers and waits a step) rather than many short ones. A quantized decoding
+        layer (16 x 4,096 -> 4,096 int4 on sm_90a, split 16 ways) takes k steps of 64 for 16,
+        10.0 against 11.5 us (17.4 us with NVRTC's register count: 40 a thread, 6 blocks an
+        SM)."""
         inst, bm, bn, bk = _tile_dims(row["TILE"])
         fixed = {k: row[k] for k in ("REDUCE", "STAGE", "RASTER", "PLACE") if k in self.keys}
         options = {}
@@ -412,8 +414,22 @@ class Space:
                 found = self._preferred_row({**fixed, "TILE": tile})
                 if found is not None:
                     options[found] = None
-        return self._cheaper(row, self._seconds(row), list(options),
-                             prefer=lambda r: _tile_dims(r["TILE"])[3])
+        now = self._seconds(row)
+        best = self._cheaper(row, now, list(options), prefer=lambda r: _tile_dims(r["TILE"])[3])
+        fastest = min(options, key=self._seconds, default=None)
+        if best is not row or fastest is None or self._seconds(fastest) >= now:
+            return best
+        # less than a tenth by the model, which assumes the registers leave the SM full:
+        # NVRTC's count may say otherwise (an int8 decoding layer's steps of 16 take 40 a
+        # thread, 6 blocks an SM and two waves: 17.4 us, against 10.5 us for steps of 64)
+        from emmy.runtime.costmodel.api import estimate_kernel
+
+        try:
+            compiled = [estimate_kernel(self.kernel, r, self.target, nvrtc=True).seconds
+                        for r in (row, fastest)]
+        except Exception:      # no NVRTC here (or it refused one): the model's word
+            return row
+        return fastest if compiled[1] < SPLIT_GAIN * compiled[0] else row
 
     def _fill_the_gpu(self, row: Row) -> Row:
         """A matrix product's `row`, or, where its blocks are still fewer than the SMs and it
