@@ -80,6 +80,13 @@ class Builder:
             return None
         shape = tuple(int(n) for n in value.shape)
         bounds = {axis_var(i): n for i, n in enumerate(shape)}
+        limit = 2 ** (8 * dtype.itemsize - 1)
+        partial = symbolic.lin(0)
+        for atom, coef in expr.terms:   # the terms' sums within the type before the constant
+            partial = partial + symbolic.lin(atom) * coef
+            lo, hi = symbolic.bounds_of(partial, bounds)
+            if lo < -limit or hi >= limit:
+                return None
         out = None
         for atom, coef in expr.terms:   # each digit: an iota over its range, read at it
             digit = symbolic.lin(atom)

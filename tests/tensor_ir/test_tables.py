@@ -136,3 +136,18 @@ def test_tables_of_any_range_are_computed_digit_by_digit(values):
     program = check_module(Add(), torch.randint(-9, 9, table.shape))
     assert [d.name for d in program.inputs] == ["x"]
     assert all(d.type.shape[0] <= max(table.shape) for d in program.defs if isinstance(d, Iota))
+
+
+def test_a_table_whose_terms_leave_its_type_stays_data():
+    """[-2**31, 2**31 - 1] in int32 is -2**31 + (2**32 - 1) * a0: exact, but its term before
+    the constant is added holds values int32 does not; it stays a load."""
+    class Add(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.t = torch.tensor([-2**31, 2**31 - 1], dtype=torch.int32)
+
+        def forward(self, x):
+            return x + self.t
+
+    program = check_module(Add(), torch.randint(-9, 9, (2,), dtype=torch.int32))
+    assert sorted(d.name for d in program.inputs) == ["t", "x"]
