@@ -1,7 +1,7 @@
 """SASS instructions a K step of an int8 (int4, GPTQ, AWQ) linear layer's product issues (CPU
-only: NVRTC and cuobjdump, no GPU): the counts behind emmy/runtime/costmodel/gemm.py's per-element costs of a
-computed operand (an int8 weight dequantized as its tiles are filled), against the same row of
-a plain f16 product.
+only: NVRTC and cuobjdump, no GPU): the counts behind emmy/runtime/costmodel/gemm.py's
+per-element costs of a computed operand (an int8 weight dequantized as its tiles are filled),
+against the same row of a plain f16 product.
 
     .venv/bin/python bench/dequant_sass.py [--json counts.json]
 

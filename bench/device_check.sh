@@ -22,8 +22,9 @@
 # rows, wgmma products, or cut; never timed; last in the matmul suite, past its default
 # budget) as "matmul:60:int8", and the int4 ones (two weights to a byte, never timed) as
 # "matmul:90:int4", GPTQ's format (eight to an int32, zero points on the pairs) as
-# "matmul:60:gptq", AWQ's (eight along n, interleaved) as "matmul:60:awq"; the split:S:last rows (one kernel, each tile's, query block's or job's last
-# block summing the partials) are in the GPU tests and the decoding step's attention).
+# "matmul:60:gptq", AWQ's (eight along n, interleaved) as "matmul:60:awq"; the split:S:last
+# rows (one kernel, each tile's, query block's or job's last block summing the partials) are in
+# the GPU tests and the decoding step's attention).
 # Knobs (environment):
 # SUITES="matmul:120 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs
 # `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of
