@@ -272,6 +272,8 @@ QUANTIZED_ROWS = [
      "PLACE=fuse"),
     (16, "WORK=warps:2x4 TILE=mma:32x64x16 REDUCE=split:16:last STAGE=async:4 RASTER=group:8 "
      "PLACE=fuse"),
+    (16, "WORK=warps:2x4 TILE=mma:32x64x64 REDUCE=split:16:last STAGE=async:4 RASTER=group:8 "
+     "PLACE=fuse"),      # the default (k steps of 64)
     (16, "WORK=warps:2x2 TILE=mma:32x64x32 REDUCE=split:4:combine STAGE=async:2 RASTER=row "
      "PLACE=fuse"),
     (256, "WORK=warps:2x4 TILE=wgmma:128x128x64 REDUCE=serial STAGE=async:4 RASTER=group:8 "
