@@ -400,19 +400,20 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
         bind, env, bounds = _gather_env(outer, kk, parts, kaxis, batch)
         return bind, offset(tuple(substitute(x, env, bounds) for x in s.index), shapes[s.buffer])
 
-    def zero_word(outer: str, kk: str, j: int) -> tuple[list[str], str]:
-        """A zero point packed as the weights are (AWQ's qzeros): the word holding elements j
-        and j + 1's, loaded."""
-        (s,) = [s for s in op.gather if kinds[s.dst] == "zero:word"]
-        bind, idx = flat(s, f"{outer} + {j}", kk)
-        name = f"gp_{s.dst}_{j}"
+    # a zero point packed as the weights are (AWQ's qzeros): the word holding elements j and
+    # j + 1's, loaded into gp_<its load>_<j>
+    zero_load = next((s for s in op.gather if kinds[s.dst] == "zero:word"), None)
+
+    def zero_word(outer: str, kk: str, j: int) -> list[str]:
+        bind, idx = flat(zero_load, f"{outer} + {j}", kk)
+        name = f"gp_{zero_load.dst}_{j}"
         return [f"uint32_t {name};", "{", *(f"  {b}" for b in bind),
-                f"  {name} = uint32_t({s.buffer}[{_c_index(idx)}]);", "}"], name
+                f"  {name} = uint32_t({zero_load.buffer}[{_c_index(idx)}]);", "}"]
 
     # Along the row (AWQ: along n), once a vector: a zero point word the vector's elements
     # share (the vector no wider than a word's nibbles), and the 16-bit loads that read on
     # with the row, aligned (scales[k // group, n]), as one 16-byte load each
-    shared_zero = not along_k and "zero:word" in kinds.values() and width <= op.packing
+    shared_zero = not along_k and zero_load is not None and width <= op.packing
     vectors = set()
     if not along_k and width * t.itemsize == 16:
         for s in op.gather:
@@ -429,7 +430,7 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
     def prologue(outer: str, kk: str) -> list[str]:
         lines = []
         if shared_zero:
-            lines += zero_word(outer, kk, 0)[0]
+            lines += zero_word(outer, kk, 0)
         for s in op.gather:
             if s.dst in vectors:
                 bind, idx = flat(s, outer, kk)
@@ -489,8 +490,8 @@ def element_pairs(k, op, parts, kaxis, batch, along_k: bool, width: int):
                                     (folded[1] if folded else 0), t)
                 bias_bits = f"{bias << 16 | bias:#010x}u"
                 if zero and kinds[zero] == "zero:pair":   # each element's own zero point
-                    bits, word = ([], zero_word(outer, kk, 0)[1]) if shared_zero else \
-                        zero_word(outer, kk, j)
+                    bits = [] if shared_zero else zero_word(outer, kk, j)
+                    word = f"gp_{zero_load.dst}_{0 if shared_zero else j}"
                     which = NIBBLE_ORDERS[kinds[s.arg].split(":")[1]]
                     lo, hi = which(j % op.packing), which(j % op.packing + 1)
                     both = f"(({word} >> {4 * lo}) & 0x000F000Fu)" if hi == lo + 4 else \

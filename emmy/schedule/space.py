@@ -120,6 +120,7 @@ class Space:
         self.kernel = kernel
         self.target = target
         self.facts = facts(kernel)
+        self._modeled: dict[tuple[Row, bool], object] = {}   # _estimate's, by (row, nvrtc)
         profile = {KernelKind.CONTRACT: gemm, KernelKind.ATTENTION: flash,
                    KernelKind.CHAIN: b2b}.get(kernel.kind)
         self.template = profile is not None      # a template's space (rules in order)
@@ -306,13 +307,29 @@ class Space:
             return None
         return walk(0, self._ctx(), {})
 
-    def _estimate(self, row: Row):
-        from emmy.runtime.costmodel.api import estimate_kernel
+    def _estimate(self, row: Row, nvrtc: bool = False):
+        """The cost model's estimate of `row` (with NVRTC's register report: None where there
+        is no NVRTC here, or it refused the row), once per row: the default's steps ask again
+        for the rows they share."""
+        if (row, nvrtc) not in self._modeled:
+            from emmy.runtime.costmodel.api import estimate_kernel
 
-        return estimate_kernel(self.kernel, row, self.target, nvrtc=False)
+            try:
+                self._modeled[row, nvrtc] = estimate_kernel(self.kernel, row, self.target,
+                                                            nvrtc=nvrtc)
+            except Exception:
+                if not nvrtc:
+                    raise
+                self._modeled[row, nvrtc] = None      # no NVRTC here (or it refused one)
+        return self._modeled[row, nvrtc]
 
     def _seconds(self, row: Row) -> float:
         return self._estimate(row).seconds
+
+    def _compiled_seconds(self, row: Row) -> float | None:
+        """The time with NVRTC's register report; None without NVRTC."""
+        estimate = self._estimate(row, nvrtc=True)
+        return None if estimate is None else estimate.seconds
 
     def _faster(self, a: Row, b: Row) -> bool:
         """Whether the cost model (no NVRTC) gives row `a` less time than row `b`."""
@@ -422,14 +439,10 @@ class Space:
         # less than a tenth by the model, which assumes the registers leave the SM full:
         # NVRTC's count may say otherwise (an int8 decoding layer's steps of 16 take 40 a
         # thread, 6 blocks an SM and two waves: 17.4 us, against 10.5 us for steps of 64)
-        from emmy.runtime.costmodel.api import estimate_kernel
-
-        try:
-            compiled = [estimate_kernel(self.kernel, r, self.target, nvrtc=True).seconds
-                        for r in (row, fastest)]
-        except Exception:      # no NVRTC here (or it refused one): the model's word
+        now, then = self._compiled_seconds(row), self._compiled_seconds(fastest)
+        if now is None or then is None:      # no NVRTC here: the model's word
             return row
-        return fastest if compiled[1] < SPLIT_GAIN * compiled[0] else row
+        return fastest if then < SPLIT_GAIN * now else row
 
     def _fill_the_gpu(self, row: Row) -> Row:
         """A matrix product's `row`, or, where its blocks are still fewer than the SMs and it
@@ -480,20 +493,14 @@ class Space:
         taken on the model's word, as before, without compiling."""
         seconds, limit = {r: self._seconds(r) for r in options}, SPLIT_GAIN * self._seconds(row)
         ranked = sorted((r for r in options if seconds[r] < limit), key=seconds.__getitem__)[:tries]
-        from emmy.runtime.costmodel.api import estimate_kernel
-
-        def compiled(r: Row) -> float:
-            return estimate_kernel(self.kernel, r, self.target, nvrtc=True).seconds
-
-        now = None
         for r in ranked:
             if dec.read_work(r["WORK"]).threads < CAPPED_THREADS:
                 return r
-            try:
-                now = compiled(row) if now is None else now
-                if compiled(r) < SPLIT_GAIN * now:
-                    return r
-            except Exception:      # no NVRTC here (or it refused one): the model's word
+            now = self._compiled_seconds(row)
+            then = self._compiled_seconds(r) if now is not None else None
+            if then is None:       # no NVRTC here (or it refused one): the model's word
+                return r
+            if then < SPLIT_GAIN * now:
                 return r
         return row
 

@@ -519,11 +519,12 @@ def _nibbles(op: Operand) -> dict[str, str] | None:
     # GPTQ's form: a zero point (unpacked from data of its own, one value a group of k)
     # subtracted from the nibble before the cast: the nibble is then the subtraction's first
     # operand, and em_4x2 takes the zero point away with its magic number
-    nibble, zero, most = cast.arg, {}, 0
+    nibble, zero, most, zero_order = cast.arg, {}, 0, None
     sub = defs.get(cast.arg)
-    if constant_zero(sub) is not None and isinstance(sub.args[0], str) and \
+    less = constant_zero(sub)
+    if less is not None and isinstance(sub.args[0], str) and \
             main.dst in closure({sub.args[0]}, defs):   # `(q & 15) - 8`, then the cast
-        nibble, most = sub.args[0], constant_zero(sub)
+        nibble, most = sub.args[0], less
         if most > ZERO_LIMIT:
             return None
     elif isinstance(sub, Compute) and sub.op is EwOp.SUB and sub.dtype in _SIGNED and \
@@ -533,18 +534,14 @@ def _nibbles(op: Operand) -> dict[str, str] | None:
         if found is not None:
             zero, most = {n: "zero" for n in found[0]}, found[1]
         else:
-            zero = _paired_zero(op, sub.args[1], defs, pvar)
-            if zero is None:
+            paired = _paired_zero(op, sub.args[1], defs, pvar)
+            if paired is None:
                 return None
+            zero, zero_order = paired
     kind = _nibble_order(nibble, main, P, pvar, op.gather)
-    if kind is None:
+    if kind is None or kind.endswith(":signed") and 8 + most > ZERO_LIMIT or \
+            zero_order is not None and zero_order != kind:
         return None
-    paired_zero = any(k.startswith("nibbles") for k in zero.values())
-    if kind.endswith(":signed") and 8 + most > ZERO_LIMIT or \
-            paired_zero and zero[sub.args[1]] != kind:
-        return None
-    if paired_zero:     # the word's load, and the rest of the zero point's statements
-        zero = {n: "zero:word" if k == "raw" else "zero:pair" for n, k in zero.items()}
     names = closure({nibble}, defs)
     unpack = names - {cast.arg} if not zero else names
     return {**{n: "unpack" for n in unpack}, **zero, cast.arg: kind, main.dst: "raw"}
@@ -608,11 +605,11 @@ def _nibble_order(value: str, main: Load, P: int, pvar: str, gather) -> str | No
     return None
 
 
-def _paired_zero(op: Operand, z: str, defs, pvar: str) -> dict[str, str] | None:
-    """An operand packed along its row (column): {name: kind} of the statements computing the
-    zero point `z` where they unpack it (unsigned) from a word of their own, read at pvar // P
-    as the weight is (AWQ's qzeros[k // group, n // 8]): the word's load "raw" and the
-    nibble "nibbles:ORDER" (the caller checks the order is the weight's), the rest "unpack";
+def _paired_zero(op: Operand, z: str, defs, pvar: str) -> tuple[dict[str, str], str] | None:
+    """An operand packed along its row (column): ({name: kind} of the statements computing
+    the zero point `z`, its nibble order) where they unpack it (unsigned) from a word of their
+    own, read at pvar // P as the weight is (AWQ's qzeros[k // group, n // 8]): the word's
+    load "zero:word", the rest "zero:pair" (the caller checks the order is the weight's);
     else None."""
     if op.k_major:
         return None
@@ -627,7 +624,7 @@ def _paired_zero(op: Operand, z: str, defs, pvar: str) -> dict[str, str] | None:
     kind = _nibble_order(z, word, op.packing, pvar, tuple(defs[n] for n in defs if n in names))
     if kind is None or kind.endswith(":signed"):
         return None
-    return {**{n: "unpack" for n in names}, word.dst: "raw", z: kind}
+    return {**{n: "zero:pair" for n in names}, word.dst: "zero:word"}, kind
 
 
 ZERO_LIMIT = 127    # the most a nibble's bias may take away (em_4x2: magic + 127 keeps every
