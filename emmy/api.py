@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from emmy.dtypes import as_user
 from emmy.errors import UserError
 
 RUNS = ("auto", "gpu", "emulate", "eager")
@@ -107,10 +108,14 @@ class Compiled:
         bound = {p.name: t for p, t in zip(self.graph.inputs, tensors)}
         bound.update(self._values)
         if self.run == "gpu":
-            return self._gpu.call(bound)
-        if self.run == "emulate":
-            return self._emulated(bound)
-        raise UserError("this program runs eagerly (run=eager): call it, not outputs()")
+            outs = self._gpu.call(bound)
+        elif self.run == "emulate":
+            outs = self._emulated(bound)
+        else:
+            raise UserError("this program runs eagerly (run=eager): call it, not outputs()")
+        # complex outputs come as (real, imaginary) pairs: viewed as complex again
+        return tuple(as_user(o, self.graph.node(r.name).type.dtype)
+                     for o, r in zip(outs, self.graph.outputs))
 
     def _emulated(self, bound: dict) -> tuple:
         import torch

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from emmy.dtypes import DType, tolerance
+from emmy.dtypes import DType, as_stored, tolerance
 from emmy.errors import UserError, WorkloadFails
 
 
@@ -34,10 +34,11 @@ class CheckReport:
 
 
 def to_numpy(t) -> np.ndarray:
-    """A torch tensor as numpy (bf16 widened to f32, which numpy lacks)."""
+    """A torch tensor as numpy (bf16 widened to f32, which numpy lacks; a complex tensor as
+    its (real, imaginary) pairs, as the kernels store it: emmy.dtypes.as_stored)."""
     import torch
 
-    t = t.detach().cpu()
+    t = as_stored(t.detach().cpu())
     if t.dtype == torch.bfloat16:
         t = t.float()
     return t.numpy()

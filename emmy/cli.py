@@ -324,7 +324,9 @@ def cmd_ops(args) -> int:
     print("\n".join(SUPPORTED_OPS))
     print("# and the ops torch decomposes into these (torch._decomp's decompositions and the "
           "composite ops: diff, tile, outer, kron, tensordot, heaviside, nansum, F.unfold, ...); "
-          "`emmy compile --ir tensor` shows what an op became", file=sys.stderr)
+          "`emmy compile --ir tensor` shows what an op became; complex64/complex128 values "
+          "compute as pairs of real ones (arithmetic, products, views, sums, indexing, exp, "
+          "log, sqrt, abs, angle, polar)", file=sys.stderr)
     return EXIT_OK
 
 

@@ -16,6 +16,10 @@ class DType(Enum):
     I8 = "i8"
     U8 = "u8"
     BOOL = "bool"
+    # complex types name the values of Torch IR only: Tensor IR computes them as pairs of
+    # real values (emmy.tensor_ir.complex)
+    C64 = "c64"
+    C128 = "c128"
 
     def __str__(self) -> str:
         return self.value
@@ -25,9 +29,18 @@ class DType(Enum):
         return self in (DType.F64, DType.F32, DType.F16, DType.BF16)
 
     @property
+    def is_complex(self) -> bool:
+        return self in (DType.C64, DType.C128)
+
+    @property
+    def component(self) -> "DType":
+        """A complex type's real and imaginary parts' type (f32 for c64, f64 for c128)."""
+        return {DType.C64: DType.F32, DType.C128: DType.F64}[self]
+
+    @property
     def itemsize(self) -> int:
         return {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1,
-                "u8": 1, "bool": 1}[self.value]
+                "u8": 1, "bool": 1, "c64": 8, "c128": 16}[self.value]
 
     @property
     def c_name(self) -> str:
@@ -38,7 +51,7 @@ class DType(Enum):
     @property
     def int_range(self) -> tuple[int, int]:
         """The least and the greatest value of an integer type (bool: 0, 1)."""
-        if self.is_float:
+        if self.is_float or self.is_complex:
             raise ValueError(f"{self} is not an integer type")
         if self is DType.BOOL:
             return 0, 1
@@ -57,7 +70,7 @@ _FROM_TORCH = {
     "torch.float64": DType.F64, "torch.float32": DType.F32, "torch.float16": DType.F16,
     "torch.bfloat16": DType.BF16, "torch.int64": DType.I64, "torch.int32": DType.I32,
     "torch.int16": DType.I16, "torch.int8": DType.I8, "torch.uint8": DType.U8,
-    "torch.bool": DType.BOOL,
+    "torch.bool": DType.BOOL, "torch.complex64": DType.C64, "torch.complex128": DType.C128,
 }
 
 
@@ -75,7 +88,29 @@ def to_torch(dtype: DType):
     return {DType.F64: torch.float64, DType.F32: torch.float32, DType.F16: torch.float16,
             DType.BF16: torch.bfloat16, DType.I64: torch.int64, DType.I32: torch.int32,
             DType.I16: torch.int16, DType.I8: torch.int8, DType.U8: torch.uint8,
-            DType.BOOL: torch.bool}[dtype]
+            DType.BOOL: torch.bool, DType.C64: torch.complex64,
+            DType.C128: torch.complex128}[dtype]
+
+
+def as_stored(t):
+    """A torch tensor as emmy's kernels read it: a complex tensor as its (real, imaginary)
+    pairs along a trailing axis of 2 (torch.view_as_real, a view of the same memory; a
+    conjugate view's conjugation done first), any other tensor as it is."""
+    import torch
+
+    if isinstance(t, torch.Tensor) and t.is_complex():
+        return torch.view_as_real(t.resolve_conj())
+    return t
+
+
+def as_user(t, dtype: "DType"):
+    """A kernel's output as the caller gets it: the (real, imaginary) pairs of a complex
+    output viewed as complex (the inverse of as_stored), any other output as it is."""
+    import torch
+
+    if dtype.is_complex:
+        return torch.view_as_complex(t.contiguous())
+    return t
 
 
 def to_numpy(dtype: DType):
@@ -85,7 +120,7 @@ def to_numpy(dtype: DType):
     return {DType.F64: np.float64, DType.F32: np.float32, DType.F16: np.float16,
             DType.BF16: np.float32, DType.I64: np.int64, DType.I32: np.int32,
             DType.I16: np.int16, DType.I8: np.int8, DType.U8: np.uint8,
-            DType.BOOL: np.bool_}[dtype]
+            DType.BOOL: np.bool_, DType.C64: np.complex64, DType.C128: np.complex128}[dtype]
 
 
 def tolerance(dtype: DType, *, tf32: bool = False) -> tuple[float, float]:

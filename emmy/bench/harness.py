@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from emmy.check import flatten_tensors, run_eager
 from emmy.cuda.program import CudaProgram
-from emmy.dtypes import DType, to_torch, tolerance
+from emmy.dtypes import DType, as_stored, to_torch, tolerance
 from emmy.errors import UserError
 
 DISTRIBUTIONS = ("normal", "uniform", "large")   # N(0,1), U[-1,1], N(0,1)*100
@@ -148,6 +148,8 @@ def _template_inputs(workload, seed: int) -> tuple:
 def _draw(shape, dtype, distribution: str, gen, dev):
     import torch
 
+    if dtype.is_complex:        # each part drawn as a real value is
+        return torch.view_as_complex(_draw((*shape, 2), dtype.to_real(), distribution, gen, dev))
     work = torch.float64 if dtype == torch.float64 else torch.float32
     if distribution == "uniform":
         x = torch.rand(shape, generator=gen, device=dev, dtype=work) * 2 - 1
@@ -162,6 +164,8 @@ def is_discrete(t) -> bool:
     """Integer, bool, or float holding only whole numbers (labels, signs, masks): keep as drawn."""
     import torch
 
+    if t.is_complex():
+        return is_discrete(torch.view_as_real(t))
     if not t.is_floating_point():
         return True
     return bool(torch.all(t == torch.round(t)))
@@ -253,7 +257,9 @@ class _Reference:
         if dtype is not None:
             args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point()
                          else a for a in args)
-        return tuple(t.detach() for t in flatten_tensors(run_eager(model, args, selections)))
+        # complex outputs as the kernels store them: (real, imaginary) pairs
+        return tuple(as_stored(t.detach())
+                     for t in flatten_tensors(run_eager(model, args, selections)))
 
 
 def _native_dtype(model, args) -> str:

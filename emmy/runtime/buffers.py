@@ -9,7 +9,7 @@ from emmy.dtypes import DType
 _STORAGE = {DType.F64: np.float64, DType.F32: np.float32, DType.F16: np.float16,
             DType.BF16: np.uint16, DType.I64: np.int64, DType.I32: np.int32,
             DType.I16: np.int16, DType.I8: np.int8, DType.U8: np.uint8, DType.BOOL: np.bool_}
-_C_TO_DTYPE = {d.c_name: d for d in DType}
+_C_TO_DTYPE = {d.c_name: d for d in DType if not d.is_complex}
 
 
 def storage_of(dtype: DType):
@@ -24,8 +24,10 @@ def to_storage(values, dtype: DType) -> np.ndarray:
     """Values (torch tensor or numpy array) as the bits the kernel reads."""
     import torch
 
+    from emmy.dtypes import as_stored
+
     t = values if isinstance(values, torch.Tensor) else torch.from_numpy(np.asarray(values))
-    t = t.detach().cpu().contiguous()
+    t = as_stored(t.detach().cpu()).contiguous()
     if dtype is DType.BF16:
         return t.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16).copy()
     from emmy.dtypes import to_torch

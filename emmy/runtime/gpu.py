@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any, Mapping
 
 from emmy.cuda.program import CudaProgram, TensorMapSpec
-from emmy.dtypes import DType, to_torch
+from emmy.dtypes import DType, as_stored, to_torch
 from emmy.runtime.buffers import dtype_of_c
 
 STATIC_SHARED_LIMIT = 48 * 1024          # a block's shared memory without the opt-in attribute
@@ -316,7 +316,7 @@ def _as_device_tensor(value, shape: tuple[int, ...], dtype: DType, device):
         t = torch.from_dlpack(value)
     else:
         t = torch.as_tensor(value)
-    t = t.to(device=device, dtype=to_torch(dtype))
+    t = as_stored(t).to(device=device, dtype=to_torch(dtype))
     if t.numel() != _numel(shape):
         raise ValueError(f"expected {_numel(shape)} elements of shape {shape}, "
                          f"got {tuple(t.shape)}")

@@ -6,17 +6,21 @@ import inspect
 from dataclasses import replace
 from typing import Any
 
-from emmy.dtypes import DType
+from emmy.dtypes import DType, as_stored
 from emmy.errors import InternalError, UnsupportedOp
+from emmy.tensor_ir import complex as cx
 from emmy.tensor_ir import torch_decomp
 from emmy.tensor_ir.builder import Builder
-from emmy.tensor_ir.decomp import REGISTRY, SUPPORTED_OPS
+from emmy.tensor_ir.decomp import REGISTRY
 from emmy.tensor_ir.decomp.table import Refused
 from emmy.tensor_ir.ir import Input, InputKind, Program
 from emmy.tensor_ir.semantics import as_numpy
 from emmy.torch_ir.ir import Graph, Node, Ref, TensorType
 
 __all__ = ["lower", "SUPPORTED_OPS"]
+
+# every op some rule lowers: emmy's tables, and the ops of complex values only
+SUPPORTED_OPS: list[str] = sorted(set(REGISTRY) | cx.COMPLEX_ONLY)
 
 _HALF = (DType.F16, DType.BF16)
 
@@ -30,20 +34,33 @@ def lower(graph: Graph) -> Program:
         if p.kind is InputKind.CONSTANT and p.name in graph.values and \
                 p.type.dtype in (DType.I32, DType.I64):
             table = b.table(as_numpy(graph.values[p.name]), p.type.dtype)
-        env[p.name] = table or b.input(p.name, p.type, p.kind, p.target)
+        if p.type.dtype.is_complex:     # stored as (re, im) pairs: emmy.tensor_ir.complex
+            env[p.name] = cx.from_stored(b, b.input(p.name, cx.stored_type(p.type), p.kind,
+                                                    p.target), p.type)
+        else:
+            env[p.name] = table or b.input(p.name, p.type, p.kind, p.target)
     for node in graph.nodes:
         env[node.name] = lower_node(b, node, env)
-    values = {p.name: graph.values[p.name] for p in graph.placeholders
+    values = {p.name: as_stored(graph.values[p.name]) for p in graph.placeholders
               if p.kind is not InputKind.INPUT and p.name in graph.values and p.name in b.defs}
-    # an output that is an input as it is (`x.reshape(-1)` of a vector) is copied: the caller
-    # gets its own tensor, as from every other program
-    outputs = [b.copy(env[r.name]) if isinstance(b.defs[env[r.name]], Input) else env[r.name]
-               for r in graph.outputs]
+    outputs = [_output(b, env[r.name]) for r in graph.outputs]
     return replace(b.finish(outputs, values), tf32=graph.tf32)
 
 
+def _output(b: Builder, value) -> str:
+    """An output's Tensor IR value: a complex one as its stored pairs; an input as it is
+    (`x.reshape(-1)` of a vector) copied, so that the caller gets its own tensor, as from
+    every other program."""
+    if isinstance(value, cx.Pair):
+        return cx.to_stored(b, value)
+    return b.copy(value) if isinstance(b.defs[value], Input) else value
+
+
 def lower_node(b: Builder, node: Node, env: dict[str, Any], _expanding: tuple[str, ...] = ()):
-    """The Tensor IR value(s) of one node: a name, a tuple of names, or None."""
+    """The Tensor IR value(s) of one node: a name, a tuple of names, or None (a complex value:
+    an emmy.tensor_ir.complex.Pair)."""
+    if cx.involves_complex(node, env):
+        return cx.lower_complex(b, node, env, lower_node)
     decomp = REGISTRY.get(node.op)
     if decomp is None:
         return _lower_through_torch(b, node, env, _expanding)

@@ -145,10 +145,14 @@ def identity(op: ReduceOp, dtype: DType):
 
 
 def as_numpy(value) -> np.ndarray:
-    """A torch tensor or array-like as a numpy array (bf16 widened to float32, which numpy lacks)."""
+    """A torch tensor or array-like as a numpy array (bf16 widened to float32, which numpy
+    lacks; a complex one as its (real, imaginary) pairs, as emmy stores it)."""
     if hasattr(value, "detach"):
-        value = value.detach().cpu()
+        from emmy.dtypes import as_stored
+
+        value = as_stored(value.detach().cpu())
         if str(value.dtype) == "torch.bfloat16":
             value = value.float()
         return value.numpy()
-    return np.asarray(value)
+    value = np.asarray(value)
+    return np.stack([value.real, value.imag], -1) if np.iscomplexobj(value) else value

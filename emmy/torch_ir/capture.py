@@ -257,7 +257,7 @@ def _arg(a: Any, names: dict[str, str]) -> Arg:
         return from_torch(a)
     if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
         return str(a)
-    if isinstance(a, (int, float, bool, str)) or a is None:
+    if isinstance(a, (int, float, bool, complex, str)) or a is None:
         return a
     return str(a)
 

@@ -35,8 +35,8 @@ class Ref:
         return self.name
 
 
-# An argument: a Ref, a literal (int, float, bool, str, None, DType), or a tuple of those.
-Arg = Union[Ref, int, float, bool, str, None, DType, tuple]
+# An argument: a Ref, a literal (int, float, bool, complex, str, None, DType), or a tuple of those.
+Arg = Union[Ref, int, float, bool, complex, str, None, DType, tuple]
 
 
 class InputKind(Enum):

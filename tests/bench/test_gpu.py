@@ -7,6 +7,7 @@ import dataclasses
 import struct
 
 import pytest
+import torch
 
 from emmy.frontend.workload import load_expr
 from emmy.pipeline import Options, compile_to
@@ -342,3 +343,28 @@ def test_gpu_awq_linear_passes_the_harness(batch, row):
 
     _passes_the_gpu_harness(load_file("examples/awq_linear.py", (
         ("batch", batch), ("in_features", 4096), ("out_features", 4096))), "", row)
+
+
+class _ComplexMul(torch.nn.Module):
+    def forward(self, z, w):
+        return z * w.conj() / (w + 1), (z * w).abs()
+
+
+@pytest.mark.gpu
+def test_gpu_complex_rotary_and_complex_outputs_pass_the_harness():
+    """Complex values as pairs of real ones on the GPU: the Llama reference's rotary embedding
+    (examples/rotary_complex.py: a complex64 input read as its pairs) at Llama-3-8B's head
+    sizes, and a program with complex inputs and a complex output, each through the GPU
+    harness (six cases: the complex inputs drawn anew as pairs)."""
+    from emmy.bench.harness import check_program
+    from emmy.frontend.workload import Workload, load_file
+
+    rotary = load_file("examples/rotary_complex.py", (("seq_len", 512), ("n_heads", 32),
+                                                      ("n_kv_heads", 8), ("head_dim", 128)))
+    z = torch.randn(64, 96, dtype=torch.complex64)
+    product = Workload(name="cmul", model=_ComplexMul().eval(), inputs=(z, z.flip(0)),
+                       source="", origin="<test>")
+    for workload in (rotary, product):
+        stages = compile_to(workload, "cuda", Options())
+        result = check_program(workload, stages["torch"], stages["cuda"], device="gpu")
+        assert result.verdict == "ok" and len(result.cases) == 6, result
