@@ -20,6 +20,10 @@ Ops on complex values lower by their parts:
   angle, real and imag, polar, complex, view_as_real and view_as_complex, casts;
 
 and any other op through torch's decomposition where it has one (emmy.tensor_ir.torch_decomp).
+
+A real operand stays real: torch takes it as x + 0i, so that where a part of the other operand
+is infinite its complex product makes the other part of the result NaN (inf * 0); here that
+part keeps the real arithmetic's value. Finite values are the same either way.
 The Llama reference's rotary embedding (`view_as_complex(x) * freqs_cis`) is one elementwise
 kernel.
 """
@@ -405,22 +409,27 @@ def _div(low: _Lowering):
 
 
 def _quotient(low: _Lowering, x, y):
-    """x / y: by a real y part by part, else (x * conj(y)) / |y|^2 with both scaled by y's
-    larger part first (so that |y|^2 neither overflows nor underflows where y does not)."""
+    """x / y: by a real y part by part, else Smith's division as torch computes it (numpy's
+    too): the ratio of y's smaller part to its larger one, so that nothing squares and
+    overflows where the quotient does not; a zero y gives the infinities and NaNs of dividing
+    each part by 0."""
     b = low.b
     (a, b_), (c, d) = x, y
     if d is None:
         return (None if a is None else b.ew(E.DIV, a, c),
                 None if b_ is None else b.ew(E.DIV, b_, c))
-    if c is None:                        # (a + bi) / (di) = b/d - (a/d)i
-        return (None if b_ is None else b.ew(E.DIV, b_, d),
-                None if a is None else b.ew(E.NEG, b.ew(E.DIV, a, d)))
-    scale = b.ew(E.MAX, b.ew(E.ABS, c), b.ew(E.ABS, d))
-    c, d = b.ew(E.DIV, c, scale), b.ew(E.DIV, d, scale)
-    norm = b.ew(E.MUL, b.ew(E.ADD, b.ew(E.MUL, c, c), b.ew(E.MUL, d, d)), scale)
-    re, im = low.add(low.mul(a, c), low.mul(b_, d)), low.sub(low.mul(b_, c), low.mul(a, d))
-    return (None if re is None else b.ew(E.DIV, re, norm),
-            None if im is None else b.ew(E.DIV, im, norm))
+    c = low._tensor(c, b.shape(d), b.dtype(d))
+    a = low._tensor(a, b.shape(c), b.dtype(c)) if a is None else a
+    wide = b.ew(E.GE, b.ew(E.ABS, c), b.ew(E.ABS, d))         # |c| >= |d|
+    ratio = b.ew(E.WHERE, wide, b.ew(E.DIV, d, c), b.ew(E.DIV, c, d))
+    scale = b.ew(E.RECIPROCAL, b.ew(E.WHERE, wide, b.ew(E.ADD, c, b.ew(E.MUL, d, ratio)),
+                                     b.ew(E.ADD, d, b.ew(E.MUL, c, ratio))))
+    re = b.ew(E.WHERE, wide, low.add(a, low.mul(b_, ratio)), low.add(low.mul(a, ratio), b_))
+    im = b.ew(E.WHERE, wide, low.sub(b_, low.mul(a, ratio)), low.sub(low.mul(b_, ratio), a))
+    re, im = b.ew(E.MUL, re, scale), b.ew(E.MUL, im, scale)
+    zero = b.ew(E.AND, b.ew(E.EQ, c, 0.0), b.ew(E.EQ, d, 0.0))
+    return (b.ew(E.WHERE, zero, b.ew(E.DIV, a, 0.0), re),
+            b.ew(E.WHERE, zero, b.ew(E.DIV, b_ if b_ is not None else 0.0, 0.0), im))
 
 
 def _neg(low: _Lowering):

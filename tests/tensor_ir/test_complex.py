@@ -3,6 +3,8 @@ random inputs, no complex type past the Torch IR, complex inputs, parameters and
 stored as (real, imaginary) pairs, and a clear refusal of what is not lowered."""
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 import torch
 import torch.nn as nn
 
@@ -200,3 +202,57 @@ def test_cli_refuses_an_op_on_complex_values_with_exit_2(capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "unsupported op `sigmoid`" in err and "not on complex tensors" in err
     assert "Traceback" not in err
+
+
+def test_division_by_zero_and_across_magnitudes_is_torchs_to_the_bit():
+    """Smith's division, as torch's kernel: huge and tiny divisors without overflow, a zero
+    divisor the parts' own infinities and NaNs."""
+    import numpy as np
+
+    from emmy.tensor_ir.interp import run
+    from tests.tensor_ir.conftest import Fn
+
+    inf = float("inf")
+    z = torch.tensor([1 + 1j, 0j, 1 + 0j, complex(inf, 0), 3 - 2j, 1e30 + 1e30j, 2 + 0j, -1j])
+    w = torch.tensor([0j, 0j, complex(inf, 0), 1 + 1j, 1e-30 + 1e30j, 1e30 - 1e30j, 0j, 0j])
+    graph = capture(Fn(lambda z, w: (z / w, torch.reciprocal(w))), (z, w))
+    got = run(lower(graph), {"args_0": z, "args_1": w})
+    for g, want in zip(got, (z / w, torch.reciprocal(w))):
+        assert np.array_equal(g, torch.view_as_real(want).numpy(), equal_nan=True)
+
+
+_UNARY = [
+    ("neg", lambda a: -a), ("conj", lambda a: a.conj()), ("exp", lambda a: torch.exp(0.3 * a)),
+    ("square", lambda a: a * a), ("flip", lambda a: a.flip(-1)),
+    ("transpose", lambda a: a.transpose(0, 1).reshape(a.shape)),
+    ("sum", lambda a: a.sum(0, keepdim=True).expand(a.shape)),
+    ("abs", lambda a: a.abs()), ("real", lambda a: a.real), ("angle", lambda a: a.angle()),
+]
+_BINARY = [
+    ("add", lambda a, b: a + b), ("sub", lambda a, b: a - b), ("mul", lambda a, b: a * b),
+    ("div", lambda a, b: a / (b.abs() + 1) if b.is_complex() else a / (b.abs() + 1)),
+    ("cdiv", lambda a, b: a / (b + 2.5 + 0.5j) if b.is_complex() else a / (b + 2.5)),
+    ("cat", lambda a, b: torch.cat([a, b], 0)[: a.shape[0]] if a.shape == b.shape else a + b),
+    ("matmul", lambda a, b: a @ b.transpose(0, 1).conj() if a.is_complex() == b.is_complex()
+     else a + b),
+]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 100), st.integers(0, 2),
+                          st.integers(0, 2)), min_size=1, max_size=7))
+def test_random_programs_of_complex_ops_match_eager(steps):
+    """Chains of unary and binary ops over two complex inputs and a real one (each step's
+    result joins the values later steps pick from): the Tensor IR against eager."""
+    def program(z, w, y):
+        values = [z, w, y]
+        for binary, which, i, j in steps:
+            pick = lambda k: values[-1 - k % len(values)]     # noqa: E731
+            if binary:
+                values.append(_BINARY[which % len(_BINARY)][1](pick(i), pick(j)))
+            else:
+                values.append(_UNARY[which % len(_UNARY)][1](pick(i)))
+        return values[-1] if values[-1].is_complex() else values[-1] + 0j * values[0]
+
+    torch.manual_seed(len(steps))
+    _no_complex(check_module(program, _z(4, 4), _z(4, 4), torch.randn(4, 4)))

@@ -334,6 +334,14 @@ def lower_atan2(b, y, x):
     return b.ew(E.ATAN2, to_float(b, y), to_float(b, x))
 
 
+@op("angle")
+def lower_angle(b, x):
+    """A real number's angle: pi where it is negative, NaN where it is NaN, else 0 (integers
+    give f32). Complex values' is emmy.tensor_ir.complex's."""
+    x = to_float(b, x)
+    return b.ew(E.WHERE, b.ew(E.NE, x, x), x, b.ew(E.WHERE, b.ew(E.LT, x, 0.0), math.pi, 0.0))
+
+
 @op("logaddexp", opmath=True)
 def lower_logaddexp(b, x, y):
     """log(e^x + e^y) = max + log1p(e^-|x - y|); where both are the same infinity, that

@@ -438,7 +438,9 @@ def lower_stack(b, tensors, dim=0):
     return cat(b, [unsqueeze(b, t, dim % rank) for t in tensors], dim % rank)
 
 
-@op("contiguous", "clone", "alias", "detach", "detach_", "lift_fresh_copy")
+@op("contiguous", "clone", "alias", "detach", "detach_", "lift_fresh_copy",
+    # of a real tensor (a complex one's are emmy.tensor_ir.complex's)
+    "conj_physical", "resolve_conj", "resolve_neg", "positive", "real")
 def lower_copy(b, x, *args, **kwargs):
     return x
 
