@@ -58,12 +58,15 @@ class Compiled:
         self.run = "gpu" if run == "auto" and gpu_available() else \
             "eager" if run == "auto" else run
         self._gpu = None
-        self._values = self.graph.values     # parameters and buffers, moved once to the GPU
+        # parameters and buffers as they are now (moved once to the GPU): the program's values,
+        # which later changes to the model do not reach (an integer buffer may have become
+        # index arithmetic: emmy.tensor_ir.tables)
+        self._values = {n: v.clone() for n, v in self.graph.values.items()}
         if self.run == "gpu":
             from emmy.runtime.gpu import GpuProgram
 
             self._gpu = GpuProgram(self.program)
-            self._values = {n: v.to(self._gpu.device) for n, v in self.graph.values.items()}
+            self._values = {n: v.to(self._gpu.device) for n, v in self._values.items()}
         self.backend = {"gpu": "cuda (emmy kernels)",
                         "emulate": "cpu emulator (emmy kernels; for checking, not speed)",
                         "eager": "eager torch" + (" (no CUDA GPU here)" if run == "auto"

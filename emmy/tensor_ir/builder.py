@@ -72,7 +72,7 @@ class Builder:
 
     def table(self, value, dtype: DType) -> str | None:
         """A constant integer tensor (torch.export's lifted constants: a list the forward
-        indexes with, a tensor attribute) as positions computed from an iota, where its
+        indexes with, a tensor attribute; a buffer or parameter) as positions computed from an iota, where its
         entries are a digit sum of its indices (emmy.tensor_ir.tables), else None: reads
         through it are then index maps, and a value computed from it an index expression."""
         expr = table_index(value) if value.ndim else None

@@ -31,7 +31,7 @@ def lower(graph: Graph) -> Program:
     env: dict[str, Any] = {}
     for p in graph.placeholders:
         table = None
-        if p.kind is InputKind.CONSTANT and p.name in graph.values and \
+        if p.kind is not InputKind.INPUT and p.name in graph.values and \
                 p.type.dtype in (DType.I32, DType.I64):
             table = b.table(as_numpy(graph.values[p.name]), p.type.dtype)
         if p.type.dtype.is_complex:     # stored as (re, im) pairs: emmy.tensor_ir.complex

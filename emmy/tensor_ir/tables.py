@@ -1,9 +1,10 @@
 """Constant integer tables read back as index expressions.
 
 A program's constant tensors of positions (a list a forward indexes with, `x[:, [0, 4, 1, 5, 2,
-6, 3, 7]]`, lifted by torch.export) are, more often than not, a reshape and a transpose of a
-range: AWQ's interleaved nibble order is the 2 x 4 transpose of range(8), a channel shuffle's
-the g x c/g transpose. Such a table is a sum of its axes' mixed-radix digits, each times a
+6, 3, 7]]`, lifted by torch.export; an integer buffer, whose values the program binds when it
+is compiled) are, more often than not, a reshape and a transpose of a range: AWQ's interleaved
+nibble order is the 2 x 4 transpose of range(8), a channel shuffle's the g x c/g transpose,
+GPTQ's group index `g_idx` the range k // 128. Such a table is a sum of its axes' mixed-radix digits, each times a
 coefficient:
 
     [0, 4, 1, 5, 2, 6, 3, 7][a] = 4 * (a % 2) + (a // 2)     (a over 0..7)

@@ -88,18 +88,48 @@ def test_indexing_with_a_constant_list_is_an_index_map():
     assert any(isinstance(d, IndexMap) for d in program.defs)
 
 
-def test_a_registered_buffer_of_positions_stays_a_gather():
-    """A buffer is state the caller may change between calls; only constants fold."""
+def test_a_registered_buffer_of_positions_is_read_as_an_index_map():
+    """A buffer's values are the program's from compile time on (emmy.compile binds them when
+    it compiles), so a buffer of positions folds like a constant; one that is no digit sum
+    (GPTQ's g_idx under act-order) stays a gather."""
     class Shuffle(torch.nn.Module):
-        def __init__(self):
+        def __init__(self, order):
             super().__init__()
-            self.register_buffer("order", torch.tensor(AWQ_REVERSE_ORDER))
+            self.register_buffer("order", torch.tensor(order))
 
         def forward(self, x):
             return x[:, self.order]
 
-    program = check_module(Shuffle(), torch.randn(3, 8))
+    program = check_module(Shuffle(AWQ_REVERSE_ORDER), torch.randn(3, 8))
+    assert not any(isinstance(d, Gather) for d in program.defs)
+    assert "order" not in program.values
+    program = check_module(Shuffle([0, 1, 3, 2, 5, 4, 7, 6][::-1]), torch.randn(3, 8))
     assert any(isinstance(d, Gather) for d in program.defs)
+
+
+def test_gptq_group_index_buffer_folds_into_one_fused_product():
+    """GPTQ's reference forward reading scales and zero points through `g_idx` (a buffer, k //
+    128 without act-order): the group index is index arithmetic and the layer one kernel."""
+    from emmy.frontend.workload import Workload
+    from emmy.pipeline import Options, compile_to
+
+    class GroupIndexed(torch.nn.Module):
+        def __init__(self, k=256, n=64, group=128):
+            super().__init__()
+            self.register_buffer("qweight", torch.randint(0, 16, (k, n), dtype=torch.int32))
+            self.register_buffer("zeros", torch.randint(6, 10, (k // group, n),
+                                                        dtype=torch.int32))
+            self.register_buffer("scales", torch.rand(k // group, n).half() * 0.02 + 0.001)
+            self.register_buffer("g_idx", torch.arange(k, dtype=torch.int32) // group)
+
+        def forward(self, x):
+            g = self.g_idx.long()
+            return x @ ((self.qweight - self.zeros[g]).to(x.dtype) * self.scales[g])
+
+    workload = Workload(name="g_idx", model=GroupIndexed().eval(),
+                        inputs=(torch.randn(4, 256).half(),), source="", origin="<test>")
+    tile = compile_to(workload, "tile", Options())["tile"].program
+    assert len(tile.kernels) == 1 and "g_idx" not in [b.name for b in tile.kernels[0].inputs]
 
 
 def test_a_tensor_attribute_of_shifts_is_computed_from_an_iota():
