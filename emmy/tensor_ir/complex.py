@@ -241,7 +241,7 @@ class _Lowering:
             kwargs = tuple((key, one(v, key)) for key, v in self.node.kwargs)
             return self.lower_as(args, kwargs, _real_types(self.node.type))
         re, im = side(0), side(1)
-        return _zip_pairs(re, im, self.node.type)
+        return _zip_pairs(re, im, self.node.type, self.node)
 
     def creation(self, value_pos):
         """A creation op of complex type: the real part made by the op itself (on the real
@@ -365,15 +365,15 @@ def _real_types(t):
     return t
 
 
-def _zip_pairs(re, im, type):
+def _zip_pairs(re, im, type, node: Node):
     """Real-part and imaginary-part results as Pairs (tuples of them for tuple results)."""
     if isinstance(re, tuple):
         types = type if isinstance(type, tuple) else (type,) * len(re)
-        return tuple(_zip_pairs(r, i, t) for r, i, t in zip(re, im, types))
+        return tuple(_zip_pairs(r, i, t, node) for r, i, t in zip(re, im, types))
     if re is None:
         return None
-    if isinstance(type, TensorType) and not type.dtype.is_complex:
-        return re     # a real result of a linear op (none yet), taken from the real parts
+    if not (isinstance(type, TensorType) and type.dtype.is_complex):
+        raise UnsupportedOp(node.op, source=node.source, detail=UNSUPPORTED)
     return Pair(re, im, type)
 
 
