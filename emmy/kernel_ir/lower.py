@@ -17,7 +17,7 @@ from emmy.kernel_ir.context import Fn, decode
 from emmy.kernel_ir.elements import group
 from emmy.kernel_ir.fastmath import approximate, sixteen_bit
 from emmy.kernel_ir.jobs import lower_jobs
-from emmy.symbolic import lin, var
+from emmy.symbolic import Lin, floordiv, lin, var
 from emmy.tile_ir.apply import Applied, Part
 from emmy.tile_ir.ir import KernelKind
 from emmy.tile_ir.values import value_types
@@ -67,6 +67,24 @@ def lower_part(part: Part) -> K.KFunction:
 
 # --- map kernels ----------------------------------------------------------------------------
 
+def _vector_base(fn: Fn, body: list[K.KStmt], V: int) -> Lin:
+    """The first element of a thread's vector along the grid's last axis, written as V times
+    the vector's number along it where the axis holds whole vectors: the elements' positions
+    are then `V*q + v`, whose remainders and quotients by a divisor of V simplify (a complex
+    pair's `(V*q + 1) % 2` is 1, `(V*q + 1) / 2` is `(V/2)*q`), so that an interleaved
+    layout's per-element selects and repeated loads fold away in the emitted code."""
+    k = fn.k
+    if not k.grid:
+        return lin(0)
+    last = k.grid[-1]
+    if V == 1 or last.extent % V:
+        return var(last.var)
+    q = f"{last.var}_v"
+    body.append(K.Index(q, floordiv(var(last.var), V, fn.bounds)))
+    fn.bounds[q] = last.extent // V
+    return var(q) * V
+
+
 def _lower_map(fn: Fn) -> tuple[tuple[K.KStmt, ...], int]:
     """One thread per V-element vector of the flattened grid, N vectors per thread."""
     k, T, V, N = fn.k, fn.d.work.threads, fn.d.tile.vec, fn.d.tile.n
@@ -80,7 +98,7 @@ def _lower_map(fn: Fn) -> tuple[tuple[K.KStmt, ...], int]:
         body: list[K.KStmt] = [K.Index("e", var(vid) * V, wide=True)]
         body += decode(fn, "e", k.grid, k.jobs)
         last = k.grid[-1].var if k.grid else None
-        body += group(fn, k.body, last, var(last) if last else lin(0), V)
+        body += group(fn, k.body, last, _vector_base(fn, body, V), V)
         stmt = [K.Index(vid, (var("bid") * N + s) * T + var("tid"), wide=True)]
         if total % (T * N) or s:
             stmt.append(K.If(f"{vid} < {total}", tuple(body)))

@@ -126,3 +126,15 @@ def test_a_vector_store_of_a_value_from_outside_its_group_repeats_it(row):
     report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
     assert report is not None and report.ok, report or failed.log[-2000:]
     assert "em_vstore(" in "\n".join(u.source for u in stages["cuda"].units)
+
+
+def test_vector_lanes_of_an_interleaved_layout_fold_their_parity():
+    """A map kernel's vector of V elements starts at a multiple of V along the last axis, so
+    each lane's position modulo a divisor of V is a constant: a complex pair's real lane and
+    imaginary lane select statically, and the pair is loaded once, not once per lane."""
+    expr = ("torch.view_as_real(torch.view_as_complex(torch.randn(8, 64, 2)) * "
+            "torch.view_as_complex(torch.randn(8, 64, 2))).flatten(1)")
+    text = source(expr, "WORK=thread:128 TILE=v4x1")
+    assert "% 2" not in text and "a1_v = (a1 / 4)" in text
+    loads = [line.split("= ", 1)[1] for line in text.splitlines() if "em_cvt<float>(" in line]
+    assert len(loads) == 16 and len(set(loads)) == 8     # 4 lanes x 2 operands x (re, im)
