@@ -57,8 +57,6 @@ def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
     placeholders: list[Placeholder] = []
     nodes: list[Node] = []
     values: dict[str, Any] = {}
-    outputs: tuple[Ref, ...] = ()
-    order = {n: i for i, n in enumerate(ep.graph.nodes)}
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":
             spec = sig.get(fx_node.name)
@@ -73,25 +71,102 @@ def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
             placeholders.append(ph)
             if kind is not InputKind.INPUT:
                 values[ph.name] = _state_value(ep, spec.target).detach()
-        elif fx_node.op == "call_function":
-            source = _source_line(fx_node.meta.get("stack_trace"), origin)
-            try:
-                args = tuple(_arg(a, names) for a in fx_node.args)
-                kwargs = tuple((k, _arg(v, names)) for k, v in fx_node.kwargs.items())
-            except ValueError as e:   # an element type emmy has not (a cast to uint16, ...)
-                at = f" at {source}" if source else ""
-                raise UserError(f"`{op_name(fx_node.target)}`{at}: {e}") from None
-            nodes.append(Node(name=fx_node.name, op=_functional(fx_node, order, origin),
-                              args=args, kwargs=kwargs,
-                              type=_value_type(fx_node.meta.get("val"), fx_node.name),
-                              source=source))
-        elif fx_node.op == "output":
-            outputs = tuple(Ref(names.get(r.name, r.name)) for r in _flatten_outputs(fx_node.args[0]))
-            if not outputs or len(outputs) != len(_flat(fx_node.args[0])):
-                raise UserError("the model must return tensors (or a tuple of tensors); it "
-                                f"returns {fx_node.args[0]!r}")
+    _calls(ep.graph_module, names, nodes, origin)
+    returned = next(n for n in ep.graph.nodes if n.op == "output").args[0]
+    outputs = tuple(Ref(names.get(r.name, r.name)) for r in _flatten_outputs(returned))
+    if not outputs or len(outputs) != len(_flat(returned)):
+        raise UserError("the model must return tensors (or a tuple of tensors); it "
+                        f"returns {returned!r}")
     return Graph(name=name, placeholders=tuple(placeholders), nodes=tuple(nodes), outputs=outputs,
                  tf32=tf32, values=values)
+
+
+def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None) -> None:
+    """Mirror the calls of one graph module's graph into `nodes`; a region torch.export wraps
+    in a higher-order op (`with torch.no_grad():`, `@torch.no_grad()`, autocast turned off) has
+    its calls mirrored in its place, and reads of the region's results read them directly."""
+    import operator
+
+    graph_nodes = list(module.graph.nodes)
+    order = {n: i for i, n in enumerate(graph_nodes)}
+    regions: dict[str, list[str]] = {}    # a region's node -> the names of its results
+    for fx_node in graph_nodes:
+        if fx_node.op != "call_function":
+            continue
+        source = _source_line(fx_node.meta.get("stack_trace"), origin)
+        region = _region(module, fx_node, source, origin)
+        if region is not None:
+            regions[fx_node.name] = _inline(module, fx_node, *region, names, nodes, origin)
+            continue
+        if fx_node.target is operator.getitem and getattr(fx_node.args[0], "name", None) \
+                in regions:
+            names[fx_node.name] = regions[fx_node.args[0].name][fx_node.args[1]]
+            continue
+        try:
+            args = tuple(_arg(a, names) for a in fx_node.args)
+            kwargs = tuple((k, _arg(v, names)) for k, v in fx_node.kwargs.items())
+        except ValueError as e:   # an element type emmy has not (a cast to uint16, ...)
+            at = f" at {source}" if source else ""
+            raise UserError(f"`{op_name(fx_node.target)}`{at}: {e}") from None
+        nodes.append(Node(name=names.get(fx_node.name, fx_node.name),
+                          op=_functional(fx_node, order, origin), args=args, kwargs=kwargs,
+                          type=_value_type(fx_node.meta.get("val"), fx_node.name),
+                          source=source))
+
+
+_REGION_LABELS = {"wrap_with_set_grad_enabled": "no_grad", "wrap_with_autocast": "autocast_off"}
+
+
+def _region(module, fx_node, source: str | None, origin: str | None):
+    """(the region's submodule, its operands) where `fx_node` wraps a region of the forward in
+    a higher-order op that changes nothing an inference program computes: grad mode, autocast
+    turned off. An autocast region that is on is refused (its casts are not in the graph)."""
+    kind = getattr(fx_node.target, "__name__", None)
+    if kind == "wrap_with_set_grad_enabled":
+        return fx_node.args[1], fx_node.args[2:]
+    if kind == "wrap_with_autocast":
+        if fx_node.args[2]:
+            source = source or _first_line(getattr(module, fx_node.args[4].target), origin)
+            at = f" at {source}" if source else ""
+            raise UserError(f"an autocast region{at} (`torch.autocast(...)` on): emmy compiles "
+                            "the element types the model computes in; cast the model and its "
+                            "inputs instead (model.half(), x.half())")
+        return fx_node.args[4], fx_node.args[5:]
+    return None
+
+
+def _first_line(module, origin: str | None) -> str | None:
+    """The user's line of the first call in a region that has one."""
+    for n in module.graph.nodes:
+        line = _source_line(n.meta.get("stack_trace"), origin)
+        if line:
+            return line
+    return None
+
+
+def _inline(module, fx_node, submodule, operands, names: dict[str, str], nodes: list[Node],
+            origin: str | None) -> list[str]:
+    """Mirror a region's calls (its graph an attribute of `module`, its inputs the operands),
+    each call named after the region (`no_grad.to` for `to` in the region
+    `wrap_with_set_grad_enabled`, `no_grad_cos.to` in such a region named after its result
+    `cos`); the names of its results."""
+    region = getattr(module, submodule.target)
+    graph = region.graph
+    inner: dict[str, str] = {}
+    inputs = [n for n in graph.nodes if n.op == "placeholder"]
+    for ph, operand in zip(inputs, operands):
+        inner[ph.name] = names.get(operand.name, operand.name)
+    kind = fx_node.target.__name__
+    label = _REGION_LABELS[kind]
+    outer, dot, name = names.get(fx_node.name, fx_node.name).rpartition(".")
+    prefix = outer + dot + (name.replace(kind, label) if name.startswith(kind)
+                            else f"{label}_{name}")
+    for n in graph.nodes:
+        if n.op == "call_function":
+            inner[n.name] = f"{prefix}.{n.name}"
+    _calls(region, inner, nodes, origin)
+    out = next(n for n in graph.nodes if n.op == "output")
+    return [inner.get(r.name, r.name) for r in _flat(out.args[0])]
 
 
 def op_name(target: Any) -> str:

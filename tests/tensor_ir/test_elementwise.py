@@ -327,3 +327,14 @@ def test_integer_division_on_sampled_rows_compiles_and_matches_eager(expr):
     from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
 
     assert_sampled_rows_match_eager(expr, per_kernel=2, seed=10)
+
+
+def test_empty_then_filled_is_the_fill(check):
+    """CLIP's causal mask: `torch.empty(...).fill_(min).triu_(1)`; `empty_like` and
+    `new_empty` the same (an empty tensor's elements are zeros until written)."""
+    def mask(x):
+        m = torch.empty(x.shape[0], 5, 5, dtype=x.dtype).fill_(torch.finfo(x.dtype).min)
+        return (x + m.triu_(1), torch.empty_like(x).fill_(2.0) * x,
+                x.new_empty((2, 3)).fill_(1.5))
+
+    check(mask, torch.randn(3, 5, 5))

@@ -76,3 +76,29 @@ def test_a_size_that_torch_indexes_by_float_rounding_is_refused():
 ])
 def test_emitted_cuda_matches_eager(expr):
     assert_emitted_cuda_matches_eager(expr)
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("size, factor", [
+    ((6, 5), None), ((4, 3), None), ((7, 13), None), ((24, 20), None), ((1, 1), None),
+    (None, 0.5), (None, 0.3), (None, 1.5),
+])
+def test_antialiased_resizing_matches_eager(check, mode, size, factor):
+    """F.interpolate(..., antialias=True) (timm's position-embedding resampling, torchvision's
+    Resize on tensors): down by whole and fractional factors, up, to one pixel, and a scale
+    factor whose 1/factor is not the size ratio (torch's window centers follow the factor)."""
+    check(lambda x: F.interpolate(x, size=size, scale_factor=factor, mode=mode, antialias=True),
+          torch.randn(2, 3, 12, 10))
+
+
+def test_antialiased_resizing_emitted_cuda_matches_eager():
+    assert_emitted_cuda_matches_eager(
+        "F.interpolate(torch.randn(1, 4, 16, 12), size=(6, 5), mode='bicubic', antialias=True)")
+
+
+def test_antialiased_resizing_with_align_corners_is_refused():
+    from emmy.frontend.workload import load_expr
+    from emmy.pipeline import compile_to
+
+    with pytest.raises(UserError, match="align_corners=True"):
+        compile_to(load_expr("F.interpolate(torch.randn(1, 1, 8, 8), size=(3, 3), "
+                             "mode='bilinear', align_corners=True, antialias=True)"), "tensor")

@@ -197,3 +197,49 @@ def test_parameters_of_a_top_level_sequential_get_c_names():
     names = [p.name for p in g.placeholders if p.kind is InputKind.PARAM]
     assert names == ["p0_weight", "p0_bias", "p2_weight", "p2_bias"]
     assert all(n.isidentifier() for n in names)
+
+
+class _NoGradRotary(nn.Module):
+    """Hugging Face's rotary embedding: `@torch.no_grad()` on the forward, autocast turned off
+    around the float32 part, a `with torch.no_grad():` block nested in it."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8)))
+
+    @torch.no_grad()
+    def forward(self, x, position_ids):
+        freqs_shape = (position_ids.shape[0], -1, 1)
+        inv = self.inv_freq[None, :, None].float().expand(freqs_shape)
+        with torch.autocast(device_type="cpu", enabled=False):
+            freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)
+            with torch.set_grad_enabled(False):
+                emb = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = emb.cos(), emb.sin()
+        return cos.to(x.dtype), sin.to(x.dtype)
+
+
+def test_grad_and_autocast_off_regions_are_inlined():
+    from emmy.tensor_ir.interp import run
+    from emmy.tensor_ir.lower import lower
+
+    model = _NoGradRotary().eval()
+    x, pos = torch.randn(2, 5, 8).half(), torch.arange(5).expand(2, 5)
+    g = capture(model, (x, pos))
+    ops = [n.op for n in g.nodes]
+    assert not any("wrap" in op for op in ops) and "cat" in ops and "cos" in ops
+    assert any(n.name.startswith("no_grad_") and ".autocast_off_" in n.name   # nested
+               for n in g.nodes)
+    got = run(lower(g), {"x": x, "position_ids": pos})
+    for out, want in zip(got, model(x, pos)):
+        assert torch.equal(torch.from_numpy(out).half(), want)
+
+
+def test_an_autocast_region_that_is_on_is_refused_with_its_line():
+    class Cast(nn.Module):
+        def forward(self, x):
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                return x @ x
+
+    with pytest.raises(UserError, match="autocast region at .*return x @ x.*cast the model"):
+        capture(Cast(), (torch.randn(4, 4),))

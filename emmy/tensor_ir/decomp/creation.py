@@ -34,6 +34,17 @@ def lower_ones(b, size, *, dtype=None, **placement):
     return b.full(size, 1, dtype or DType.F32)
 
 
+@op("empty.memory_format", "empty_strided", "empty_permuted", "new_empty", "empty_like",
+    "new_empty_strided")
+def lower_empty(b, *args, dtype=None, **placement):
+    """A tensor whose elements are whatever its memory held (`torch.empty(n).fill_(v)`, before
+    the fill): zeros, which are as good as any value; a program that reads one before writing
+    it has no defined result in eager either."""
+    like = isinstance(args[0], str)              # empty_like(x), new_empty(x, size), ...
+    shape = b.shape(args[0]) if like and len(args) == 1 else args[1] if like else args[0]
+    return b.full(tuple(shape), 0, dtype or (b.dtype(args[0]) if like else DType.F32))
+
+
 @op("eye", "eye.m")
 def lower_eye(b, n, m=None, *, dtype=None, **placement):
     """Ones where the row equals the column."""

@@ -2,6 +2,8 @@
 unshuffle, and nearest-neighbour upsampling: index maps, with a `where` over the position for
 the pieces of a padded axis. Linear, bilinear and trilinear resizing: two taps per axis read
 through an index map and weighted as torch weights them (a tap at an edge weighs 0).
+Antialiased bilinear and bicubic resizing: a window of taps per axis, each weighted by the
+filter stretched by the downsampling factor and normalized, as torch (and PIL) weight them.
 
 A padded axis reads x at q = p - left. Constant padding reads x[q mod E] and puts `value` where
 q is outside [0, E); reflect, replicate and circular read x at a position that is a different
@@ -11,6 +13,7 @@ linear function of p on each side (E-1-... mirrored, the edge, q mod E) and pick
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -260,3 +263,119 @@ def _register_linear(n: int, name: str) -> None:
 for _n, _name in ((1, "upsample_linear1d"), (2, "upsample_bilinear2d"),
                   (3, "upsample_trilinear3d")):
     _register_linear(_n, _name)
+
+
+# ---- antialiased bilinear and bicubic resizing (F.interpolate(..., antialias=True)) ------------
+
+def _aa_bilinear(b: Builder, x: str) -> str:
+    """The triangle filter: max(0, 1 - |x|)."""
+    return b.ew(E.MAX, b.ew(E.SUB, 1.0, b.ew(E.ABS, x)), 0.0)
+
+
+def _aa_bicubic(b: Builder, x: str) -> str:
+    """Keys' cubic with a = -0.5 (PIL's, and torch's antialiased bicubic)."""
+    a = -0.5
+    x = b.ew(E.ABS, x)
+    near = b.ew(E.ADD, b.ew(E.MUL, b.ew(E.MUL, b.ew(E.SUB, b.ew(E.MUL, x, a + 2), a + 3), x), x),
+                1.0)
+    far = b.ew(E.MUL, b.ew(E.SUB, b.ew(E.MUL, b.ew(E.ADD, b.ew(E.MUL, b.ew(E.SUB, x, 5.0), x),
+                                                   8.0), x), 4.0), a)
+    return b.ew(E.WHERE, b.ew(E.LT, x, 1.0), near, b.ew(E.WHERE, b.ew(E.LT, x, 2.0), far, 0.0))
+
+
+_AA = {"_upsample_bilinear2d_aa": (2, _aa_bilinear), "_upsample_bicubic2d_aa": (4, _aa_bicubic)}
+
+
+def _aa_window(extent: int, out: int, scale: float, interp: int, name: str):
+    """Output o reads x[start(o) + t] for t < taps, start(o) = (o*num + shift) // den, the
+    unclamped start of torch's window [max(trunc(center - support + 1/2), 0),
+    min(trunc(center + support + 1/2), extent)), center = scale (o + 1/2), which is checked to
+    lie within the taps; (num, den, shift, taps)."""
+    support = interp / 2 * scale if scale >= 1 else interp / 2
+    o = np.arange(out)
+    bounds = []
+    for dtype in (np.float32, np.float64):      # torch's, in either precision
+        center = dtype(scale) * (o.astype(dtype) + dtype(0.5))
+        lo = np.maximum((center - dtype(support) + dtype(0.5)).astype(np.int64), 0)
+        hi = np.minimum((center + dtype(support) + dtype(0.5)).astype(np.int64), extent)
+        bounds.append((lo, hi))
+    (lo, hi), (lo64, hi64) = bounds
+    # the window's start as a ratio of integers: scale (o + 1/2) - support + 1/2, support
+    # interp/2 * scale (downsampling) or interp/2, scale = p/q (extent/out, or near 1/factor)
+    ratio = Fraction(extent, out) if math.isclose(scale, extent / out, rel_tol=1e-9) else \
+        Fraction(scale).limit_denominator(4096)
+    p, q = ratio.numerator, ratio.denominator
+    num, den = 2 * p, 2 * q
+    shift = p - interp * p + q if scale >= 1 else p + q - interp * q
+    start = (o * num + shift) // den
+    if not (np.array_equal(lo, lo64) and np.array_equal(hi, hi64) and np.all(start <= lo)):
+        raise Refused(f"{name}: resizing {extent} to {out} reads a window emmy cannot place "
+                      "exactly as torch rounds it")
+    return num, den, shift, int((hi - start).max())
+
+
+def aa_resize(b: Builder, x: str, name: str, output_size, align_corners, scales) -> str:
+    """Antialiased resizing, as torch and PIL compute it: output o along each axis is the
+    filter-weighted sum of the inputs in a window around its center, the filter stretched by
+    the downsampling factor (so every input contributes), the weights normalized to sum 1.
+    The window is a tap axis read through an index map, the weights computed from positions."""
+    if align_corners:
+        raise Refused(f"{name} with align_corners=True")
+    interp, kernel = _AA[name]
+    sizes = _sizes(b, x, 2, output_size, scales)
+    lead = b.rank(x) - 2
+    windows = [(e, o, (1.0 / s if s else e / o)) for e, o, s in sizes]
+    places = [_aa_window(e, o, scale, interp, name) for e, o, scale in windows]
+    shape = (*b.shape(x)[:lead], *(o for _, o, _ in sizes), *(p[3] for p in places))
+    bounds = {axis_var(i): m for i, m in enumerate(shape)}
+    index = axes(lead)
+    weights = []
+    dtype = b.dtype(x) if b.dtype(x) in (DType.F32, DType.F64) else DType.F32
+    for i, ((extent, out, scale), (num, den, shift, taps)) in enumerate(zip(windows, places)):
+        o, t = var(axis_var(lead + i)), var(axis_var(lead + 2 + i))
+        lift = -(-max(-shift, 0) // den)     # whole windows added to keep the floor positive
+        start = floordiv(o * num + shift + lift * den, den, bounds) - lift
+        index.append(mod(start + t, extent, bounds))
+        weights.append(b.index_map(_aa_weights(b, extent, out, scale, interp, kernel, num,
+                                               den, shift, lift, taps, dtype),
+                                   shape, [o, t]))
+    read = b.index_map(b.cast(x, dtype), shape, index)
+    return b.reduce(R.SUM, b.ew(E.MUL, read, combine(b, E.MUL, weights)),
+                    range(lead + 2, lead + 4))
+
+
+def _aa_weights(b: Builder, extent: int, out: int, scale: float, interp: int, kernel, num: int,
+                den: int, shift: int, lift: int, taps: int, dtype: DType) -> str:
+    """(out, taps): tap t of output o's weight, 0 outside torch's window, normalized."""
+    support = interp / 2 * scale if scale >= 1 else interp / 2
+    invscale = 1.0 / scale if scale >= 1 else 1.0
+    shape = (out, taps)
+    ov, tv = b.iota(shape, 0), b.iota(shape, 1)
+    start = b.ew(E.SUB, floor_div(b, b.ew(E.ADD, b.ew(E.MUL, ov, num), shift + lift * den),
+                                  den), lift)
+    at = b.ew(E.ADD, start, tv)
+    center = b.ew(E.MUL, b.ew(E.ADD, b.cast(ov, dtype), 0.5), scale)
+    lo = b.ew(E.MAX, b.cast(b.ew(E.FLOOR, b.ew(E.ADD, b.ew(E.SUB, center, support), 0.5)),
+                            DType.I64), 0)
+    hi = b.ew(E.MIN, b.cast(b.ew(E.FLOOR, b.ew(E.ADD, b.ew(E.ADD, center, support), 0.5)),
+                            DType.I64), extent)
+    inside = b.ew(E.AND, b.ew(E.GE, at, lo), b.ew(E.LT, at, hi))
+    arg = b.ew(E.MUL, b.ew(E.ADD, b.ew(E.SUB, b.cast(at, dtype), center), 0.5), invscale)
+    w = b.ew(E.WHERE, inside, kernel(b, arg), 0.0)
+    total = b.reduce(R.SUM, w, (1,), keepdim=True)
+    return b.ew(E.WHERE, b.ew(E.EQ, total, 0.0), 0.0, b.ew(E.DIV, w, total))
+
+
+def _register_aa(name: str) -> None:
+    @op(f"{name}.vec", opmath=True)
+    def lower_vec(b, x, output_size, align_corners, scale_factors=None):
+        return aa_resize(b, x, name, output_size, align_corners, scale_factors)
+
+    @op(name, opmath=True)
+    def lower_sizes(b, x, output_size, align_corners, *scales):
+        given = [s for s in scales if s is not None]
+        return aa_resize(b, x, name, output_size, align_corners, given or None)
+
+
+for _name in _AA:
+    _register_aa(_name)
