@@ -368,3 +368,20 @@ def test_gpu_complex_rotary_and_complex_outputs_pass_the_harness():
         stages = compile_to(workload, "cuda", Options())
         result = check_program(workload, stages["torch"], stages["cuda"], device="gpu")
         assert result.verdict == "ok" and len(result.cases) == 6, result
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("expr", [
+    "F.interpolate(torch.randn(2, 16, 64, 48), size=(24, 20), mode='bicubic', antialias=True)",
+    "F.interpolate(torch.randn(2, 16, 64, 48), scale_factor=0.3, mode='bilinear', "
+    "antialias=True)",
+])
+def test_gpu_antialiased_resizing_passes_the_harness(expr):
+    """Antialiased resizing (a window of taps per axis, the weights computed in the kernel)
+    through the GPU harness."""
+    from emmy.bench.harness import check_program
+
+    workload = load_expr(expr)
+    stages = compile_to(workload, "cuda", Options())
+    result = check_program(workload, stages["torch"], stages["cuda"], device="gpu")
+    assert result.verdict == "ok" and len(result.cases) == 6, result
