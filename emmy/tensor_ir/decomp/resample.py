@@ -318,30 +318,34 @@ def aa_resize(b: Builder, x: str, name: str, output_size, align_corners, scales)
     """Antialiased resizing, as torch and PIL compute it: output o along each axis is the
     filter-weighted sum of the inputs in a window around its center, the filter stretched by
     the downsampling factor (so every input contributes), the weights normalized to sum 1.
-    The window is a tap axis read through an index map, the weights computed from positions."""
+    One axis at a time, the last first, as torch does: a window of taps read through an index
+    map, the weights computed from positions; K + K taps an output instead of K x K."""
     if align_corners:
         raise Refused(f"{name} with align_corners=True")
     interp, kernel = _AA[name]
     sizes = _sizes(b, x, 2, output_size, scales)
     lead = b.rank(x) - 2
-    windows = [(e, o, (1.0 / s if s else e / o)) for e, o, s in sizes]
-    places = [_aa_window(e, o, scale, interp, name) for e, o, scale in windows]
-    shape = (*b.shape(x)[:lead], *(o for _, o, _ in sizes), *(p[3] for p in places))
-    bounds = {axis_var(i): m for i, m in enumerate(shape)}
-    index = axes(lead)
-    weights = []
     dtype = b.dtype(x) if b.dtype(x) in (DType.F32, DType.F64) else DType.F32
-    for i, ((extent, out, scale), (num, den, shift, taps)) in enumerate(zip(windows, places)):
-        o, t = var(axis_var(lead + i)), var(axis_var(lead + 2 + i))
+    out = b.cast(x, dtype)
+    for i in (1, 0):
+        extent, size, factor = sizes[i]
+        scale = 1.0 / factor if factor else extent / size
+        num, den, shift, taps = _aa_window(extent, size, scale, interp, name)
+        axis = lead + i
+        shape = list(b.shape(out))
+        shape[axis] = size
+        shape = (*shape, taps)
+        bounds = {axis_var(j): m for j, m in enumerate(shape)}
+        o, t = var(axis_var(axis)), var(axis_var(len(shape) - 1))
         lift = -(-max(-shift, 0) // den)     # whole windows added to keep the floor positive
-        start = floordiv(o * num + shift + lift * den, den, bounds) - lift
-        index.append(mod(start + t, extent, bounds))
-        weights.append(b.index_map(_aa_weights(b, extent, out, scale, interp, kernel, num,
-                                               den, shift, lift, taps, dtype),
-                                   shape, [o, t]))
-    read = b.index_map(b.cast(x, dtype), shape, index)
-    return b.reduce(R.SUM, b.ew(E.MUL, read, combine(b, E.MUL, weights)),
-                    range(lead + 2, lead + 4))
+        index = axes(len(shape) - 1)
+        index[axis] = mod(floordiv(o * num + shift + lift * den, den, bounds) - lift + t,
+                          extent, bounds)
+        weights = b.index_map(_aa_weights(b, extent, size, scale, interp, kernel, num, den,
+                                          shift, lift, taps, dtype), shape, [o, t])
+        out = b.reduce(R.SUM, b.ew(E.MUL, b.index_map(out, shape, index), weights),
+                       (len(shape) - 1,))
+    return out
 
 
 def _aa_weights(b: Builder, extent: int, out: int, scale: float, interp: int, kernel, num: int,
