@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from emmy.check import flatten_tensors, run_eager
+from emmy.check import flatten_tensors, mended_reference, run_eager
 from emmy.cuda.program import CudaProgram
 from emmy.dtypes import DType, as_stored, to_torch, tolerance
 from emmy.errors import UserError
@@ -45,6 +45,7 @@ class Case:
     tf32: bool = False                # the workload allows tf32 products: f32 outputs as f16's
     selections: tuple = ()            # per output: the selection (topk, argmax, ...) whose
                                       # positions it is, else None (emmy.selections)
+    floor: DType | None = None        # the least precise float type the model starts in
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,8 @@ def make_cases(workload, graph, *, seeds: Sequence[int] = (0, 1),
     for d in distributions:
         if d not in DISTRIBUTIONS:
             raise UserError(f"unknown input distribution {d!r}; known: {', '.join(DISTRIBUTIONS)}")
+    from emmy.selections import model_dtype
+
     dev = torch.device(device)
     reference = _Reference(workload.model, dev)
     cases = []
@@ -128,7 +131,8 @@ def make_cases(workload, graph, *, seeds: Sequence[int] = (0, 1),
             inputs, params = _bind(graph, args, d, gen, dev, randomize_params)
             expected, overflow, native, selections = reference.outputs(args, params)
             cases.append(Case(seed, d, args, inputs, expected, reference.dtype, overflow, native,
-                              tf32=graph.tf32, selections=selections))
+                              tf32=graph.tf32, selections=selections,
+                              floor=model_dtype(reference.native, args)))
     return cases
 
 
@@ -241,6 +245,7 @@ class _Reference:
                 else:
                     mine: list = []
                     own = self._run(self.native, args, params, None, mine)
+                    out = mended_reference(out, own)
                     return (out, tuple(None if bool(torch.isfinite(o).all()) else o for o in own),
                             own, of_outputs(out, recorded, mine, floor))
             recorded = []
@@ -289,19 +294,23 @@ class Tolerance:
     l2: float
 
 
-def output_tolerance(dtype: DType, *, tf32: bool = False) -> Tolerance:
+def output_tolerance(dtype: DType, *, tf32: bool = False,
+                     floor: DType | None = None) -> Tolerance:
     """The tolerance for an output of this dtype against a float64 reference (f32 outputs of a
-    workload that allows tf32 products are held to f16's)."""
+    workload that allows tf32 products are held to f16's; a float output of a model whose
+    values start in a less precise float type, `floor`, to that type's)."""
     if tf32 and dtype is DType.F32:
         dtype = DType.F16
-    atol, rtol = tolerance(dtype)
+    atol, rtol = tolerance(dtype, floor=floor)
+    if (atol, rtol) != tolerance(dtype):
+        dtype = floor
     stol, l2 = {DType.F64: (1e-9, 1e-10), DType.F32: (1e-3, 1e-4), DType.F16: (1e-2, 5e-3),
                 DType.BF16: (2e-2, 2e-2)}.get(dtype, (0.0, 0.0))
     return Tolerance(atol, rtol, stol, l2)
 
 
 def compare_output(name: str, dtype: DType, got, expected, own=None, *,
-                   tf32: bool = False, selection=None) -> OutputError:
+                   tf32: bool = False, selection=None, floor: DType | None = None) -> OutputError:
     """Compare one output with its reference; NaN or inf fails unless the reference has it,
     or the model run in its own dtype (`own`) has the same there (an honest overflow).
     Positions a selection took (`selection`) that differ from the reference's are compared by
@@ -312,7 +321,7 @@ def compare_output(name: str, dtype: DType, got, expected, own=None, *,
             not torch.equal(got.to(expected.device).reshape(expected.shape), expected):
         return _by_picked_values(name, dtype, got, expected, selection)
 
-    tol = output_tolerance(dtype, tf32=tf32)
+    tol = output_tolerance(dtype, tf32=tf32, floor=floor)
     ref = expected.detach().to(torch.float64)
     val = got.detach().to(device=ref.device, dtype=torch.float64)
     total = ref.numel()
@@ -506,7 +515,8 @@ def check_case(run, prog: CudaProgram, case: Case) -> CaseResult:
                         f"{len(prog.outputs)}")
     own = case.overflow or (None,) * len(case.expected)
     picks = case.selections or (None,) * len(case.expected)
-    errors = tuple(compare_output(b.name, b.type.dtype, g, e, o, tf32=case.tf32, selection=p)
+    errors = tuple(compare_output(b.name, b.type.dtype, g, e, o, tf32=case.tf32, selection=p,
+                                  floor=case.floor)
                    for b, g, e, o, p in zip(prog.outputs, done.outputs, case.expected, own,
                                             picks))
     if case.native:
@@ -515,7 +525,7 @@ def check_case(run, prog: CudaProgram, case: Case) -> CaseResult:
         # result exactly as the model does in its own dtype. Matching that model within the
         # same tolerance is correct too: it is what the program computes.
         errors = tuple(e if e.ok else _or_native(
-            compare_output(b.name, b.type.dtype, g, n, tf32=case.tf32), e)
+            compare_output(b.name, b.type.dtype, g, n, tf32=case.tf32, floor=case.floor), e)
             for b, g, n, e in zip(prog.outputs, done.outputs, case.native, errors))
     reasons = [f"the kernel wrote into its input `{n}`" for n in done.changed_inputs]
     for e in errors:

@@ -106,6 +106,7 @@ class AttnBias:
     ctype: str
     strides: tuple[int, int, int, int]
     const: int = 0
+    rounded: bool = False        # "add" in the scores' 16-bit type: the sum rounded to it
 
 
 @dataclass(frozen=True)
@@ -175,9 +176,12 @@ def round_scores(p: AttentionProblem, element: str, loops: list[str]) -> list[st
     `loops` (for-headers, outermost first), before the scale and the mask."""
     if p.rounded is None:
         return []
-    to, back = {"__half": ("__float2half_rn", "__half2float"),
-                "__nv_bfloat16": ("__float2bfloat16_rn", "__bfloat162float")}[p.rounded]
+    to, back = _ROUND[p.rounded]
     return _unrolled(loops, f"{element} = {back}({to}({element}));")
+
+
+_ROUND = {"__half": ("__float2half_rn", "__half2float"),
+          "__nv_bfloat16": ("__float2bfloat16_rn", "__bfloat162float")}
 
 
 def _unrolled(loops: list[str], statement: str) -> list[str]:
@@ -200,13 +204,20 @@ def bias_scores(p: AttentionProblem, prefix: str, element: str, loops: list[str]
     s0, s1, s2, s3 = b.strides
     read = f"{prefix}_bp[(long long)({row}) * {s2}LL + ({key}) * {s3}LL]"
     true = read if b.ctype == "bool" else f"(em_cvt<float>({read}) != 0.f)"   # a mask's truth
-    apply = {"add": f"{element} += {_float(LOG2E)} * em_cvt<float>({read});",
+    apply = {"add": f"{element} += em_log2e_bias(em_cvt<float>({read}));",
              "keep": f"if (!{true}) {element} = -EMMY_INF_F32;",
              "hide": f"if ({true}) {element} = -EMMY_INF_F32;"}[b.kind]
     lines = [f"const {b.ctype}* const {prefix}_bp = {b.buffer} + {b.const}LL + {prefix}_bz * "
              f"{s0}LL + {prefix}_h * {s1}LL;   // the {'bias' if b.kind == 'add' else 'mask'} "
              f"of this (batch, head)"]
     lines += _unrolled(loops, f"if ({row} < {p.sq} && {key} < {p.sk}) {apply}")
+    if b.rounded and p.rounded:
+        # eager adds the bias in the scores' 16-bit type: scale * S + bias rounded to it, as
+        # the program's cast back to f32 reads it (a row masked by finfo(f16).min everywhere
+        # is then every score alike, as in eager, not softmax of the scores)
+        to, back = _ROUND[p.rounded]
+        lines += _unrolled(loops, f"{element} = {_float(LOG2E)} * {back}({to}({element} * "
+                                  f"{_float(1 / LOG2E)}));")
     return ["{", *_indent(lines, 1), "}"]
 
 
@@ -346,8 +357,11 @@ def split_refusals(p: AttentionProblem, bkv: int, splits: int) -> list[str]:
 
 
 def partial_floats(p: AttentionProblem, c: AttentionConfig) -> int:
-    """The f32 scratch of a split-KV row: each split's outputs, then its rows' log2-sum-exp2."""
-    return c.splits * p.batch * p.heads * p.sq * (p.dv + 1)
+    """The f32 scratch of a split-KV row: each split's outputs, then its rows' maxima m, then
+    their log2 l (kept apart: m + log2 l would lose l where m is huge, as the finfo.min of a
+    row whose every key is masked makes it, and the splits of such a row must still weigh
+    by their key counts)."""
+    return c.splits * p.batch * p.heads * p.sq * (p.dv + 2)
 
 
 COMBINE_THREADS = 128
@@ -372,21 +386,23 @@ def combine_body(p: AttentionProblem, c: AttentionConfig, store: Store) -> Body:
 def combine_element(p: AttentionProblem, c: AttentionConfig, store: Store, read: str
                     ) -> list[str]:
     """One output element of a split-KV row, fc_e of row fc_r of emmy_partial (fa_bz, fa_h,
-    fa_row, fa_col in scope): out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M) with M the
-    largest lse (where every split saw no key, M = -inf: NaN, as the unsplit template gives
-    0 / 0, or 0 for a `zero_empty` problem), through `store`. `read`: the C function (or `*`)
-    that reads a partial through its pointer."""
+    fa_row, fa_col in scope): out = sum_s w_s o_s / sum_s w_s, w_s = 2^(m_s - M + log2 l_s)
+    with M the largest m (where every split saw no key, M = -inf: NaN, as the unsplit
+    template gives 0 / 0, or 0 for a `zero_empty` problem), through `store`. `read`: the C
+    function (or `*`) that reads a partial through its pointer."""
     rows = p.batch * p.heads * p.sq
     total = rows * p.dv
-    return [f"const float* const fc_lse = emmy_partial + {c.splits * total}LL + fc_r;",
+    return [f"const float* const fc_lm = emmy_partial + {c.splits * total}LL + fc_r;",
+            f"const float* const fc_ll = fc_lm + {c.splits * rows}LL;",
             "float fc_m = -EMMY_INF_F32;",
             "#pragma unroll",
             f"for (int s = 0; s < {c.splits}; ++s) "
-            f"fc_m = fmaxf(fc_m, {read}(fc_lse + s * {rows}LL));",
+            f"fc_m = fmaxf(fc_m, {read}(fc_lm + s * {rows}LL));",
             "float fc_num = 0.f, fc_den = 0.f;",
             "#pragma unroll",
             f"for (int s = 0; s < {c.splits}; ++s) {{",
-            f"  const float fc_w = exp2f({read}(fc_lse + s * {rows}LL) - fc_m);",
+            f"  const float fc_w = exp2f({read}(fc_lm + s * {rows}LL) - fc_m + "
+            f"{read}(fc_ll + s * {rows}LL));",
             f"  fc_num += fc_w * {read}(emmy_partial + s * {total}LL + fc_e);",
             "  fc_den += fc_w;",
             "}",
@@ -468,8 +484,8 @@ class _Emitter:
         p, s = self.p, self.c.splits
         bh, rows = p.batch * p.heads, p.batch * p.heads * p.sq
         return [
-            "// split-KV: this split's output, normalized over its own keys, and each row's",
-            "// log2-sum-exp2 (m + log2 l; -inf where it saw no key), for the combine kernel",
+            "// split-KV: this split's output, normalized over its own keys, and each row's m",
+            "// (-inf where it saw no key) and log2 l, for the combine",
             f"float* const fa_po = emmy_partial + (fa_sp * {bh}LL + fa_bh) * {p.sq * p.dv}LL;",
             f"float* const fa_pl = emmy_partial + {s * rows * p.dv}LL + (fa_sp * {bh}LL + fa_bh)"
             f" * {p.sq}LL;"]
@@ -484,14 +500,17 @@ class _Emitter:
     def row_total(self, row: str, first_lane: str, m: str, partial: bool) -> list[str]:
         """After a row's l is summed over its lanes into fa_sum: its 1 / l (0 where l == 0
         when the problem is `zero_empty`); split-KV (`partial`), 0 where l == 0, and the
-        row's lse (m + log2 l, -inf where l == 0) written by the row's `first_lane` where `row`
-        is inside sq."""
+        row's m (-inf where l == 0) and log2 l written by the row's `first_lane` where `row` is
+        inside sq."""
         if not partial:
             return ["fa_sum > 0.f ? 1.f / fa_sum : 0.f;" if self.p.zero_empty
                     else "1.f / fa_sum;"]
+        rows = self.c.splits * self.p.batch * self.p.heads * self.p.sq
         return ["fa_sum > 0.f ? 1.f / fa_sum : 0.f;",
-                f"if ({first_lane} && {row} < FA_SQ)",
-                f"  fa_pl[{row}] = fa_sum > 0.f ? {m} + log2f(fa_sum) : -EMMY_INF_F32;"]
+                f"if ({first_lane} && {row} < FA_SQ) {{",
+                f"  fa_pl[{row}] = fa_sum > 0.f ? {m} : -EMMY_INF_F32;",
+                f"  fa_pl[{row} + {rows}LL] = fa_sum > 0.f ? log2f(fa_sum) : 0.f;",
+                "}"]
 
     def prologue(self) -> list[str]:
         """Constants, the block's (bz, h, query block), operand bases, shared tiles, Q's load

@@ -213,7 +213,8 @@ def problem_of(att):
 
     def bias(b) -> AttnBias | None:
         return None if b is None else AttnBias(b.kind, b.buffer, b.dtype.c_name,
-                                               strides(b.offset, ("qi", "kj")), b.offset.const)
+                                               strides(b.offset, ("qi", "kj")), b.offset.const,
+                                               b.rounded)
 
     ext = [ax.extent for ax in att.batch]
     batch, heads = math.prod(ext[:-1]), (ext[-1] if ext else 1)

@@ -80,6 +80,7 @@ class Bias:
     buffer: str
     dtype: DType
     offset: Lin          # over the batch axes, "qi" (the query) and "kj" (the key)
+    rounded: bool = False  # added in the scores' 16-bit type (eager rounds the sum to it)
 
 
 def find_attention(k: TileKernel) -> Attention | None:
@@ -168,12 +169,12 @@ def find_attention(k: TileKernel) -> Attention | None:
         return None
     bias = None
     if mask is not None:
-        kind, buf, off = mask
+        kind, buf, off, in_half = mask
         if not {a.name for a, _ in off.terms} <= {a.var for a in batch} | {"qi", "kj"}:
             return None
         if kind == "add" and types[buf] is DType.BOOL:
             return None                  # a bool added (a select reads any type's truth)
-        bias = Bias(kind, buf, types[buf], off)
+        bias = Bias(kind, buf, types[buf], off, in_half and rounded is not None)
     return Attention(batch=batch, query=i_axis, keys=f_max.axis.extent, dim=dim, dim_v=dim_v,
                      q=operands[0], k=operands[1], v=operands[2], scale=scale, causal=causal,
                      store=store, d_var=d_var, value_var=value, cast=cast, rounded=rounded,
@@ -305,7 +306,8 @@ def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
     offsets renamed so that the sequence axis is "s" and the head dim "d"; None when `t` is
     not a score. S is, from the outside in: in any order, [a cast to f32], [the causal mask: a
     select of -inf], [a mask read from a tensor: a select of -inf by a loaded bool, or a
-    loaded bias added; `bias` = (kind, buffer, offset over the batch axes, "qi" and "kj")];
+    loaded bias added; `bias` = (kind, buffer, offset over the batch axes, "qi" and "kj",
+    whether it is added inside the 16-bit cast)];
     then [times or divided by a constant], [a cast to f16/bf16: `rounded`], then
     sum_d q[i, d] * k[j, d]; a cast to f32 comes with the 16-bit cast and only with it."""
     widened = causal = False
@@ -321,7 +323,7 @@ def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
                 causal = True
             elif bias is None and (m := _mask_load(_truth(cond)[0], j, i, shapes)) is not None:
                 keep ^= _truth(cond)[1]
-                bias = ("keep" if keep else "hide", *m)
+                bias = ("keep" if keep else "hide", *m, False)
             else:
                 return None
         elif t[0] == EwOp.ADD.value and bias is None and (
@@ -330,7 +332,8 @@ def _score(t, j: str, i: str, shapes: dict[str, tuple[int, ...]]):
             m = _mask_load(t[side], j, i, shapes)
             if m is None:
                 return None
-            bias, t = ("add", *m), t[3 - side]
+            # added before the widening cast: in the 16-bit type of the scores
+            bias, t = ("add", *m, widened), t[3 - side]
         else:
             break
     scale = 1.0

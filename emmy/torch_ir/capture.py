@@ -243,13 +243,19 @@ _EXPORT_LOGGERS = ("torch._subclasses.fake_tensor",)
 
 
 def _export(model, inputs):
+    import contextlib
+    import io
     import logging
 
     import torch
 
     loggers = [logging.getLogger(n) for n in _EXPORT_LOGGERS]
     levels = [lg.level for lg in loggers]
-    with warnings.catch_warnings():
+    # what torch prints on its way to an error (the partly traced graph of a data-dependent
+    # branch) stays out of the terminal: the raised error is the message
+    printed = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(printed), \
+            contextlib.redirect_stderr(printed):
         warnings.simplefilter("ignore")
         try:
             for lg in loggers:

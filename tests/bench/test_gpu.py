@@ -385,3 +385,27 @@ def test_gpu_antialiased_resizing_passes_the_harness(expr):
     stages = compile_to(workload, "cuda", Options())
     result = check_program(workload, stages["torch"], stages["cuda"], device="gpu")
     assert result.verdict == "ok" and len(result.cases) == 6, result
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gpu_finfo_min_padding_mask_attention_passes_the_harness(dtype):
+    """Hugging Face's eager attention under a finfo.min padding mask, rows masked everywhere
+    included (the bias held finite in the log2 domain; added in the 16-bit type where the
+    program adds it there), with the default rows of each dtype."""
+    from emmy.bench.harness import check_program
+    from emmy.frontend.workload import Workload
+    from tests.tensor_ir.conftest import Fn
+    from tests.tile_ir.test_attention_lift import _FinfoMinMask
+
+    t = getattr(torch, dtype)
+    fn = _FinfoMinMask(t)
+    mask = torch.zeros(1, 1, 256, 320, dtype=t)
+    mask[..., :16, :] = torch.finfo(t).min
+    mask[..., 16:, 300:] = torch.finfo(t).min
+    w = Workload(name="finfo_mask", model=Fn(fn).eval(), source="", origin="<test>",
+                 inputs=(torch.randn(2, 8, 256, 64).to(t), torch.randn(2, 8, 320, 64).to(t),
+                         torch.randn(2, 8, 320, 64).to(t), mask))
+    stages = compile_to(w, "cuda", Options())
+    result = check_program(w, stages["torch"], stages["cuda"], device="gpu")
+    assert result.verdict == "ok" and len(result.cases) == 6, result

@@ -207,3 +207,56 @@ def test_topk_positions_pass_against_float64_by_the_values_they_pick():
     assert check.verdict == "ok", check.reasons
     positions = check.errors[1]
     assert positions.dtype == "i64" and not positions.native and positions.max_abs > 0
+
+
+class _FinfoMinSoftmax(torch.nn.Module):
+    """Hugging Face's masking: finfo(dtype).min added, softmax in float32. In float64 the
+    mask is float64's finfo.min, -inf once the softmax casts it to float32: a row masked
+    everywhere is NaN there, and its average in the model's own dtype."""
+
+    def forward(self, x):
+        mask = torch.zeros(4, 6, dtype=x.dtype)
+        mask[0] = torch.finfo(x.dtype).min
+        return torch.softmax(x + mask, dim=-1, dtype=torch.float32).to(x.dtype)
+
+
+def test_a_float64_reference_is_nan_only_where_the_model_is():
+    """The float64 reference's NaN rows where the model in its own dtype is finite take the
+    model's values, so that a program NaN there fails, in the harness and in `emmy run
+    --check`'s float64 fallback alike."""
+    from types import SimpleNamespace
+
+    from emmy.check import _compare_outputs
+    from emmy.frontend.workload import Workload
+
+    x = torch.randn(4, 6).bfloat16()
+    w = Workload(name="finfo", model=_FinfoMinSoftmax(), inputs=(x,), source="", origin="<t>")
+    stages = compile_to(w, "torch")
+    case = make_cases(w, stages["torch"], seeds=(0,), distributions=("normal",))[0]
+    assert case.reference_dtype == "f64" and not torch.isnan(case.expected[0]).any()
+    got = w.model(x).float().numpy()
+    out = SimpleNamespace(name="out0", type=SimpleNamespace(dtype=DType.BF16))
+    assert _compare_outputs([out], [got], w).ok
+    got[0] = float("nan")
+    report = _compare_outputs([out], [got], w)
+    assert not report.ok and report.outputs[0].reference == "eager"
+
+
+def test_an_f32_output_of_an_f16_model_is_held_to_f16s_tolerance():
+    """`(x * 3 + 1).float()` of an f16 x: eager rounds after each f16 op, a fused kernel once;
+    both are about an f16 unit from the exact result, which f32's tolerance would call wrong.
+    The output is held to the tolerance of the least precise type the model starts in, by the
+    harness and by `emmy run --check` alike; a wrong kernel still fails."""
+    from emmy.check import check_cuda_program
+    from emmy.dtypes import tolerance
+
+    assert tolerance(DType.F32, floor=DType.F16) == tolerance(DType.F16)
+    assert tolerance(DType.F16, floor=DType.F32) == tolerance(DType.F16)
+    assert tolerance(DType.I64, floor=DType.F16) == tolerance(DType.I64)
+    w = load_expr("(torch.randn(4096).half() * 3 + 1).float()")
+    stages = compile_to(w, "cuda")
+    report, _ = check_cuda_program(w, stages["torch"], stages["cuda"])
+    assert report.ok and report.outputs[0].atol == tolerance(DType.F16)[0]
+    assert check_program(w, stages["torch"], stages["cuda"], device="cpu").verdict == "ok"
+    wrong = edited(stages["cuda"], "3.0f", "3.1f")
+    assert check_program(w, stages["torch"], wrong, device="cpu").verdict == "incorrect"

@@ -334,3 +334,55 @@ def test_a_mask_that_hides_every_key_of_a_row_gives_zeros_there(h):
                         f"{h}, torch.randn(2, 2, 40, 64){h}, torch.randn(2, 2, 40, 64){h}, {keep})")
     (k,) = kernels(written)
     assert k.kind is KernelKind.ATTENTION and not k.attention.zero_empty
+
+
+class _FinfoMinMask:
+    """Hugging Face's eager attention under its padding mask: finfo(dtype).min added to the
+    scaled scores of the keys a query must not see, a query row left of the padding seeing
+    none (rows 0 and 1 here)."""
+
+    def __init__(self, dtype):
+        import torch
+
+        self.dtype = dtype
+        self.mask = torch.zeros(1, 1, 24, 40, dtype=dtype)
+        self.mask[..., :2, :] = torch.finfo(dtype).min
+        self.mask[..., 2:, 30:] = torch.finfo(dtype).min
+
+    def __call__(self, q, k, v, mask):
+        import torch
+
+        w = torch.matmul(q, k.transpose(-1, -2)) * 0.125 + mask
+        return torch.matmul(torch.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype), v)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_a_finfo_min_mask_over_a_whole_row_averages_it_as_eager_does(dtype):
+    """finfo.min times log2(e) would overflow to -inf in the kernel's log2 domain (a row masked
+    everywhere then NaN): the bias is held finite, and where eager adds it in the scores'
+    16-bit type, their sum is rounded to it, so that such a row is every score alike and its
+    output the average of v, as in eager (mma.sync, wgmma, CUDA-core and split-KV rows)."""
+    import torch
+
+    from emmy.check import check_cuda_program
+    from emmy.frontend.workload import Workload
+    from emmy.pipeline import Options
+    from tests.tensor_ir.conftest import Fn
+
+    t = getattr(torch, dtype)
+    fn = _FinfoMinMask(t)
+    torch.manual_seed(0)
+    w = Workload(name="finfo_mask", model=Fn(fn).eval(), source="", origin="<test>",
+                 inputs=(torch.randn(1, 2, 24, 64).to(t), torch.randn(1, 2, 40, 64).to(t),
+                         torch.randn(1, 2, 40, 64).to(t), fn.mask))
+    (k,) = kernels(w)
+    assert k.kind is KernelKind.ATTENTION and k.attention.bias.kind == "add"
+    assert k.attention.bias.rounded is (dtype != "float32")
+    rows = ([None] if dtype == "float32" else
+            [None, "WORK=warps:4 TILE=flash:64x32 REDUCE=split:2:combine STAGE=async:2",
+             "WORK=warps:4 TILE=wgmma:64x64 REDUCE=serial STAGE=tma:2"])
+    for row in rows:
+        results = compile_to(w, "cuda", Options(rows={k.name: row} if row else {}))
+        report, failed = check_cuda_program(w, results["torch"], results["cuda"])
+        assert report is not None and report.ok and report.outputs[0].reference == "eager", \
+            (row, report or failed.log[-2000:])

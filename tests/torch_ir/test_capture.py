@@ -243,3 +243,18 @@ def test_an_autocast_region_that_is_on_is_refused_with_its_line():
 
     with pytest.raises(UserError, match="autocast region at .*return x @ x.*cast the model"):
         capture(Cast(), (torch.randn(4, 4),))
+
+
+def test_a_data_dependent_branch_is_refused_in_one_line(capsys):
+    """torch prints the partly traced graph on its way to the error; only the message shows."""
+    class Branch(nn.Module):
+        def forward(self, x):
+            mask = torch.triu(x.new_ones((8, 8), dtype=torch.bool), diagonal=1)
+            if torch.sum(mask).item():
+                x = x.masked_fill(mask, 0.0)
+            return x
+
+    with pytest.raises(UserError, match="data-dependent shape or control flow"):
+        capture(Branch(), (torch.randn(8, 8),))
+    out, err = capsys.readouterr()
+    assert out == "" and err == ""

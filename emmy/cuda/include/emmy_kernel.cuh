@@ -21,6 +21,14 @@ template <class To, class From> EMMY_FN To em_cvt(From x) {
   else return static_cast<To>(x);
 }
 
+// An additive attention bias in the log2 domain the flash kernels work in: log2(e) * b, with b
+// held above -FLT_MAX / log2(e) (-2.36e38) so that the product stays finite. The mask Hugging
+// Face models add is finfo.min (-3.4e38): times log2(e) it would be -inf, and a query row masked
+// everywhere NaN (inf - inf) where eager gives its scores' uniform average. -inf stays -inf.
+EMMY_FN float em_log2e_bias(float b) {
+  return 1.4426950408889634f * (b > -EM_INF && b < -2.3e38f ? -2.3e38f : b);
+}
+
 template <int V, class T> struct alignas(sizeof(T) * V) EmVec { T x[V]; };
 
 // V consecutive elements (one vector access), converted to the compute type of each output.
