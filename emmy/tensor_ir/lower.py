@@ -12,7 +12,7 @@ from emmy.tensor_ir import complex as cx
 from emmy.tensor_ir import torch_decomp
 from emmy.tensor_ir.builder import Builder
 from emmy.tensor_ir.decomp import REGISTRY
-from emmy.tensor_ir.decomp.table import Refused
+from emmy.tensor_ir.decomp.table import Refused, TorchShaped
 from emmy.tensor_ir.ir import Input, InputKind, Program
 from emmy.tensor_ir.semantics import as_numpy
 from emmy.torch_ir.ir import Graph, Node, Ref, TensorType
@@ -136,7 +136,14 @@ def _conform(b: Builder, node: Node, result, half: DType | None):
                         half)
 
 
-def _conform_one(b: Builder, node: Node, name: str, want: TensorType | None, half):
+def _conform_one(b: Builder, node: Node, name, want: TensorType | None, half):
+    if isinstance(name, TorchShaped):
+        if want is None and name.value is None:
+            raise InternalError(f"lowering {node.op} ({node.name}): a result without a shape")
+        if want is None or (name.value is not None and b.shape(name.value) == want.shape):
+            name = name.value
+        else:
+            return b.full(want.shape, 0, name.dtype)
     if want is None:
         return b.cast(name, half) if half and b.dtype(name).is_float else name
     if b.shape(name) != want.shape:

@@ -338,3 +338,23 @@ def test_empty_then_filled_is_the_fill(check):
                 x.new_empty((2, 3)).fill_(1.5))
 
     check(mask, torch.randn(3, 5, 5))
+
+
+def test_fake_quantization_matches_eager(check):
+    """Quantization-aware training's fake quantization, per tensor (scale and zero point as
+    numbers or tensors) and per channel, on the emulator too: x times f32(1 / scale), rounded
+    half to even, as torch's kernels compute it."""
+    from tests.tensor_ir.emitted import assert_workload_cuda_matches_eager
+    from emmy.frontend.workload import Workload
+    from tests.tensor_ir.conftest import Fn
+
+    def fake(x, s, z):
+        return (torch.fake_quantize_per_tensor_affine(x, 0.05, 3, -128, 127),
+                torch.fake_quantize_per_channel_affine(x, s, z, 1, -8, 7),
+                torch.fake_quantize_per_tensor_affine(x, s[0], z[0], 0, 255))
+
+    args = (torch.randn(8, 32) * 3, torch.rand(32) * 0.1 + 0.01,
+            torch.randint(-3, 3, (32,), dtype=torch.int32))
+    check(fake, *args)
+    assert_workload_cuda_matches_eager(Workload("fake", Fn(fake).eval(), args, source="",
+                                                origin="<test>"))

@@ -33,6 +33,12 @@ PRODUCTS = {
     "baddbmm": (torch.baddbmm, (r(2, 5, 4), r(2, 5, 3), r(2, 3, 4))),
     "einsum": (lambda a, b: torch.einsum("bij,bjk->bik", a, b), (r(2, 5, 3), r(2, 3, 4))),
     "einsum_trace": (lambda a: torch.einsum("ii", a), (r(4, 4),)),
+    # an ellipsis (torchvision's hsv2rgb: "...ijk,...xijk->...xjk"), broadcast across the
+    # operands, and in the implicit output
+    "einsum_ellipsis": (lambda a, b: (torch.einsum("...ij,...jk->...ik", a, b),
+                                      torch.einsum("...ij,...jk", a[0], b),
+                                      torch.einsum("...i,...i->...", a, a)),
+                        (r(3, 1, 2, 4), r(5, 4, 6))),
     "chained": (lambda a, b, c: (a @ b) @ c, (r(4, 5), r(5, 6), r(6, 3))),
 }
 

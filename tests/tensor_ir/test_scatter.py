@@ -91,6 +91,13 @@ CASES = {
     "scatter_reduce_arg_multiply": (lambda x, i, s: x.scatter(1, i, s, reduce="multiply"),
                                     lambda: (torch.randn(3, 8), torch.randint(0, 8, (3, 5)),
                                              torch.randn(3, 5))),
+    # index_reduce: scatter_reduce with each slice's position spread over it
+    "index_reduce_amax_alone": (
+        lambda x, i, s: x.index_reduce(0, i, s, "amax", include_self=False),
+        lambda: (torch.randn(6, 5), torch.randint(0, 6, (20,)), torch.randn(20, 5))),
+    "index_reduce_mean": (lambda x, i, s: x.index_reduce(1, i, s, "mean"),
+                          lambda: (torch.randn(3, 6), torch.randint(0, 6, (9,)),
+                                   torch.randn(3, 9))),
 }
 
 

@@ -108,6 +108,11 @@ NATIVE = {
                                                                 True, 2)[0],
         (r(10, 4), BAG_INDICES, torch.tensor([0, 2, 2, 5, 8]))),
     "embedding_bag_2d": (nn.EmbeddingBag(10, 4, mode="max"), (torch.randint(0, 10, (3, 5)),)),
+    # a weight that requires grad: export records _embedding_bag's bookkeeping shapes (one
+    # bag size a bag), not _embedding_bag_forward_only's (one an offset)
+    **{f"embedding_bag_module_last_offset_{mode}": (
+        nn.EmbeddingBag(10, 4, mode=mode, include_last_offset=True),
+        (BAG_INDICES, torch.tensor([0, 2, 2, 5, 8]))) for mode in ("sum", "mean", "max")},
     "median": (lambda x: torch.median(x, dim=1), (r(4, 9),)),
     "median_even_keepdim": (lambda x: torch.median(x, dim=0, keepdim=True), (r(8, 3),)),
     "median_nan": (lambda x: torch.median(x, dim=-1).values, (AWKWARD,)),

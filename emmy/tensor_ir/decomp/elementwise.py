@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from emmy.dtypes import DType
 from emmy.tensor_ir.builder import Builder
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
@@ -332,6 +334,38 @@ def lower_logit(b, x, eps=None):
 def lower_atan2(b, y, x):
     """The angle of (x, y), in (-pi, pi]; integers compute as f32."""
     return b.ew(E.ATAN2, to_float(b, y), to_float(b, x))
+
+
+# ---- fake quantization (quantization-aware training's forward, as torch's kernels compute it)
+
+def _fake_quantize(b, x, scale, zero_point, quant_min: int, quant_max: int):
+    """(clamp(round(x / scale) + zero_point, quant_min, quant_max) - zero_point) * scale,
+    x / scale as x times f32(1 / scale) and the rounding half to even, as torch's kernel."""
+    inv = b.ew(E.DIV, 1.0, b.cast(scale, DType.F32)) if isinstance(scale, str) else \
+        float(np.float32(1.0 / scale))
+    zero = b.cast(zero_point, DType.F32) if isinstance(zero_point, str) else float(zero_point)
+    q = b.ew(E.ADD, b.ew(E.ROUND, b.ew(E.MUL, b.cast(x, DType.F32), inv)), zero)
+    q = b.ew(E.MIN, b.ew(E.MAX, q, float(quant_min)), float(quant_max))
+    out = b.ew(E.MUL, b.ew(E.SUB, q, zero),
+               b.cast(scale, DType.F32) if isinstance(scale, str) else float(scale))
+    return b.cast(out, b.dtype(x))
+
+
+@op("fake_quantize_per_tensor_affine", "fake_quantize_per_tensor_affine.tensor_qparams")
+def lower_fake_quantize(b, x, scale, zero_point, quant_min, quant_max):
+    return _fake_quantize(b, x, scale, zero_point, quant_min, quant_max)
+
+
+@op("fake_quantize_per_channel_affine")
+def lower_fake_quantize_per_channel(b, x, scale, zero_point, axis, quant_min, quant_max):
+    """Each slice along `axis` with its own scale and zero point."""
+    from emmy.symbolic import var
+    from emmy.tensor_ir.ir import axis_var
+
+    axis %= b.rank(x)
+    along = [var(axis_var(axis))]
+    scale, zero_point = (b.index_map(t, b.shape(x), along) for t in (scale, zero_point))
+    return _fake_quantize(b, x, scale, zero_point, quant_min, quant_max)
 
 
 @op("angle")

@@ -18,7 +18,7 @@ from emmy.symbolic import mod, var
 from emmy.tensor_ir.builder import Builder, broadcast_shapes
 from emmy.tensor_ir.decomp.layout import axes, expand, norm_dim, reshape
 from emmy.tensor_ir.decomp.pooling import combine
-from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
+from emmy.tensor_ir.decomp.table import Decomp, Refused, TorchShaped, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
 from emmy.tensor_ir.ir import axis_var, gather_var
@@ -235,6 +235,15 @@ def lower_scatter_reduce_arg(b, x, dim, index, src, *, reduce):
     if reduce not in ("add", "multiply"):
         raise Refused(f"reduce={reduce!r}; scatter takes 'add' or 'multiply'")
     return _scatter(b, x, dim, index, src, "sum" if reduce == "add" else "prod")
+
+
+@op("index_reduce")
+def lower_index_reduce(b, x, dim, index, source, reduce, *, include_self=True):
+    """x with source's slices along `dim` reduced into the rows `index` names: scatter_reduce
+    with each slice's position spread over the slice."""
+    dim = norm_dim(dim, b.rank(source))
+    spread = b.index_map(index, b.shape(source), [var(axis_var(dim))])
+    return lower_scatter_reduce(b, x, dim, spread, source, reduce, include_self=include_self)
 
 
 @op("scatter_reduce.two")
@@ -464,22 +473,10 @@ def lower_embedding_bag(b, weight, indices, offsets, scale_grad_by_freq=False, m
         aux = (offset2bag if padding_idx is not None else None, None, None)
     else:
         aux = (offset2bag, count, max_indices if mode == 2 else count)
-    # torch's shapes for them come from its meta kernel, which with include_last_offset
-    # disagrees with its CPU kernel; where they are not these, zeros of its shape
-    want = _embedding_bag_shapes(b, weight, idx, offsets, mode, per_sample_weights,
-                                 include_last_offset, padding_idx)
-    return (out, *(a if a is not None and b.shape(a) == w else b.full(w, 0, DType.I64)
-                   for a, w in zip(aux, want)))
+    # torch's shapes for them come from its meta kernels, which with include_last_offset
+    # disagree with its CPU kernel (and with each other: export records _embedding_bag's for
+    # a weight that requires grad, _embedding_bag_forward_only's for one that does not);
+    # where they are not the graph's, zeros of its shape
+    return (out, *(TorchShaped(a, DType.I64) for a in aux))
 
 
-def _embedding_bag_shapes(b, weight, idx, offsets, mode, weights, last, padding_idx):
-    """The shapes torch.export gives embedding_bag's three bookkeeping results."""
-    import torch
-
-    from emmy.tensor_ir.torch_decomp import fake_tensors
-
-    given = [weight, idx, offsets] + ([weights] if weights is not None else [])
-    w, i, o, *p = fake_tensors([b.type(v) for v in given])
-    results = torch.ops.aten.embedding_bag.padding_idx(w, i, o, False, mode, False,
-                                                       p[0] if p else None, last, padding_idx)
-    return [tuple(t.shape) for t in results[1:]]

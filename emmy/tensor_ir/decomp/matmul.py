@@ -166,19 +166,25 @@ def lower_pdist(b, x, p=2.0):
 
 @op("einsum", opmath=True)
 def lower_einsum(b, equation, tensors, path=None):
-    """One product over every index letter (output letters first, contracted ones last)."""
-    inputs, output = _parse_einsum(equation)
+    """One product over every index letter (output letters first, contracted ones last); an
+    ellipsis stands for the leading axes it covers (the ranks are static), broadcast across
+    the operands as torch broadcasts them, and so does an axis of extent 1."""
+    inputs, output = _parse_einsum(equation, [b.rank(t) for t in tensors])
     if len(inputs) != len(tensors):
         raise Refused(f"{equation!r} names {len(inputs)} operands")
     extent: dict[str, int] = {}
     for subs, t in zip(inputs, tensors):
+        if len(subs) != b.rank(t):
+            raise Refused(f"{equation!r}: {subs!r} for an operand of rank {b.rank(t)}")
         for letter, n in zip(subs, b.shape(t)):
-            if extent.setdefault(letter, n) != n:
-                raise Refused(f"{equation!r}: broadcasting over {letter!r}")
+            if extent.setdefault(letter, n) != n and 1 not in (extent[letter], n):
+                raise Refused(f"{equation!r}: extents {extent[letter]} and {n} of {letter!r}")
+            extent[letter] = max(extent[letter], n)
     contracted = [c for c in dict.fromkeys("".join(inputs)) if c not in output]
     letters = list(output) + contracted
     shape = [extent[c] for c in letters]
-    mapped = [b.index_map(t, shape, [_axis(letters.index(c)) for c in subs])
+    mapped = [b.index_map(t, shape, [_axis(letters.index(c)) if n == extent[c] else 0
+                                     for c, n in zip(subs, b.shape(t))])
               for subs, t in zip(inputs, tensors)]
     product = mapped[0]
     for other in mapped[1:]:
@@ -186,15 +192,26 @@ def lower_einsum(b, equation, tensors, path=None):
     return b.reduce(R.SUM, product, range(len(output), len(letters)))
 
 
-def _parse_einsum(equation: str) -> tuple[list[str], str]:
+def _parse_einsum(equation: str, ranks: list[int]) -> tuple[list[str], str]:
+    """(each operand's letters, the output's), an ellipsis written out as letters the
+    equation does not use, right-aligned across the operands."""
     equation = equation.replace(" ", "")
-    if "." in equation:
-        raise Refused(f"{equation!r}: ellipsis")
     lhs, arrow, out = equation.partition("->")
     inputs = lhs.split(",")
-    if not arrow:  # implicit output: the letters used once, in alphabetical order
-        letters = "".join(inputs)
-        out = "".join(c for c in sorted(set(letters)) if letters.count(c) == 1)
-    if any(c not in string.ascii_letters for c in "".join(inputs) + out):
+    if any(c not in string.ascii_letters + "." for c in "".join(inputs) + out) or \
+            any(x.count("...") != x.count(".") / 3 or x.count("...") > 1 for x in inputs + [out]):
         raise Refused(f"cannot parse {equation!r}")
+    spare = [c for c in string.ascii_letters if c not in equation]
+    covered = [r - (len(x) - 3) if "..." in x else 0 for x, r in zip(inputs, ranks)]
+    width = max(covered, default=0)
+    if any(n < 0 for n in covered) or width > len(spare):
+        raise Refused(f"cannot parse {equation!r} for operands of ranks {ranks}")
+    dots = "".join(spare[:width])
+    inputs = [x.replace("...", dots[width - n:]) for x, n in zip(inputs, covered)]
+    if not arrow:  # implicit output: the ellipsis, then the letters used once, in order
+        letters = "".join(inputs)
+        out = dots + "".join(c for c in sorted(set(letters))
+                             if letters.count(c) == 1 and c not in dots)
+    else:
+        out = out.replace("...", dots)
     return inputs, out

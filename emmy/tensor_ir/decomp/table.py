@@ -36,6 +36,15 @@ def registrar(table: dict[str, Decomp]):
     return op
 
 
+@dataclass(frozen=True, slots=True)
+class TorchShaped:
+    """A result whose shape is whatever torch's graph says (its kernels disagree: embedding_bag's
+    bookkeeping): `value` where it has that shape, else zeros of it in `dtype`."""
+
+    value: str | None
+    dtype: object
+
+
 class Refused(Exception):
     """A decomposition does not handle these arguments (the driver reports the op and line)."""
 
