@@ -239,7 +239,7 @@ def _aliases(node) -> set:
 
 # torch's loggers that print a whole traceback for an error export then raises (an op whose
 # meta kernel refuses its inputs): the raised error is the message, once
-_EXPORT_LOGGERS = ("torch._subclasses.fake_tensor",)
+_EXPORT_LOGGERS = ("torch._subclasses.fake_tensor", "torch.fx.experimental.symbolic_shapes")
 
 
 def _export(model, inputs):
@@ -271,12 +271,18 @@ def _export(model, inputs):
 def _export_message(e: Exception) -> str:
     text = str(e).strip()
     first = text.splitlines()[0] if text else type(e).__name__
+    # torch names the user's call that raised it ("The following call raised this error:")
+    line = _source_line(text.partition("raised this error:")[2], None)
+    caused = re.search(r"Caused by: \(([^():]+):(\d+) in \w+\)", text)
+    if line is None and caused and "torch/" not in caused[1] and "_export/" not in caused[1]:
+        line = f"{caused[1].rsplit('/', 1)[-1]}:{caused[2]}"      # its path cut short
+    at = f" at {line}" if line else ""
     data_dependent = ("data-dependent" in text or "GuardOnDataDependent" in type(e).__name__
                       or "DataDependent" in text)
     if data_dependent:
-        return ("torch.export failed: the model has a data-dependent shape or control flow "
-                f"(emmy compiles static shapes only): {first}")
-    return f"torch.export failed: {type(e).__name__}: {first}"
+        return (f"torch.export failed{at}: the model has a data-dependent shape or control "
+                f"flow (emmy compiles static shapes only): {first}")
+    return f"torch.export failed{at}: {type(e).__name__}: {first}"
 
 
 def _state_value(ep, target: str):

@@ -246,7 +246,8 @@ def test_an_autocast_region_that_is_on_is_refused_with_its_line():
 
 
 def test_a_data_dependent_branch_is_refused_in_one_line(capsys):
-    """torch prints the partly traced graph on its way to the error; only the message shows."""
+    """torch prints the partly traced graph on its way to the error; only the message shows,
+    with the line that branches."""
     class Branch(nn.Module):
         def forward(self, x):
             mask = torch.triu(x.new_ones((8, 8), dtype=torch.bool), diagonal=1)
@@ -254,7 +255,21 @@ def test_a_data_dependent_branch_is_refused_in_one_line(capsys):
                 x = x.masked_fill(mask, 0.0)
             return x
 
-    with pytest.raises(UserError, match="data-dependent shape or control flow"):
+    with pytest.raises(UserError, match="data-dependent shape or control flow") as info:
         capture(Branch(), (torch.randn(8, 8),))
+    assert "at test_capture.py:" in str(info.value)            # the user's line, named
     out, err = capsys.readouterr()
     assert out == "" and err == ""
+
+
+def test_a_distribution_validating_its_arguments_is_refused_at_the_users_line(capsys):
+    """torch.distributions check their arguments with a data-dependent branch by default."""
+    from torch.distributions import Normal
+
+    class LogProb(nn.Module):
+        def forward(self, mu, log_std, x):
+            return Normal(mu, log_std.exp()).log_prob(x)
+
+    with pytest.raises(UserError, match=r"at test_capture.py:\d+: return Normal\(mu"):
+        capture(LogProb(), (torch.randn(4, 3), torch.randn(4, 3), torch.randn(4, 3)))
+    assert capsys.readouterr().err == ""
