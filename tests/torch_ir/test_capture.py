@@ -261,15 +261,3 @@ def test_a_data_dependent_branch_is_refused_in_one_line(capsys):
     out, err = capsys.readouterr()
     assert out == "" and err == ""
 
-
-def test_a_distribution_validating_its_arguments_is_refused_at_the_users_line(capsys):
-    """torch.distributions check their arguments with a data-dependent branch by default."""
-    from torch.distributions import Normal
-
-    class LogProb(nn.Module):
-        def forward(self, mu, log_std, x):
-            return Normal(mu, log_std.exp()).log_prob(x)
-
-    with pytest.raises(UserError, match=r"at test_capture.py:\d+: return Normal\(mu"):
-        capture(LogProb(), (torch.randn(4, 3), torch.randn(4, 3), torch.randn(4, 3)))
-    assert capsys.readouterr().err == ""
