@@ -58,15 +58,18 @@ class Compiled:
         self.run = "gpu" if run == "auto" and gpu_available() else \
             "eager" if run == "auto" else run
         self._gpu = None
-        # parameters and buffers as they are now (moved once to the GPU): the program's values,
-        # which later changes to the model do not reach (an integer buffer may have become
-        # index arithmetic: emmy.tensor_ir.tables)
-        self._values = {n: v.clone() for n, v in self.graph.values.items()}
+        # parameters and buffers bound once (a CPU model's copied to the GPU, or cloned where
+        # the kernels run on the CPU): an integer buffer may have become index arithmetic
+        # (emmy.tensor_ir.tables), so the program takes the model's values as they are now
         if self.run == "gpu":
             from emmy.runtime.gpu import GpuProgram
 
             self._gpu = GpuProgram(self.program)
-            self._values = {n: v.to(self._gpu.device) for n, v in self._values.items()}
+            self._values = {n: v.to(self._gpu.device) for n, v in self.graph.values.items()}
+        elif self.run == "emulate":
+            self._values = {n: v.clone() for n, v in self.graph.values.items()}
+        else:                                   # eager: the model runs itself
+            self._values = self.graph.values
         self.backend = {"gpu": "cuda (emmy kernels)",
                         "emulate": "cpu emulator (emmy kernels; for checking, not speed)",
                         "eager": "eager torch" + (" (no CUDA GPU here)" if run == "auto"

@@ -125,18 +125,23 @@ def to_numpy(dtype: DType):
 
 def tolerance(dtype: DType, *, tf32: bool = False,
               floor: DType | None = None) -> tuple[float, float]:
-    """(atol, rtol) for comparing a result of this type against a reference; `tf32`: the
-    workload lets its f32 products round operands to tf32 (10 mantissa bits, like f16);
-    `floor`: the least precise float type the model's values start in (its parameters and
-    inputs), whose tolerance a float output computed from them is held to where it is wider
-    (`(x * 3 + 1).float()` of an f16 x went through f16)."""
+    """(atol, rtol) for comparing a result of this type against a reference (of the type
+    `checked_as` gives, for `tf32` and `floor`)."""
+    return _TOLERANCE.get(checked_as(dtype, tf32=tf32, floor=floor), (0.0, 0.0))
+
+
+def checked_as(dtype: DType, *, tf32: bool = False, floor: DType | None = None) -> DType:
+    """The type whose tolerance a result of type `dtype` is held to: `tf32`, the workload lets
+    its f32 products round operands to tf32 (10 mantissa bits, like f16); `floor`, the least
+    precise float type the model's values start in (its parameters and inputs), held to where
+    its tolerance is wider (`(x * 3 + 1).float()` of an f16 x went through f16)."""
     if tf32 and dtype is DType.F32:
         dtype = DType.F16
     if floor is not None and dtype.is_float and floor.is_float and \
-            _RTOL.get(floor, 0) > _RTOL.get(dtype, 0):
+            _TOLERANCE[floor][1] > _TOLERANCE[dtype][1]:
         dtype = floor
-    return {DType.F64: (1e-9, 1e-7), DType.F32: (1e-4, 1e-4), DType.F16: (1e-2, 1e-2),
-            DType.BF16: (5e-2, 5e-2)}.get(dtype, (0.0, 0.0))
+    return dtype
 
 
-_RTOL = {DType.F64: 1e-7, DType.F32: 1e-4, DType.F16: 1e-2, DType.BF16: 5e-2}
+_TOLERANCE = {DType.F64: (1e-9, 1e-7), DType.F32: (1e-4, 1e-4), DType.F16: (1e-2, 1e-2),
+              DType.BF16: (5e-2, 5e-2)}

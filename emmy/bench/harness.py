@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from emmy.check import flatten_tensors, mended_reference, run_eager
 from emmy.cuda.program import CudaProgram
-from emmy.dtypes import DType, as_stored, to_torch, tolerance
+from emmy.dtypes import DType, as_stored, checked_as, to_torch, tolerance
 from emmy.errors import UserError
 
 DISTRIBUTIONS = ("normal", "uniform", "large")   # N(0,1), U[-1,1], N(0,1)*100
@@ -299,11 +299,8 @@ def output_tolerance(dtype: DType, *, tf32: bool = False,
     """The tolerance for an output of this dtype against a float64 reference (f32 outputs of a
     workload that allows tf32 products are held to f16's; a float output of a model whose
     values start in a less precise float type, `floor`, to that type's)."""
-    if tf32 and dtype is DType.F32:
-        dtype = DType.F16
-    atol, rtol = tolerance(dtype, floor=floor)
-    if (atol, rtol) != tolerance(dtype):
-        dtype = floor
+    dtype = checked_as(dtype, tf32=tf32, floor=floor)
+    atol, rtol = tolerance(dtype)
     stol, l2 = {DType.F64: (1e-9, 1e-10), DType.F32: (1e-3, 1e-4), DType.F16: (1e-2, 5e-3),
                 DType.BF16: (2e-2, 2e-2)}.get(dtype, (0.0, 0.0))
     return Tolerance(atol, rtol, stol, l2)

@@ -104,7 +104,7 @@ LowerNode = Callable[[Builder, Node, dict], Any]
 
 def lower_complex(b: Builder, node: Node, env: dict[str, Any], lower_node: LowerNode):
     """The value of a node that reads or makes complex values: Pairs (or tuples of them) for
-    complex results, names for real ones."""
+    complex results, names for real ones; NO_RULE for an op no rule here lowers."""
     low = _Lowering(b, node, env, lower_node)
     if node.op == "getitem":
         return low.arg(0)[node.args[1]]
@@ -119,7 +119,7 @@ def lower_complex(b: Builder, node: Node, env: dict[str, Any], lower_node: Lower
         return low.creation(_CREATION[node.op])
     if node.op in _BY_PARTS:
         return low.by_parts()
-    return low.through_torch()
+    return NO_RULE      # torch's decomposition, where it has one (emmy.tensor_ir.lower)
 
 
 class _Lowering:
@@ -283,28 +283,8 @@ class _Lowering:
         im = self.add(product(a, d), product(b_, c))
         return self.pair(re, im) if is_complex_type(self.node.type) else self.real(re)
 
-    def through_torch(self):
-        """An op without a rule here: torch's decomposition of it, where it has one."""
-        from emmy.tensor_ir import torch_decomp
 
-        types = {}
-        for r in torch_decomp.tensor_refs(self.node):
-            v = self.env.get(r)
-            types[r] = v.type if isinstance(v, Pair) else self.b.type(v) if isinstance(v, str) \
-                else None
-        expansion = torch_decomp.expand(self.node, {k: v for k, v in types.items() if v})
-        if expansion is None:
-            raise UnsupportedOp(self.node.op, source=self.node.source, detail=UNSUPPORTED)
-        local = {inp: self.env[r] for inp, r in zip(expansion.inputs,
-                                                    torch_decomp.tensor_refs(self.node))}
-        for sub in expansion.nodes:
-            try:
-                local[sub.name] = self._lower_node(self.b, sub, local)
-            except UnsupportedOp:
-                raise UnsupportedOp(self.node.op, source=self.node.source,
-                                    detail=UNSUPPORTED) from None
-        return _resolve(expansion.outputs, local)
-
+NO_RULE = object()
 
 UNSUPPORTED = ("not on complex tensors (emmy computes complex values as pairs of real ones: "
                "arithmetic, products, exp, log, sqrt, abs, angle, real, imag, polar, views, "

@@ -60,7 +60,10 @@ def lower_node(b: Builder, node: Node, env: dict[str, Any], _expanding: tuple[st
     """The Tensor IR value(s) of one node: a name, a tuple of names, or None (a complex value:
     an emmy.tensor_ir.complex.Pair)."""
     if cx.involves_complex(node, env):
-        return cx.lower_complex(b, node, env, lower_node)
+        result = cx.lower_complex(b, node, env, lower_node)
+        if result is not cx.NO_RULE:
+            return result
+        return _lower_through_torch(b, node, env, _expanding, refused=cx.UNSUPPORTED)
     decomp = REGISTRY.get(node.op)
     if decomp is None:
         return _lower_through_torch(b, node, env, _expanding)
@@ -80,24 +83,29 @@ def lower_node(b: Builder, node: Node, env: dict[str, Any], _expanding: tuple[st
     return _conform(b, node, result, halves[0] if halves else None)
 
 
-def _lower_through_torch(b: Builder, node: Node, env: dict[str, Any], expanding: tuple[str, ...]):
+def _lower_through_torch(b: Builder, node: Node, env: dict[str, Any], expanding: tuple[str, ...],
+                         refused: str | None = None):
     """An op emmy has no decomposition of: the ops torch decomposes it into, each lowered as
-    a node of the graph would be (emmy.tensor_ir.torch_decomp)."""
-    types = {r: b.type(env[r]) for r in torch_decomp.tensor_refs(node)
-             if isinstance(env.get(r), str)}
+    a node of the graph would be (emmy.tensor_ir.torch_decomp). `refused`: what to say where
+    that fails (on complex values: what emmy computes on them)."""
+    types = {}
+    for r in torch_decomp.tensor_refs(node):
+        v = env.get(r)
+        if isinstance(v, (str, cx.Pair)):
+            types[r] = v.type if isinstance(v, cx.Pair) else b.type(v)
     expansion = None if node.op in expanding else torch_decomp.expand(node, types)
     if expansion is None:
-        raise UnsupportedOp(node.op, source=node.source)
+        raise UnsupportedOp(node.op, source=node.source, detail=refused)
     local = {inp: env[r] for inp, r in zip(expansion.inputs, torch_decomp.tensor_refs(node))}
     for sub in expansion.nodes:
         try:
             local[sub.name] = lower_node(b, sub, local, expanding + (node.op,))
         except UnsupportedOp as e:
-            if e.op == node.op:
+            if e.op == node.op and not refused:
                 raise
             raise UnsupportedOp(node.op, source=node.source,
-                                detail=f"torch decomposes it into ops that include `{e.op}`, "
-                                       "which emmy does not lower") from None
+                                detail=refused or f"torch decomposes it into ops that include "
+                                                  f"`{e.op}`, which emmy does not lower") from None
     return _conform(b, node, _resolve(expansion.outputs, local), None)
 
 
@@ -137,6 +145,8 @@ def _conform(b: Builder, node: Node, result, half: DType | None):
 
 
 def _conform_one(b: Builder, node: Node, name, want: TensorType | None, half):
+    if isinstance(name, cx.Pair):       # a complex value: its parts typed as they were built
+        return name
     if isinstance(name, TorchShaped):
         if want is None and name.value is None:
             raise InternalError(f"lowering {node.op} ({node.name}): a result without a shape")
