@@ -238,12 +238,21 @@ _BINARY = [
 ]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=True)
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 100), st.integers(0, 2),
                           st.integers(0, 2)), min_size=1, max_size=7))
 def test_random_programs_of_complex_ops_match_eager(steps):
     """Chains of unary and binary ops over two complex inputs and a real one (each step's
-    result joins the values later steps pick from): the Tensor IR against eager."""
+    result joins the values later steps pick from): the Tensor IR against eager, within a
+    tolerance scaled by the output's largest magnitude (chained products reach 1e4, where a
+    part that cancels to 0, the imaginary part of z z^H's diagonal, is eager's rounding
+    residue of 1e-4 as much as emmy's exact 0)."""
+    import numpy as np
+
+    from emmy.tensor_ir.interp import run
+    from tests.tensor_ir.conftest import Fn
+
     def program(z, w, y):
         values = [z, w, y]
         for binary, which, i, j in steps:
@@ -255,4 +264,11 @@ def test_random_programs_of_complex_ops_match_eager(steps):
         return values[-1] if values[-1].is_complex() else values[-1] + 0j * values[0]
 
     torch.manual_seed(len(steps))
-    _no_complex(check_module(program, _z(4, 4), _z(4, 4), torch.randn(4, 4)))
+    args = (_z(4, 4), _z(4, 4), torch.randn(4, 4))
+    graph = capture(Fn(program), args)
+    lowered = lower(graph)
+    _no_complex(lowered)
+    (got,) = run(lowered, {p.name: a for p, a in zip(graph.inputs, args)})
+    want = as_stored(program(*args)).numpy()
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6 * scale)
