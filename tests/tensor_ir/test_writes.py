@@ -41,6 +41,10 @@ CASES = {
     "mask": "y[(x > 1) | x.isnan()] = 0",
     "mask_tensor_value": "y[x < 0] = x.amax()",
     "mask_rows": "y[x[:, 0] > 0] = -1.0",
+    # updates through a mask, rewritten as where(mask, f(x), x) (emmy/torch_ir/masked.py)
+    "mask_update": "y[x > 0] = x[x > 0] * 2",
+    "mask_augmented": "y[(x < 0) & (x > -1)] -= 1",
+    "mask_rows_update": "y[x[:, 0] > 0] *= x[1] + 1",
     "positions": "y[idx] = x[:3] + 1",
     "positions_dim1": "y[:, idx] = x[:, :3]",
     "positions_accumulate": "y.index_put_((idx,), torch.ones(12), accumulate=True)",
@@ -84,7 +88,8 @@ def test_shaped_write_matches_eager(name):
 
 
 @pytest.mark.parametrize("body, message", [
-    ("y[x > 0] = x[x > 0] * 2", "data-dependent"),
+    ("y[x > 0] = x[x > 0].cumsum(0)", "data-dependent shape .*torch.where"),
+    ("y[x > 0] = x[x < 0][:1]", "data-dependent"),
 ])
 def test_writes_needing_run_time_shapes_are_refused(body, message):
     w = Workload("w", Writes(body).eval(), (torch.randn(6, 12), IDX), source=body,

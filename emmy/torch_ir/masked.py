@@ -1,0 +1,317 @@
+"""Updates through a boolean mask, `x[mask] -= 1` or `out[mask] = y[mask] * 3 + 1`, as
+`where(mask, f(x), x)`, and reductions of masked values, `loss[labels != -100].mean()`, as
+reductions of `where(mask, f(x), 0)` (the mean divided by the mask's count; a max of the
+lowest value): torch.export records the masked values as a gather (a tensor whose length
+depends on the data), elementwise ops on it, and a write back through the same mask or a
+reduction. The result has a static shape, and the same values as computing the elementwise ops
+on every element and keeping the masked ones, so the exported graph is rewritten to that before
+it is mirrored (the gathered tensor, which emmy cannot hold, disappears).
+
+The rewrite applies where every tensor the values depend on with the data-dependent length is
+such a gather through the same mask node, and everything else they read broadcasts against the
+elements' trailing axes (constants, scalars, a row of weights)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+
+def rewrite_masked(module, checked: Callable[[Any], None]) -> None:
+    """Rewrite each masked update and masked reduction of the graph module's graph in place;
+    `checked(put)` is called on each write before it is rewritten (it raises where the write
+    may not be rewritten as a functional op: it writes into a model input, or into memory a view
+    reads afterwards)."""
+    graph = module.graph
+    candidates: set = set()
+    for node in list(graph.nodes):
+        if _masked_update(node):
+            checked(node)
+            rewrite, mask = _update, node.args[1][0]
+        else:
+            mask = _masked_reduction(node)
+            if mask is None:
+                continue
+            rewrite = _reduction
+        made: dict = {}
+        with graph.inserting_before(node):
+            new = rewrite(graph, node, mask, made)
+        node.replace_all_uses_with(new)
+        candidates |= {node, *made} | _bookkeeping(made)
+    for node in reversed(list(graph.nodes)):
+        if node in candidates and not node.users:
+            graph.erase_node(node)
+    module.recompile()
+
+
+def _update(graph, put, mask, made: dict):
+    """where(mask, f(x), x) for index_put(x, [mask], f(x[mask]))."""
+    x, value = put.args[0], put.args[2]
+    values = _full(value, mask, made, graph)
+    shape, dtype = tuple(x.meta["val"].shape), x.meta["val"].dtype
+    if values.meta["val"].dtype != dtype:
+        values = _node(graph, _aten().to.dtype, (values, dtype), {},
+                       values.meta["val"].shape, dtype, put)
+    return _node(graph, _aten().where.self, (_broadcast_mask(graph, mask, len(shape), put),
+                                             values, x), {}, shape, dtype, put)
+
+
+# reductions of a masked gather: the value the masked-off elements take
+_REDUCTIONS = {"sum": 0, "mean": 0, "amax": "lowest", "max": "lowest", "amin": "highest",
+               "min": "highest"}
+
+
+def _masked_reduction(node):
+    """The mask where `node` reduces, over the gathered axis and without keeping it, values of a
+    data-dependent length that can be computed on every element; else None."""
+    aten = _aten()
+    targets = (aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.dim,
+               aten.amax.default, aten.amin.default, aten.max.default, aten.min.default)
+    if node.op != "call_function" or node.target not in targets or not node.args:
+        return None
+    g = node.args[0]
+    mask = _mask_of(g)
+    if mask is None or not _derived(g, mask) or _reduce_args(node) is None:
+        return None
+    return mask
+
+
+def _reduce_args(node):
+    """(the gathered value's axes it reduces, its dtype argument), or None where it keeps them
+    or leaves the gathered axis."""
+    g = node.args[0]
+    rank = _val(g).dim()
+    args = list(node.args[1:])
+    dims = args[0] if args and isinstance(args[0], (list, tuple)) else node.kwargs.get("dim")
+    keepdim = args[1] if len(args) > 1 else node.kwargs.get("keepdim", False)
+    if keepdim:
+        return None
+    dims = list(range(rank)) if not dims else sorted({d % rank for d in dims})
+    if 0 not in dims:
+        return None
+    return dims, node.kwargs.get("dtype")
+
+
+def _reduction(graph, node, mask, made: dict):
+    aten = _aten()
+    g = node.args[0]
+    dims, dtype = _reduce_args(node)
+    values = _full(g, mask, made, graph)
+    k = _val(mask).dim()
+    full_dims = list(range(k)) + [d + k - 1 for d in dims if d > 0]
+    vv, out = values.meta["val"], node.meta["val"]
+    name = node.target._schema.name.split("::")[-1]
+    fill = _REDUCTIONS[name]
+    if fill != 0:
+        fill = _extreme(vv.dtype, lowest=fill == "lowest")
+    bmask = _broadcast_mask(graph, mask, vv.dim(), node)
+    kept = _node(graph, aten.where.ScalarOther, (bmask, values, fill), {}, vv.shape, vv.dtype,
+                 node)
+    if name in ("amax", "max"):
+        return _node(graph, aten.amax.default, (kept, full_dims), {}, out.shape, out.dtype, node)
+    if name in ("amin", "min"):
+        return _node(graph, aten.amin.default, (kept, full_dims), {}, out.shape, out.dtype, node)
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    total = _node(graph, aten.sum.dim_IntList, (kept, full_dims), kwargs, out.shape,
+                  out.dtype, node)
+    if name == "sum":
+        return total
+    count = _node(graph, aten.sum.default, (mask,), {}, (), _torch().int64, node)
+    per = math.prod(int(vv.shape[d + k - 1]) for d in dims if d > 0)
+    if per != 1:
+        count = _node(graph, aten.mul.Tensor, (count, per), {}, (), _torch().int64, node)
+    return _node(graph, aten.div.Tensor, (total, count), {}, out.shape, out.dtype, node)
+
+
+def _extreme(dtype, *, lowest: bool):
+    torch = _torch()
+    if dtype.is_floating_point:
+        return -math.inf if lowest else math.inf
+    if dtype == torch.bool:
+        return not lowest
+    info = torch.iinfo(dtype)
+    return info.min if lowest else info.max
+
+
+def _broadcast_mask(graph, mask, rank: int, like):
+    """The mask with an axis of one for each of the values' trailing axes."""
+    mv = mask.meta["val"]
+    trailing = rank - mv.dim()
+    if not trailing:
+        return mask
+    shape = tuple(mv.shape) + (1,) * trailing
+    return _node(graph, _aten().view.default, (mask, list(shape)), {}, shape, mv.dtype, like)
+
+
+def _mask_of(node):
+    """The mask of the first gather `node`'s data-dependent values come from, or None."""
+    seen: set = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n in seen or not _dynamic(n):
+            continue
+        seen.add(n)
+        if n.op == "call_function" and n.target is _aten().index.Tensor and \
+                isinstance(n.args[1], (list, tuple)) and len(n.args[1]) == 1 and \
+                _val(n.args[1][0]) is not None and _val(n.args[1][0]).dtype == _torch().bool:
+            return n.args[1][0]
+        if n.op == "call_function":
+            stack.extend(_tensor_args(n))
+    return None
+
+
+def _masked_update(put) -> bool:
+    """Whether `put` is `index_put(x, [mask], values)` (in place or not, not accumulating) with
+    a boolean mask over x's leading axes and values of a data-dependent length that can be
+    computed on all of x's elements."""
+    aten = _aten()
+    if put.op != "call_function" or put.target not in (aten.index_put_.default,
+                                                      aten.index_put.default):
+        return False
+    args = list(put.args) + [put.kwargs.get("accumulate", False)]
+    if len(args) < 4 or args[3] or not isinstance(args[1], (list, tuple)) or len(args[1]) != 1:
+        return False
+    x, (mask,), value = args[:3]
+    xv, mv = _val(x), _val(mask)
+    if xv is None or mv is None or mv.dtype != _torch().bool or \
+            not _static(xv.shape) or not _static(mv.shape) or \
+            tuple(mv.shape) != tuple(xv.shape[:mv.dim()]) or not _derived(value, mask):
+        return False
+    return _val(value).dim() == 1 + xv.dim() - mv.dim()
+
+
+def _derived(node, mask) -> bool:
+    """Whether `node`, a tensor of a data-dependent length, can be computed on every element:
+    a gather through `mask`, or elementwise ops of such gathers and of values that broadcast
+    against their trailing axes."""
+    val = _val(node)
+    if val is None or not val.shape or _static(val.shape[:1]) or not _static(val.shape[1:]):
+        return False
+    if _is_gather(node, mask):
+        return True
+    if not _elementwise(node):
+        return False
+    for a in _tensor_args(node):
+        av = _val(a)
+        if av is None:
+            return False
+        if _static(av.shape):
+            if av.dim() > val.dim() - 1 and not (av.dim() == val.dim() and av.shape[0] == 1):
+                return False
+        elif not _derived(a, mask):
+            return False
+    return True
+
+
+def _full(node, mask, made: dict, graph):
+    """The node computing `node` on every element (memoized in `made`: original -> new)."""
+    if _is_gather(node, mask):
+        made.setdefault(node, None)
+        return node.args[0]
+    if node in made:
+        return made[node]
+    aten_args = tuple(_full(a, mask, made, graph) if _dynamic(a) else a for a in node.args)
+    kwargs = {k: _full(v, mask, made, graph) if _dynamic(v) else v
+              for k, v in node.kwargs.items()}
+    val = _val(node)
+    shape = tuple(mask.meta["val"].shape) + tuple(val.shape[1:])
+    new = _node(graph, _functional_twin(node.target), aten_args, kwargs, shape, val.dtype, node)
+    made[node] = new
+    return new
+
+
+def _bookkeeping(made: dict) -> set:
+    """What export hangs on the gathered values, to go with them: their lengths' symbolic-size
+    nodes (sym_size, comparisons, runtime asserts) and metadata asserts."""
+    out: set = set()
+    stack = [u for n in made for u in n.users if u.op == "call_function" and
+             ("sym_size" in str(u.target) or "_assert" in str(u.target))]
+    while stack:
+        n = stack.pop()
+        if n not in out:
+            out.add(n)
+            stack.extend(n.users)
+    return out
+
+
+def _node(graph, target, args, kwargs, shape, dtype, like):
+    import torch
+
+    new = graph.call_function(target, tuple(args), dict(kwargs))
+    new.meta["val"] = torch.empty(tuple(int(s) for s in shape), dtype=dtype, device="meta")
+    if "stack_trace" in like.meta:
+        new.meta["stack_trace"] = like.meta["stack_trace"]
+    return new
+
+
+def _is_gather(node, mask) -> bool:
+    aten = _aten()
+    return getattr(node, "op", None) == "call_function" and node.target is aten.index.Tensor \
+        and isinstance(node.args[1], (list, tuple)) and len(node.args[1]) == 1 and \
+        _same(node.args[1][0], mask)
+
+
+def _same(a, b) -> bool:
+    """Whether two arguments compute the same value: the same node, or the same op on the same
+    arguments (`y[x > 0] = x[x > 0] * 2` computes its mask twice)."""
+    if a is b:
+        return True
+    if hasattr(a, "op") and hasattr(b, "op"):
+        seeded = _torch().Tag.nondeterministic_seeded in getattr(a.target, "tags", ())
+        return a.op == b.op == "call_function" and a.target is b.target and not seeded and \
+            len(a.args) == len(b.args) and all(_same(p, q) for p, q in zip(a.args, b.args)) \
+            and a.kwargs.keys() == b.kwargs.keys() and \
+            all(_same(a.kwargs[k], b.kwargs[k]) for k in a.kwargs)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(p, q) for p, q in zip(a, b))
+    if hasattr(a, "op") or hasattr(b, "op"):
+        return False
+    return type(a) is type(b) and a == b
+
+
+def _elementwise(node) -> bool:
+    torch = _torch()
+    target = node.target
+    if node.op != "call_function" or not hasattr(target, "_schema"):
+        return False
+    return torch.Tag.pointwise in target.tags or target in (
+        _aten().to.dtype, _aten()._to_copy.default, _aten().type_as.default)
+
+
+def _functional_twin(target):
+    """`sub_.Tensor` -> `sub.Tensor` (the gathered values it updates in place are a copy)."""
+    name = target._schema.name.split("::")[-1]
+    if not name.endswith("_"):
+        return target
+    return getattr(getattr(_aten(), name[:-1]), target._overloadname)
+
+
+def _tensor_args(node) -> list:
+    return [a for a in (*node.args, *node.kwargs.values()) if hasattr(a, "meta")]
+
+
+def _dynamic(a) -> bool:
+    v = _val(a) if hasattr(a, "meta") else None
+    return v is not None and not _static(v.shape)
+
+
+def _val(node):
+    v = getattr(node, "meta", {}).get("val")
+    return v if hasattr(v, "shape") and hasattr(v, "dtype") else None
+
+
+def _static(shape) -> bool:
+    return all(isinstance(s, int) for s in shape)
+
+
+def _aten():
+    import torch
+
+    return torch.ops.aten
+
+
+def _torch():
+    import torch
+
+    return torch
