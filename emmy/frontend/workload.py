@@ -5,7 +5,9 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
+import sys
 import traceback
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -377,7 +379,12 @@ def _exec_with_overrides(path: Path, overrides: dict) -> dict:
     import torch
 
     torch.manual_seed(0)
-    namespace: dict = {"__name__": "__emmy_workload__", "__file__": str(path)}
+    # a module of its own, importable by name while it runs (torch.export imports the module of
+    # a function it traces by name: flex_attention's score_mod)
+    module = types.ModuleType("__emmy_workload__")
+    module.__file__ = str(path)
+    sys.modules[module.__name__] = module
+    namespace: dict = module.__dict__
     tree = ast.parse(path.read_text(), filename=str(path))
     # Run statement by statement so an override applies right after the assignment it replaces,
     # and later module-level code (derived sizes) sees the new value.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from emmy.dtypes import from_torch
 from emmy.errors import UserError
 from emmy.torch_ir.ir import Arg, Graph, InputKind, Node, Placeholder, Ref, TensorType
+from emmy.torch_ir.masked import rewrite_masked
 
 _KINDS = {"PARAMETER": InputKind.PARAM, "BUFFER": InputKind.BUFFER,
           "CONSTANT_TENSOR": InputKind.CONSTANT, "USER_INPUT": InputKind.INPUT}
@@ -25,7 +27,7 @@ def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | Non
     writes into a view or a tensor read again (`y[:, 0] = 1`, `y[mask] = 0`) is mirrored
     functionalized: torch rewrites each such write as a whole new tensor (slice_scatter,
     select_scatter, index_put, ...) and later reads read it."""
-    ep = _export(model, inputs)
+    ep = _export(model, inputs, origin)
     try:
         return _mirror(ep, name, origin, tf32)
     except _SharedWrite as e:
@@ -71,6 +73,10 @@ def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
             placeholders.append(ph)
             if kind is not InputKind.INPUT:
                 values[ph.name] = _state_value(ep, spec.target).detach()
+    for module in ep.graph_module.modules():
+        if hasattr(module, "graph"):
+            order = {n: i for i, n in enumerate(module.graph.nodes)}
+            rewrite_masked(module, lambda put: _functional(put, order, origin))
     _calls(ep.graph_module, names, nodes, origin)
     returned = next(n for n in ep.graph.nodes if n.op == "output").args[0]
     outputs = tuple(Ref(names.get(r.name, r.name)) for r in _flatten_outputs(returned))
@@ -110,7 +116,7 @@ def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None)
             raise UserError(f"`{op_name(fx_node.target)}`{at}: {e}") from None
         nodes.append(Node(name=names.get(fx_node.name, fx_node.name),
                           op=_functional(fx_node, order, origin), args=args, kwargs=kwargs,
-                          type=_value_type(fx_node.meta.get("val"), fx_node.name),
+                          type=_value_type(fx_node.meta.get("val"), fx_node.name, source),
                           source=source))
 
 
@@ -174,6 +180,8 @@ def op_name(target: Any) -> str:
     named: `prims.where.default` -> "prims.where"."""
     if getattr(target, "__name__", None) == "getitem" and not hasattr(target, "_schema"):
         return "getitem"
+    if getattr(target, "__module__", None) == "torch._functorch.predispatch":
+        return "torch.vmap"        # its batching calls (flex_attention builds its masks so)
     name = getattr(target, "_name", None) or str(target)  # "aten::add.Tensor"
     ns, _, name = name.rpartition("::")
     overload = getattr(target, "_overloadname", "default")
@@ -220,7 +228,13 @@ def _is_view(fx_node) -> bool:
     if schema is None or not schema.returns or not fx_node.args:
         return False
     alias = schema.returns[0].alias_info
-    return alias is not None and not alias.is_write and hasattr(fx_node.args[0], "op")
+    if alias is None or alias.is_write or not hasattr(fx_node.args[0], "op"):
+        return False
+    if schema.name in ("aten::to", "aten::type_as"):     # a copy where the type or device changes
+        new, old = fx_node.meta.get("val"), fx_node.args[0].meta.get("val")
+        return getattr(new, "dtype", None) == getattr(old, "dtype", None) and \
+            getattr(new, "device", None) == getattr(old, "device", None)
+    return True
 
 
 def _aliases(node) -> set:
@@ -242,7 +256,7 @@ def _aliases(node) -> set:
 _EXPORT_LOGGERS = ("torch._subclasses.fake_tensor", "torch.fx.experimental.symbolic_shapes")
 
 
-def _export(model, inputs):
+def _export(model, inputs, origin: str | None = None):
     import contextlib
     import io
     import logging
@@ -255,20 +269,99 @@ def _export(model, inputs):
     # branch) stays out of the terminal: the raised error is the message
     printed = io.StringIO()
     with warnings.catch_warnings(), contextlib.redirect_stdout(printed), \
-            contextlib.redirect_stderr(printed):
+            contextlib.redirect_stderr(printed), _state_kept(model), _arguments_unvalidated():
         warnings.simplefilter("ignore")
         try:
             for lg in loggers:
                 lg.setLevel(logging.CRITICAL)
             return torch.export.export(model, tuple(inputs))
         except Exception as e:  # torch's own error types vary by version
-            raise UserError(_export_message(e)) from None
+            message = _export_message(e, origin)
         finally:
             for lg, level in zip(loggers, levels):
                 lg.setLevel(level)
+    raise UserError(_reshaped_input(model, inputs, origin) or message)
 
 
-def _export_message(e: Exception) -> str:
+@contextlib.contextmanager
+def _state_kept(model):
+    """The model's attributes as they were before: a forward that keeps a statistic on the module
+    (RevIN's `self.mean = x.mean(...)`) leaves torch.export's fake tensors there otherwise,
+    which no later copy or run of the model can read."""
+    import torch
+
+    modules = list(model.modules()) if isinstance(model, torch.nn.Module) else []
+    saved = [(m, dict(vars(m)), dict(m._parameters), dict(m._buffers)) for m in modules]
+    try:
+        yield
+    finally:
+        for m, attrs, params, buffers in saved:
+            for key in set(vars(m)) - set(attrs):
+                delattr(m, key)
+            vars(m).update(attrs)
+            m._parameters.clear()
+            m._parameters.update(params)
+            m._buffers.clear()
+            m._buffers.update(buffers)
+
+
+@contextlib.contextmanager
+def _arguments_unvalidated():
+    """torch.distributions' argument checks off while exporting: they only raise (in eager, where
+    the check runs the model, they still do), and each is a data-dependent branch to export
+    (`Normal(loc, scale)` checks that every scale is positive)."""
+    from torch.distributions import Distribution
+
+    before = Distribution._validate_args
+    Distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        Distribution.set_default_validate_args(before)
+
+
+# in-place ops that change a tensor's shape or strides, not its values
+_RESHAPING = frozenset({"unsqueeze_", "squeeze_", "transpose_", "t_", "swapdims_", "swapaxes_",
+                        "resize_", "resize_as_", "as_strided_", "set_"})
+
+
+def _reshaped_input(model, inputs, origin: str | None) -> str | None:
+    """Why export failed where torch's error does not say (an IndexError from its guards): a model
+    that reshapes one of its inputs in place (`min_p.unsqueeze_(1)`), found by running it
+    eagerly on copies of the inputs."""
+    import traceback
+
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    copies = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    ids = {id(x) for x in copies if isinstance(x, torch.Tensor)}
+
+    class Watch(TorchFunctionMode):
+        found: str | None = None
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = getattr(func, "__name__", "")
+            if name in _RESHAPING and args and id(args[0]) in ids and Watch.found is None:
+                frames = [f for f in traceback.extract_stack()
+                          if origin is None or f.filename == origin]
+                at = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}: " \
+                     f"{(frames[-1].line or '').strip()}" if frames else ""
+                Watch.found = (f"in-place `{name}`{at} reshapes a model input; emmy compiles "
+                               "functional programs (use the out-of-place op)")
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with torch.no_grad(), Watch():
+            model(*copies)
+    except Exception:       # the model's own failure is the check's to report
+        pass
+    return Watch.found
+
+
+def _export_message(e: Exception, origin: str | None = None) -> str:
+    import traceback
+
     text = str(e).strip()
     first = text.splitlines()[0] if text else type(e).__name__
     # torch names the user's call that raised it ("The following call raised this error:")
@@ -276,6 +369,9 @@ def _export_message(e: Exception) -> str:
     caused = re.search(r"Caused by: \(([^():]+):(\d+) in \w+\)", text)
     if line is None and caused and "torch/" not in caused[1] and "_export/" not in caused[1]:
         line = f"{caused[1].rsplit('/', 1)[-1]}:{caused[2]}"      # its path cut short
+    mine = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == origin]
+    if line is None and mine:       # raised while tracing the user's own code
+        line = f"{origin.rsplit('/', 1)[-1]}:{mine[-1].lineno}: {(mine[-1].line or '').strip()}"
     at = f" at {line}" if line else ""
     data_dependent = ("data-dependent" in text or "GuardOnDataDependent" in type(e).__name__
                       or "DataDependent" in text)
@@ -291,7 +387,7 @@ def _state_value(ep, target: str):
     return ep.constants[target]
 
 
-def _tensor_type(val: Any, what: str) -> TensorType:
+def _tensor_type(val: Any, what: str, source: str | None = None) -> TensorType:
     import torch
 
     if not isinstance(val, torch.Tensor):
@@ -300,8 +396,12 @@ def _tensor_type(val: Any, what: str) -> TensorType:
     shape = []
     for s in val.shape:
         if not isinstance(s, int):
-            raise UserError(f"`{what}` has a data-dependent shape {tuple(val.shape)}; emmy "
-                            "compiles static shapes only")
+            at = f" at {source}" if source else ""
+            raise UserError(f"`{what}`{at} has a data-dependent shape {tuple(val.shape)}; emmy "
+                            "compiles static shapes only (a boolean mask's selection `x[mask]`, "
+                            "`nonzero` or one-argument `where` has as many elements as the "
+                            "data selects: `torch.where(mask, x, other)` or `x * mask` keeps "
+                            "the shape)")
         shape.append(s)
     try:
         dtype = from_torch(val.dtype)
@@ -310,12 +410,13 @@ def _tensor_type(val: Any, what: str) -> TensorType:
     return TensorType(tuple(shape), dtype)
 
 
-def _value_type(val: Any, what: str) -> TensorType | tuple[TensorType, ...] | None:
+def _value_type(val: Any, what: str,
+                source: str | None = None) -> TensorType | tuple[TensorType, ...] | None:
     if val is None:
         return None
     if isinstance(val, (tuple, list)):
-        return tuple(_tensor_type(v, what) for v in val if v is not None)
-    return _tensor_type(val, what) if hasattr(val, "shape") else None
+        return tuple(_tensor_type(v, what, source) for v in val if v is not None)
+    return _tensor_type(val, what, source) if hasattr(val, "shape") else None
 
 
 def _readable_names(ep, sig) -> dict[str, str]:

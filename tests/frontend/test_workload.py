@@ -46,6 +46,16 @@ def test_file_builds_model_and_inputs(tmp_path):
     assert not w.model.training
 
 
+def test_the_file_runs_as_a_module_importable_by_name(tmp_path):
+    """torch.export imports the module of a function it traces by name (flex_attention's
+    score_mod): the file's module is registered while its model is used."""
+    import importlib
+
+    w = load_file(write(tmp_path, GOOD))
+    module = importlib.import_module(type(w.model).__module__)
+    assert module.Model is type(w.model) and module.dim == 16
+
+
 def test_set_overrides_a_constant_before_the_model_is_built(tmp_path):
     w = load_file(write(tmp_path, GOOD), parse_sets(["batch_size=2", "dim=4"]))
     assert tuple(w.inputs[0].shape) == (2, 4)

@@ -261,3 +261,83 @@ def test_a_data_dependent_branch_is_refused_in_one_line(capsys):
     out, err = capsys.readouterr()
     assert out == "" and err == ""
 
+
+
+def test_a_forward_that_keeps_state_on_the_module_leaves_it_as_it_was():
+    """RevIN keeps its statistics on the module in forward: export must not leave its fake
+    tensors there (a later copy or run of the model could not read them)."""
+    import copy
+
+    class RevIN(nn.Module):
+        def forward(self, x):
+            self.mean = x.mean(1, keepdim=True).detach()
+            return x - self.mean
+
+    model = RevIN()
+    capture(model, (torch.randn(2, 8),))
+    assert not hasattr(model, "mean")
+    copy.deepcopy(model)
+    model(torch.randn(2, 8))
+    capture(model, (torch.randn(2, 8),))
+    assert type(model.mean) is torch.Tensor and model.mean.shape == (2, 1)
+
+
+def test_distributions_argument_checks_do_not_stop_export():
+    """`Normal(loc, scale)` checks its arguments (a data-dependent branch) by default; export
+    runs without the checks, and the default is as it was afterwards."""
+    from torch.distributions import Categorical, Distribution, Normal, StudentT
+
+    class Likelihoods(nn.Module):
+        def forward(self, mu, sigma, logits, y):
+            return (Normal(mu, sigma).log_prob(y), StudentT(3.0, mu, sigma).log_prob(y),
+                    Categorical(logits=logits).entropy())
+
+    before = Distribution._validate_args
+    g = capture(Likelihoods(), (torch.randn(4), torch.rand(4) + 0.5, torch.randn(4, 3),
+                                torch.randn(4)))
+    assert len(g.outputs) == 3 and Distribution._validate_args == before
+
+
+def test_an_in_place_op_after_a_type_change_is_on_a_copy():
+    """`x = x.to(torch.float)` of a bf16 input is a new tensor: `x.div_(t)` writes into it, not
+    into the input (vLLM's sampler)."""
+    class Sampler(nn.Module):
+        def forward(self, logits, t):
+            logits = logits.to(torch.float)
+            logits.div_(t.unsqueeze(1))
+            return logits
+
+    g = capture(Sampler(), (torch.randn(3, 8).bfloat16(), torch.rand(3) + 0.5))
+    assert "div.Tensor" in [n.op for n in g.nodes]
+
+    class Same(nn.Module):          # the same type: `to` returns the input itself
+        def forward(self, logits, t):
+            logits = logits.to(torch.float)
+            logits.div_(t.unsqueeze(1))
+            return logits
+
+    with pytest.raises(UserError, match="writes into a model input"):
+        capture(Same(), (torch.randn(3, 8), torch.rand(3) + 0.5))
+
+
+def test_an_input_reshaped_in_place_is_named_with_its_line():
+    """torch.export fails with an IndexError of its own on `min_p.unsqueeze_(1)`; the message
+    says what the model did, and where."""
+    class MinP(nn.Module):
+        def forward(self, probs, min_p):
+            return probs * min_p.unsqueeze_(dim=1)
+
+    with pytest.raises(UserError, match=r"in-place `unsqueeze_` at test_capture.py:\d+: "
+                                        r"return probs \* min_p.unsqueeze_\(dim=1\) reshapes a "
+                                        "model input"):
+        capture(MinP(), (torch.rand(3, 8), torch.rand(3)), origin=__file__)
+
+
+def test_vmap_is_named_as_such():
+    """flex_attention builds its block mask with torch.vmap: the refusal names vmap, not
+    torch's internal batching helpers."""
+    from emmy.torch_ir.capture import op_name
+
+    from torch._functorch import predispatch
+
+    assert op_name(predispatch._add_batch_dim) == "torch.vmap"
