@@ -39,6 +39,12 @@ CASES = {
     "bilinear_fraction": (nn.Upsample(scale_factor=1.5, mode="bilinear"), (1, 2, 4, 6)),
     "bilinear_same_size": (nn.Upsample(size=(4, 6), mode="bilinear"), (1, 2, 4, 6)),
     "linear1d": (nn.Upsample(scale_factor=3, mode="linear"), (2, 2, 5)),
+    # a scale factor whose output is not extent * scale: torch maps by 1/scale (pix2pixHD's
+    # 0.5 on an odd size, 15 -> 7 reading 2o + 1/2)
+    "bilinear_half_odd": (nn.Upsample(scale_factor=0.5, mode="bilinear"), (1, 2, 15, 9)),
+    "bilinear_three_halves": (nn.Upsample(scale_factor=1.5, mode="bilinear"), (1, 2, 7, 5)),
+    "nearest_half_odd": (nn.Upsample(scale_factor=0.5), (1, 2, 9, 15)),
+    "nearest_fraction_down": (nn.Upsample(scale_factor=0.6), (1, 2, 9, 7)),
     "trilinear": (nn.Upsample(scale_factor=2, mode="trilinear"), (1, 1, 2, 3, 2)),
 }
 

@@ -151,12 +151,21 @@ def _nearest_index(extent: int, out: int, scale: float | None, bounds, o: Lin, n
     s = np.float32(1.0 / scale) if scale else np.float32(extent) / np.float32(out)
     dst = np.arange(out, dtype=np.float32)
     want = np.minimum(np.floor(dst * s).astype(np.int64), extent - 1)
-    # o // scale for a whole scale factor, else o * extent // out
-    num, den = (1, int(scale)) if scale and float(scale).is_integer() else (extent, out)
+    num, den = _ratio(s, extent, out, scale)           # o * num // den
     if not np.array_equal(want, np.minimum(np.arange(out) * num // den, extent - 1)):
         raise Refused(f"{name}: scale {scale or out / extent:g} from {extent} to {out} is not a "
                       "ratio emmy can index exactly")
     return mod(floordiv(o * num, den, bounds), extent, bounds)
+
+
+def _ratio(s: np.float32, extent: int, out: int, scale) -> tuple[int, int]:
+    """The source-position scale as a ratio of integers (num, den): 1/scale where a scale factor
+    was given (torch maps with it, not with extent/out: 0.5 on 15 is 2 from 7 outputs), else
+    extent/out; the callers check it against torch's float computation."""
+    if not scale:
+        return extent, out
+    ratio = Fraction(float(s)).limit_denominator(1 << 16)
+    return ratio.numerator, ratio.denominator
 
 
 def _register(n: int) -> None:
@@ -194,14 +203,16 @@ def _linear_source(extent: int, out: int, align_corners: bool, scale) -> np.floa
     return np.float32(1.0 / scale) if scale else np.float32(extent) / np.float32(out)
 
 
-def _linear_taps(extent: int, out: int, align_corners: bool, s: np.float32, name: str):
+def _linear_taps(extent: int, out: int, align_corners: bool, s: np.float32, name: str,
+                 scale=None):
     """(num, den, shift): the first of the two positions each output reads, as
     (o*num + shift) // den - 1, checked to cover the positions torch interpolates between."""
     o = np.arange(out)
     if align_corners:
         num, den, shift = extent - 1, max(out - 1, 1), max(out - 1, 1)
-    else:             # floor((o + 1/2) * extent/out - 1/2), one below where that is negative
-        num, den, shift = 2 * extent, 2 * out, extent + out
+    else:             # floor((o + 1/2) * p/q - 1/2), one below where that is negative
+        p, q = _ratio(s, extent, out, scale)
+        num, den, shift = 2 * p, 2 * q, p + q
     first = (o * num + shift) // den - 1
     real = (s * (o.astype(np.float32) + np.float32(0.5)) - np.float32(0.5)) if not align_corners \
         else s * o.astype(np.float32)
@@ -228,7 +239,7 @@ def linear_resize(b: Builder, x: str, n: int, name: str, output_size, align_corn
     weights = []
     for i, (extent, out, scale) in enumerate(sizes):
         s = _linear_source(extent, out, bool(align_corners), scale)
-        num, den, shift = _linear_taps(extent, out, bool(align_corners), s, name)
+        num, den, shift = _linear_taps(extent, out, bool(align_corners), s, name, scale)
         o, t = var(axis_var(lead + i)), var(axis_var(lead + n + i))
         index.append(mod(floordiv(o * num + shift, den, bounds) - 1 + t, extent, bounds))
         # the tap's weight, from the positions as values
