@@ -288,7 +288,7 @@ NO_RULE = object()
 
 UNSUPPORTED = ("not on complex tensors (emmy computes complex values as pairs of real ones: "
                "arithmetic, products, exp, log, sqrt, abs, angle, real, imag, polar, views, "
-               "sums and indexing)")
+               "sums, indexing, torch.fft's transforms and stft)")
 
 
 def _resolve(a, env):
@@ -512,6 +512,75 @@ def _complex(low: _Lowering):
     return low.pair(low.arg(0), low.arg(1))
 
 
+def _stft(low: _Lowering):
+    """torch.stft of a real signal (emmy.tensor_ir.decomp.spectral)."""
+    from emmy.tensor_ir.decomp.spectral import stft_parts
+    from emmy.tensor_ir.decomp.table import Refused
+
+    x = low.arg(0)
+    if isinstance(x, Pair):
+        raise UnsupportedOp("stft", source=low.node.source, detail="of a complex signal")
+    names = ("hop_length", "win_length", "window", "normalized", "onesided", "return_complex",
+             "align_to_window")
+    given = [low.arg(i + 2, low.kwarg(k)) for i, k in enumerate(names)]
+    hop, win, window, normalized, onesided, _, align = given
+    try:
+        re, im = stft_parts(low.b, x, low.component(), low.arg(1), hop, win, window,
+                            bool(normalized), onesided, align)
+    except Refused as e:
+        raise UnsupportedOp("stft", source=low.node.source, detail=e.detail) from None
+    return low.pair(re, im)
+
+
+def _fft(low: _Lowering, kind: str, suffix: str):
+    """torch.fft's transforms (emmy.tensor_ir.decomp.spectral): `kind` rfft, fft, ifft or
+    irfft, along one axis, the last two (`suffix` "2") or several ("n"), as torch composes
+    them: rfftn is rfft along the last axis then fft along the others, irfftn ifft along all
+    but the last then irfft."""
+    from emmy.tensor_ir.decomp import spectral
+    from emmy.tensor_ir.decomp.table import Refused
+
+    b = low.b
+    re, im = low.parts(0)
+    rank = len(b.shape(re))
+    sizes, dims = low.arg(1), low.arg(2, {"": -1, "2": (-2, -1), "n": None}[suffix])
+    if not suffix:
+        sizes, dims = (sizes,), (dims,)
+    elif dims is None:
+        dims = tuple(range(rank - len(sizes), rank)) if sizes else tuple(range(rank))
+    dims = tuple(d % rank for d in dims)
+    sizes = tuple(sizes) if sizes else (None,) * len(dims)
+    norm, dtype = low.arg(3), low.component()
+
+    def along(re, im, dim, n, how):
+        length = b.shape(re)[dim]
+        if how == "irfft":
+            n = n or 2 * (length - 1)
+            return spectral.hermitian_inverse(
+                b, re, im if im is not None else b.full(b.shape(re), 0.0, dtype), dim, n,
+                scale=spectral.norm_scale(norm, n, inverse=True), dtype=dtype), None
+        n = n or length
+        inverse = how == "ifft"
+        return spectral.dft(b, re, im, dim, n, n // 2 + 1 if how == "rfft" else n,
+                            inverse=inverse, scale=spectral.norm_scale(norm, n, inverse=inverse),
+                            dtype=dtype)
+    try:
+        if kind == "rfft":
+            re, im = along(re, None, dims[-1], sizes[-1], "rfft")
+            for d, n in zip(dims[:-1], sizes[:-1]):
+                re, im = along(re, im, d, n, "fft")
+        elif kind == "irfft":
+            for d, n in zip(dims[:-1], sizes[:-1]):
+                re, im = along(re, im, d, n, "ifft")
+            return low.real(along(re, im, dims[-1], sizes[-1], "irfft")[0])
+        else:
+            for d, n in zip(dims, sizes):
+                re, im = along(re, im, d, n, kind)
+    except Refused as e:
+        raise UnsupportedOp(low.node.op, source=low.node.source, detail=e.detail) from None
+    return low.pair(re, im)
+
+
 def _cast(low: _Lowering):
     """A cast to a complex type (the imaginary part 0 from a real value), between complex
     types, or from a complex type to a real one (torch keeps the real part)."""
@@ -543,7 +612,9 @@ _RULES: dict[str, Callable[[_Lowering], Any]] = {
     "real": _real, "imag": _imag, "view_as_real": _view_as_real,
     "view_as_complex": _view_as_complex, "polar": _polar, "complex": _complex,
     "to.dtype": _cast, "_to_copy": _cast, "to.dtype_layout": _cast, "type_as": _cast,
-    "to.device": _same,
+    "to.device": _same, "stft": _stft,
+    **{f"fft_{kind}{suffix}": (lambda low, kind=kind, suffix=suffix: _fft(low, kind, suffix))
+       for kind in ("rfft", "irfft", "fft", "ifft") for suffix in ("", "2", "n")},
     "eq.Tensor": lambda low: _equal(low, False), "eq.Scalar": lambda low: _equal(low, False),
     "ne.Tensor": lambda low: _equal(low, True), "ne.Scalar": lambda low: _equal(low, True),
 }

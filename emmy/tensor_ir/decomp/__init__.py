@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from emmy.tensor_ir.decomp import (activations, attention, conv, creation, elementwise, indexing,
                                    layout, losses, matmul, norms, pooling, reductions, resample,
-                                   scans, softmax)
+                                   scans, softmax, spectral)
 from emmy.tensor_ir.decomp.table import Decomp
 
 FAMILIES = (elementwise, activations, creation, layout, indexing, reductions, softmax, norms,
-            matmul, attention, scans, losses, pooling, conv, resample)
+            matmul, attention, scans, losses, pooling, conv, resample, spectral)
 
 
 def _merge() -> dict[str, Decomp]:
