@@ -55,7 +55,7 @@ class OutputError:
     name: str
     dtype: str
     max_abs: float
-    max_rel: float
+    max_rel: float                    # over elements of the reference at least atol in size
     rel_l2: float                     # ||out - ref|| / ||ref||
     atol: float
     rtol: float
@@ -345,7 +345,8 @@ def compare_output(name: str, dtype: DType, got, expected, own=None, *,
     bad_mask = diff > tol.atol + tol.rtol * scale + tol.stol * rms
     bad = int(bad_mask.sum())
     max_abs = float(diff.max())
-    max_rel = float(torch.where(diff == 0, 0.0, diff / scale.clamp_min(1e-30)).max())
+    max_rel = float(torch.where((diff == 0) | (scale < max(tol.atol, 1e-30)), 0.0,   # see check
+                                diff / scale.clamp_min(1e-30)).max())
     rel_l2 = _rel_l2(val, ref, same)
     ok = bad == 0 and rel_l2 <= tol.l2
     worst = _worst(bad_mask, diff, val, ref) if bad else ""
