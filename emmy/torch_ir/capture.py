@@ -211,7 +211,9 @@ def _functional(fx_node, order, origin: str | None) -> str:
     shared = _aliases(fx_node.args[0])
     if any(getattr(n, "op", None) == "placeholder" for n in shared):
         raise UserError(f"in-place `{name}`{at} writes into a model input, parameter or buffer; emmy "
-                        "compiles functional programs (use the out-of-place op)")
+                        "compiles functional programs, which change nothing but their outputs "
+                        "(use the out-of-place op, or write into a copy made first: "
+                        "`cache = cache.clone()`, and return it)")
     later = [(n, u) for n in shared for u in n.users
              if u is not fx_node and order[u] > order[fx_node]]
     if later:

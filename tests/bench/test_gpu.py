@@ -372,6 +372,25 @@ def test_gpu_complex_rotary_and_complex_outputs_pass_the_harness():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("expr", [
+    "torch.stft(torch.randn(4, 22050), 1024, hop_length=256, window=torch.hann_window(1024), "
+    "return_complex=True).abs()",
+    "torch.fft.irfft(torch.fft.rfft(torch.randn(8, 4096), n=8192) * "
+    "torch.fft.rfft(torch.randn(8, 4096), n=8192), n=8192)[..., :4096]",
+    "torch.fft.rfft2(torch.randn(4, 8, 64, 64)).abs()",
+])
+def test_gpu_fourier_transforms_pass_the_harness(expr):
+    """Fourier transforms as sums of products against the DFT basis (a second of audio's STFT
+    magnitudes at n_fft 1024; S4's FFT convolution; a 2-D spectrum) through the GPU harness."""
+    from emmy.bench.harness import check_program
+
+    workload = load_expr(expr)
+    stages = compile_to(workload, "cuda", Options())
+    result = check_program(workload, stages["torch"], stages["cuda"], device="gpu")
+    assert result.verdict == "ok" and len(result.cases) == 6, result
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("expr", [
     "F.interpolate(torch.randn(2, 16, 64, 48), size=(24, 20), mode='bicubic', antialias=True)",
     "F.interpolate(torch.randn(2, 16, 64, 48), scale_factor=0.3, mode='bilinear', "
     "antialias=True)",
