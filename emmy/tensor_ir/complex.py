@@ -543,14 +543,15 @@ def _fft(low: _Lowering, kind: str, suffix: str):
     b = low.b
     re, im = low.parts(0)
     rank = len(b.shape(re))
-    sizes, dims = low.arg(1), low.arg(2, {"": -1, "2": (-2, -1), "n": None}[suffix])
+    sizes = low.arg(1, low.kwarg("s" if suffix else "n"))
+    dims = low.arg(2, low.kwarg("dim", {"": -1, "2": (-2, -1), "n": None}[suffix]))
     if not suffix:
         sizes, dims = (sizes,), (dims,)
     elif dims is None:
         dims = tuple(range(rank - len(sizes), rank)) if sizes else tuple(range(rank))
     dims = tuple(d % rank for d in dims)
     sizes = tuple(sizes) if sizes else (None,) * len(dims)
-    norm, dtype = low.arg(3), low.component()
+    norm, dtype = low.arg(3, low.kwarg("norm")), low.component()
 
     def along(re, im, dim, n, how):
         length = b.shape(re)[dim]

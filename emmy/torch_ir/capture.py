@@ -259,7 +259,6 @@ _EXPORT_LOGGERS = ("torch._subclasses.fake_tensor", "torch.fx.experimental.symbo
 
 
 def _export(model, inputs, origin: str | None = None):
-    import contextlib
     import io
     import logging
 
@@ -347,14 +346,13 @@ def _reshaped_input(model, inputs, origin: str | None) -> str | None:
             if name in _RESHAPING and args and id(args[0]) in ids and Watch.found is None:
                 frames = [f for f in traceback.extract_stack()
                           if origin is None or f.filename == origin]
-                at = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}: " \
-                     f"{(frames[-1].line or '').strip()}" if frames else ""
+                at = f" at {_frame_line(frames[-1])}" if frames else ""
                 Watch.found = (f"in-place `{name}`{at} reshapes a model input; emmy compiles "
                                "functional programs (use the out-of-place op)")
             return func(*args, **(kwargs or {}))
 
     try:
-        with torch.no_grad(), Watch():
+        with torch.no_grad(), _state_kept(model), Watch():
             model(*copies)
     except Exception:       # the model's own failure is the check's to report
         pass
@@ -373,7 +371,7 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
         line = f"{caused[1].rsplit('/', 1)[-1]}:{caused[2]}"      # its path cut short
     mine = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == origin]
     if line is None and mine:       # raised while tracing the user's own code
-        line = f"{origin.rsplit('/', 1)[-1]}:{mine[-1].lineno}: {(mine[-1].line or '').strip()}"
+        line = _frame_line(mine[-1])
     at = f" at {line}" if line else ""
     data_dependent = ("data-dependent" in text or "GuardOnDataDependent" in type(e).__name__
                       or "DataDependent" in text)
@@ -381,6 +379,11 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
         return (f"torch.export failed{at}: the model has a data-dependent shape or control "
                 f"flow (emmy compiles static shapes only): {first}")
     return f"torch.export failed{at}: {type(e).__name__}: {first}"
+
+
+def _frame_line(frame) -> str:
+    """A traceback frame as `file.py:12: the line`, as source lines are named."""
+    return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}: {(frame.line or '').strip()}"
 
 
 def _state_value(ep, target: str):

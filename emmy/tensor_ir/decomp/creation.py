@@ -109,7 +109,7 @@ def lower_arange(b, *bounds, dtype=None, **placement):
 
 
 def _window(b: Builder, length: int, periodic: bool, dtype, terms) -> str:
-    """A window of `length` samples: terms(phase) over phase = 2 pi n / (N - 1), N = length + 1
+    """A window of `length` samples: terms(phase), phase = 2 pi n / (N - 1), N = length + 1
     where periodic (torch computes the symmetric window one longer and drops its last), in the
     window's float type as torch computes it."""
     dtype = dtype or DType.F32
@@ -119,7 +119,7 @@ def _window(b: Builder, length: int, periodic: bool, dtype, terms) -> str:
         return b.full((max(length, 0),), 1.0, dtype)
     n = length + 1 if periodic else length
     phase = b.ew(E.MUL, b.iota((length,), 0, dtype), 2 * math.pi / (n - 1))
-    return b.cast(terms(phase, n), dtype)
+    return b.cast(terms(phase), dtype)
 
 
 def _cosines(b: Builder, phase: str, *coefs: float) -> str:
@@ -135,23 +135,23 @@ def _cosines(b: Builder, phase: str, *coefs: float) -> str:
     "hamming_window.periodic_alpha_beta")
 def lower_hamming_window(b, length, periodic=True, alpha=0.54, beta=0.46, *, dtype=None,
                          **placement):
-    return _window(b, length, periodic, dtype, lambda ph, n: _cosines(b, ph, alpha, beta))
+    return _window(b, length, periodic, dtype, lambda ph: _cosines(b, ph, alpha, beta))
 
 
 @op("hann_window", "hann_window.periodic")
 def lower_hann_window(b, length, periodic=True, *, dtype=None, **placement):
-    return _window(b, length, periodic, dtype, lambda ph, n: _cosines(b, ph, 0.5, 0.5))
+    return _window(b, length, periodic, dtype, lambda ph: _cosines(b, ph, 0.5, 0.5))
 
 
 @op("blackman_window", "blackman_window.periodic")
 def lower_blackman_window(b, length, periodic=True, *, dtype=None, **placement):
-    return _window(b, length, periodic, dtype, lambda ph, n: _cosines(b, ph, 0.42, 0.5, 0.08))
+    return _window(b, length, periodic, dtype, lambda ph: _cosines(b, ph, 0.42, 0.5, 0.08))
 
 
 @op("bartlett_window", "bartlett_window.periodic")
 def lower_bartlett_window(b, length, periodic=True, *, dtype=None, **placement):
     """1 - |2n / (N - 1) - 1| (the phase over pi, less one)."""
-    return _window(b, length, periodic, dtype, lambda ph, n: b.ew(
+    return _window(b, length, periodic, dtype, lambda ph: b.ew(
         E.SUB, 1.0, b.ew(E.ABS, b.ew(E.SUB, b.ew(E.MUL, ph, 1 / math.pi), 1.0))))
 
 
