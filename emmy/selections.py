@@ -46,7 +46,9 @@ def stable_topk(x, k, dim=-1, largest=True, sorted=True, *, out=None):
     if out is not None:
         raise TypeError("topk(out=...) is not supported by the reference")
     values, indices = torch.sort(x, dim=dim, descending=largest, stable=True)
-    return torch.return_types.topk((values.narrow(dim, 0, k), indices.narrow(dim, 0, k)))
+    # contiguous, as topk's own results are (CenterNet views them: `.view(batch, -1)`)
+    return torch.return_types.topk((values.narrow(dim, 0, k).contiguous(),
+                                    indices.narrow(dim, 0, k).contiguous()))
 
 
 _MODE = None

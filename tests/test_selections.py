@@ -93,3 +93,13 @@ def test_emmy_check_compares_positions_by_value_and_says_so():
     report = compare(["i"], [DType.I64], [np.array([[0]])], [positions], selections=sel)
     assert report.ok and report.outputs[0].reference == "eager, by the values the positions pick"
     assert not compare(["i"], [DType.I64], [np.array([[2]])], [positions], selections=sel).ok
+
+
+def test_the_reference_topk_results_can_be_viewed_as_topk_results_can():
+    """The reference's topk (a stable sort cut to k) returns contiguous tensors, as torch.topk
+    does: CenterNet's `scores.view(batch, -1)` of topk over the last axis runs there too."""
+    x = torch.randn(2, 3, 40)
+    with recording():
+        values, indices = torch.topk(x, 5)
+    assert values.is_contiguous() and indices.is_contiguous()
+    assert values.view(2, -1).shape == (2, 15)

@@ -286,24 +286,44 @@ def _export(model, inputs, origin: str | None = None):
 
 @contextlib.contextmanager
 def _state_kept(model):
-    """The model's attributes as they were before: a forward that keeps a statistic on the module
-    (RevIN's `self.mean = x.mean(...)`) leaves torch.export's fake tensors there otherwise,
-    which no later copy or run of the model can read."""
+    """The model's attributes as they were before, and the contents of the lists and dicts they
+    hold: a forward that keeps a statistic on the module (RevIN's `self.mean = x.mean(...)`) or
+    caches a tensor in a list (YOLOv5's `self.grid[i] = self._make_grid(...)`) leaves
+    torch.export's fake tensors there otherwise, which no later copy or run of the model can
+    read."""
     import torch
 
     modules = list(model.modules()) if isinstance(model, torch.nn.Module) else []
-    saved = [(m, dict(vars(m)), dict(m._parameters), dict(m._buffers)) for m in modules]
+    saved = [(vars(m), _contents(vars(m))) for m in modules]
     try:
         yield
     finally:
-        for m, attrs, params, buffers in saved:
-            for key in set(vars(m)) - set(attrs):
-                delattr(m, key)
-            vars(m).update(attrs)
-            m._parameters.clear()
-            m._parameters.update(params)
-            m._buffers.clear()
-            m._buffers.update(buffers)
+        for attrs, contents in saved:
+            _restore(attrs, contents)
+
+
+def _contents(container, depth: int = 3):
+    """A snapshot of a list's or dict's entries (and of the lists and dicts among them)."""
+    items = list(container.items()) if isinstance(container, dict) else list(container)
+    values = [v for _, v in items] if isinstance(container, dict) else items
+    inner = [_contents(v, depth - 1) if isinstance(v, (list, dict)) and depth else None
+             for v in values]
+    return items, inner
+
+
+def _restore(container, snapshot) -> None:
+    """Put `container`'s entries back as `snapshot` has them, in place."""
+    items, inner = snapshot
+    if isinstance(container, dict):
+        container.clear()
+        container.update(items)
+        values = [v for _, v in items]
+    else:
+        container[:] = items
+        values = items
+    for v, sub in zip(values, inner):
+        if sub is not None:
+            _restore(v, sub)
 
 
 @contextlib.contextmanager

@@ -276,6 +276,23 @@ def test_a_forward_that_keeps_state_on_the_module_leaves_it_as_it_was():
     model = RevIN()
     capture(model, (torch.randn(2, 8),))
     assert not hasattr(model, "mean")
+
+    class Grid(nn.Module):           # YOLOv5's Detect caches its grids in a list
+        def __init__(self):
+            super().__init__()
+            self.grid = [torch.empty(0)]
+            self.cache = {"steps": [torch.empty(0)]}
+
+        def forward(self, x):
+            if self.grid[0].shape != x.shape:
+                self.grid[0] = torch.arange(x.shape[0], dtype=x.dtype)
+                self.cache["steps"][0] = self.grid[0] * 2
+            return x + self.grid[0] + self.cache["steps"][0]
+
+    grid = Grid()
+    capture(grid, (torch.randn(8),))
+    assert grid.grid[0].shape == (0,) and grid.cache["steps"][0].shape == (0,)
+    assert torch.equal(grid(torch.zeros(8)), torch.arange(8.0) * 3)
     copy.deepcopy(model)
     model(torch.randn(2, 8))
     capture(model, (torch.randn(2, 8),))
