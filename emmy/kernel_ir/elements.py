@@ -11,7 +11,7 @@ from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, ctype, elem
 from emmy.kernel_ir.fastmath import approximate, sixteen_bit
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
-from emmy.loop_ir.semantics import STEPS, cast_is_step
+from emmy.loop_ir.semantics import STEPS, cast_is_step, exact_operands
 from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import (Lin, Sym, bounds_of, canonical, evaluate, floordiv, lin, mod, render,
                            substitute, var)
@@ -173,11 +173,11 @@ def scalar(fn: Fn, s: Item, suffix: str, env: dict[str, Lin], *, lane0_stores: b
     match s:
         case Load():
             return _load(fn, s, (name(s.dst),), env, axis, tuple(name(a) for a in s.dyn))
-        case Compute() if s.op in STEPS:
+        case Compute() if s.op in STEPS or s.dst in exact_values(fn.k):
             return [K.Let(name(s.dst), ctype(s.dtype), s.op.value, tuple(exact(a) for a in s.args))]
         case Compute():
             return [K.Let(name(s.dst), ctype(s.dtype), s.op.value, tuple(arg(a) for a in s.args))]
-        case CastTo() if cast_is_step(s.dtype):
+        case CastTo() if cast_is_step(s.dtype) or s.dst in exact_values(fn.k):
             # to an integer (a step), or a 16-bit value read as f32/f64: its 16-bit value, as
             # eager has it (`x.half().float()`, an op computing in f32 on a value a fused op
             # before it gave as f16)
@@ -214,6 +214,12 @@ def _rounded(fn: Fn, a, text: str) -> str:
     if t not in (DType.F16, DType.BF16) or a in _loaded(fn.k):
         return text
     return f"em_cvt<float>(em_cvt<{t.c_name}>({text}))"
+
+
+@lru_cache(maxsize=256)
+def exact_values(k) -> frozenset[str]:
+    """The values whose operands are rounded to their 16-bit type (exact_operands)."""
+    return exact_operands(k.body)
 
 
 @lru_cache(maxsize=256)

@@ -39,10 +39,13 @@ from emmy.tile_ir.values import defined
 FAST = {"exp": "fast_exp", "sigmoid": "fast_sigmoid"}
 
 
-def reciprocal_divisions(f: Fold, types: Mapping[str, DType]) -> tuple[Fold, dict[str, Compute]]:
+def reciprocal_divisions(f: Fold, types: Mapping[str, DType],
+                         exact: frozenset[str] = frozenset()) -> tuple[Fold, dict[str, Compute]]:
     """`f` with each floating-point division by a value defined outside it (`types`: the
     kernel's value types) made a multiplication by `<divisor>_rcp`, and for each divisor the
-    statement computing that reciprocal, to run once before the fold."""
+    statement computing that reciprocal, to run once before the fold. A quotient in `exact`
+    (it leads to a step: loop_ir.semantics.exact_operands) stays a division: its 0.5 ulp is what
+    eager rounds to an integer."""
     inside = defined(f.body) | {i.acc for i in f.accs}
     made: dict[str, Compute] = {}
 
@@ -52,6 +55,7 @@ def reciprocal_divisions(f: Fold, types: Mapping[str, DType]) -> tuple[Fold, dic
             if isinstance(s, Fold):
                 s = replace(s, body=rewrite(s.body))
             elif isinstance(s, Compute) and s.op is EwOp.DIV and s.dtype.is_float and \
+                    s.dst not in exact and \
                     isinstance(s.args[1], str) and s.args[1] not in inside and \
                     types.get(s.args[1], DType.I64).is_float:
                 d = s.args[1]

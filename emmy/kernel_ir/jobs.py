@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, buffer_dtype, ctype, decode
-from emmy.kernel_ir.elements import group, init_acc, scalar, stmts
+from emmy.kernel_ir.elements import exact_values, group, init_acc, scalar, stmts
 from emmy.kernel_ir.fastmath import reciprocal_divisions
 from emmy.loop_ir.ir import Accum, Load
 from emmy.schedule.decisions import Tile
@@ -201,7 +201,7 @@ def _lane_fold(fn: Fn, f: Fold, prefix: bool = False) -> list[K.KStmt]:
 def _reciprocals(fn: Fn, f: Fold, out: list[K.KStmt]) -> Fold:
     """The fold with its divisions by values computed before it made multiplications
     (fastmath.reciprocal_divisions); each reciprocal is computed once, appended to `out`."""
-    f, made = reciprocal_divisions(f, fn.types)
+    f, made = reciprocal_divisions(f, fn.types, exact_values(fn.k))
     for divisor, compute in made.items():
         if divisor not in fn.reciprocals:
             fn.reciprocals.add(divisor)

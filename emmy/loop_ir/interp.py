@@ -22,7 +22,8 @@ from emmy.errors import InternalError, UserError
 from emmy.loop_ir.dataflow import defined, modified, reads
 from emmy.loop_ir.ir import (Accum, CastTo, Compute, IndexValue, Init, Kernel, Load, Loop,
                              LoopKind, LoopProgram, ReduceOp, Stmt, Store)
-from emmy.loop_ir.semantics import STEPS, apply_op, cast_is_step, fold, round_to, running, to_compute
+from emmy.loop_ir.semantics import (STEPS, apply_op, cast_is_step, exact_operands, fold, round_to,
+                                   running, to_compute)
 from emmy.tensor_ir.ir import gather_var
 from emmy.tensor_ir.semantics import as_numpy, identity
 
@@ -56,14 +57,15 @@ def run_kernel(k: Kernel, buffers: dict[str, np.ndarray]) -> None:
     if volume > MAX_ELEMENTS and len(top) == 1:
         chunks = min(top[0].extent, -(-volume // MAX_ELEMENTS))
     types = {b.name: b.type.dtype for b in k.inputs + k.outputs}
+    cone = exact_operands(k.body)
     if chunks == 1:
-        _Machine(axes, buffers, types, {}).block(k.body)
+        _Machine(axes, buffers, types, {}, cone).block(k.body)
         return
     loop = top[0]
     step = -(-loop.extent // chunks)
     for start in range(0, loop.extent, step):
         ranges = {loop.var: (start, min(loop.extent, start + step))}
-        _Machine(axes, buffers, types, ranges).block(k.body)
+        _Machine(axes, buffers, types, ranges, cone).block(k.body)
 
 
 def _axes(body: tuple[Stmt, ...], depth: int = 0, out: dict[str, int] | None = None) -> dict[str, int]:
@@ -102,8 +104,10 @@ class _Machine:
     """Evaluates statements as broadcast arrays; one per kernel run (or chunk)."""
 
     def __init__(self, axes: dict[str, int], buffers: dict[str, np.ndarray],
-                 types: dict[str, DType], ranges: dict[str, tuple[int, int]]):
+                 types: dict[str, DType], ranges: dict[str, tuple[int, int]],
+                 cone: frozenset[str] = frozenset()):
         self.axes = axes
+        self.cone = cone            # values whose operands are taken exactly (exact_operands)
         self.ndim = max(axes.values(), default=-1) + 1
         self.buffers = buffers
         self.types = types          # buffer -> element type (bf16 buffers hold float32)
@@ -158,12 +162,13 @@ class _Machine:
                 picked = data[where] if s.index else data
                 self.values[s.dst] = self.shaped(to_compute(picked, s.dtype))
             case Compute():
-                take = self.exact if s.op in STEPS else self.operand
+                take = self.exact if s.op in STEPS or s.dst in self.cone else self.operand
                 out = apply_op(s.op, [take(a) for a in s.args], s.dtype)
                 self.values[s.dst] = self.shaped(out)
                 self.dtypes[s.dst] = s.dtype
             case CastTo():
-                arg = self.exact(s.arg) if cast_is_step(s.dtype) else self.get(s.arg)
+                arg = self.exact(s.arg) if cast_is_step(s.dtype) or s.dst in self.cone \
+                    else self.get(s.arg)
                 self.values[s.dst] = self.shaped(to_compute(round_to(arg, s.dtype), s.dtype))
                 self.dtypes[s.dst] = s.dtype
             case IndexValue():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from emmy.dtypes import DType, to_numpy
-from emmy.loop_ir.ir import EwOp, ReduceOp
+from emmy.loop_ir.ir import Accum, CastTo, Compute, EwOp, ReduceOp
 from emmy.tensor_ir.semantics import COMBINE, REDUCE, RUNNING, UFUNC
 
 def to_compute(a, dtype: DType) -> np.ndarray:
@@ -41,6 +41,46 @@ def cast_is_step(dtype: DType) -> bool:
     """Whether a cast to `dtype` takes its operand's 16-bit value as STEPS do: a cast to an
     integer or bool, or to a float wider than 16 bits."""
     return not dtype.is_float or dtype.itemsize > 2
+
+
+def exact_operands(body) -> frozenset[str]:
+    """The values whose own operands are taken at their 16-bit value too: every op and cast in
+    the backward slice of a step's operand within `body` (a kernel's statements), so a chain of
+    16-bit ops ending in a step rounds after each op, as eager does. Fake quantization computes
+    `round(x / (amax / 127))` in f16: rounding only the quotient, not the scale before it,
+    moves 1-3% of the values a whole unit. Elsewhere the chain stays in float (within the
+    tolerance)."""
+    defs: dict[str, tuple] = {}
+    folded: dict[str, list] = {}
+    seeds: list = []
+
+    def walk(items) -> None:
+        for s in items:
+            if isinstance(s, Compute):
+                defs[s.dst] = s.args
+                if s.op in STEPS:
+                    seeds.extend(s.args)
+            elif isinstance(s, CastTo):
+                defs[s.dst] = (s.arg,)
+                if cast_is_step(s.dtype):
+                    seeds.append(s.arg)
+            elif isinstance(s, Accum):
+                folded.setdefault(s.acc, []).append(s.value)
+            walk(getattr(s, "body", ()) or ())
+    walk(body)
+    out: set[str] = set()
+    stack = [a for a in seeds if isinstance(a, str)]
+    seen: set[str] = set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in defs:
+            out.add(n)
+            stack.extend(a for a in defs[n] if isinstance(a, str))
+        stack.extend(folded.get(n, ()))
+    return frozenset(out)
 
 
 def apply_op(op: EwOp, args: list, dtype: DType) -> np.ndarray:

@@ -21,17 +21,19 @@ import numpy as np
 from emmy.dtypes import DType
 from emmy.loop_ir.dataflow import rename_reads
 from emmy.loop_ir.ir import CastTo, Compute, Init, Kernel, Load, Loop, IndexValue, Stmt
-from emmy.loop_ir.semantics import STEPS, apply_op, cast_is_step, round_to, to_compute
+from emmy.loop_ir.semantics import (STEPS, apply_op, cast_is_step, exact_operands, round_to,
+                                   to_compute)
 from emmy.tensor_ir.ir import EwOp, Scalar
 
 
 def fold_constants(k: Kernel) -> Kernel:
     """The pass (module docstring)."""
-    return dataclasses.replace(k, body=_Folder().block(k.body))
+    return dataclasses.replace(k, body=_Folder(exact_operands(k.body)).block(k.body))
 
 
 class _Folder:
-    def __init__(self) -> None:
+    def __init__(self, exact: frozenset[str] = frozenset()) -> None:
+        self.exact = exact      # values whose operands are rounded too (exact_operands)
         self.literal: dict[str, Scalar] = {}     # names whose value is known
         self.renames: dict[str, str] = {}        # names that are another name's value
         self.defs: dict[str, Stmt] = {}
@@ -54,8 +56,8 @@ class _Folder:
             case Compute():
                 # a step function of a 16-bit value computed before: that value rounded to its
                 # type first (STEPS), as the interpreter and the emitted CUDA take it
-                known = (lambda a: _exact(self.literal[a])) if s.op in STEPS else \
-                    (lambda a: self.literal[a])
+                known = (lambda a: _exact(self.literal[a])) \
+                    if s.op in STEPS or s.dst in self.exact else (lambda a: self.literal[a])
                 args = tuple(known(a) if isinstance(a, str) and a in self.literal else a
                              for a in s.args)
                 s = dataclasses.replace(s, args=args)
@@ -71,7 +73,7 @@ class _Folder:
             case CastTo():
                 if s.arg in self.literal:
                     known = self.literal[s.arg]
-                    if cast_is_step(s.dtype):
+                    if cast_is_step(s.dtype) or s.dst in self.exact:
                         known = _exact(known)
                     self.literal[s.dst] = _literal(known.value, known.dtype, s.dtype)
                 elif s.dtype is DType.BOOL and (c := self._mask_of(s.arg)) is not None:

@@ -5,8 +5,10 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
+from emmy.check import program_inputs
 from emmy.cuda.nvrtc import compile_cuda
 from emmy.frontend.workload import load_expr
 from emmy.pipeline import Options, compile_to
@@ -138,3 +140,29 @@ def test_vector_lanes_of_an_interleaved_layout_fold_their_parity():
     assert "% 2" not in text and "a1_v = (a1 / 4)" in text
     loads = [line.split("= ", 1)[1] for line in text.splitlines() if "em_cvt<float>(" in line]
     assert len(loads) == 16 and len(set(loads)) == 8     # 4 lanes x 2 operands x (re, im)
+
+
+@pytest.mark.parametrize("expr", [
+    # SmoothQuant's per-token quantization: the scale amax / 127 computed in the kernel
+    "(lambda x: x.div(x.abs().max(dim=-1, keepdim=True)[0].div(127)).round())"
+    "((torch.randn(64, 96) * 3).half())",
+    "(lambda w: torch.round(w / w.abs().amax() * 127))(torch.randn(16, 128).bfloat16())",
+    "(lambda x: (x * 0.37 + 1.1).floor() > (x * 1.9).ceil() - 2)(torch.randn(64, 96).half())",
+])
+def test_a_chain_of_16_bit_ops_into_a_step_rounds_after_each_op_as_eager(expr):
+    """Every 16-bit op leading to a step (round, floor, a comparison) takes its operands rounded
+    to the type, as eager has them after each op; a division there stays a division (not a
+    multiplication by the reciprocal). Fake quantization's levels then agree exactly (1-3% of
+    them had moved a whole unit)."""
+    from emmy.loop_ir.interp import run as run_loop
+    from emmy.runtime.cpu import run_program
+
+    w = load_expr(expr)
+    stages = compile_to(w, "cuda")
+    want = w.model(*w.inputs).float().numpy()
+    inputs = program_inputs(stages["torch"], w.inputs)
+    got = run_program(stages["cuda"], inputs)
+    assert got.ok, got.log[-2000:]
+    np.testing.assert_array_equal(np.asarray(got.outputs[0]).astype(np.float32), want)
+    (loop,) = run_loop(stages["loop"], inputs)
+    np.testing.assert_array_equal(np.asarray(loop).astype(np.float32), want)
