@@ -149,6 +149,7 @@ def test_failing_check_exits_1(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(check, "eager_outputs", lambda w, _=None: [t * 2 for t in
                                                            check.flatten_tensors(w.model(*w.inputs))])
+    monkeypatch.setattr(check, "eager_outputs_f64", lambda w, _=None: None)
     rc, out, _ = run(capsys, "run", RMS_FILE, "--set", "batch_size=2", "--check", "--engine", "loop")
     assert rc == 1 and "MISMATCH" in out and "FAIL" in out
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from emmy.tensor_ir.decomp import (activations, attention, conv, creation, elementwise, indexing,
-                                   layout, losses, matmul, norms, pooling, reductions, resample,
-                                   scans, softmax, spectral)
+                                   layout, linalg, losses, matmul, norms, pooling, reductions,
+                                   resample, scans, softmax, spectral)
 from emmy.tensor_ir.decomp.table import Decomp
 
 FAMILIES = (elementwise, activations, creation, layout, indexing, reductions, softmax, norms,
-            matmul, attention, scans, losses, pooling, conv, resample, spectral)
+            matmul, attention, scans, losses, pooling, conv, resample, spectral, linalg)
 
 
 def _merge() -> dict[str, Decomp]:
