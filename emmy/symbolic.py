@@ -302,6 +302,20 @@ def substitute(e: Lin, env: Mapping[str, Lin], bounds: Bounds) -> Lin:
     return _make(acc, const)
 
 
+def rename(e: Lin, names: Mapping[str, str]) -> Lin:
+    """`e` with variables renamed (inside floor divisions and remainders too), as it is: a
+    renaming to variables of the same extents needs no bounds and simplifies nothing."""
+    def atom(a: Atom) -> Atom:
+        if isinstance(a, Sym):
+            return Sym(names.get(a.name, a.name))
+        return type(a)(rename(a.num, names), a.den)
+    acc: dict[Atom, int] = {}
+    for a, coef in e.terms:
+        new = atom(a)
+        acc[new] = acc.get(new, 0) + coef
+    return _make(acc, e.const)
+
+
 def evaluate(e: Lin, env: Mapping[str, object]):
     """Evaluate with ints or numpy integer arrays bound to the variables."""
     total = e.const

@@ -454,14 +454,8 @@ def _affine(t, i: str, j: str) -> tuple[int, int, int] | None:
 
 
 def _rename(e: Lin, names: dict[str, str]) -> Lin:
-    """`e` with the index variables `names` renamed; other atoms (a head index h // g) are
-    kept as they are when no renamed variable is in them."""
-    from emmy.symbolic import substitute
+    """`e` with the index variables `names` renamed, inside floor divisions and remainders too
+    (a key position (n // 2) * 4 + j // 4 of 2-D windows unfolded from an image)."""
+    from emmy.symbolic import rename
 
-    if any(not isinstance(a, Sym) and a.free_vars() & set(names) for a, _ in e.terms):
-        return substitute(e, {a: var(b) for a, b in names.items()}, {})
-    out = Lin((), e.const)
-    for atom, coef in e.terms:
-        out = out + (var(names.get(atom.name, atom.name)) * coef if isinstance(atom, Sym)
-                     else Lin(((atom, coef),), 0))
-    return out
+    return rename(e, names)

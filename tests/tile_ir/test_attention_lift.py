@@ -386,3 +386,15 @@ def test_a_finfo_min_mask_over_a_whole_row_averages_it_as_eager_does(dtype):
         report, failed = check_cuda_program(w, results["torch"], results["cuda"])
         assert report is not None and report.ok and report.outputs[0].reference == "eager", \
             (row, report or failed.log[-2000:])
+
+
+def test_keys_from_windows_unfolded_out_of_an_image_are_read_where_they_are():
+    """HaloNet's keys: 2-D windows unfolded from the image, their positions floor divisions and
+    remainders of the key index; recognizing the attention renames inside them (it had needed
+    extents it did not have, and crashed)."""
+    from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
+
+    assert_emitted_cuda_matches_eager(
+        "(lambda q, kv: (lambda k: (q @ k.transpose(-1, -2)).softmax(-1) @ k)("
+        "kv.unfold(2, 4, 4).unfold(3, 4, 4).reshape(1, 8, 4, -1).permute(0, 2, 3, 1)))"
+        "(torch.randn(1, 4, 16, 8), torch.randn(1, 8, 8, 8))")
