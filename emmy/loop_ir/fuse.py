@@ -68,7 +68,8 @@ def plan_fusion(p: Program, forced: Mapping[str, str] | None = None) -> FusionPl
     roots = [n for n in dict.fromkeys(p.outputs) if not isinstance(defs[n], Input)]
     notes: list[Callable[[Callable[[str], str]], str]] = []  # rendered once buffers are named
     for name, why in (forced or {}).items():
-        if name not in roots:
+        name = _narrow_end(name, defs)
+        if name not in roots and not isinstance(defs[name], Input):
             roots.append(name)
             notes.append(lambda at, n=name, why=why: f"`{n}` is materialized as {at(n)}: {why}")
     scan_of: dict[str, str] = {}  # root -> the scan its kernel runs
@@ -591,6 +592,17 @@ def _reads_data(name: str, defs) -> bool:
     """Whether `name` depends on a program input (not only on indices and literals)."""
     return isinstance(defs[name], Input) or any(isinstance(defs[a], Input)
                                                  for a in _ancestors(name, defs))
+
+
+def _narrow_end(name: str, defs) -> str:
+    """What to store for `name`: the value a widening cast widens (a bf16 activation rather
+    than its f32 copy for the next product): half the bytes, the same values, and its other
+    readers (a residual add in bf16) read it instead of computing it again. The cast costs a
+    conversion where it is read."""
+    d = defs[name]
+    while isinstance(d, Cast) and _widening(d, defs):
+        d = defs[d.arg]
+    return d.name
 
 
 def _source(name: str, defs) -> Def:

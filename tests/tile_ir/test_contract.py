@@ -385,3 +385,22 @@ def test_a_product_whose_epilogue_stores_bytes_or_bools(expr):
     from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
 
     assert_sampled_rows_match_eager(expr, per_kernel=2, seed=10)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "half"])
+def test_a_16_bit_activation_two_kernels_read_is_stored_once_in_its_type(dtype):
+    """a = conv1x1(x); conv3x3(a) + a in 16 bits: `a` is stored as it is (not its f32 copy for
+    the next convolution), so the 3x3 convolution is a 16-bit contraction and the residual add
+    reads `a` instead of computing the 1x1 convolution again."""
+    from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
+
+    expr = (f"(lambda x, p, c: (lambda a: F.conv2d(a, c, padding=1) + a)(F.conv2d(x, p)))"
+            f"(torch.randn(1, 32, 8, 8).{dtype}(), torch.randn(32, 32, 1, 1).{dtype}() * 0.2, "
+            f"torch.randn(32, 32, 3, 3).{dtype}() * 0.05)")
+    kernels = tile(expr)
+    assert [k.kind for k in kernels] == [KernelKind.CONTRACT, KernelKind.CONTRACT]
+    stored = kernels[0].outputs[0].type.dtype
+    assert str(stored) == {"bfloat16": "bf16", "half": "f16"}[dtype]
+    assert len(kernels[1].inputs) == 2 and kernels[0].outputs[0].name in \
+        {b.name for b in kernels[1].inputs}          # `a` and the 3x3 weight, not x
+    assert_emitted_cuda_matches_eager(expr)
