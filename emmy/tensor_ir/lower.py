@@ -64,6 +64,8 @@ def lower_node(b: Builder, node: Node, env: dict[str, Any], _expanding: tuple[st
         if result is not cx.NO_RULE:
             return result
         return _lower_through_torch(b, node, env, _expanding, refused=cx.UNSUPPORTED)
+    if node.op.startswith("_foreach_"):
+        return _foreach(b, node, env, _expanding)
     decomp = REGISTRY.get(node.op)
     if decomp is None:
         return _lower_through_torch(b, node, env, _expanding)
@@ -81,6 +83,40 @@ def lower_node(b: Builder, node: Node, env: dict[str, Any], _expanding: tuple[st
     except Refused as e:
         raise UnsupportedOp(node.op, source=node.source, detail=e.detail) from None
     return _conform(b, node, result, halves[0] if halves else None)
+
+
+# the op a `_foreach_<op>.<overload>` applies to each tensor of its lists, by overload: the
+# names to try, in order
+_FOREACH = {"List": ("{}.Tensor", "{}.Tensor_Tensor", "{}"), "Tensor": ("{}.Tensor", "{}"),
+            "Scalar": ("{}.Tensor_Scalar", "{}.Scalar", "{}.Tensor", "{}"),
+            "ScalarList": ("{}.Tensor_Scalar", "{}.Scalar", "{}.Tensor", "{}"),
+            "ScalarAndTensor": ("{}.Scalar", "{}"),
+            "default": ("{}", "{}.default")}
+_FOREACH_OP = {"norm": "linalg_vector_norm"}
+
+
+def _foreach(b: Builder, node: Node, env: dict[str, Any], expanding: tuple[str, ...]):
+    """torch._foreach_* (torch.optim's multi-tensor path): the op on each tensor of its lists,
+    a list argument's (tensors or numbers) i-th entry for the i-th, the rest shared."""
+    base, _, overload = node.op[len("_foreach_"):].partition(".")
+    base = _FOREACH_OP.get(base, base)
+    names = [f.format(base) for f in _FOREACH.get(overload or "default", ("{}",))]
+    op = next((n for n in names if n in REGISTRY), names[-1])
+    count = next((len(a) for a in node.args if isinstance(a, tuple)), 0)
+    types = node.type if isinstance(node.type, tuple) else (node.type,) * count
+
+    def entry(a, i):
+        return a[i] if isinstance(a, tuple) and len(a) == count else a
+    args, kwargs = node.args, node.kwargs
+    if base in ("addcmul", "addcdiv") and len(args) == 4:       # its value, positional here
+        args, kwargs = args[:3], (*kwargs, ("value", args[3]))
+    out = []
+    for i in range(count):
+        one = replace(node, name=f"{node.name}_{i}", op=op,
+                      args=tuple(entry(a, i) for a in args),
+                      kwargs=tuple((k, entry(v, i)) for k, v in kwargs), type=types[i])
+        out.append(lower_node(b, one, env, expanding))
+    return tuple(out)
 
 
 def _lower_through_torch(b: Builder, node: Node, env: dict[str, Any], expanding: tuple[str, ...],

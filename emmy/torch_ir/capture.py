@@ -445,18 +445,36 @@ def _value_type(val: Any, what: str,
 
 
 def _readable_names(ep, sig) -> dict[str, str]:
-    """Name params, buffers and constants after their module attribute (`weight`, not `p_weight`)."""
+    """Name params, buffers and constants after their module attribute (`weight`, not
+    `p_weight`); a name the emitted CUDA declares itself (`e`, `v3`, `lane`, a C++ keyword) gets
+    a `u_` before it, as a kernel's parameter would be hidden by the local of that name."""
     taken = {n.name for n in ep.graph.nodes}
     names: dict[str, str] = {}
     for fx_name, spec in sig.items():
         if spec.kind.name == "USER_INPUT" or not spec.target:
-            continue
-        wanted = re.sub(r"\W", "_", spec.target)
-        if not wanted[:1].isalpha():            # `0.weight` of an nn.Sequential: not a C name
-            wanted = f"p{wanted}"
-        if wanted not in taken and wanted not in names.values():
+            wanted = fx_name
+        else:
+            wanted = re.sub(r"\W", "_", spec.target)
+            if not wanted[:1].isalpha():        # `0.weight` of an nn.Sequential: not a C name
+                wanted = f"p{wanted}"
+        while _RESERVED.match(wanted) or wanted in _C_WORDS:
+            wanted = f"u_{wanted}"
+        if wanted != fx_name and wanted not in taken and wanted not in names.values():
             names[fx_name] = wanted
     return names
+
+
+# names the emitted kernels declare (loop variables a0, loads in0, values v0, accumulators acc0,
+# the thread's tid, lane, element e, ...; the templates' prefixed names), and C++'s and CUDA's
+_RESERVED = re.compile(r"^(?:(?:a|in|v|acc|it|chunk|ch)\d+(?:_\w*)?|(?:fa|fw|gm|ch|em|g|e|wg|fc|gp|"
+                       r"FA|FW|GM|WG|EM)_\w*|__\w*|[eijmnprs]|j4|kb|kk|kt|mt|dn|dp|bz|bid|tid|vid|"
+                       r"lane|lanes|slot|job|crank|warp)$")
+_C_WORDS = frozenset("""auto bool break case catch char class const constexpr continue default
+    delete do double else enum explicit extern false float for friend goto if inline int long
+    mutable namespace new operator private protected public register return short signed sizeof
+    static struct switch template this throw true try typedef typename union unsigned using
+    virtual void volatile while half min max threadIdx blockIdx blockDim gridDim warpSize
+    NULL nullptr""".split())
 
 
 def _arg(a: Any, names: dict[str, str]) -> Arg:

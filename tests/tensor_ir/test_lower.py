@@ -71,3 +71,22 @@ def test_einsum_with_an_ellipsis_is_written_out():
     x = torch.randn(2, 3, 4)
     (got,) = run(lower(capture(Ein(), (x,))), {"x": x})
     assert (got == x.transpose(-1, -2).numpy()).all()
+
+
+def test_foreach_ops_apply_their_op_to_each_tensor_of_their_lists(check):
+    """torch._foreach_* (torch.optim's multi-tensor Adam): list, scalar, scalar-list and unary
+    forms, and addcmul's value given positionally."""
+    def adam(p0, p1, g0, g1, m0, m1, v0, v1):
+        params, grads, ms, vs = [p0, p1], [g0, g1], [m0, m1], [v0, v1]
+        ms = torch._foreach_lerp(ms, grads, 0.1)
+        vs = torch._foreach_add(torch._foreach_mul(vs, 0.999), torch._foreach_mul(grads, grads),
+                                alpha=0.001)
+        denom = torch._foreach_add(torch._foreach_sqrt(vs), 1e-8)
+        params = torch._foreach_sub(params, torch._foreach_mul(torch._foreach_div(ms, denom),
+                                                               [1e-3, 2e-3]))
+        params = torch._foreach_addcmul(params, ms, vs, 0.5)
+        return (*params, *torch._foreach_norm(grads, 2), *torch._foreach_pow(vs, 0.5),
+                *torch._foreach_maximum(ms, vs))
+
+    shapes = [(16, 8), (8,)] * 4
+    check(adam, *(torch.rand(s) if i >= 6 else torch.randn(s) for i, s in enumerate(shapes)))

@@ -358,3 +358,21 @@ def test_vmap_is_named_as_such():
     from torch._functorch import predispatch
 
     assert op_name(predispatch._add_batch_dim) == "torch.vmap"
+
+
+def test_inputs_named_as_the_kernels_own_locals_are_renamed():
+    """An input named `e`, `v0`, `a0`, `lane` or `int` would be hidden inside a kernel by the
+    local of that name (the element index, a value, a loop variable, the lane, a C++ type): it
+    is named `u_e`, ... and the emitted CUDA compiles and agrees with eager."""
+    from emmy.frontend.workload import Workload
+    from tests.tensor_ir.emitted import assert_workload_cuda_matches_eager
+
+    class Names(nn.Module):
+        def forward(self, e, v0, a0, lane, x):
+            return (e * 2 + v0 + a0 + lane).sum(-1) + x.sum()
+
+    inputs = tuple(torch.randn(8, 64) for _ in range(5))
+    g = capture(Names(), inputs)
+    assert [p.name for p in g.placeholders] == ["u_e", "u_v0", "u_a0", "u_lane", "x"]
+    assert_workload_cuda_matches_eager(Workload("names", Names(), inputs, source="",
+                                                origin="<test>"))
