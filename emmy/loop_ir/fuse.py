@@ -68,8 +68,7 @@ def plan_fusion(p: Program, forced: Mapping[str, str] | None = None) -> FusionPl
     roots = [n for n in dict.fromkeys(p.outputs) if not isinstance(defs[n], Input)]
     notes: list[Callable[[Callable[[str], str]], str]] = []  # rendered once buffers are named
     for name, why in (forced or {}).items():
-        name = _narrow_end(name, defs)
-        if name not in roots and not isinstance(defs[name], Input):
+        if name not in roots:
             roots.append(name)
             notes.append(lambda at, n=name, why=why: f"`{n}` is materialized as {at(n)}: {why}")
     scan_of: dict[str, str] = {}  # root -> the scan its kernel runs
@@ -126,7 +125,7 @@ def windowed_reads(p: Program) -> dict[str, str]:
         if (isinstance(d, IndexMap) and d.arg in heavy and d.arg not in outputs
                 and _window(d, defs)):
             what = "a sliding window" if _overlapping(d) else "an index map"
-            out.setdefault(d.arg, f"{what} (`{d.name}`) makes {sizes[d.name]:,} reads "
+            out.setdefault(_narrow_end(d.arg, defs), f"{what} (`{d.name}`) makes {sizes[d.name]:,} reads "
                                   f"of its {sizes[d.arg]:,} elements; inlined, the reduction "
                                   "behind each would run at every read")
     return out
@@ -595,10 +594,11 @@ def _reads_data(name: str, defs) -> bool:
 
 
 def _narrow_end(name: str, defs) -> str:
-    """What to store for `name`: the value a widening cast widens (a bf16 activation rather
-    than its f32 copy for the next product): half the bytes, the same values, and its other
-    readers (a residual add in bf16) read it instead of computing it again. The cast costs a
-    conversion where it is read."""
+    """What to store for `name`, which a window reads: the value a widening cast widens (a bf16
+    activation rather than its f32 copy for the next convolution): half the bytes, the same
+    values, and its other readers (a residual add in bf16) read it instead of computing it
+    again. The cast costs a conversion where it is read. (A gather's source is stored as the
+    gather reads it: positions known at run time read a buffer, not a computation.)"""
     d = defs[name]
     while isinstance(d, Cast) and _widening(d, defs):
         d = defs[d.arg]

@@ -404,3 +404,14 @@ def test_a_16_bit_activation_two_kernels_read_is_stored_once_in_its_type(dtype):
     assert len(kernels[1].inputs) == 2 and kernels[0].outputs[0].name in \
         {b.name for b in kernels[1].inputs}          # `a` and the 3x3 weight, not x
     assert_emitted_cuda_matches_eager(expr)
+
+
+def test_a_gather_reads_the_widened_product_it_gathers_from():
+    """The gather's source (a bf16 product widened to f32) is stored as the gather reads it:
+    storing the bf16 product instead, as for a window, left a gather of a computed cast that no
+    kernel could inline (an internal error on DeiT's position embeddings in bf16)."""
+    from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
+
+    assert_emitted_cuda_matches_eager(
+        "(torch.randn(8, 16).bfloat16() @ torch.randn(16, 32).bfloat16()).float()"
+        "[torch.randint(0, 8, (5,))] * 2")

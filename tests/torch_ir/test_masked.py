@@ -61,7 +61,7 @@ def test_rewritten_programs_match_eager_on_random_masks(name, seed):
     assert not any(n.op == "index.Tensor" for n in graph.nodes)       # no gather is left
     # the graph's ops on other masks and values than the ones it was exported with
     inputs = _inputs(seed + 100)
-    got = run(lower(graph), dict(zip(["x", "n", "labels", "w"], inputs)))
+    got = run(lower(graph), {p.name: v for p, v in zip(graph.inputs, inputs)})
     for out, want in zip(got, model(*inputs)):
         torch.testing.assert_close(torch.from_numpy(out).reshape(want.shape), want)
 
