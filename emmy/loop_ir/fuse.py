@@ -125,9 +125,10 @@ def windowed_reads(p: Program) -> dict[str, str]:
         if (isinstance(d, IndexMap) and d.arg in heavy and d.arg not in outputs
                 and _window(d, defs)):
             what = "a sliding window" if _overlapping(d) else "an index map"
-            out.setdefault(_narrow_end(d.arg, defs), f"{what} (`{d.name}`) makes {sizes[d.name]:,} reads "
-                                  f"of its {sizes[d.arg]:,} elements; inlined, the reduction "
-                                  "behind each would run at every read")
+            out.setdefault(_narrow_end(d.arg, defs),
+                           f"{what} (`{d.name}`) makes {sizes[d.name]:,} reads of its "
+                           f"{sizes[d.arg]:,} elements; inlined, the reduction behind each "
+                           "would run at every read")
     return out
 
 

@@ -208,12 +208,18 @@ def _functional(fx_node, order, origin: str | None) -> str:
     if not (first.alias_info and first.alias_info.is_write) or not base.endswith("_") or \
             any(a.alias_info and a.alias_info.is_write for a in schema.arguments[1:]):
         return name          # not a plain in-place update of `self`: the op table decides
-    shared = _aliases(fx_node.args[0])
+    written = fx_node.args[0] if isinstance(fx_node.args[0], (list, tuple)) else \
+        (fx_node.args[0],)
+    shared = set().union(*(_aliases(t) for t in written))
     if any(getattr(n, "op", None) == "placeholder" for n in shared):
         raise UserError(f"in-place `{name}`{at} writes into a model input, parameter or buffer; emmy "
                         "compiles functional programs, which change nothing but their outputs "
                         "(use the out-of-place op, or write into a copy made first: "
                         "`cache = cache.clone()`, and return it)")
+    if len(written) > 1 or written[0] is not fx_node.args[0]:
+        # an update of a list of tensors (`_foreach_mul_`) returns nothing: later reads read
+        # the tensors themselves, which only a functionalized graph writes anew
+        raise _SharedWrite(f"in-place `{name}`{at} writes into a list of tensors")
     later = [(n, u) for n in shared for u in n.users
              if u is not fx_node and order[u] > order[fx_node]]
     if later:

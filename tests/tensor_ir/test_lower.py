@@ -9,6 +9,7 @@ from emmy.tensor_ir.lower import SUPPORTED_OPS, lower
 from emmy.torch_ir.capture import capture
 from emmy.torch_ir.ir import Graph, InputKind, Node, Placeholder, Ref, TensorType
 from emmy.dtypes import DType
+from tests.tensor_ir.conftest import Fn
 
 
 class _Unsupported(nn.Module):
@@ -90,3 +91,24 @@ def test_foreach_ops_apply_their_op_to_each_tensor_of_their_lists(check):
 
     shapes = [(16, 8), (8,)] * 4
     check(adam, *(torch.rand(s) if i >= 6 else torch.randn(s) for i, s in enumerate(shapes)))
+
+
+def test_in_place_foreach_ops_on_copies_are_functionalized(check):
+    """`torch._foreach_mul_(ps, 0.5)` returns nothing and updates the list's tensors: the graph is
+    functionalized first, and later reads read the updated tensors."""
+    def step(a, b):
+        ps = [a.clone(), b.clone()]
+        torch._foreach_mul_(ps, 0.5)
+        torch._foreach_add_(ps, [a, b], alpha=2.0)
+        return ps[0] + 1, ps[1]
+
+    check(step, torch.randn(4), torch.randn(3))
+
+
+def test_in_place_foreach_ops_on_inputs_are_refused():
+    def step(a, b):
+        torch._foreach_mul_([a, b], 0.5)
+        return a + b.sum()
+
+    with pytest.raises(UserError, match="writes into a model input"):
+        capture(Fn(step), (torch.randn(4), torch.randn(3)))
