@@ -428,7 +428,10 @@ def _tensor_type(val: Any, what: str, source: str | None = None) -> TensorType:
     for s in val.shape:
         if not isinstance(s, int):
             at = f" at {source}" if source else ""
-            raise UserError(f"`{what}`{at} has a data-dependent shape {tuple(val.shape)}; emmy "
+            dims = ", ".join(str(getattr(getattr(d, "node", None), "expr", d)) for d in val.shape)
+            if all(d.isdigit() for d in dims.split(", ")):     # a later reshape asserted it
+                dims += ", asserted only when it runs"
+            raise UserError(f"`{what}`{at} has a data-dependent shape ({dims}); emmy "
                             "compiles static shapes only (a boolean mask's selection `x[mask]`, "
                             "`nonzero` or one-argument `where` has as many elements as the "
                             "data selects: `torch.where(mask, x, other)` or `x * mask` keeps "

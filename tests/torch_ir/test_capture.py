@@ -376,3 +376,24 @@ def test_inputs_named_as_the_kernels_own_locals_are_renamed():
     assert [p.name for p in g.placeholders] == ["u_e", "u_v0", "u_a0", "u_lane", "x"]
     assert_workload_cuda_matches_eager(Workload("names", Names(), inputs, source="",
                                                 origin="<test>"))
+
+
+def test_a_selection_whose_size_a_reshape_asserts_says_so():
+    """pytorch3d's `candidates[one_hot(argmax) > 0.5, :]`, reshaped to one row per input: export
+    asserts the count at run time; the refusal names the variable size, not a bare (64, 4)."""
+    import torch.nn.functional as F
+
+    class Pick(nn.Module):
+        def forward(self, c, q):
+            return c[F.one_hot(q.argmax(dim=-1), num_classes=4) > 0.5, :].reshape(8, 4)
+
+    with pytest.raises(UserError, match=r"data-dependent shape \(8, 4, asserted only when it "
+                                        r"runs\)"):
+        capture(Pick(), (torch.randn(8, 4, 4), torch.randn(8, 4)))
+
+    class Select(nn.Module):
+        def forward(self, x):
+            return x[x > 0]
+
+    with pytest.raises(UserError, match=r"data-dependent shape \(u0\)"):
+        capture(Select(), (torch.randn(8),))
