@@ -1,10 +1,9 @@
-"""The short-time Fourier transform of a real signal (torch.stft; its center padding is a
-separate reflect pad in the exported graph) as two sums of products: frame t of the signal,
-windowed, against the DFT basis, re[k, t] = sum_n x[t*hop + n] w[n] cos(2 pi k n / N) and
-im[k, t] = -sum_n x[t*hop + n] w[n] sin(2 pi k n / N). The phase k*n is reduced modulo N in
-integers first, so the angle is below 2 pi and its cosine as exact as one float32 rounding allows
-(2 pi k n / N itself reaches thousands of radians, where float32 keeps three decimals)."""
-
+"""Discrete Fourier transforms as sums of products against the DFT basis (torch.fft's
+transforms, and torch.stft of a real signal: its frames, windowed, transformed along the frame;
+its center padding is a separate reflect pad in the exported graph): X[k] = sum_m x[m]
+(cos - i sin)(2 pi k m / n). The phase k*m is reduced modulo n in integers first, so the angle
+is below 2 pi and its cosine as exact as one float32 rounding allows (2 pi k m / n itself
+reaches thousands of radians, where float32 keeps three decimals)."""
 from __future__ import annotations
 
 import math
@@ -52,18 +51,17 @@ def stft_parts(b: Builder, x: str, dtype: DType, n_fft: int, hop: int | None,
     freqs = n // 2 + 1 if onesided is None or onesided else n
     lead = len(shape) - 1
     frames = 1 + (shape[-1] - n) // hop
-    full = (*shape[:-1], freqs, frames, n)                # [..., k, t, n], summed over n
-    k_axis, t_axis, n_axis = lead, lead + 1, lead + 2
-    t, m = var(axis_var(t_axis)), var(axis_var(n_axis))
-    taps = b.index_map(b.cast(x, dtype), full, [*axes(lead), t * hop + m])
+    framed = (*shape[:-1], frames, n)                     # [..., t, m]: frame t's samples
+    t, m = var(axis_var(lead)), var(axis_var(lead + 1))
+    taps = b.index_map(b.cast(x, dtype), framed, [*axes(lead), t * hop + m])
     weights = _window(b, window, win, n, dtype)
     if weights is not None:
-        taps = b.ew(E.MUL, taps, b.index_map(weights, full, [m]))
-    angle = _angle(b, full, k_axis, n_axis, n, dtype)
+        taps = b.ew(E.MUL, taps, b.index_map(weights, framed, [m]))
     scale = 1 / math.sqrt(n) if normalized else 1.0
-    re = b.reduce(R.SUM, b.ew(E.MUL, taps, b.ew(E.COS, angle)), (n_axis,))
-    im = b.reduce(R.SUM, b.ew(E.MUL, taps, b.ew(E.SIN, angle)), (n_axis,))
-    return b.ew(E.MUL, re, scale), _real_bins(b, b.ew(E.MUL, im, -scale), k_axis, n)
+    re, im = dft(b, taps, None, lead + 1, n, freqs, inverse=False, scale=scale, dtype=dtype)
+    spectrum = (*shape[:-1], freqs, frames)               # torch's order: frequency, frame
+    order = [*axes(lead), var(axis_var(lead + 1)), var(axis_var(lead))]
+    return b.index_map(re, spectrum, order), b.index_map(im, spectrum, order)
 
 
 def _real_bins(b: Builder, im: str, k_axis: int, n: int) -> str:
