@@ -4,6 +4,7 @@ its center padding is a separate reflect pad in the exported graph): X[k] = sum_
 (cos - i sin)(2 pi k m / n). The phase k*m is reduced modulo n in integers first, so the angle
 is below 2 pi and its cosine as exact as one float32 rounding allows (2 pi k m / n itself
 reaches thousands of radians, where float32 keeps three decimals)."""
+
 from __future__ import annotations
 
 import math
