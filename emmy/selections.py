@@ -127,9 +127,12 @@ def _mode_class():
 
 
 def _bound(names, args, kwargs) -> dict:
-    """The call's arguments by name (`names`: the positional parameters, in order)."""
+    """The call's arguments by name (`names`: the positional parameters, in order; numpy's
+    `axis`, which torch takes for `dim`, as `dim`)."""
     out = dict(zip(names, args))
     out.update(kwargs)
+    if "axis" in out:
+        out["dim"] = out.pop("axis")
     return out
 
 

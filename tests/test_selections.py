@@ -103,3 +103,11 @@ def test_the_reference_topk_results_can_be_viewed_as_topk_results_can():
         values, indices = torch.topk(x, 5)
     assert values.is_contiguous() and indices.is_contiguous()
     assert values.view(2, -1).shape == (2, 15)
+
+
+def test_max_and_min_over_an_axis_given_as_numpy_spells_it_are_recorded():
+    """`x.max(axis=1, keepdim=True)` (HQQ's quantizer) is torch's `dim`: recorded as the
+    selection over that dim, not a KeyError blamed on the model."""
+    x = torch.randn(4, 9)
+    out, found = _recorded(lambda t: (t.max(axis=1, keepdim=True)[1], t.min(axis=0)[1]), x)
+    assert [s.dim for s in found if s is not None] == [1, 0]
