@@ -6,8 +6,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from emmy.dtypes import DType, as_stored, tolerance
+from emmy.dtypes import DType, tolerance
 from emmy.errors import UserError, WorkloadFails
+from emmy.tensor_ir.semantics import as_numpy
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,9 @@ class CheckReport:
 
 
 def to_numpy(t) -> np.ndarray:
-    """A torch tensor as numpy (bf16 widened to f32, which numpy lacks; a complex tensor as
-    its (real, imaginary) pairs, as the kernels store it: emmy.dtypes.as_stored)."""
-    import torch
-
-    t = as_stored(t.detach().cpu())
-    if t.dtype == torch.bfloat16:
-        t = t.float()
-    return t.numpy()
+    """A torch tensor as numpy (bf16 and 8-bit floats widened to f32, which numpy lacks; a
+    complex tensor as its (real, imaginary) pairs, as the kernels store it)."""
+    return as_numpy(t)
 
 
 def flatten_tensors(value) -> list:

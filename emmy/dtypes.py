@@ -10,6 +10,10 @@ class DType(Enum):
     F32 = "f32"
     F16 = "f16"
     BF16 = "bf16"
+    # 8-bit floats are storage types only: torch computes nothing in them (a value is cast to
+    # a wider type first), and neither does emmy (its arithmetic is f32's)
+    F8E4M3 = "f8e4m3"
+    F8E5M2 = "f8e5m2"
     I64 = "i64"
     I32 = "i32"
     I16 = "i16"
@@ -26,7 +30,13 @@ class DType(Enum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.F64, DType.F32, DType.F16, DType.BF16)
+        return self in (DType.F64, DType.F32, DType.F16, DType.BF16, DType.F8E4M3, DType.F8E5M2)
+
+    @property
+    def is_narrow_float(self) -> bool:
+        """A float stored in fewer than 32 bits (f16, bf16, the 8-bit floats): computed in f32
+        and rounded to its type where it is stored."""
+        return self in (DType.F16, DType.BF16, DType.F8E4M3, DType.F8E5M2)
 
     @property
     def is_complex(self) -> bool:
@@ -39,12 +49,14 @@ class DType(Enum):
 
     @property
     def itemsize(self) -> int:
-        return {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1,
+        return {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1,
+                "i64": 8, "i32": 4, "i16": 2, "i8": 1,
                 "u8": 1, "bool": 1, "c64": 8, "c128": 16}[self.value]
 
     @property
     def c_name(self) -> str:
         return {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16",
+                "f8e4m3": "__nv_fp8_e4m3", "f8e5m2": "__nv_fp8_e5m2",
                 "i64": "long long", "i32": "int", "i16": "short", "i8": "signed char",
                 "u8": "unsigned char", "bool": "bool"}[self.value]
 
@@ -62,13 +74,14 @@ class DType(Enum):
 
     @property
     def compute(self) -> "DType":
-        """The type arithmetic on this type is carried out in (half types compute in f32)."""
-        return DType.F32 if self in (DType.F16, DType.BF16) else self
+        """The type arithmetic on this type is carried out in (narrow floats compute in f32)."""
+        return DType.F32 if self.is_narrow_float else self
 
 
 _FROM_TORCH = {
     "torch.float64": DType.F64, "torch.float32": DType.F32, "torch.float16": DType.F16,
-    "torch.bfloat16": DType.BF16, "torch.int64": DType.I64, "torch.int32": DType.I32,
+    "torch.bfloat16": DType.BF16, "torch.float8_e4m3fn": DType.F8E4M3,
+    "torch.float8_e5m2": DType.F8E5M2, "torch.int64": DType.I64, "torch.int32": DType.I32,
     "torch.int16": DType.I16, "torch.int8": DType.I8, "torch.uint8": DType.U8,
     "torch.bool": DType.BOOL, "torch.complex64": DType.C64, "torch.complex128": DType.C128,
 }
@@ -86,7 +99,8 @@ def to_torch(dtype: DType):
     import torch
 
     return {DType.F64: torch.float64, DType.F32: torch.float32, DType.F16: torch.float16,
-            DType.BF16: torch.bfloat16, DType.I64: torch.int64, DType.I32: torch.int32,
+            DType.BF16: torch.bfloat16, DType.F8E4M3: torch.float8_e4m3fn,
+            DType.F8E5M2: torch.float8_e5m2, DType.I64: torch.int64, DType.I32: torch.int32,
             DType.I16: torch.int16, DType.I8: torch.int8, DType.U8: torch.uint8,
             DType.BOOL: torch.bool, DType.C64: torch.complex64,
             DType.C128: torch.complex128}[dtype]
@@ -114,13 +128,34 @@ def as_user(t, dtype: "DType"):
 
 
 def to_numpy(dtype: DType):
-    """numpy has no bfloat16: bf16 values are held as float32 on the numpy side."""
+    """numpy has no bfloat16 or 8-bit floats: their values are held as float32 on the numpy
+    side (`rounded` keeps them on their type's values)."""
     import numpy as np
 
     return {DType.F64: np.float64, DType.F32: np.float32, DType.F16: np.float16,
-            DType.BF16: np.float32, DType.I64: np.int64, DType.I32: np.int32,
+            DType.BF16: np.float32, DType.F8E4M3: np.float32, DType.F8E5M2: np.float32,
+            DType.I64: np.int64, DType.I32: np.int32,
             DType.I16: np.int16, DType.I8: np.int8, DType.U8: np.uint8,
             DType.BOOL: np.bool_, DType.C64: np.complex64, DType.C128: np.complex128}[dtype]
+
+
+def rounded(a, dtype: DType):
+    """float32 values (numpy) rounded to `dtype` where numpy has no such type: bf16 and the
+    8-bit floats (nearest even, as torch converts: e4m3 saturates at +-448, e5m2 overflows to
+    infinity); the values of any other type as they are."""
+    import numpy as np
+
+    a = np.asarray(a, dtype=to_numpy(dtype))
+    if dtype is DType.BF16:
+        bits = np.ascontiguousarray(a, np.float32).view(np.uint32)
+        out = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+        return np.where(np.isnan(a), a, out.view(np.float32))
+    if dtype in (DType.F8E4M3, DType.F8E5M2):
+        import torch
+
+        narrow = torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(to_torch(dtype))
+        return narrow.to(torch.float32).numpy().reshape(a.shape)
+    return a
 
 
 def tolerance(dtype: DType, *, tf32: bool = False,
@@ -144,4 +179,5 @@ def checked_as(dtype: DType, *, tf32: bool = False, floor: DType | None = None) 
 
 
 _TOLERANCE = {DType.F64: (1e-9, 1e-7), DType.F32: (1e-4, 1e-4), DType.F16: (1e-2, 1e-2),
-              DType.BF16: (5e-2, 5e-2)}
+              DType.BF16: (5e-2, 5e-2), DType.F8E4M3: (2 ** -6, 0.125),
+              DType.F8E5M2: (2 ** -14, 0.25)}

@@ -211,7 +211,7 @@ def _rounded(fn: Fn, a, text: str) -> str:
     """`text` (the C name of operand `a`), rounded to its 16-bit type where it is a value the
     kernel computed (loads are exact)."""
     t = fn.types.get(a) if isinstance(a, str) else None
-    if t not in (DType.F16, DType.BF16) or a in _loaded(fn.k):
+    if t is None or not t.is_narrow_float or a in _loaded(fn.k):
         return text
     return f"em_cvt<float>(em_cvt<{t.c_name}>({text}))"
 

@@ -142,7 +142,7 @@ class _Machine:
         """An operand of a step function or a cast to another kind: a 16-bit value rounded to
         its type first, as the emitted CUDA has it."""
         t = self.dtypes.get(a) if isinstance(a, str) else None
-        if t not in (DType.F16, DType.BF16):
+        if t is None or not t.is_narrow_float:
             return self.operand(a)
         return to_compute(round_to(self.get(a), t), t)
 

@@ -1,6 +1,6 @@
 """What each Loop IR operation computes, on numpy arrays (used by the interpreter).
 
-Values live in their type's compute type (f16 and bf16 as float32); `round_to` rounds to the
+Values live in their type's compute type (f16, bf16 and the 8-bit floats as float32); `round_to` rounds to the
 storage type on a cast or a store. Folds reduce over given axes (keeping them, with size 1);
 running folds (scans) give both the inclusive and the exclusive running values.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emmy.dtypes import DType, to_numpy
+from emmy.dtypes import DType, rounded, to_numpy
 from emmy.loop_ir.ir import Accum, CastTo, Compute, EwOp, ReduceOp
 from emmy.tensor_ir.semantics import COMBINE, REDUCE, RUNNING, UFUNC
 
@@ -18,13 +18,9 @@ def to_compute(a, dtype: DType) -> np.ndarray:
 
 
 def round_to(a, dtype: DType) -> np.ndarray:
-    """`a` in the storage type of `dtype` (bf16: float32 rounded to bf16, nearest even)."""
-    a = np.asarray(a).astype(to_numpy(dtype))
-    if dtype is not DType.BF16:
-        return a
-    bits = np.ascontiguousarray(a, np.float32).view(np.uint32)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
-    return np.where(np.isnan(a), a, rounded.view(np.float32))
+    """`a` in the storage type of `dtype` (bf16 and the 8-bit floats: float32 rounded to their
+    values, nearest even)."""
+    return rounded(np.asarray(a).astype(to_numpy(dtype)), dtype)
 
 
 # Ops whose result jumps where their operand crosses a threshold: comparisons, rounding to an

@@ -109,7 +109,7 @@ def _evaluate(s: Compute) -> Scalar:
 
 def _exact(known: Scalar) -> Scalar:
     """A computed 16-bit literal rounded to its type (others as they are)."""
-    if known.dtype not in (DType.F16, DType.BF16):
+    if not known.dtype.is_narrow_float:
         return known
     return _literal(known.value, known.dtype, known.dtype)
 

@@ -341,10 +341,12 @@ class Builder:
 # ---- type rules ----------------------------------------------------------------------------
 
 _CATEGORY = {DType.BOOL: 0, DType.U8: 1, DType.I8: 1, DType.I16: 1, DType.I32: 1, DType.I64: 1,
-             DType.F16: 2, DType.BF16: 2, DType.F32: 2, DType.F64: 2}
+             DType.F8E4M3: 2, DType.F8E5M2: 2, DType.F16: 2, DType.BF16: 2, DType.F32: 2,
+             DType.F64: 2}
 _DEFAULT = {0: DType.BOOL, 1: DType.I64, 2: DType.F32}
 _WIDTH = {DType.BOOL: 0, DType.U8: 1, DType.I8: 1, DType.I16: 2, DType.I32: 3, DType.I64: 4,
-          DType.F16: 1, DType.BF16: 1, DType.F32: 2, DType.F64: 3}   # compared within a category
+          DType.F8E4M3: 0, DType.F8E5M2: 0, DType.F16: 1, DType.BF16: 1, DType.F32: 2,
+          DType.F64: 3}   # compared within a category (torch promotes no 8-bit float with another)
 # two types of one width neither holds: the next wider one holds both (torch's promotion)
 _BOTH = {frozenset({DType.F16, DType.BF16}): DType.F32, frozenset({DType.U8, DType.I8}): DType.I16}
 

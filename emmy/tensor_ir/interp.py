@@ -1,7 +1,8 @@
 """Run a Tensor IR program with numpy: the CPU reference for this stage.
 
 Half-precision elementwise ops compute in f32 and round once (as `DType.compute` says);
-bf16 values live in float32 arrays, rounded to bf16 after every definition.
+bf16 and 8-bit float values live in float32 arrays, rounded to their type after every
+definition.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from emmy.dtypes import DType, to_numpy
+from emmy.dtypes import DType, rounded, to_numpy
 from emmy.errors import InternalError, UserError
 from emmy.symbolic import evaluate
 from emmy.tensor_ir.semantics import REDUCE, RUNNING, UFUNC, as_numpy
@@ -93,13 +94,9 @@ def _convert(value: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 def _round(value: np.ndarray, dtype: DType) -> np.ndarray:
-    """Round float32 storage to bf16 (nearest even); other types are already exact."""
-    value = np.asarray(value, dtype=to_numpy(dtype))
-    if dtype is not DType.BF16:
-        return value
-    bits = value.view(np.uint32)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return np.where(np.isnan(value), value, rounded.astype(np.uint32).view(np.float32))
+    """Round float32 storage to bf16 or an 8-bit float (nearest even); other types are
+    already exact."""
+    return rounded(np.asarray(value, dtype=to_numpy(dtype)), dtype)
 
 
 def _index_map(d: IndexMap | Gather, arg: np.ndarray, dynamic=None) -> np.ndarray:

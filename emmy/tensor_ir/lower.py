@@ -22,9 +22,6 @@ __all__ = ["lower", "SUPPORTED_OPS"]
 # every op some rule lowers: emmy's tables, and the ops of complex values only
 SUPPORTED_OPS: list[str] = sorted(set(REGISTRY) | cx.COMPLEX_ONLY)
 
-_HALF = (DType.F16, DType.BF16)
-
-
 def lower(graph: Graph) -> Program:
     """Decompose every node of `graph` into Tensor IR definitions."""
     b = Builder(graph.name)
@@ -156,11 +153,12 @@ def _resolve(a, env: dict[str, Any], tensor=None):
 
 
 def _widen(b: Builder, halves: list[DType]):
-    """For opmath ops: f16/bf16 tensors are cast to f32, and their type remembered."""
+    """For opmath ops: f16/bf16 (and 8-bit float) tensors are cast to f32, and their type
+    remembered."""
     def widen(v):
         if isinstance(v, tuple):
             return tuple(widen(x) for x in v)
-        if isinstance(v, str) and b.dtype(v) in _HALF:
+        if isinstance(v, str) and b.dtype(v).is_narrow_float:
             halves.append(b.dtype(v))
             return b.cast(v, DType.F32)
         return v

@@ -145,13 +145,13 @@ def identity(op: ReduceOp, dtype: DType):
 
 
 def as_numpy(value) -> np.ndarray:
-    """A torch tensor or array-like as a numpy array (bf16 widened to float32, which numpy
-    lacks; a complex one as its (real, imaginary) pairs, as emmy stores it)."""
+    """A torch tensor or array-like as a numpy array (bf16 and 8-bit floats widened to float32,
+    which numpy lacks; a complex one as its (real, imaginary) pairs, as emmy stores it)."""
     if hasattr(value, "detach"):
         from emmy.dtypes import as_stored
 
         value = as_stored(value.detach().cpu())
-        if str(value.dtype) == "torch.bfloat16":
+        if str(value.dtype) in ("torch.bfloat16", "torch.float8_e4m3fn", "torch.float8_e5m2"):
             value = value.float()
         return value.numpy()
     value = np.asarray(value)

@@ -9,7 +9,7 @@ import struct
 import pytest
 import torch
 
-from emmy.frontend.workload import load_expr
+from emmy.frontend.workload import Workload, load_expr
 from emmy.pipeline import Options, compile_to
 from emmy.runtime.gpu import elf_image, gpu_available
 
@@ -384,6 +384,26 @@ def test_gpu_fourier_transforms_pass_the_harness(expr):
     from emmy.bench.harness import check_program
 
     workload = load_expr(expr)
+    stages = compile_to(workload, "cuda", Options())
+    result = check_program(workload, stages["torch"], stages["cuda"], device="gpu")
+    assert result.verdict == "ok" and len(result.cases) == 6, result
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("expr", [
+    "(torch.randn(256, 512) * 300).to(torch.float8_e4m3fn)",
+    "(torch.randn(256, 512) * 3e4).to(torch.float8_e5m2)",
+    "torch.randn(256, 512).to(torch.float8_e4m3fn).float() * torch.rand(256, 1)",
+    "fp8 linear",
+])
+def test_gpu_8_bit_floats_pass_the_harness(expr):
+    """Casts to e4m3 (past 448) and e5m2 (past 57,344), fp8 reads widened, fp8 weights under a
+    bf16 product, through the GPU harness: the device's conversions against torch's on CUDA."""
+    from emmy.bench.harness import check_program
+    from tests.tensor_ir.test_float8 import Fp8Linear
+
+    workload = load_expr(expr) if expr != "fp8 linear" else Workload(
+        "fp8_linear", Fp8Linear(256, 128), (torch.randn(64, 256).bfloat16(),), "", "<test>")
     stages = compile_to(workload, "cuda", Options())
     result = check_program(workload, stages["torch"], stages["cuda"], device="gpu")
     assert result.verdict == "ok" and len(result.cases) == 6, result

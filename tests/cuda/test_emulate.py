@@ -109,6 +109,33 @@ def test_half_and_bfloat16_rounding():
     np.testing.assert_array_equal(b, bf)
 
 
+def test_8_bit_floats_round_and_widen_as_torch():
+    """Every byte read as e4m3 and e5m2, and floats around each format's rounding points
+    (ties, the subnormal range, overflow, infinity, NaN) converted to both: the bits torch
+    gives, e4m3 saturating at 448 as torch and __NV_SATFINITE do."""
+    import torch
+
+    grid = torch.arange(256, dtype=torch.uint8)
+    edges = [e for v in (grid.view(torch.float8_e4m3fn).float(), grid.view(torch.float8_e5m2).float())
+             for e in (v, v.nextafter(torch.tensor(np.inf)), v.nextafter(torch.tensor(-np.inf)))]
+    mids = [(a[1:] + a[:-1]) / 2 for a in (torch.sort(e)[0] for e in edges[::3])]
+    special = torch.tensor([448, 464, 465, 479, 480, 1e6, 57344, 61439, 61440, 1e9, np.inf,
+                            -np.inf, np.nan, -0.0, 2.0 ** -10, 2.0 ** -17, 2.0 ** -16 * 1.5])
+    x = torch.cat([*edges, *mids, special, torch.randn(500) * 10.0 ** torch.randint(-6, 5, (500,))])
+    x = x.float().contiguous()
+    n = len(x)
+    e4, e5 = np.zeros(n, np.uint8), np.zeros(n, np.uint8)
+    w4, w5 = np.zeros(256, np.float32), np.zeros(256, np.float32)
+    run("fp8_round_trip", (n + 127) // 128, 128, [e4, e5, w4, w5, x.numpy(), n])
+    for got, dtype in ((e4, torch.float8_e4m3fn), (e5, torch.float8_e5m2)):
+        want = x.to(dtype).view(torch.uint8).numpy()
+        same = (got == want) | (np.isnan(torch.from_numpy(got).view(dtype).float().numpy())
+                                & np.isnan(x.numpy()))
+        assert same.all(), (dtype, x.numpy()[~same][:8], got[~same][:8], want[~same][:8])
+    np.testing.assert_array_equal(w4, grid.view(torch.float8_e4m3fn).float().numpy())
+    np.testing.assert_array_equal(w5, grid.view(torch.float8_e5m2).float().numpy())
+
+
 def test_bytes_become_pairs_of_16_bit_floats_exactly():
     """Every byte, read signed and unsigned, as f16 and as bf16 (a computed operand's int8
     weights, two at a time): the bits of its exact value."""

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 
 // ---------------------------------------------------------------------------------------------
@@ -162,6 +163,59 @@ inline __nv_bfloat16 __high2bfloat16(__nv_bfloat162 v) { return v.y; }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.__x; }
 inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) {
     return __nv_bfloat16(__nv_bfloat16_raw{u});
+}
+
+// 8-bit floats (cuda_fp8.h): storage types only, converted through float with
+// __nv_cvt_float_to_fp8 (round to nearest even; __NV_SATFINITE clamps overflow and infinity to
+// the largest finite value, __NV_NOSAT gives e5m2 infinity and e4m3 NaN) and widened with
+// __nv_cvt_fp8_to_halfraw (exact).
+typedef unsigned char __nv_fp8_storage_t;
+enum __nv_saturation_t { __NV_NOSAT, __NV_SATFINITE };
+enum __nv_fp8_interpretation_t { __NV_E4M3, __NV_E5M2 };
+struct __nv_fp8_e4m3 { __nv_fp8_storage_t __x; };
+struct __nv_fp8_e5m2 { __nv_fp8_storage_t __x; };
+
+namespace emmy_emu {
+
+struct Fp8Format { int mantissa, bias; float largest; };
+
+inline Fp8Format fp8_format(__nv_fp8_interpretation_t t) {
+    return t == __NV_E4M3 ? Fp8Format{3, 7, 448.0f} : Fp8Format{2, 15, 57344.0f};
+}
+
+}  // namespace emmy_emu
+
+inline __nv_fp8_storage_t __nv_cvt_float_to_fp8(float x, __nv_saturation_t sat,
+                                                __nv_fp8_interpretation_t t) {
+    const emmy_emu::Fp8Format f = emmy_emu::fp8_format(t);
+    const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+    const uint8_t nan = t == __NV_E4M3 ? 0x7f : 0x7e, top = t == __NV_E4M3 ? 0x7e : 0x7b;
+    if (std::isnan(x)) return sign | nan;
+    const double a = std::fabs(static_cast<double>(x));
+    // the value rounded at its binade's spacing (the subnormals' below the least normal)
+    const int e = a == 0 || std::isinf(a) ? 1 - f.bias : std::max(std::ilogb(a), 1 - f.bias);
+    const double quantum = std::ldexp(1.0, e - f.mantissa);
+    const double r = std::isinf(a) ? a : std::nearbyint(a / quantum) * quantum;
+    if (r > f.largest) {
+        if (sat == __NV_SATFINITE) return sign | top;
+        return sign | (t == __NV_E4M3 ? nan : 0x7c);
+    }
+    if (r < std::ldexp(1.0, 1 - f.bias))                  // subnormal (or zero)
+        return sign | static_cast<uint8_t>(r / std::ldexp(1.0, 1 - f.bias - f.mantissa));
+    const int re = std::ilogb(r);
+    const int m = static_cast<int>(std::ldexp(r, f.mantissa - re)) - (1 << f.mantissa);
+    return sign | static_cast<uint8_t>(((re + f.bias) << f.mantissa) | m);
+}
+
+inline __half_raw __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t x, __nv_fp8_interpretation_t t) {
+    const emmy_emu::Fp8Format f = emmy_emu::fp8_format(t);
+    const int e = (x & 0x7f) >> f.mantissa, m = x & ((1 << f.mantissa) - 1);
+    float v;
+    if (t == __NV_E4M3 && (x & 0x7f) == 0x7f) v = NAN;
+    else if (t == __NV_E5M2 && e == 31) v = m ? NAN : INFINITY;
+    else if (e == 0) v = std::ldexp(static_cast<float>(m), 1 - f.bias - f.mantissa);
+    else v = std::ldexp(static_cast<float>((1 << f.mantissa) | m), e - f.bias - f.mantissa);
+    return __half_raw{__half(x & 0x80 ? -v : v).__x};
 }
 
 // Half arithmetic intrinsics, for both 16-bit formats (fma rounds once, from the exact product).

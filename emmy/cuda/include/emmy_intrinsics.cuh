@@ -16,12 +16,13 @@
 //   constants   EMMY_INF_F32
 #pragma once
 
-// Emitted source includes this header and nothing else; it brings the 16-bit float types and
+// Emitted source includes this header and nothing else; it brings the 16- and 8-bit float types and
 // the fixed-width integers (uint32_t, int64_t, ...) on both sides.
 #if defined(__CUDACC__)
 #include <cuda/std/cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #elif !defined(EMMY_EMULATE)
 #error "emmy_intrinsics.cuh: compile with NVRTC/nvcc, or include cuda_emulate.h first"
 #endif
@@ -30,6 +31,25 @@
 
 // Float infinity both compilers accept (NVRTC has no INFINITY macro).
 #define EMMY_INF_F32 __int_as_float(0x7f800000)
+
+// 8-bit floats as torch converts to them: round to nearest even; e4m3 (no infinity) saturates
+// at +-448, infinity included, e5m2 overflows to infinity. Widening is exact.
+EMMY_FN __nv_fp8_e4m3 emmy_to_e4m3(float f) {
+    __nv_fp8_e4m3 r;
+    r.__x = __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+    return r;
+}
+EMMY_FN __nv_fp8_e5m2 emmy_to_e5m2(float f) {
+    __nv_fp8_e5m2 r;
+    r.__x = __nv_cvt_float_to_fp8(f, __NV_NOSAT, __NV_E5M2);
+    return r;
+}
+EMMY_FN float emmy_from_fp8(__nv_fp8_e4m3 v) {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(v.__x, __NV_E4M3)));
+}
+EMMY_FN float emmy_from_fp8(__nv_fp8_e5m2 v) {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(v.__x, __NV_E5M2)));
+}
 
 #if defined(__CUDACC__)
 EMMY_FN unsigned emmy_smem_addr(const void* p) {

@@ -14,6 +14,10 @@ template <class A> struct em_same<A, A> { static constexpr bool value = true; };
 
 template <class To, class From> EMMY_FN To em_cvt(From x) {
   if constexpr (em_same<From, To>::value) return x;
+  else if constexpr (em_same<To, __nv_fp8_e4m3>::value) return emmy_to_e4m3(em_cvt<float>(x));
+  else if constexpr (em_same<To, __nv_fp8_e5m2>::value) return emmy_to_e5m2(em_cvt<float>(x));
+  else if constexpr (em_same<From, __nv_fp8_e4m3>::value || em_same<From, __nv_fp8_e5m2>::value)
+    return em_cvt<To>(emmy_from_fp8(x));
   else if constexpr (em_same<From, __half>::value) return static_cast<To>(__half2float(x));
   else if constexpr (em_same<From, __nv_bfloat16>::value) return static_cast<To>(__bfloat162float(x));
   else if constexpr (em_same<To, __half>::value) return __float2half_rn(static_cast<float>(x));

@@ -395,7 +395,7 @@ def _access_instructions(item: Load | Store, scope: _Scope, types) -> float:
     per = 1.0
     if scope.axis is not None and scope.vector > 1 and _coefficient(item, scope.axis, types) == 1:
         per = 1.0 / scope.vector
-    if ty.dtype.itemsize == 2:
+    if ty.dtype.is_narrow_float:
         per += HALF_CONVERT_INSTRUCTIONS
     return per
 

@@ -95,6 +95,24 @@ extern "C" __global__ void half_round_trip(float* h, float* b, const float* x, i
     }
 }
 
+// float -> 8-bit float bits (as em_cvt converts: e4m3 saturating, e5m2 to infinity), and
+// every byte widened back to float in both formats.
+extern "C" __global__ void fp8_round_trip(unsigned char* e4, unsigned char* e5, float* w4,
+                                          float* w5, const float* x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        e4[i] = em_cvt<__nv_fp8_e4m3>(x[i]).__x;
+        e5[i] = em_cvt<__nv_fp8_e5m2>(x[i]).__x;
+    }
+    if (i < 256) {
+        __nv_fp8_e4m3 a;
+        __nv_fp8_e5m2 b;
+        a.__x = b.__x = static_cast<unsigned char>(i);
+        w4[i] = em_cvt<float>(a);
+        w5[i] = em_cvt<float>(b);
+    }
+}
+
 // Where each thread of a 3-D grid of 3-D blocks finds itself.
 extern "C" __global__ void indices(int* out) {
     const int block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
