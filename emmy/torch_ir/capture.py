@@ -10,7 +10,7 @@ from typing import Any
 from emmy.dtypes import from_torch
 from emmy.errors import UserError
 from emmy.torch_ir.ir import Arg, Graph, InputKind, Node, Placeholder, Ref, TensorType
-from emmy.torch_ir.masked import rewrite_masked
+from emmy.torch_ir.masked import functional_twin, rewrite_masked
 
 _KINDS = {"PARAMETER": InputKind.PARAM, "BUFFER": InputKind.BUFFER,
           "CONSTANT_TENSOR": InputKind.CONSTANT, "USER_INPUT": InputKind.INPUT}
@@ -73,11 +73,12 @@ def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
             placeholders.append(ph)
             if kind is not InputKind.INPUT:
                 values[ph.name] = _state_value(ep, spec.target).detach()
+    order = _Order(ep.graph_module)
     for module in ep.graph_module.modules():
         if hasattr(module, "graph"):
-            order = {n: i for i, n in enumerate(module.graph.nodes)}
             rewrite_masked(module, lambda put: _functional(put, order, origin))
-    _calls(ep.graph_module, names, nodes, origin)
+    order = _Order(ep.graph_module)           # the rewritten graphs' nodes
+    _calls(ep.graph_module, names, nodes, origin, order)
     returned = next(n for n in ep.graph.nodes if n.op == "output").args[0]
     outputs = tuple(Ref(names.get(r.name, r.name)) for r in _flatten_outputs(returned))
     if not outputs or len(outputs) != len(_flat(returned)):
@@ -87,14 +88,14 @@ def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
                  tf32=tf32, values=values)
 
 
-def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None) -> None:
+def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None,
+           order: "_Order") -> None:
     """Mirror the calls of one graph module's graph into `nodes`; a region torch.export wraps
     in a higher-order op (`with torch.no_grad():`, `@torch.no_grad()`, autocast turned off) has
     its calls mirrored in its place, and reads of the region's results read them directly."""
     import operator
 
     graph_nodes = list(module.graph.nodes)
-    order = {n: i for i, n in enumerate(graph_nodes)}
     regions: dict[str, list[str]] = {}    # a region's node -> the names of its results
     for fx_node in graph_nodes:
         if fx_node.op != "call_function":
@@ -102,7 +103,8 @@ def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None)
         source = _source_line(fx_node.meta.get("stack_trace"), origin)
         region = _region(module, fx_node, source, origin)
         if region is not None:
-            regions[fx_node.name] = _inline(module, fx_node, *region, names, nodes, origin)
+            regions[fx_node.name] = _inline(module, fx_node, *region, names, nodes, origin,
+                                            order)
             continue
         if fx_node.target is operator.getitem and getattr(fx_node.args[0], "name", None) \
                 in regions:
@@ -128,15 +130,21 @@ def _region(module, fx_node, source: str | None, origin: str | None):
     a higher-order op that changes nothing an inference program computes: grad mode, autocast
     turned off. An autocast region that is on is refused (its casts are not in the graph)."""
     kind = getattr(fx_node.target, "__name__", None)
+    if kind == "wrap_with_autocast" and fx_node.args[2]:
+        source = source or _first_line(getattr(module, fx_node.args[4].target), origin)
+        at = f" at {source}" if source else ""
+        raise UserError(f"an autocast region{at} (`torch.autocast(...)` on): emmy compiles "
+                        "the element types the model computes in; cast the model and its "
+                        "inputs instead (model.half(), x.half())")
+    return _region_parts(fx_node)
+
+
+def _region_parts(fx_node):
+    """(the submodule, its operands) of a call of a region's higher-order op, else None."""
+    kind = getattr(fx_node.target, "__name__", None)
     if kind == "wrap_with_set_grad_enabled":
         return fx_node.args[1], fx_node.args[2:]
     if kind == "wrap_with_autocast":
-        if fx_node.args[2]:
-            source = source or _first_line(getattr(module, fx_node.args[4].target), origin)
-            at = f" at {source}" if source else ""
-            raise UserError(f"an autocast region{at} (`torch.autocast(...)` on): emmy compiles "
-                            "the element types the model computes in; cast the model and its "
-                            "inputs instead (model.half(), x.half())")
         return fx_node.args[4], fx_node.args[5:]
     return None
 
@@ -151,7 +159,7 @@ def _first_line(module, origin: str | None) -> str | None:
 
 
 def _inline(module, fx_node, submodule, operands, names: dict[str, str], nodes: list[Node],
-            origin: str | None) -> list[str]:
+            origin: str | None, order: "_Order") -> list[str]:
     """Mirror a region's calls (its graph an attribute of `module`, its inputs the operands),
     each call named after the region (`no_grad.to` for `to` in the region
     `wrap_with_set_grad_enabled`, `no_grad_cos.to` in such a region named after its result
@@ -170,7 +178,7 @@ def _inline(module, fx_node, submodule, operands, names: dict[str, str], nodes: 
     for n in graph.nodes:
         if n.op == "call_function":
             inner[n.name] = f"{prefix}.{n.name}"
-    _calls(region, inner, nodes, origin)
+    _calls(region, inner, nodes, origin, order)
     out = next(n for n in graph.nodes if n.op == "output")
     return [inner.get(r.name, r.name) for r in _flat(out.args[0])]
 
@@ -211,23 +219,56 @@ def _functional(fx_node, order, origin: str | None) -> str:
     written = fx_node.args[0] if isinstance(fx_node.args[0], (list, tuple)) else \
         (fx_node.args[0],)
     shared = set().union(*(_aliases(t) for t in written))
-    if any(getattr(n, "op", None) == "placeholder" for n in shared):
+    if len(written) > 1 or written[0] is not fx_node.args[0]:
+        _refuse_input_write(shared, order, name, at)
+        # an update of a list of tensors (`_foreach_mul_`) returns nothing: later reads read
+        # the tensors themselves, which only a functionalized graph writes anew
+        raise _SharedWrite(f"in-place `{name}`{at} writes into a list of tensors")
+    writer = fx_node
+    while True:
+        _refuse_input_write(shared, order, name, at)
+        later = [(n, u) for n in shared for u in n.users
+                 if u is not writer and order[u] > order[writer]]
+        if later:
+            n, u = min(later, key=lambda p: order[p[1]])
+            raise _SharedWrite(f"in-place `{name}`{at} overwrites the memory of `{n.name}`, "
+                               f"which `{u.name}` reads afterwards; emmy compiles functional "
+                               "programs (use the out-of-place op)")
+        # a region's input (`with torch.no_grad():`) is its caller's operand: the write must
+        # not reach memory the caller reads after the region either (the caller reads the
+        # region's result instead)
+        inputs = [n for n in shared if n in order.regions]
+        if not inputs:
+            return op_name(functional_twin(fx_node.target))
+        operand, writer = order.regions[inputs[0]]
+        shared = _aliases(operand)
+
+
+def _refuse_input_write(shared, order, name: str, at: str) -> None:
+    if any(getattr(n, "op", None) == "placeholder" and n not in order.regions for n in shared):
         raise UserError(f"in-place `{name}`{at} writes into a model input, parameter or buffer; emmy "
                         "compiles functional programs, which change nothing but their outputs "
                         "(use the out-of-place op, or write into a copy made first: "
                         "`cache = cache.clone()`, and return it)")
-    if len(written) > 1 or written[0] is not fx_node.args[0]:
-        # an update of a list of tensors (`_foreach_mul_`) returns nothing: later reads read
-        # the tensors themselves, which only a functionalized graph writes anew
-        raise _SharedWrite(f"in-place `{name}`{at} writes into a list of tensors")
-    later = [(n, u) for n in shared for u in n.users
-             if u is not fx_node and order[u] > order[fx_node]]
-    if later:
-        n, u = min(later, key=lambda p: order[p[1]])
-        raise _SharedWrite(f"in-place `{name}`{at} overwrites the memory of `{n.name}`, which "
-                           f"`{u.name}` reads afterwards; emmy compiles functional programs "
-                           "(use the out-of-place op)")
-    return base[:-1] + dot + overload
+
+
+class _Order(dict):
+    """Each node of the exported program's graphs -> its position in its own graph; `regions`:
+    each region's input (a placeholder of its submodule) -> (the caller's operand, the call)."""
+
+    def __init__(self, root):
+        super().__init__()
+        self.regions: dict = {}
+        for module in root.modules():
+            if not hasattr(module, "graph"):
+                continue
+            for i, n in enumerate(module.graph.nodes):
+                self[n] = i
+                parts = _region_parts(n) if n.op == "call_function" else None
+                if parts is not None:
+                    body = getattr(module, parts[0].target)
+                    inputs = [p for p in body.graph.nodes if p.op == "placeholder"]
+                    self.regions.update({p: (o, n) for p, o in zip(inputs, parts[1])})
 
 
 def _is_view(fx_node) -> bool:

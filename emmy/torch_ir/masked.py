@@ -216,7 +216,7 @@ def _full(node, mask, made: dict, graph):
               for k, v in node.kwargs.items()}
     val = _val(node)
     shape = tuple(mask.meta["val"].shape) + tuple(val.shape[1:])
-    new = _node(graph, _functional_twin(node.target), aten_args, kwargs, shape, val.dtype, node)
+    new = _node(graph, functional_twin(node.target), aten_args, kwargs, shape, val.dtype, node)
     made[node] = new
     return new
 
@@ -279,12 +279,21 @@ def _elementwise(node) -> bool:
         _aten().to.dtype, _aten()._to_copy.default, _aten().type_as.default)
 
 
-def _functional_twin(target):
-    """`sub_.Tensor` -> `sub.Tensor` (the gathered values it updates in place are a copy)."""
+def functional_twin(target):
+    """An in-place op's out-of-place overload, the one that takes the same arguments:
+    `sub_.Tensor` -> `sub.Tensor`, `pow_.Scalar` (a tensor to a number's power) ->
+    `pow.Tensor_Scalar` (`pow.Scalar` is a number to a tensor's power)."""
     name = target._schema.name.split("::")[-1]
-    if not name.endswith("_"):
+    packet = getattr(_aten(), name[:-1], None) if name.endswith("_") else None
+    if packet is None:
         return target
-    return getattr(getattr(_aten(), name[:-1]), target._overloadname)
+    same = getattr(packet, target._overloadname, None)
+    kinds = [str(a.type) for a in target._schema.arguments]
+    for overload in ([same] if same is not None else []) + \
+            [getattr(packet, o) for o in packet.overloads()]:
+        if [str(a.type) for a in overload._schema.arguments] == kinds:
+            return overload
+    return target
 
 
 def _tensor_args(node) -> list:

@@ -171,6 +171,69 @@ class _OnBuffer(nn.Module):
         return self.cache + x
 
 
+class _RegionOnClone(nn.Module):
+    """SmoothQuant's fake_quant: a clone quantized in place under `@torch.no_grad()`."""
+
+    @staticmethod
+    @torch.no_grad()
+    def quantize(t):
+        scale = t.abs().amax(-1, keepdim=True).clamp(min=1e-5) / 127
+        t.div_(scale).round_().mul_(scale)
+        return t
+
+    def forward(self, x):
+        return self.quantize(x.clone()) * 2
+
+
+class _RegionViewReadAfter(nn.Module):
+    def forward(self, x):
+        t = x * 2
+        v = t[:2]                 # taken before the region: it sees the region's write
+        with torch.no_grad():
+            t.mul_(3.0)
+        return t[:2] + v
+
+
+class _RegionOnInput(nn.Module):
+    def forward(self, x):
+        with torch.no_grad():
+            x.mul_(2.0)
+        return x + 1
+
+
+class _InPlacePowers(nn.Module):
+    """PyG's gcn_norm: `deg.pow_(-0.5)` (aten pow_.Scalar: a tensor to a number's power, whose
+    out-of-place twin is pow.Tensor_Scalar), `**=`, and a tensor exponent."""
+
+    def forward(self, x, e):
+        d = x.abs() + 1
+        d.pow_(-0.5)
+        y = x * 2
+        y **= 2
+        z = x.abs() + 1
+        z.pow_(e)
+        return d, y, z
+
+
+@pytest.mark.parametrize("model", [_RegionOnClone(), _RegionViewReadAfter(), _InPlacePowers()])
+def test_in_place_ops_in_regions_and_with_renamed_twins_compute_as_eager(model):
+    from emmy.tensor_ir.interp import run
+    from emmy.tensor_ir.lower import lower
+
+    args = (torch.randn(4, 8),) if not isinstance(model, _InPlacePowers) else \
+        (torch.randn(4, 8), torch.rand(4, 8) * 2)
+    g = capture(model, args)
+    got = run(lower(g), {p.name: a for p, a in zip(g.inputs, args)})
+    for out, want in zip(got, (lambda r: r if isinstance(r, tuple) else (r,))(model(*args))):
+        torch.testing.assert_close(torch.from_numpy(out), want)
+
+
+def test_an_in_place_write_into_an_input_inside_a_region_is_refused():
+    with pytest.raises(UserError, match="in-place `mul_.Tensor` at .*x.mul_.*writes into a model "
+                                        "input"):
+        capture(_RegionOnInput(), (torch.randn(4, 8),))
+
+
 @pytest.mark.parametrize("model", [_ViewReadAfter(), _BaseReadAfter(), _SliceAssign()])
 def test_in_place_ops_whose_memory_is_read_elsewhere_are_functionalized(model):
     """Something else reads the memory written (a view, its base): torch functionalizes the
