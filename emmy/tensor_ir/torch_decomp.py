@@ -37,21 +37,86 @@ class Expansion:
     outputs: Any
 
 
+_NAMESPACES = ("prims", "quantized_decomposed")
+
+
 def overload(name: str):
-    """The OpOverload of a Torch IR op name ("add.Tensor", "rms_norm", "prims.where"), or None."""
+    """The OpOverload of a Torch IR op name ("add.Tensor", "rms_norm", "prims.where",
+    "quantized_decomposed.quantize_per_tensor.tensor"), or None."""
     import torch
 
-    ns, rest = ("prims", name[len("prims."):]) if name.startswith("prims.") else ("aten", name)
+    ns, dot, rest = name.partition(".")
+    if ns not in _NAMESPACES:
+        ns, rest = "aten", name
     base, _, which = rest.partition(".")
     packet = getattr(getattr(torch.ops, ns), base, None)
     return getattr(packet, which or "default", None) if packet is not None else None
+
+
+def _table(op) -> dict:
+    """torch's decomposition of `op`: torch._decomp's, or for the quantize and dequantize ops
+    PT2E's convert_pt2e leaves in a graph (`quantized_decomposed`), the Python functions that
+    define them (torch.ao.quantization.fx._decomposed), those whose scale and zero point are
+    tensors written here with tensor ops (torch's call `.item()`, which a trace cannot)."""
+    from torch._decomp import decomposition_table
+
+    if op in decomposition_table:
+        return {op: decomposition_table[op]}
+    if op.namespace != "quantized_decomposed":
+        return {}
+    import torch.ao.quantization.fx._decomposed as decomposed
+
+    base, which = op._schema.name.split("::")[-1], op._overloadname
+    fn = _TENSOR_QPARAMS.get((base, which)) or \
+        getattr(decomposed, base if which == "default" else f"{base}_{which}", None)
+    return {op: fn} if fn is not None else {}
+
+
+def _quantize_per_tensor_tensor(input, scale, zero_point, quant_min, quant_max, dtype):
+    """As torch's: x times 1 / scale (in double, then a float operand), rounded half to even,
+    plus the zero point, clamped, cast."""
+    import torch
+
+    if input.dtype in (torch.float16, torch.bfloat16):
+        input = input.to(torch.float32)
+    inv = (1.0 / scale.reshape(()).to(torch.float64)).to(input.dtype)
+    q = torch.round(input * inv) + zero_point.reshape(()).to(input.dtype)
+    return torch.clamp(q, quant_min, quant_max).to(dtype)
+
+
+def _dequantize_per_tensor_tensor(input, scale, zero_point, quant_min, quant_max, dtype, *,
+                                  out_dtype=None):
+    import torch
+
+    out_dtype = out_dtype or torch.float32
+    return (input.to(out_dtype) - zero_point.reshape(()).to(out_dtype)) * \
+        scale.reshape(()).to(out_dtype)
+
+
+def _choose_qparams_tensor(input, qmin, qmax, eps, dtype):
+    """Dynamic quantization's affine parameters of a whole tensor, as torch.ao's
+    determine_qparams computes them (a scale of the range including 0, at least eps, in the
+    input's type then as float64, and the zero point that maps 0 exactly), without its Python
+    check of the min and max (a branch on their values, which holds for any non-empty input)."""
+    import torch
+
+    low, high = torch.aminmax(input)
+    low, high = torch.clamp(low, max=0), torch.clamp(high, min=0)
+    scale = torch.maximum((high - low) / float(qmax - qmin),
+                          torch.full((1,), eps, dtype=torch.float32))
+    zero = qmin - torch.round(low / scale).to(torch.int32)
+    return scale.to(torch.float64), torch.clamp(zero, qmin, qmax).to(torch.int64)
+
+
+_TENSOR_QPARAMS = {("quantize_per_tensor", "tensor"): _quantize_per_tensor_tensor,
+                   ("dequantize_per_tensor", "tensor"): _dequantize_per_tensor_tensor,
+                   ("choose_qparams", "tensor"): _choose_qparams_tensor}
 
 
 def expand(node: Node, types: dict[str, TensorType]) -> Expansion | None:
     """torch's decomposition of `node` (its Ref arguments of the given types), or None where
     torch has none that applies here."""
     import torch
-    from torch._decomp import decomposition_table
     from torch.func import functionalize
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -69,7 +134,7 @@ def expand(node: Node, types: dict[str, TensorType]) -> Expansion | None:
         kwargs = {k: _torch_arg(v, it) for k, v in node.kwargs}
         return op(*args, **kwargs)
 
-    table = {op: decomposition_table[op]} if op in decomposition_table else {}
+    table = _table(op)
     try:
         # oneDNN off: the decompositions of the recurrent layers (lstm, gru) otherwise pick
         # oneDNN's fused layer for CPU tensors, which is a kernel of its own, not ops (setting
@@ -107,15 +172,14 @@ def _out_of_place(n) -> bool:
     its out-of-place twin, later readers of the tensor it updated reading its result instead
     (True); False where that would not be the same program (it updates an input, or a
     view)."""
-    import torch
+    from emmy.torch_ir.masked import functional_twin
 
     schema = getattr(n.target, "_schema", None)
     if schema is None or not schema.is_mutable:
         return True
-    base, _, which = str(n.target).split(".", 1)[1].partition(".")
-    twin = getattr(getattr(torch.ops.aten, base[:-1], None), which or "default", None)
+    twin = functional_twin(n.target)
     first = n.args[0] if n.args else None
-    if (not base.endswith("_") or twin is None or getattr(first, "op", None) != "call_function"
+    if (twin is n.target or getattr(first, "op", None) != "call_function"
             or getattr(first.target, "_schema", None) is None
             or any(r.alias_info is not None for r in first.target._schema.returns)):
         return False

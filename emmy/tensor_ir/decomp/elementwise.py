@@ -368,6 +368,34 @@ def lower_fake_quantize_per_channel(b, x, scale, zero_point, axis, quant_min, qu
     return _fake_quantize(b, x, scale, zero_point, quant_min, quant_max)
 
 
+def _rounded_zero_point(b, zero_point, quant_min: int, quant_max: int):
+    """A learnable (float) zero point as torch's forward uses it: rounded half to even, then
+    clamped to the quantized range."""
+    z = b.ew(E.ROUND, b.cast(zero_point, DType.F32))
+    return b.ew(E.MIN, b.ew(E.MAX, z, float(quant_min)), float(quant_max))
+
+
+@op("_fake_quantize_learnable_per_tensor_affine")
+def lower_fake_quantize_learnable(b, x, scale, zero_point, quant_min, quant_max,
+                                  grad_factor=1.0):
+    """torch.ao's LSQ fake quantization (a learned scale and zero point): the forward is fake
+    quantization by the first scale and the zero point rounded and clamped (grad_factor only
+    scales gradients)."""
+    from emmy.tensor_ir.decomp.layout import slice_axis
+
+    first = [slice_axis(b, t, 0, 0, 1) for t in (scale, zero_point)]
+    return _fake_quantize(b, x, first[0], _rounded_zero_point(b, first[1], quant_min, quant_max),
+                          quant_min, quant_max)
+
+
+@op("_fake_quantize_learnable_per_channel_affine")
+def lower_fake_quantize_learnable_per_channel(b, x, scale, zero_point, axis, quant_min,
+                                              quant_max, grad_factor=1.0):
+    return lower_fake_quantize_per_channel(
+        b, x, scale, _rounded_zero_point(b, zero_point, quant_min, quant_max), axis, quant_min,
+        quant_max)
+
+
 @op("angle")
 def lower_angle(b, x):
     """A real number's angle: pi where it is negative, NaN where it is NaN, else 0 (integers
