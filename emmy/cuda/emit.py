@@ -171,6 +171,8 @@ def _let(s: K.Let) -> list[str]:
             return [f"{const}{c} {n} = ~{a[0]};"]
         case "bits":                        # an integer of a float: the operand as it is
             return [f"{const}{c} {n} = em_bits({a[0]});"]
+        case "float_bits":                  # a float of an integer: the operand as it is
+            return [f"{const}{c} {n} = em_float_bits({a[0]});"]
         case "signbit":                     # a bool of a float: the operand as it is
             return [f"{const}{c} {n} = em_signbit({a[0]});"]
         case "divide" if c in _INTEGERS:

@@ -102,8 +102,8 @@ class Builder:
         """An elementwise op; operands are promoted to a common type and broadcast."""
         if len(args) != ARITY[op]:
             raise InternalError(f"{op} takes {ARITY[op]} operands, got {len(args)}")
-        if op is EwOp.BITS:         # its type is not its operand's
-            return self.bits(*args)
+        if op in (EwOp.BITS, EwOp.FLOAT_BITS):        # its type is not its operand's
+            return self.bits(*args, as_float=op is EwOp.FLOAT_BITS)
         cond, values = (args[0], args[1:]) if op is EwOp.WHERE else (None, args)
         dtype = self.result_type(*values)
         ops = [self.cast(v, dtype) if isinstance(v, str) else _scalar(v, dtype) for v in values]
@@ -118,13 +118,18 @@ class Builder:
         out = DType.BOOL if op in COMPARISON else dtype
         return self._add(Elementwise, TensorType(shape, out), op, tuple(ops))
 
-    def bits(self, x: str) -> str:
+    def bits(self, x: str, *, as_float: bool = False) -> str:
         """x's bits read as a signed integer of their width: an f32 tensor's as i32, an f64
-        tensor's as i64 (a 16-bit float's: cast it to f32 first, which is exact)."""
-        width = {DType.F32: DType.I32, DType.F64: DType.I64}.get(self.dtype(x))
+        tensor's as i64 (a 16-bit float's: cast it to f32 first, which is exact); `as_float`,
+        the other way: an i32 tensor's bits as f32, an i64 tensor's as f64."""
+        pairs = {DType.F32: DType.I32, DType.F64: DType.I64}
+        if as_float:
+            pairs = {i: f for f, i in pairs.items()}
+        width = pairs.get(self.dtype(x))
         if width is None:
-            raise InternalError(f"bits of {self.dtype(x)}: cast to f32 or f64 first")
-        return self._add(Elementwise, TensorType(self.shape(x), width), EwOp.BITS, (x,))
+            raise InternalError(f"bits of {self.dtype(x)}: only {', '.join(map(str, pairs))}")
+        return self._add(Elementwise, TensorType(self.shape(x), width),
+                         EwOp.FLOAT_BITS if as_float else EwOp.BITS, (x,))
 
     def cast(self, x: str, dtype: DType) -> str:
         if self.dtype(x) is dtype:

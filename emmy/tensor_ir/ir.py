@@ -50,6 +50,7 @@ class EwOp(Enum):
     RECIPROCAL = "reciprocal"; NOT = "not"
     BITNOT = "bitnot"  # an integer's bits inverted (~)
     BITS = "bits"  # an f32 (f64) value's bits read as an i32 (i64): Builder.bits
+    FLOAT_BITS = "float_bits"  # an i32 (i64) value's bits read as an f32 (f64): Builder.bits
     # binary
     ADD = "add"; SUB = "sub"; MUL = "multiply"; DIV = "divide"; POW = "pow"
     MAX = "maximum"; MIN = "minimum"; ATAN2 = "atan2"
@@ -68,7 +69,7 @@ _UNARY = {EwOp.NEG, EwOp.ABS, EwOp.EXP, EwOp.LOG, EwOp.LOG1P, EwOp.EXPM1, EwOp.S
           EwOp.CEIL, EwOp.SIGN, EwOp.ROUND, EwOp.TAN, EwOp.ASIN, EwOp.ACOS, EwOp.ATAN,
           EwOp.SINH, EwOp.COSH, EwOp.ASINH, EwOp.ACOSH, EwOp.ATANH, EwOp.LGAMMA,
           EwOp.DIGAMMA, EwOp.ERFINV, EwOp.SIGNBIT, EwOp.RECIPROCAL, EwOp.NOT, EwOp.BITNOT,
-          EwOp.BITS}
+          EwOp.BITS, EwOp.FLOAT_BITS}
 ARITY: Mapping[EwOp, int] = {op: 1 if op in _UNARY else 3 if op is EwOp.WHERE else 2 for op in EwOp}
 COMMUTATIVE = frozenset({EwOp.ADD, EwOp.MUL, EwOp.MAX, EwOp.MIN, EwOp.EQ, EwOp.NE, EwOp.AND, EwOp.OR,
                          EwOp.BITAND, EwOp.BITOR, EwOp.BITXOR})

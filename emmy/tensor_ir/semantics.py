@@ -51,6 +51,7 @@ UFUNC = {
     EwOp.EQ: np.equal, EwOp.NE: np.not_equal, EwOp.AND: np.logical_and, EwOp.OR: np.logical_or,
     EwOp.BITAND: np.bitwise_and, EwOp.BITOR: np.bitwise_or, EwOp.BITXOR: np.bitwise_xor,
     EwOp.BITNOT: np.invert, EwOp.BITS: lambda x: _bits(x),
+    EwOp.FLOAT_BITS: lambda x: _bits(x, as_float=True),
     EwOp.SHL: lambda a, b: _shift(a, b, left=True),
     EwOp.SHR: lambda a, b: _shift(a, b, left=False),
     EwOp.WHERE: np.where,
@@ -73,9 +74,11 @@ def _shift(a, b, *, left: bool):
     return np.where(inside, np.right_shift(a, count), np.where(a < 0, -1, 0).astype(dtype))
 
 
-def _bits(x):
-    """An f32 (f64) array's bits as i32 (i64)."""
+def _bits(x, as_float: bool = False):
+    """An f32 (f64) array's bits as i32 (i64); `as_float`, an i32 (i64) array's as f32 (f64)."""
     x = np.ascontiguousarray(x)
+    if as_float:
+        return x.view(np.float32 if x.dtype == np.int32 else np.float64)
     return x.view(np.int32 if x.dtype == np.float32 else np.int64)
 
 

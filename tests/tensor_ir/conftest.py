@@ -8,6 +8,7 @@ import torch.nn as nn
 from emmy.dtypes import as_stored, from_torch, tolerance
 from emmy.tensor_ir.interp import run
 from emmy.tensor_ir.lower import lower
+from emmy.tensor_ir.semantics import as_numpy
 from emmy.torch_ir.capture import capture
 
 
@@ -29,7 +30,7 @@ def outputs_of(value) -> list[torch.Tensor]:
 def assert_matches(got: np.ndarray, want: torch.Tensor, what: str = "output") -> None:
     want = as_stored(want.detach())      # a complex output as (re, im) pairs, as emmy's
     atol, rtol = tolerance(from_torch(want.dtype))
-    expected = want.float().numpy() if want.dtype == torch.bfloat16 else want.numpy()
+    expected = as_numpy(want)            # bf16 and 8-bit floats as f32
     assert got.shape == expected.shape, f"{what}: shape {got.shape} != {expected.shape}"
     np.testing.assert_allclose(got.astype(np.float64) if got.dtype != np.bool_ else got,
                                expected.astype(np.float64) if expected.dtype != np.bool_

@@ -358,3 +358,37 @@ def test_fake_quantization_matches_eager(check):
     check(fake, *args)
     assert_workload_cuda_matches_eager(Workload("fake", Fn(fake).eval(), args, source="",
                                                 origin="<test>"))
+
+
+def test_bit_views_and_frexp_match_eager(check):
+    """`x.view(torch.int32)` and back (torchao's stochastic rounding masks the low bits of an
+    f32 so), f64 as i64, bf16 as i16 and back, and frexp read off the float64 bits: at
+    infinities, NaN, zeros of both signs, subnormals and powers of two, on the emulator too."""
+    from emmy.frontend.workload import Workload
+    from tests.tensor_ir.conftest import Fn
+    from tests.tensor_ir.emitted import assert_workload_cuda_matches_eager
+
+    def bits(x, noise, h):
+        rounded = ((x.view(torch.int32) + noise) & -65536).view(torch.float32)
+        m, e = torch.frexp(x)
+        m64, e64 = torch.frexp(x.double() * 1e-300)
+        return (rounded, x.double().view(torch.int64) >> 7, h.view(torch.int16),
+                (h.view(torch.int16) ^ 1).view(torch.bfloat16), m, e, m64, e64)
+
+    x = torch.cat([torch.tensor([0.0, -0.0, 1.0, 0.75, -3.0, float("inf"), -float("inf"),
+                                 float("nan"), 1e-40, 1e-45, 3.4e38, 0.49999997, 2.0 ** -126]),
+                   torch.randn(51) * 10.0 ** torch.randint(-30, 30, (51,))])
+    args = (x, torch.randint(0, 65536, (64,), dtype=torch.int32), x.bfloat16())
+    check(bits, *args)
+    assert_workload_cuda_matches_eager(Workload("bits", Fn(bits).eval(), args, source="",
+                                                origin="<test>"))
+
+
+def test_a_bit_view_emmy_has_not_is_refused_by_its_types():
+    from emmy.errors import UserError
+    from emmy.tensor_ir.lower import lower
+    from emmy.torch_ir.capture import capture
+    from tests.tensor_ir.conftest import Fn
+
+    with pytest.raises(UserError, match="reading f16 bits as i16"):
+        lower(capture(Fn(lambda h: h.view(torch.int16)), (torch.randn(4).half(),)))

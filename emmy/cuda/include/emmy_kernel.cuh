@@ -213,6 +213,8 @@ EMMY_FN bool em_signbit(double x) { return std::signbit(x); }
 #endif
 EMMY_FN int em_bits(float x) { return __float_as_int(x); }
 EMMY_FN long long em_bits(double x) { return __double_as_longlong(x); }
+EMMY_FN float em_float_bits(int x) { return __int_as_float(x); }
+EMMY_FN double em_float_bits(long long x) { return __longlong_as_double(x); }
 
 // digamma as torch computes it: reflection below 0, the recurrence up to 10, then the
 // asymptotic series (Bernoulli numbers); -inf at +0, +inf at -0, NaN at negative integers.

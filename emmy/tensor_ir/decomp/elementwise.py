@@ -565,6 +565,47 @@ def lower_to(b, x, *args, dtype=None, **kwargs):
     return b.cast(x, dtype) if dtype else x
 
 
+@op("frexp.Tensor")
+def lower_frexp(b, x):
+    """(mantissa, exponent) with x = mantissa * 2^exponent and 0.5 <= |mantissa| < 1, read off
+    the float64 bits of x (exact): the exponent field less 1022, the mantissa those bits with
+    the field set to 1022; a float64 subnormal scaled by 2^54 first. 0, infinities and NaN
+    stay as they are, with exponent 0, as torch gives them."""
+    dt = b.dtype(x)
+    if not dt.is_float:
+        raise Refused(f"frexp of {dt} (torch takes floating-point tensors)")
+    v = b.cast(x, DType.F64)
+    tiny = b.ew(E.LT, b.ew(E.ABS, v), 2.0 ** -1022)
+    bits = b.bits(b.ew(E.WHERE, tiny, b.ew(E.MUL, v, 2.0 ** 54), v))
+    field = b.ew(E.BITAND, b.ew(E.SHR, bits, 52), 0x7FF)
+    exponent = b.ew(E.SUB, b.ew(E.SUB, field, 1022), b.ew(E.WHERE, tiny, 54, 0))
+    kept = -(0x7FF << 52) - 1                       # every bit but the exponent field's
+    mantissa = b.bits(b.ew(E.BITOR, b.ew(E.BITAND, bits, kept), 1022 << 52), as_float=True)
+    ordinary = b.ew(E.AND, b.ew(E.NE, v, 0.0), b.ew(E.LT, b.ew(E.ABS, v), float("inf")))
+    return (b.cast(b.ew(E.WHERE, ordinary, mantissa, v), dt),
+            b.cast(b.ew(E.WHERE, ordinary, exponent, 0), DType.I32))
+
+
+@op("view.dtype")
+def lower_view_dtype(b, x, dtype):
+    """`x.view(torch.int32)`: the same bits read as another type of the same width (torchao's
+    stochastic rounding masks an f32's low bits so): f32 and i32, f64 and i64, bf16 and i16
+    (a bf16's bits are the upper half of its f32's, exactly)."""
+    src = b.dtype(x)
+    if src is dtype:
+        return x
+    pair = {src, dtype}
+    if pair in ({DType.F32, DType.I32}, {DType.F64, DType.I64}):
+        return b.bits(x, as_float=dtype.is_float)
+    if pair == {DType.BF16, DType.I16}:
+        if src is DType.BF16:
+            return b.cast(b.ew(E.SHR, b.bits(b.cast(x, DType.F32)), 16), DType.I16)
+        wide = b.ew(E.SHL, b.cast(x, DType.I32), 16)
+        return b.cast(b.bits(wide, as_float=True), DType.BF16)
+    raise Refused(f"reading {src} bits as {dtype}: emmy reads f32 as i32, f64 as i64 and bf16 "
+                  "as i16 (and back)")
+
+
 @op("type_as")
 def lower_type_as(b, x, other):
     return b.cast(x, b.dtype(other))
