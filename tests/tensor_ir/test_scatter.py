@@ -155,3 +155,25 @@ def test_writes_as_reductions_on_sampled_rows_compile_and_match_eager(expr):
     from tests.tensor_ir.emitted import assert_sampled_rows_match_eager
 
     assert_sampled_rows_match_eager(expr, per_kernel=3, seed=4)
+
+
+def test_segment_reduce_matches_eager(check):
+    """torch.segment_reduce (PyG's pooling over `ptr`): every reduction, an empty segment
+    (0, NaN mean, -inf, inf, 1), lengths instead of offsets, offsets per leading index along
+    axis 1, an initial value, and 16-bit data; on the emulator too."""
+    from tests.tensor_ir.emitted import assert_workload_cuda_matches_eager
+
+    def segments(x, ptr, lengths, y, ptr2, h):
+        out = [torch.segment_reduce(x, r, offsets=ptr) for r in ("sum", "mean", "max", "min",
+                                                                   "prod", "amax")]
+        return (*out, torch.segment_reduce(x, "sum", lengths=lengths),
+                torch.segment_reduce(x, "max", offsets=ptr, initial=0.0),
+                torch.segment_reduce(y, "mean", offsets=ptr2, axis=1),
+                torch.segment_reduce(h, "sum", offsets=ptr))
+
+    ptr = torch.tensor([0, 2, 2, 5, 7])
+    args = (torch.randn(7, 3), ptr, torch.tensor([3, 0, 4]), torch.randn(2, 7, 3),
+            torch.tensor([[0, 2, 7], [0, 0, 4]]), torch.randn(7, 3).half())
+    check(segments, *args)
+    assert_workload_cuda_matches_eager(Workload("segments", Fn(segments).eval(), args,
+                                                source="", origin="<test>"))

@@ -92,6 +92,61 @@ def lower_prod(b, x, dim, keepdim=False, *, dtype=None):
 
 # ---- variance ----------------------------------------------------------------------------------
 
+_SEGMENT = {"sum": (R.SUM, 0.0), "mean": (R.SUM, 0.0), "prod": (R.PROD, 1.0),
+            "max": (R.MAX, -math.inf), "min": (R.MIN, math.inf), "amax": (R.MAX, -math.inf),
+            "amin": (R.MIN, math.inf)}
+
+
+@op("segment_reduce", opmath=True)
+def lower_segment_reduce(b, data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
+                         unsafe=False, initial=None):
+    """torch.segment_reduce (PyG's pooling over a graph batch's `ptr`): segment s of `data`
+    along `axis` is its rows offsets[s] <= j < offsets[s + 1] (or the running sum of
+    `lengths`), with a batch of offsets per leading index. The bounds are values: each
+    segment reduces every row, the others masked to the reduction's identity (an empty
+    segment gives it: 0, 1, -inf, inf; its mean 0 / 0 = NaN, as torch), so the work is
+    segments x rows. `initial` takes part in each segment's reduction."""
+    if reduce not in _SEGMENT or indices is not None or (lengths is None) == (offsets is None):
+        raise Refused("segment_reduce takes sum, mean, prod, max, min, amax or amin, and "
+                      "lengths or offsets")
+    if initial is not None and reduce == "mean":
+        raise Refused("segment_reduce's mean with an initial value")
+    axis = norm_dim(axis, b.rank(data))
+    shape = b.shape(data)
+    bounds = offsets if offsets is not None else lengths
+    if b.rank(bounds) != axis + 1 or b.shape(bounds)[:axis] != shape[:axis]:
+        raise Refused(f"segment_reduce's {'offsets' if offsets is not None else 'lengths'} of "
+                      f"shape {b.shape(bounds)} for data of shape {shape} along axis {axis}")
+    if offsets is not None:
+        segments = b.shape(offsets)[axis] - 1
+        lead = [var(axis_var(i)) for i in range(axis + 1)]
+        edge = shape[:axis] + (segments,)
+        starts = b.index_map(offsets, edge, lead)
+        ends = b.index_map(offsets, edge, lead[:-1] + [lead[-1] + 1])
+    else:
+        segments = b.shape(lengths)[axis]
+        starts = b.scan(R.SUM, lengths, axis, exclusive=True)
+        ends = b.ew(E.ADD, starts, lengths)
+    rows, rest = shape[axis], shape[axis + 1:]
+    big = shape[:axis] + (segments, rows) + rest
+    spread = [var(axis_var(i)) for i in range(axis)] + \
+        [var(axis_var(i + 1)) for i in range(axis, len(shape))]
+    values = b.index_map(data, big, spread)
+    edges = [var(axis_var(i)) for i in range(axis + 1)]
+    position = b.iota(big, axis + 1)
+    inside = b.ew(E.AND, b.ew(E.GE, position, b.index_map(starts, big, edges)),
+                  b.ew(E.LT, position, b.index_map(ends, big, edges)))
+    op_, identity = _SEGMENT[reduce]
+    out = b.reduce(op_, b.ew(E.WHERE, inside, values, identity), [axis + 1])
+    if reduce == "mean":
+        size = b.cast(b.ew(E.SUB, ends, starts), b.dtype(out))
+        return b.ew(E.DIV, out, b.index_map(size, b.shape(out), edges))
+    if initial is not None:
+        combine = {R.SUM: E.ADD, R.PROD: E.MUL, R.MAX: E.MAX, R.MIN: E.MIN}[op_]
+        out = b.ew(combine, out, initial)
+    return out
+
+
 @op("var", "var.dim", opmath=True)
 def lower_var(b, x, dim=None, unbiased=True, keepdim=False):
     if isinstance(dim, bool):  # var(x, unbiased)
