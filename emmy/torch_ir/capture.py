@@ -473,16 +473,27 @@ def _tensor_type(val: Any, what: str, source: str | None = None) -> TensorType:
             if all(d.isdigit() for d in dims.split(", ")):     # a later reshape asserted it
                 dims += ", asserted only when it runs"
             raise UserError(f"`{what}`{at} has a data-dependent shape ({dims}); emmy "
-                            "compiles static shapes only (a boolean mask's selection `x[mask]`, "
-                            "`nonzero` or one-argument `where` has as many elements as the "
-                            "data selects: `torch.where(mask, x, other)` or `x * mask` keeps "
-                            "the shape)")
+                            f"compiles static shapes only ({_static_instead(what)})")
         shape.append(s)
     try:
         dtype = from_torch(val.dtype)
     except ValueError as e:
         raise UserError(f"`{what}`: {e}") from None
     return TensorType(tuple(shape), dtype)
+
+
+def _static_instead(what: str) -> str:
+    """What keeps the shape static, for the op (an FX node's name) whose shape is data."""
+    op = re.sub(r"_\d+$", "", what)
+    if op == "bincount":
+        return ("`bincount` is as long as the largest value: with the length known, "
+                "`torch.zeros(n).scatter_add_(0, idx, torch.ones(len(idx)))` counts the same")
+    if op.startswith("split") or op in ("tensor_split", "repeat_interleave"):
+        return ("sizes read off a tensor's values (`.tolist()`, `.item()`) are data: give "
+                "them as Python numbers")
+    return ("a boolean mask's selection `x[mask]`, `nonzero` or one-argument `where` has as "
+            "many elements as the data selects: `torch.where(mask, x, other)` or `x * mask` "
+            "keeps the shape")
 
 
 def _value_type(val: Any, what: str,

@@ -458,5 +458,24 @@ def test_a_selection_whose_size_a_reshape_asserts_says_so():
         def forward(self, x):
             return x[x > 0]
 
-    with pytest.raises(UserError, match=r"data-dependent shape \(u0\)"):
+    with pytest.raises(UserError, match=r"data-dependent shape \(u0\).*torch.where\(mask"):
         capture(Select(), (torch.randn(8),))
+
+
+def test_a_data_dependent_count_or_split_gets_the_static_way_to_write_it():
+    """PyG's degree by `bincount(dst, minlength=n)` and torchrec's split by `.tolist()` sizes:
+    the hint is for them, not the boolean mask's."""
+    class Degree(nn.Module):
+        def forward(self, x, dst):
+            return x / torch.bincount(dst, minlength=x.size(0)).clamp(min=1).unsqueeze(-1)
+
+    with pytest.raises(UserError, match=r"`bincount` at .*scatter_add_\(0, idx"):
+        capture(Degree(), (torch.randn(6, 3), torch.tensor([0, 2, 2, 5])))
+
+    class Split(nn.Module):
+        def forward(self, values, lengths):
+            a, b = values.split(lengths.view(2, -1).sum(1).tolist())
+            return a.sum() + b.sum()
+
+    with pytest.raises(UserError, match=r"`split_with_sizes` at .*give them as Python numbers"):
+        capture(Split(), (torch.randn(10), torch.tensor([2, 3, 1, 4])))
