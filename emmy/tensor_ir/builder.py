@@ -127,7 +127,8 @@ class Builder:
             pairs = {i: f for f, i in pairs.items()}
         width = pairs.get(self.dtype(x))
         if width is None:
-            raise InternalError(f"bits of {self.dtype(x)}: only {', '.join(map(str, pairs))}")
+            raise InternalError(f"bits of {self.dtype(x)}: " + ("only i32 or i64" if as_float
+                                else "cast to f32 or f64 first"))
         return self._add(Elementwise, TensorType(self.shape(x), width),
                          EwOp.FLOAT_BITS if as_float else EwOp.BITS, (x,))
 

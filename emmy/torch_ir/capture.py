@@ -239,7 +239,8 @@ def _functional(fx_node, order, origin: str | None) -> str:
         # region's result instead)
         inputs = [n for n in shared if n in order.regions]
         if not inputs:
-            return op_name(functional_twin(fx_node.target))
+            twin = functional_twin(fx_node.target)        # none in aten: emmy's tables name it
+            return op_name(twin) if twin is not fx_node.target else base[:-1] + dot + overload
         operand, writer = order.regions[inputs[0]]
         shared = _aliases(operand)
 
