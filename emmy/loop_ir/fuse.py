@@ -18,6 +18,9 @@ possible or not wanted:
   mean square, a softmax's sum) where each of its elements feeds many products
   (`normalized_operands`): inlined, the product's kernel would compute the statistic first,
   and no matrix-product template takes a kernel that does;
+- a statistic a product's epilogue reads that a reduction of something else computes (a
+  dynamic fp8 activation scale times the product, `scaled_products`): inlined, the product's
+  kernel would compute the reduction first;
 - q, k and v of an attention where the program computes them, and its output where a
   product reads it (`attention_operands`): the flash kernel reads and writes tensors;
 - a gather's source where the program computes it, and a gather a product reads
@@ -209,6 +212,41 @@ def reduced_products(p: Program) -> dict[str, str]:
                        f"the product is a matrix-product kernel of its own; inlined, the "
                        f"reduction's kernel would compute it element by element, again for "
                        f"each output that needs the reduction")
+    return out
+
+
+def scaled_products(p: Program) -> dict[str, str]:
+    """Statistics a product's epilogue reads, each with the reason to store it: a per-row
+    scale computed by a reduction of something other than the product (fp8's dynamic
+    activation scale, amax(|x|) / 448, times the product of the quantized x; a norm applied
+    after the product). Inlined, the product's kernel would compute the reduction first, and
+    no matrix-product template takes a kernel that does; stored, it is a vector the
+    template's epilogue loads as it loads a bias. A reduction of the product itself (a norm's
+    statistics over it, attention's softmax) is `reduced_products`' business."""
+    defs = {d.name: d for d in p.defs}
+    users = _users(p)
+    outputs = set(p.outputs)
+    attention = _attentions(p, users, defs)
+    out: dict[str, str] = {}
+    for d in p.defs:
+        if _factors(d, defs) is None or d.name in attention:
+            continue
+        pointwise = _closure(d.name, users, defs, through_reductions=False)
+        for u in pointwise - {d.name}:
+            for a in operands(defs[u]):
+                while isinstance(defs[a], IndexMap) and not _sliding(defs[a], defs):
+                    a = defs[a].arg
+                if a in pointwise or a in outputs or isinstance(defs[a], Input):
+                    continue
+                stat = _statistic(a, defs)
+                if stat is None or d.name in _ancestors(a, defs):
+                    continue
+                out.setdefault(a, f"a product's epilogue (`{d.name}`, through `{u}`) reads "
+                                  f"it, and it is computed from a reduction (`{stat}`, "
+                                  f"{describe(defs[stat])}): stored, the product is a "
+                                  f"matrix-product kernel of its own that loads it as a "
+                                  f"bias; inlined, its kernel would compute the reduction, "
+                                  f"then the product element by element")
     return out
 
 

@@ -131,3 +131,39 @@ def test_sampled_rows_of_an_fp8_softmax_match_eager():
 def test_whole_fp8_values_are_discrete_for_fresh_draws():
     assert is_discrete(torch.tensor([1.0, -2.0, 0.0]).to(E4M3))
     assert not is_discrete(torch.tensor([1.5, 0.25]).to(E5M2))
+
+
+class ScaledMM(nn.Module):
+    """torchao's float8 inference: the activation quantized per row with a dynamic scale,
+    e4m3 weights scaled per output channel, torch._scaled_mm with a bias, bf16 out; and a
+    per-tensor product to an fp8 output."""
+
+    def __init__(self, k: int = 64, n: int = 48):
+        super().__init__()
+        w = torch.randn(n, k, generator=torch.Generator().manual_seed(4)) * 0.05
+        w_scale = w.abs().amax(dim=1, keepdim=True) / 448.0
+        self.register_buffer("w8", (w / w_scale).to(E4M3))
+        self.register_buffer("w_scale", w_scale.t().contiguous())
+        self.bias = nn.Parameter(torch.randn(n).to(torch.bfloat16))
+
+    def forward(self, x):
+        x_scale = x.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12) / 448.0
+        x8 = (x.float() / x_scale).clamp(-448, 448).to(E4M3)
+        rowwise = torch._scaled_mm(x8, self.w8.t(), scale_a=x_scale, scale_b=self.w_scale,
+                                   bias=self.bias, out_dtype=torch.bfloat16)
+        # in range: past 448, torch's CPU product gives NaN where its casts saturate, as emmy
+        # does (and __nv_cvt_float_to_fp8 with __NV_SATFINITE)
+        one = torch.tensor(0.01)
+        return rowwise, torch._scaled_mm(x8, self.w8.t(), scale_a=one, scale_b=one)
+
+
+def test_scaled_mm_runs_on_bf16_tensor_cores_with_its_scales_in_the_epilogue():
+    """The dynamic per-row scale is stored (a vector the product's epilogue loads, not a
+    reduction inside the product's kernel), so the product is an mma.sync template over the
+    fp8 operands widened to bf16 (exact)."""
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    stages = assert_workload_cuda_matches_eager(Workload("scaled_mm", ScaledMM(), (x,), "",
+                                                         "<test>"))
+    units = stages["cuda"].units       # the scale, x quantized, both products (one CSE'd)
+    assert len(units) == 3 and "mma_m16n8k16_bf16f32" in units[-1].source
+    assert any("a product's epilogue" in n for n in stages["loop"].notes)

@@ -56,6 +56,30 @@ def lower_matmul(b, x, y):
     return matmul(b, x, y)
 
 
+@op("_scaled_mm")
+def lower_scaled_mm(b, x, y, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+                    use_fast_accum=False):
+    """torch._scaled_mm, the fp8 product of torchao's float8 layers and Transformer Engine:
+    x @ y accumulated in f32, times scale_a (one, or one per row of x) and scale_b (one, or one
+    per column of y), plus bias, in out_dtype (x's type by default). An 8-bit float is exactly
+    a bf16 (fewer mantissa bits, its exponents within bf16's), so the operands widen through
+    bf16 and the product takes bf16 tensor cores with f32 accumulation: exact operands, not
+    Hopper's fp8 instructions."""
+    if scale_result is not None:
+        raise Refused("_scaled_mm with scale_result")
+
+    def wide(t):
+        if b.dtype(t) in (DType.F8E4M3, DType.F8E5M2):
+            t = b.cast(t, DType.BF16)
+        return b.cast(t, DType.F32)
+
+    out = matmul(b, wide(x), wide(y))
+    out = b.ew(E.MUL, b.ew(E.MUL, out, b.cast(scale_a, DType.F32)), b.cast(scale_b, DType.F32))
+    if bias is not None:
+        out = b.ew(E.ADD, out, b.cast(bias, DType.F32))
+    return b.cast(out, out_dtype or b.dtype(x))
+
+
 @op("inner", opmath=True)
 def lower_inner(b, x, y):
     """torch.inner: x [..a, k] and y [..b, k] to [..a, ..b], summed over their last axes (not
