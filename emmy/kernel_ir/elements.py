@@ -5,13 +5,13 @@ Loop IR statements of one element."""
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
 
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, ctype, elem
 from emmy.kernel_ir.fastmath import approximate, sixteen_bit
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Init, Load, Store
 from emmy.loop_ir.semantics import STEPS, cast_is_step, exact_operands
+from emmy.memo import ByIdentity
 from emmy.schedule.facts import offset, stride_along
 from emmy.symbolic import (Lin, Sym, bounds_of, canonical, evaluate, floordiv, lin, mod, render,
                            substitute, var)
@@ -216,15 +216,21 @@ def _rounded(fn: Fn, a, text: str) -> str:
     return f"em_cvt<float>(em_cvt<{t.c_name}>({text}))"
 
 
-@lru_cache(maxsize=256)
+_PER_KERNEL = ByIdentity()   # asked for every statement: hashing a whole kernel each time
+#                              made a kernel of 32 fused LayerNorms take minutes
+
+
 def exact_values(k) -> frozenset[str]:
     """The values whose operands are rounded to their 16-bit type (exact_operands)."""
-    return exact_operands(k.body)
+    return _PER_KERNEL(k, "exact", lambda: exact_operands(k.body))
 
 
-@lru_cache(maxsize=256)
 def _loaded(k) -> frozenset[str]:
     """The values a kernel loads from memory (exact in their type)."""
+    return _PER_KERNEL(k, "loaded", lambda: _loads_of(k))
+
+
+def _loads_of(k) -> frozenset[str]:
     out: set[str] = set()
 
     def walk(items) -> None:

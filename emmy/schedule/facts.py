@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from emmy.loop_ir.ir import Compute, Load, Store
+from emmy.memo import ByIdentity
 from emmy.symbolic import Lin, Sym, lin, recombine
 from emmy.tensor_ir.ir import EwOp, ReduceOp, Scalar
 from emmy.tile_ir.chain import find_chain
@@ -99,8 +99,16 @@ def _loads(items: tuple[Item, ...]) -> set[str]:
     return out
 
 
-@lru_cache(maxsize=512)
+_FACTS = ByIdentity()
+
+
 def facts(k: TileKernel) -> Facts:
+    """What the rules ask of a kernel, once per kernel (by identity: hashing a large kernel's
+    whole tree at every question was most of a long schedule search)."""
+    return _FACTS(k, None, lambda: _facts(k))
+
+
+def _facts(k: TileKernel) -> Facts:
     types = buffer_types(k)
     folds = k.folds
     if k.kind is KernelKind.MAP:

@@ -380,3 +380,22 @@ def test_the_work_a_chain_of_reductions_takes_is_confirmed_by_nvrtc():
     compiled = estimate_kernel(k, row, SM90, nvrtc=True).seconds
     assert compiled < 0.9 * estimate_kernel(k, sp._preferred_row(), SM90, nvrtc=True).seconds
     assert compiled < 0.1 * estimate_kernel(k, spills, SM90, nvrtc=True).seconds
+
+
+def test_per_kernel_answers_are_kept_by_identity_not_by_hashing_the_kernel(monkeypatch):
+    """Facts of a kernel and the values its statements round are asked for once per statement
+    and per row: hashing the whole kernel tree each time made 32 fused LayerNorms (an unrolled
+    LayerNorm-LSTM, RWKV's RNN mode) take minutes to schedule. Compiling them hashes no
+    kernel."""
+    import torch
+    import torch.nn as nn
+
+    from emmy.frontend.workload import Workload
+    from emmy.pipeline import compile_to
+    from emmy.tile_ir.ir import TileKernel
+
+    hashed = []
+    monkeypatch.setattr(TileKernel, "__hash__", lambda self: hashed.append(self) or id(self))
+    stack = nn.Sequential(*[nn.LayerNorm(48) for _ in range(32)]).eval()
+    compile_to(Workload("norms", stack, (torch.randn(16, 48),), "", "<test>"), "kernel")
+    assert len(hashed) < 100, len(hashed)
