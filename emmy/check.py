@@ -204,13 +204,46 @@ def _compare_outputs(outs, got, workload, *, tf32: bool = False) -> CheckReport:
     exact = list(mended_reference(exact, expected))
     selections = of_outputs(exact, recorded, own, floor)
     plain = compare(names, dtypes, got, exact, tf32=tf32, selections=selections, floor=floor)
+    eager_error = _eager_error(expected, exact)
     again = compare(names, dtypes, got, exact, tf32=tf32, selections=selections, floor=floor,
-                    slack=_eager_error(expected, exact))
-    return CheckReport(tuple(
-        o if o.ok or not a.ok else
-        replace(a, reference="float64 eager" if p.ok else
-                "float64 eager, give or take eager's own error")
-        for o, p, a in zip(report.outputs, plain.outputs, again.outputs)))
+                    slack=eager_error)
+    eager_plain = compare(names, dtypes, [to_numpy(e) for e in expected], exact, tf32=tf32,
+                          floor=floor)
+    out = []
+    for i, (o, p, a, e) in enumerate(zip(report.outputs, plain.outputs, again.outputs,
+                                         eager_plain.outputs)):
+        if o.ok:
+            out.append(o)
+        elif a.ok:
+            out.append(replace(a, reference="float64 eager" if p.ok else
+                               "float64 eager, give or take eager's own error"))
+        elif not e.ok and not (selections and selections[i]) and _no_less_accurate(
+                got[i], exact[i], eager_error[i]):
+            out.append(replace(p, ok=True, reference="float64 eager, no further from it than "
+                               "eager (max and mean error)"))
+        else:
+            out.append(o)
+    return CheckReport(tuple(out))
+
+
+def _no_less_accurate(got, exact, eager_error) -> bool:
+    """Where eager itself misses the float64 result by more than the tolerance (an output its
+    16-bit roundings make ill-conditioned: scores in the hundreds, one f16 step apart, under a
+    softmax), the program passes when it is no further from float64 than eager, by the largest
+    and by the mean error alike: elementwise, each of the two is off where the other is not."""
+    if eager_error is None:
+        return False
+    ref = to_numpy(exact).astype(np.float64)
+    val = np.asarray(got).astype(np.float64).reshape(ref.shape) \
+        if np.asarray(got).size == ref.size else None
+    if val is None:
+        return False
+    with np.errstate(invalid="ignore"):
+        err = np.abs(val - ref)
+    if not np.isfinite(err[np.isfinite(ref)]).all():
+        return False
+    err = np.where(np.isfinite(err), err, 0.0)
+    return bool(err.max() <= eager_error.max() and err.mean() <= eager_error.mean())
 
 
 def mended_reference(exact, native) -> tuple:
