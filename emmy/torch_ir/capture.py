@@ -489,6 +489,9 @@ def _static_instead(what: str) -> str:
     if op == "bincount":
         return ("`bincount` is as long as the largest value: with the length known, "
                 "`torch.zeros(n).scatter_add_(0, idx, torch.ones(len(idx)))` counts the same")
+    if op.startswith(("slice", "narrow")):
+        return ("a slice whose bounds are a tensor's values has a size export cannot know: "
+                "gather its positions instead, `x[t + torch.arange(n)]`")
     if op.startswith("split") or op in ("tensor_split", "repeat_interleave"):
         return ("sizes read off a tensor's values (`.tolist()`, `.item()`) are data: give "
                 "them as Python numbers")

@@ -197,3 +197,21 @@ def test_an_index_the_model_itself_rejects_is_bad_input(capsys):
     rc = main(["run", "--check", "-c", "nn.Embedding(10, 4)(torch.randint(0, 20, (3,)))"])
     err = capsys.readouterr().err
     assert rc == 2 and "fails on its inputs in eager PyTorch: IndexError" in err
+
+
+def test_a_zero_dim_integer_tensor_indexes_as_a_gather(check):
+    """`emb[t]` with t a 0-d integer tensor (RWKV's RNN mode reads its embedding so): export
+    records item, then a select at it; both compile, a negative position counting from the
+    end, along any dimension; on the emulator too."""
+    def look(tokens, emb, x):
+        return emb[tokens[1]], emb[tokens[2]] * 2, x[:, tokens[0]]
+
+    args = (torch.tensor([3, -1, 5]), torch.randn(7, 4), torch.randn(2, 6, 3))
+    check(look, *args)
+    assert_emitted_cuda_matches_eager(
+        "(lambda t, emb: emb[t[1]] + emb[t[0]])(torch.tensor([3, -1]), torch.randn(7, 4))")
+
+
+def test_a_slice_at_a_tensor_s_value_gets_the_gather_that_keeps_its_shape():
+    with pytest.raises(UserError, match=r"data-dependent shape.*x\[t \+ torch.arange\(n\)\]"):
+        capture(Fn(lambda t, x: x[t[0]:t[0] + 2]), (torch.tensor([3, 1]), torch.randn(7, 4)))

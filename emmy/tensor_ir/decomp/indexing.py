@@ -89,6 +89,29 @@ def lower_index_select(b, x, dim, index):
     return b.gather(x, shape, where, [placed])
 
 
+@op("item")
+def lower_item(b, x):
+    """A one-element tensor's value, as torch.export records `emb[t]` for a 0-d integer tensor
+    t (item, then a select at it): the tensor itself, which a select reads as a position. Any
+    other use of the number (a size, a slice's bounds) is data-dependent and refused by export
+    or by the op reading it."""
+    if math.prod(b.shape(x)) != 1:
+        raise Refused(f"item of a tensor of shape {b.shape(x)}")
+    return b.index_map(x, (), [0] * b.rank(x))
+
+
+def select_at(b: Builder, x: str, dim: int, index: str) -> str:
+    """x[..., index, ...] along `dim` at a position a 0-d integer tensor holds (negative from
+    the end): a gather of one slice."""
+    idx = _positions(b, index)
+    rank = b.rank(x)
+    dim = norm_dim(dim, rank)
+    shape = [n for j, n in enumerate(b.shape(x)) if j != dim]
+    where = [var(gather_var(0)) if j == dim else var(axis_var(j if j < dim else j - 1))
+             for j in range(rank)]
+    return b.gather(x, shape, where, [b.index_map(idx, shape, [])])
+
+
 @op("index.Tensor")
 def lower_index(b, x, indices):
     """torch's advanced indexing: the index tensors broadcast together to a shape B; B takes

@@ -294,6 +294,10 @@ def lower_narrow(b, x, dim, start, length):
 
 @op("select.int")
 def lower_select(b, x, dim, index):
+    if isinstance(index, str):          # a position the data holds (emb[t], t a 0-d tensor)
+        from emmy.tensor_ir.decomp.indexing import select_at
+
+        return select_at(b, x, dim, index)
     return select(b, x, dim, index)
 
 
