@@ -77,14 +77,17 @@ def program_inputs(graph, inputs: tuple) -> dict[str, np.ndarray]:
 
 def compare(names, dtypes, got: list[np.ndarray], expected: list, *,
             tf32: bool = False, selections: tuple = (), slack: list | None = None,
-            floor: DType | None = None) -> CheckReport:
+            floor: DType | None = None, rival: list | None = None) -> CheckReport:
     """Compare each output with the eager result in float64, with a tolerance by dtype (f32 as
     f16 where the workload allows tf32 products; a float output at least as wide as the
     tolerance of `floor`, the least precise float type the model starts in), widened
     elementwise by `slack` (per output,
     where given); an output of positions a selection took (`selections`, per output:
     emmy.selections) that differs from the reference's is compared by the values its positions
-    pick."""
+    pick. `rival` (per output, where given): another result's distance from the same reference
+    elementwise (eager's from float64); where that result itself misses the tolerance, an
+    output passes when neither its largest nor its mean distance is larger than the rival's
+    (see check_cuda_program)."""
     checks = []
     for i, (name, dtype, g, e) in enumerate(zip(names, dtypes, got, expected)):
         ref = to_numpy(e).astype(np.float64)
@@ -116,6 +119,12 @@ def compare(names, dtypes, got: list[np.ndarray], expected: list, *,
         rel = diff / np.maximum(np.abs(ref), 1e-30)
         max_rel = float(np.where((diff == 0) | ~large, 0.0, rel).max()) if diff.size else 0.0
         bound = atol + rtol * np.abs(np.where(np.isfinite(ref), ref, 0.0))
+        if rival is not None and i < len(rival) and rival[i] is not None:
+            other = rival[i].reshape(ref.shape)
+            ok = bool(np.any(other > bound) and diff.size and diff.max() <= other.max()
+                      and diff.mean() <= other.mean())
+            checks.append(OutputCheck(name, dtype, ref.shape, max_abs, max_rel, atol, rtol, ok))
+            continue
         if slack is not None and i < len(slack) and slack[i] is not None:
             bound = bound + slack[i].reshape(ref.shape)
         ok = bool(np.all(diff <= bound))
@@ -207,43 +216,19 @@ def _compare_outputs(outs, got, workload, *, tf32: bool = False) -> CheckReport:
     eager_error = _eager_error(expected, exact)
     again = compare(names, dtypes, got, exact, tf32=tf32, selections=selections, floor=floor,
                     slack=eager_error)
-    eager_plain = compare(names, dtypes, [to_numpy(e) for e in expected], exact, tf32=tf32,
-                          floor=floor)
-    out = []
-    for i, (o, p, a, e) in enumerate(zip(report.outputs, plain.outputs, again.outputs,
-                                         eager_plain.outputs)):
-        if o.ok:
-            out.append(o)
-        elif a.ok:
-            out.append(replace(a, reference="float64 eager" if p.ok else
-                               "float64 eager, give or take eager's own error"))
-        elif not e.ok and not (selections and selections[i]) and _no_less_accurate(
-                got[i], exact[i], eager_error[i]):
-            out.append(replace(p, ok=True, reference="float64 eager, no further from it than "
-                               "eager (max and mean error)"))
-        else:
-            out.append(o)
-    return CheckReport(tuple(out))
-
-
-def _no_less_accurate(got, exact, eager_error) -> bool:
-    """Where eager itself misses the float64 result by more than the tolerance (an output its
-    16-bit roundings make ill-conditioned: scores in the hundreds, one f16 step apart, under a
-    softmax), the program passes when it is no further from float64 than eager, by the largest
-    and by the mean error alike: elementwise, each of the two is off where the other is not."""
-    if eager_error is None:
-        return False
-    ref = to_numpy(exact).astype(np.float64)
-    val = np.asarray(got).astype(np.float64).reshape(ref.shape) \
-        if np.asarray(got).size == ref.size else None
-    if val is None:
-        return False
-    with np.errstate(invalid="ignore"):
-        err = np.abs(val - ref)
-    if not np.isfinite(err[np.isfinite(ref)]).all():
-        return False
-    err = np.where(np.isfinite(err), err, 0.0)
-    return bool(err.max() <= eager_error.max() and err.mean() <= eager_error.mean())
+    # where eager itself misses float64 (16-bit roundings under a softmax of scores in the
+    # hundreds, one f16 step apart), the two miss at different elements: no further from it
+    # than eager by the largest and the mean distance is as accurate as eager
+    overall = compare(names, dtypes, got, exact, tf32=tf32, floor=floor, rival=[
+        None if selections and selections[i] is not None else err
+        for i, err in enumerate(eager_error)])
+    return CheckReport(tuple(
+        o if o.ok else
+        replace(a, reference="float64 eager" if p.ok else
+                "float64 eager, give or take eager's own error") if a.ok else
+        replace(v, reference="float64 eager, no further from it than eager (max and mean "
+                "error)") if v.ok else o
+        for o, p, a, v in zip(report.outputs, plain.outputs, again.outputs, overall.outputs)))
 
 
 def mended_reference(exact, native) -> tuple:

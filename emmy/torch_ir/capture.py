@@ -441,12 +441,13 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
     if line is None and mine:       # raised while tracing the user's own code
         line = _frame_line(mine[-1])
     at = f" at {line}" if line else ""
+    at += "" if at.endswith(":") else ":"       # a line `if ...:` ends in its own colon
     data_dependent = ("data-dependent" in text or "GuardOnDataDependent" in type(e).__name__
                       or "DataDependent" in text)
     if data_dependent:
-        return (f"torch.export failed{at}: the model has a data-dependent shape or control "
+        return (f"torch.export failed{at} the model has a data-dependent shape or control "
                 f"flow (emmy compiles static shapes only): {first}")
-    return f"torch.export failed{at}: {type(e).__name__}: {first}"
+    return f"torch.export failed{at} {type(e).__name__}: {first}"
 
 
 def _frame_line(frame) -> str:
