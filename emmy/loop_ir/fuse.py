@@ -842,6 +842,7 @@ def _group(roots, reads, touched, defs, scan_of) -> list[list[str]]:
     """Put outputs of one shape in one kernel when they share work (a load, a value) and
     depend on each other only at the same positions."""
     groups: list[list[str]] = []
+    reach: dict[str, set[str]] = {}      # _reaches, once per stored tensor
     stored = set(roots)
     products = {r: {n for n in (touched[r] - stored) | {r} if _factors(defs[n], defs) is not None}
                 for r in roots}
@@ -851,7 +852,7 @@ def _group(roots, reads, touched, defs, scan_of) -> list[list[str]]:
                     and defs[g[0]].type.shape == defs[r].type.shape \
                     and any(touched[r] & (touched[m] | {m}) for m in g) \
                     and _one_product(products[r], set().union(*(products[m] for m in g))) \
-                    and _can_share(g + [r], reads) \
+                    and _can_share(g + [r], reads, reach) \
                     and _kernels_acyclic([m for m in roots if m not in g and m != r],
                                          [x + [r] if x is g else x for x in groups], reads):
                 g.append(r)
@@ -868,14 +869,17 @@ def _one_product(a: set[str], b: set[str]) -> bool:
     return not a or not b or a == b
 
 
-def _can_share(group: list[str], reads) -> bool:
+def _can_share(group: list[str], reads, reach: dict[str, set[str]]) -> bool:
     members = set(group)
     for a in group:
         for m, same in reads[a].items():
             if m in members and not same:
                 return False  # read at other positions: it would have to be recomputed
-            if m not in members and members & _reaches(m, reads):
-                return False  # through another kernel: the group would wait on itself
+            if m not in members:
+                if m not in reach:
+                    reach[m] = _reaches(m, reads)
+                if members & reach[m]:
+                    return False  # through another kernel: the group would wait on itself
     return True
 
 
