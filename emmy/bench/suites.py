@@ -47,7 +47,8 @@ class WorkloadSpec:
     name: str
     example: str                              # examples/<example>.py
     sets: tuple[tuple[str, Any], ...] = ()
-    dtype: str = "f32"                        # f32 as the file makes it; bf16/f16 cast model+inputs
+    dtype: str = "f32"                        # f32 or fp8: as the file makes it; bf16/f16 cast
+    #                                           its model and inputs
     shape: str = ""
 
     @property
@@ -63,7 +64,7 @@ class WorkloadSpec:
             raise UserError(f"the bench suites need the repository's examples/ folder; "
                             f"{path} is missing")
         w = load_file(path, self.sets)
-        return w if self.dtype == "f32" else cast_workload(w, self.dtype)
+        return w if self.dtype in ("f32", "fp8") else cast_workload(w, self.dtype)
 
 
 def cast_workload(w, dtype: str):
@@ -134,7 +135,13 @@ SUITES: dict[str, tuple[WorkloadSpec, ...]] = {
                # constant list): neighbouring outputs' nibbles paired, their zero points too
                WorkloadSpec("awq linear", "awq_linear",
                             (("batch", 16), ("in_features", 4096), ("out_features", 4096)),
-                            "f16", "16x4096 -> 4096")),
+                            "f16", "16x4096 -> 4096"),
+               # torchao's float8 linear layer (e4m3 weights and a dynamic per-row activation
+               # scale, torch._scaled_mm, bf16 out) against eager's _scaled_mm (cuBLASLt on
+               # Hopper's fp8 tensor cores): emmy's product widens the fp8 operands to bf16
+               *(WorkloadSpec("fp8 linear", "fp8_linear",
+                              (("batch", b), ("in_features", 4096), ("out_features", 4096)),
+                              "fp8", f"{b}x4096 -> 4096") for b in (16, 4096))),
     # batch 4, 32 heads, sequence 4096, head dim 128
     "attention": tuple(WorkloadSpec(f"attention{'' if causal else ' (full)'}", "attention",
                                     (("batch_size", 4), ("heads", 32), ("seq_len", 4096),

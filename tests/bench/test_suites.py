@@ -68,6 +68,16 @@ def test_every_suite_workload_loads_and_casts(example, sets):
     compile_to(w, "cuda")
 
 
+def test_the_fp8_workload_loads_as_its_file_makes_it():
+    """"fp8" is not a cast: the file's e4m3 weight stays e4m3 and its activation bf16."""
+    (spec, *_) = [s for s in suite_specs("matmul") if s.example == "fp8_linear"]
+    w = WorkloadSpec(spec.name, spec.example, (("batch", 4), ("in_features", 32),
+                                               ("out_features", 16)), spec.dtype).load()
+    assert w.model.weight.dtype == torch.float8_e4m3fn and w.inputs[0].dtype == torch.bfloat16
+    assert spec.label == "fp8 linear fp8 16x4096 -> 4096"
+    compile_to(w, "cuda")
+
+
 def test_plan_starts_with_the_default_then_modeled_rows():
     w = WorkloadSpec("softmax", "softmax", (("batch_size", 4), ("dim", 256))).load()
     stages = compile_to(w, "tile")
