@@ -10,6 +10,7 @@ from typing import Any
 from emmy.dtypes import from_torch
 from emmy.errors import UserError
 from emmy.torch_ir.ir import Arg, Graph, InputKind, Node, Placeholder, Ref, TensorType
+from emmy.torch_ir import sparse
 from emmy.torch_ir.masked import functional_twin, rewrite_masked
 
 _KINDS = {"PARAMETER": InputKind.PARAM, "BUFFER": InputKind.BUFFER,
@@ -56,9 +57,12 @@ def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
     sig = {spec.arg.name: spec for spec in ep.graph_signature.input_specs
            if hasattr(spec.arg, "name")}
     names = _readable_names(ep, sig)
+    import torch
+
     placeholders: list[Placeholder] = []
     nodes: list[Node] = []
     values: dict[str, Any] = {}
+    sparse_constants: dict[str, sparse.SparseConstant] = {}
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":
             spec = sig.get(fx_node.name)
@@ -70,15 +74,29 @@ def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
                 raise UserError(f"unsupported export input kind {spec.kind.name} for {fx_node.name}")
             ph = Placeholder(names.get(fx_node.name, fx_node.name), kind, _tensor_type(fx_node.meta["val"], fx_node.name),
                              spec.target)
+            value = _state_value(ep, spec.target).detach() if kind is not InputKind.INPUT \
+                else None
+            if value is not None and value.layout is not torch.strided:
+                if value.layout is not torch.sparse_coo:
+                    raise UserError(f"`{spec.target}`: a {value.layout} tensor; emmy takes "
+                                    "dense tensors and COO sparse constants")
+                info, arrays = sparse.constant(ph.name, value)
+                sparse_constants[fx_node.name] = info
+                for n, v in arrays.items():     # its structure: never drawn afresh
+                    placeholders.append(Placeholder(
+                        n, InputKind.CONSTANT, TensorType(tuple(v.shape), from_torch(v.dtype)),
+                        spec.target))
+                    values[n] = v
+                continue
             placeholders.append(ph)
-            if kind is not InputKind.INPUT:
-                values[ph.name] = _state_value(ep, spec.target).detach()
+            if value is not None:
+                values[ph.name] = value
     order = _Order(ep.graph_module)
     for module in ep.graph_module.modules():
         if hasattr(module, "graph"):
             rewrite_masked(module, lambda put: _functional(put, order, origin))
     order = _Order(ep.graph_module)           # the rewritten graphs' nodes
-    _calls(ep.graph_module, names, nodes, origin, order)
+    _calls(ep.graph_module, names, nodes, origin, order, sparse_constants)
     returned = next(n for n in ep.graph.nodes if n.op == "output").args[0]
     outputs = tuple(Ref(names.get(r.name, r.name)) for r in _flatten_outputs(returned))
     if not outputs or len(outputs) != len(_flat(returned)):
@@ -89,7 +107,7 @@ def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
 
 
 def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None,
-           order: "_Order") -> None:
+           order: "_Order", sparse_constants: dict | None = None) -> None:
     """Mirror the calls of one graph module's graph into `nodes`; a region torch.export wraps
     in a higher-order op (`with torch.no_grad():`, `@torch.no_grad()`, autocast turned off) has
     its calls mirrored in its place, and reads of the region's results read them directly."""
@@ -109,6 +127,20 @@ def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None,
         if fx_node.target is operator.getitem and getattr(fx_node.args[0], "name", None) \
                 in regions:
             names[fx_node.name] = regions[fx_node.args[0].name][fx_node.args[1]]
+            continue
+        read = [a.name for a in fx_node.args if getattr(a, "name", None) in
+                (sparse_constants or {})]
+        if read:
+            op = op_name(fx_node.target)
+            if op not in sparse.PRODUCTS or fx_node.args[0].name != read[0] or len(read) > 1:
+                at = f" at {source}" if source else ""
+                raise UserError(f"`{op}`{at} reads a sparse constant; emmy multiplies one by a "
+                                "dense matrix (torch.sparse.mm(G, x), G @ x) and nothing else")
+            x = fx_node.args[1]
+            nodes.extend(sparse.product_nodes(
+                names.get(fx_node.name, fx_node.name), sparse_constants[read[0]],
+                Ref(names.get(x.name, x.name)),
+                _tensor_type(x.meta["val"], x.name, source), source))
             continue
         try:
             args = tuple(_arg(a, names) for a in fx_node.args)
