@@ -119,9 +119,22 @@ class Compiled:
             outs = self._emulated(bound)
         else:
             raise UserError("this program runs eagerly (run=eager): call it, not outputs()")
+        self._write_back(outs[len(self.graph.returned):])
         # complex outputs come as (real, imaginary) pairs: viewed as complex again
         return tuple(as_user(o, self.graph.node(r.name).type.dtype)
-                     for o, r in zip(outs, self.graph.outputs))
+                     for o, r in zip(outs, self.graph.returned))
+
+    def _write_back(self, values) -> None:
+        """The buffers the model writes (a KV cache): their new values become the state the
+        next call reads, and the model's own buffers, as eager leaves them."""
+        import torch
+
+        holder = {p.target: p.name for p in self.graph.placeholders if p.target}
+        for target, value in zip(self.graph.updates, values):
+            self._values[holder[target]] = value
+            with torch.no_grad():
+                buffer = self.model.get_buffer(target)
+                buffer.copy_(value.to(buffer.device))
 
     def _emulated(self, bound: dict) -> tuple:
         import torch

@@ -171,7 +171,7 @@ def check_loop_program(workload, graph, loop_program) -> CheckReport:
     from emmy.loop_ir.interp import run
 
     got = run(loop_program, program_inputs(graph, workload.inputs))
-    return _compare_outputs(loop_program.outputs, got, workload)
+    return _compare_outputs(loop_program.outputs, got, workload, updates=graph.updates)
 
 
 def check_cuda_program(workload, graph, cuda_program):
@@ -182,10 +182,34 @@ def check_cuda_program(workload, graph, cuda_program):
     if not result.ok:
         return None, result
     return _compare_outputs(cuda_program.outputs, list(result.outputs), workload,
-                            tf32=graph.tf32), result
+                            tf32=graph.tf32, updates=graph.updates), result
 
 
-def _compare_outputs(outs, got, workload, *, tf32: bool = False) -> CheckReport:
+def with_updates(model, updates: tuple[str, ...]):
+    """The model on a copy of its state, returning what it returns and then the new values of
+    the buffers it writes (`updates`, by module path), as its program's outputs are: the
+    reference for a program that writes a KV cache. Without updates, the model itself."""
+    import copy
+
+    import torch
+
+    if not updates:
+        return model
+
+    class WithUpdates(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = copy.deepcopy(model)
+
+        def forward(self, *args):
+            out = flatten_tensors(self.model(*args))
+            return (*out, *(self.model.get_buffer(t) for t in updates))
+
+    return WithUpdates().eval()
+
+
+def _compare_outputs(outs, got, workload, *, tf32: bool = False,
+                     updates: tuple[str, ...] = ()) -> CheckReport:
     """Each output against eager; one that misses is compared again with the model run in
     float64, the tolerance widened by eager's own distance from it: a program that rounds less
     often than eager f16/bf16 (which rounds after every op) can be nearer the exact result
@@ -197,6 +221,8 @@ def _compare_outputs(outs, got, workload, *, tf32: bool = False) -> CheckReport:
     from emmy.selections import model_dtype, of_outputs
 
     own: list = []
+    if updates:          # the reference runs on copies of the state it writes, once each
+        workload = _Fresh(workload, updates)
     expected = eager_outputs(workload, own)
     floor = model_dtype(workload.model, workload.inputs)
     if len(expected) != len(outs):
@@ -229,6 +255,19 @@ def _compare_outputs(outs, got, workload, *, tf32: bool = False) -> CheckReport:
         replace(v, reference="float64 eager, no further from it than eager (max and mean "
                 "error)") if v.ok else o
         for o, p, a, v in zip(report.outputs, plain.outputs, again.outputs, overall.outputs)))
+
+
+class _Fresh:
+    """A workload whose `model` is a fresh copy each time it is read, returning the buffers it
+    writes too (with_updates): each reference run starts from the model's own state."""
+
+    def __init__(self, workload, updates: tuple[str, ...]):
+        self._workload, self._updates = workload, updates
+
+    def __getattr__(self, name: str):
+        if name == "model":
+            return with_updates(self._workload.model, self._updates)
+        return getattr(self._workload, name)
 
 
 def mended_reference(exact, native) -> tuple:

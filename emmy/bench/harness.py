@@ -119,7 +119,7 @@ def make_cases(workload, graph, *, seeds: Sequence[int] = (0, 1),
     from emmy.selections import model_dtype
 
     dev = torch.device(device)
-    reference = _Reference(workload.model, dev)
+    reference = _Reference(workload.model, dev, graph.updates)
     cases = []
     for seed in seeds:
         template = _template_inputs(workload, seed)
@@ -220,10 +220,11 @@ def _bind(graph, args, distribution, gen, dev, randomize_params):
 class _Reference:
     """The eager model on the check's device, in float64 when it runs there, else as it is."""
 
-    def __init__(self, model, dev):
+    def __init__(self, model, dev, updates: tuple[str, ...] = ()):
         self.native = copy.deepcopy(model).to(dev).eval()
         self.f64 = copy.deepcopy(self.native).double()
         self.dtype: str | None = None
+        self.updates = updates          # buffers the model writes: each run on a fresh copy
 
     def outputs(self, args, params) -> tuple[tuple, tuple, tuple, tuple]:
         """(reference outputs, the model's own outputs where they hold inf or NaN, else None,
@@ -238,28 +239,33 @@ class _Reference:
             if self.dtype in (None, "f64"):
                 recorded: list = []
                 try:
-                    out = self._run(self.f64, args, params, torch.float64, recorded)
+                    out = self._run(self.f64, args, params, torch.float64, recorded,
+                                    self.updates)
                     self.dtype = "f64"
                 except Exception:
                     if self.dtype == "f64":
                         raise
                 else:
                     mine: list = []
-                    own = self._run(self.native, args, params, None, mine)
+                    own = self._run(self.native, args, params, None, mine, self.updates)
                     out = mended_reference(out, own)
                     return (out, tuple(None if bool(torch.isfinite(o).all()) else o for o in own),
                             own, of_outputs(out, recorded, mine, floor))
             recorded = []
-            out = self._run(self.native, args, params, None, recorded)
+            out = self._run(self.native, args, params, None, recorded, self.updates)
             self.dtype = self.dtype or _native_dtype(self.native, args)
             return out, (None,) * len(out), (), of_outputs(out, recorded, floor=floor)
 
     @staticmethod
-    def _run(model, args, params, dtype, selections: list) -> tuple:
+    def _run(model, args, params, dtype, selections: list,
+             updates: tuple[str, ...] = ()) -> tuple:
         import torch
+
+        from emmy.check import with_updates
 
         for target, value in params.items():
             model.get_parameter(target).copy_(value)
+        model = with_updates(model, updates)
         if dtype is not None:
             args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point()
                          else a for a in args)

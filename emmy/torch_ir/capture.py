@@ -40,15 +40,15 @@ def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | Non
 
 def _functionalized(ep):
     """The exported program with every in-place op out of place, or None where that would
-    change what the model returns (it writes into an input, a parameter or a buffer)."""
+    change what the model returns (it writes into an input). A buffer it writes (a KV cache)
+    gets its new value as an output of the program (its `buffers_to_mutate`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             functional = ep.run_decompositions({})
         except Exception:     # torch's own error types vary by version
             return None
-    sig = functional.graph_signature
-    if sig.user_inputs_to_mutate or sig.buffers_to_mutate:
+    if functional.graph_signature.user_inputs_to_mutate:
         return None
     return functional
 
@@ -91,19 +91,27 @@ def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
             placeholders.append(ph)
             if value is not None:
                 values[ph.name] = value
-    order = _Order(ep.graph_module)
+    buffers = frozenset(n for n, spec in sig.items() if spec.kind.name == "BUFFER")
+    order = _Order(ep.graph_module, buffers)
     for module in ep.graph_module.modules():
         if hasattr(module, "graph"):
             rewrite_masked(module, lambda put: _functional(put, order, origin))
-    order = _Order(ep.graph_module)           # the rewritten graphs' nodes
+    order = _Order(ep.graph_module, buffers)  # the rewritten graphs' nodes
     _calls(ep.graph_module, names, nodes, origin, order, sparse_constants)
     returned = next(n for n in ep.graph.nodes if n.op == "output").args[0]
+    # a functionalized program returns the buffers it writes first (their new values)
+    written = ep.graph_signature.buffers_to_mutate
+    updates = tuple(written[r.name] for r in _flat(returned)[:len(written)])
+    returned = _flat(returned)[len(written):]
     outputs = tuple(Ref(names.get(r.name, r.name)) for r in _flatten_outputs(returned))
     if not outputs or len(outputs) != len(_flat(returned)):
         raise UserError("the model must return tensors (or a tuple of tensors); it "
                         f"returns {returned!r}")
+    outputs += tuple(Ref(names.get(r.name, r.name)) for r in
+                     _flat(next(n for n in ep.graph.nodes if n.op == "output").args[0])
+                     [:len(written)])
     return Graph(name=name, placeholders=tuple(placeholders), nodes=tuple(nodes), outputs=outputs,
-                 tf32=tf32, values=values)
+                 tf32=tf32, updates=updates, values=values)
 
 
 def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None,
@@ -278,19 +286,27 @@ def _functional(fx_node, order, origin: str | None) -> str:
 
 
 def _refuse_input_write(shared, order, name: str, at: str) -> None:
-    if any(getattr(n, "op", None) == "placeholder" and n not in order.regions for n in shared):
-        raise UserError(f"in-place `{name}`{at} writes into a model input, parameter or buffer; emmy "
+    """A write into a model input or parameter is refused; one into a buffer (a KV cache) is
+    left to torch's functionalization, which makes the buffer's new value an output."""
+    written = [n for n in shared if getattr(n, "op", None) == "placeholder"
+               and n not in order.regions]
+    if any(n.name not in order.buffers for n in written):
+        raise UserError(f"in-place `{name}`{at} writes into a model input or parameter; emmy "
                         "compiles functional programs, which change nothing but their outputs "
-                        "(use the out-of-place op, or write into a copy made first: "
-                        "`cache = cache.clone()`, and return it)")
+                        "and the buffers they write (use the out-of-place op, or write into a "
+                        "copy made first: `x = x.clone()`)")
+    if written:
+        raise _SharedWrite(f"in-place `{name}`{at} writes into a buffer")
 
 
 class _Order(dict):
     """Each node of the exported program's graphs -> its position in its own graph; `regions`:
-    each region's input (a placeholder of its submodule) -> (the caller's operand, the call)."""
+    each region's input (a placeholder of its submodule) -> (the caller's operand, the call);
+    `buffers`: the names of the placeholders that are the model's buffers."""
 
-    def __init__(self, root):
+    def __init__(self, root, buffers: frozenset[str] = frozenset()):
         super().__init__()
+        self.buffers = buffers                  # the placeholders that are buffers, by name
         self.regions: dict = {}
         for module in root.modules():
             if not hasattr(module, "graph"):

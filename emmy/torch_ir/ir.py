@@ -74,6 +74,9 @@ class Graph:
     nodes: tuple[Node, ...]
     outputs: tuple[Ref, ...]
     tf32: bool = False        # float32 products may round operands to tf32 (Workload.tf32)
+    # Buffers the model writes (a KV cache's `self.k[:, pos] = k`), by module path: the last
+    # len(updates) outputs are their new values, which the caller writes back after the call.
+    updates: tuple[str, ...] = ()
     # Values of params, buffers and constants by placeholder name (torch tensors); not part of
     # the graph's identity, so excluded from comparison.
     values: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
@@ -86,6 +89,11 @@ class Graph:
             if n.name == name:
                 return n
         raise KeyError(name)
+
+    @property
+    def returned(self) -> tuple[Ref, ...]:
+        """What the model returns: the outputs but the buffers' new values."""
+        return self.outputs[:len(self.outputs) - len(self.updates)]
 
     @property
     def inputs(self) -> tuple[Placeholder, ...]:

@@ -20,7 +20,9 @@ def print_graph(g: Graph) -> str:
         else:
             ty = str(n.type) if n.type is not None else "?"
         lines.append(f"  {n.name} = {n.op}({', '.join(args)}) : {ty}")
-    lines.append(f"  return {', '.join(r.name for r in g.outputs)}")
+    lines.append(f"  return {', '.join(r.name for r in g.returned)}")
+    for target, r in zip(g.updates, g.outputs[len(g.returned):]):
+        lines.append(f"  store({target!r}, {r.name})".replace("'", '"'))
     return "\n".join(lines) + "\n"
 
 

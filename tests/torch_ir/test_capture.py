@@ -248,10 +248,37 @@ def test_in_place_ops_whose_memory_is_read_elsewhere_are_functionalized(model):
     torch.testing.assert_close(torch.from_numpy(got), model(x.clone()))
 
 
-@pytest.mark.parametrize("model", [_OnInput(), _OnBuffer()])
-def test_in_place_writes_into_inputs_or_buffers_are_refused(model):
-    with pytest.raises(UserError, match="writes into a model input, parameter or buffer"):
+class _OnParameter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(8))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.w.mul_(2)
+        return self.w * x
+
+
+@pytest.mark.parametrize("model", [_OnInput(), _OnParameter()])
+def test_in_place_writes_into_inputs_or_parameters_are_refused(model):
+    with pytest.raises(UserError, match="writes into a model input or parameter"):
         capture(model, (torch.randn(8),))
+
+
+def test_a_buffer_the_model_writes_is_an_output_written_back():
+    """`self.cache[2:4] = x[:2]` (a KV cache's update): the buffer's new value is an output
+    after those the model returns, named by the buffer's path, and the program computes it."""
+    from emmy.tensor_ir.interp import run
+    from emmy.tensor_ir.lower import lower
+
+    model, x = _OnBuffer(), torch.randn(8)
+    g = capture(model, (x,))
+    assert g.updates == ("cache",) and len(g.outputs) == 2 and len(g.returned) == 1
+    assert 'store("cache", ' in print_graph(g)
+    got = run(lower(g), {"x": x, "cache": torch.zeros(8)})
+    want_out = model(x)                             # eager writes its own buffer
+    torch.testing.assert_close(torch.from_numpy(got[0]), want_out)
+    torch.testing.assert_close(torch.from_numpy(got[1]), model.cache)
 
 
 def test_parameters_of_a_top_level_sequential_get_c_names():

@@ -1,0 +1,65 @@
+"""Models that write their buffers (gpt-fast's KVCache.update, a step counter): the buffers'
+new values are outputs of the program; `emmy run --check` and the harness compare them with
+eager's (each reference run on a fresh copy of the model's state), and a compiled model writes
+them back, so a decode loop carries its cache from call to call as eager does."""
+
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import emmy
+from emmy.bench.harness import check_program
+from emmy.check import check_cuda_program
+from emmy.frontend.workload import Workload
+from emmy.pipeline import compile_to
+
+HEADS, MAX_LEN, HEAD_DIM = 2, 16, 8
+
+
+class DecodeStep(nn.Module):
+    """One decode step of attention over a static KV cache (gpt-fast's KVCache.update)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k_cache", torch.zeros(1, HEADS, MAX_LEN, HEAD_DIM))
+        self.register_buffer("v_cache", torch.zeros(1, HEADS, MAX_LEN, HEAD_DIM))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, q, k, v, input_pos):
+        self.k_cache[:, :, input_pos] = k
+        self.v_cache[:, :, input_pos] = v
+        self.steps += 1
+        mask = (torch.arange(MAX_LEN) <= input_pos.max())[None, :]
+        return F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask)
+
+
+def _step(pos: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    qkv = [torch.randn(1, HEADS, 2, HEAD_DIM, generator=g) for _ in range(3)]
+    return (*qkv, torch.tensor([pos, pos + 1]))
+
+
+def test_the_check_compares_the_written_buffers_too():
+    model = DecodeStep().eval()
+    w = Workload("decode", model, _step(3, 0), "", "<test>")
+    stages = compile_to(w, "cuda")
+    assert stages["torch"].updates == ("k_cache", "v_cache", "steps")
+    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+    assert report is not None, failed.log[-2000:]
+    assert report.ok and len(report.outputs) == 4, report.outputs
+    assert int(model.steps) == 0 and not model.k_cache.any()     # the model left as it was
+    check = check_program(w, stages["torch"], stages["cuda"], device="cpu", seeds=(0, 1))
+    assert check.verdict == "ok", check.reasons
+
+
+def test_a_compiled_decode_loop_carries_its_cache_as_eager_does():
+    model = DecodeStep().eval()
+    eager = copy.deepcopy(model)
+    compiled = emmy.compile(model, *_step(0, 0), run="emulate")
+    for i in range(3):
+        args = _step(2 * i, i + 1)
+        torch.testing.assert_close(compiled(*args), eager(*args), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model.k_cache, eager.k_cache)
+    assert int(model.steps) == int(eager.steps) == 3
