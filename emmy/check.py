@@ -87,7 +87,7 @@ def compare(names, dtypes, got: list[np.ndarray], expected: list, *,
     pick. `rival` (per output, where given): another result's distance from the same reference
     elementwise (eager's from float64); where that result itself misses the tolerance, an
     output passes when neither its largest nor its mean distance is larger than the rival's
-    (see check_cuda_program)."""
+    (see _compare_outputs)."""
     checks = []
     for i, (name, dtype, g, e) in enumerate(zip(names, dtypes, got, expected)):
         ref = to_numpy(e).astype(np.float64)

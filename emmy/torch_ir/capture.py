@@ -54,11 +54,11 @@ def _functionalized(ep):
 
 
 def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
+    import torch
+
     sig = {spec.arg.name: spec for spec in ep.graph_signature.input_specs
            if hasattr(spec.arg, "name")}
     names = _readable_names(ep, sig)
-    import torch
-
     placeholders: list[Placeholder] = []
     nodes: list[Node] = []
     values: dict[str, Any] = {}
@@ -98,20 +98,17 @@ def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
             rewrite_masked(module, lambda put: _functional(put, order, origin))
     order = _Order(ep.graph_module, buffers)  # the rewritten graphs' nodes
     _calls(ep.graph_module, names, nodes, origin, order, sparse_constants)
-    returned = next(n for n in ep.graph.nodes if n.op == "output").args[0]
-    # a functionalized program returns the buffers it writes first (their new values)
+    # a functionalized program returns the new values of the buffers it writes first
     written = ep.graph_signature.buffers_to_mutate
-    updates = tuple(written[r.name] for r in _flat(returned)[:len(written)])
-    returned = _flat(returned)[len(written):]
+    flat = _flat(next(n for n in ep.graph.nodes if n.op == "output").args[0])
+    new_values, returned = flat[:len(written)], flat[len(written):]
     outputs = tuple(Ref(names.get(r.name, r.name)) for r in _flatten_outputs(returned))
-    if not outputs or len(outputs) != len(_flat(returned)):
+    if not outputs or len(outputs) != len(returned):
         raise UserError("the model must return tensors (or a tuple of tensors); it "
                         f"returns {returned!r}")
-    outputs += tuple(Ref(names.get(r.name, r.name)) for r in
-                     _flat(next(n for n in ep.graph.nodes if n.op == "output").args[0])
-                     [:len(written)])
+    outputs += tuple(Ref(names.get(r.name, r.name)) for r in new_values)
     return Graph(name=name, placeholders=tuple(placeholders), nodes=tuple(nodes), outputs=outputs,
-                 tf32=tf32, updates=updates, values=values)
+                 tf32=tf32, updates=tuple(written[r.name] for r in new_values), values=values)
 
 
 def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None,
