@@ -175,11 +175,13 @@ def position_rtol(dtype: DType) -> float:
 
 
 def model_dtype(model, args) -> DType | None:
-    """The least precise floating type of the model's parameters and tensor arguments."""
+    """The least precise floating type of the model's parameters and tensor arguments; not an
+    8-bit float's (torch computes nothing in one: every use widens its values exactly)."""
     import torch
 
     tensors = [*model.parameters(), *(a for a in args if isinstance(a, torch.Tensor))]
-    return least_precise(from_torch(t.dtype) for t in tensors if t.is_floating_point())
+    return least_precise(from_torch(t.dtype) for t in tensors
+                         if t.is_floating_point() and t.element_size() > 1)
 
 
 def positions_agree(got, ref, sel: Selection):
