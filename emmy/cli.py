@@ -323,8 +323,10 @@ def cmd_ops(args) -> int:
 
     print("\n".join(SUPPORTED_OPS))
     print("# and the ops torch decomposes into these (torch._decomp's decompositions and the "
-          "composite ops: diff, tile, outer, kron, tensordot, heaviside, nansum, F.unfold, ...); "
-          "`emmy compile --ir tensor` shows what an op became; complex64/complex128 values "
+          "composite ops: diff, tile, outer, kron, tensordot, heaviside, nansum, F.unfold, ...; "
+          "PT2E's quantized_decomposed quantize/dequantize/choose_qparams through their "
+          "definitions); `emmy compile --ir tensor` shows what an op became; a constant sparse "
+          "COO matrix times a dense one; complex64/complex128 values "
           "compute as pairs of real ones (arithmetic, products, views, sums, indexing, exp, "
           "log, sqrt, abs, angle, polar)", file=sys.stderr)
     return EXIT_OK
