@@ -213,10 +213,13 @@ def cmd_run(args) -> int:
             print(f"FAIL: {failed.failed}: {failed.status}\n{failed.log[-3000:]}")
             return EXIT_CHECK_FAILED
         print("check: emitted CUDA on the CPU (g++ + CUDA emulation; no GPU) vs PyTorch eager")
-    for o in report.outputs:
+    graph = results["torch"]
+    written = dict(zip(range(len(graph.returned), len(graph.outputs)), graph.updates))
+    for i, o in enumerate(report.outputs):
         verdict = ("ok" if o.reference == "eager" else f"ok (vs {o.reference})") if o.ok \
             else "MISMATCH" + (f" ({o.why})" if o.why else "")
-        print(f"  {o.name}: {o.dtype}[{','.join(map(str, o.shape))}]  max abs err {o.max_abs:.3g}"
+        name = f"{o.name} (buffer {written[i]})" if i in written else o.name
+        print(f"  {name}: {o.dtype}[{','.join(map(str, o.shape))}]  max abs err {o.max_abs:.3g}"
               f"  max rel err {o.max_rel:.3g}  (atol {o.atol:g}, rtol {o.rtol:g})  {verdict}")
     print("PASS" if report.ok else "FAIL")
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED

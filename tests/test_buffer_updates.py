@@ -63,3 +63,19 @@ def test_a_compiled_decode_loop_carries_its_cache_as_eager_does():
         torch.testing.assert_close(compiled(*args), eager(*args), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(model.k_cache, eager.k_cache)
     assert int(model.steps) == int(eager.steps) == 3
+
+
+def test_emmy_run_check_names_the_buffers_it_compares(capsys, tmp_path):
+    from emmy.cli import main
+
+    path = tmp_path / "steps.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    "    def __init__(self):\n        super().__init__()\n"
+                    "        self.register_buffer('total', torch.zeros(4))\n\n"
+                    "    def forward(self, x):\n        self.total += x\n"
+                    "        return self.total * 2\n\n\n"
+                    "def get_inputs():\n    return [torch.randn(4)]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    assert main(["run", str(path), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "(buffer total): f32[4]" in out and "PASS" in out
