@@ -127,7 +127,7 @@ def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None,
         region = _region(module, fx_node, source, origin)
         if region is not None:
             regions[fx_node.name] = _inline(module, fx_node, *region, names, nodes, origin,
-                                            order)
+                                            order, sparse_constants or {})
             continue
         if fx_node.target is operator.getitem and getattr(fx_node.args[0], "name", None) \
                 in regions:
@@ -196,7 +196,7 @@ def _first_line(module, origin: str | None) -> str | None:
 
 
 def _inline(module, fx_node, submodule, operands, names: dict[str, str], nodes: list[Node],
-            origin: str | None, order: "_Order") -> list[str]:
+            origin: str | None, order: "_Order", sparse_constants: dict) -> list[str]:
     """Mirror a region's calls (its graph an attribute of `module`, its inputs the operands),
     each call named after the region (`no_grad.to` for `to` in the region
     `wrap_with_set_grad_enabled`, `no_grad_cos.to` in such a region named after its result
@@ -215,7 +215,9 @@ def _inline(module, fx_node, submodule, operands, names: dict[str, str], nodes: 
     for n in graph.nodes:
         if n.op == "call_function":
             inner[n.name] = f"{prefix}.{n.name}"
-    _calls(region, inner, nodes, origin, order)
+    _calls(region, inner, nodes, origin, order,
+           {ph.name: sparse_constants[o.name] for ph, o in zip(inputs, operands)
+            if getattr(o, "name", None) in sparse_constants})
     out = next(n for n in graph.nodes if n.op == "output")
     return [inner.get(r.name, r.name) for r in _flat(out.args[0])]
 
