@@ -48,6 +48,8 @@ class Compiled:
 
         check_run(run)
         self.model = model.eval()
+        # the program is of these values of the non-tensor arguments (export bakes them in)
+        self._fixed = {i: x for i, x in enumerate(example_inputs) if not _is_tensor(x)}
         workload = Workload(name=name or type(model).__name__.lower(), model=self.model,
                             inputs=tuple(example_inputs), source="", origin="<api>")
         self.workload = workload
@@ -111,8 +113,16 @@ class Compiled:
         if len(tensors) != len(self.graph.inputs):
             raise UserError(f"the compiled program takes {len(self.graph.inputs)} tensor "
                             f"inputs, got {len(tensors)}")
+        self._check_arguments(inputs, tensors)
         bound = {p.name: t for p, t in zip(self.graph.inputs, tensors)}
         bound.update(self._values)
+        # the buffers it writes as the model holds them now (a cache reset since is seen)
+        holder = {p.target: p for p in self.graph.placeholders if p.target}
+        for target in self.graph.updates:
+            if self.run == "gpu":
+                bound[holder[target].name] = self.model.get_buffer(target).to(self._gpu.device)
+            else:
+                bound[holder[target].name] = self.model.get_buffer(target).clone()
         if self.run == "gpu":
             outs = self._gpu.call(bound)
         elif self.run == "emulate":
@@ -125,16 +135,31 @@ class Compiled:
                      for o, r in zip(outs, self.graph.returned))
 
     def _write_back(self, values) -> None:
-        """The buffers the model writes (a KV cache): their new values become the state the
-        next call reads, and the model's own buffers, as eager leaves them."""
+        """The buffers the model writes (a KV cache): their new values go into the model's own
+        buffers, as eager leaves them, which the next call reads."""
         import torch
 
-        holder = {p.target: p.name for p in self.graph.placeholders if p.target}
         for target, value in zip(self.graph.updates, values):
-            self._values[holder[target]] = value
             with torch.no_grad():
                 buffer = self.model.get_buffer(target)
                 buffer.copy_(value.to(buffer.device))
+
+    def _check_arguments(self, inputs: tuple, tensors: list) -> None:
+        """A call's arguments as the program takes them: each tensor of the shape and type it
+        was compiled for, each other argument the value it had (export baked it in)."""
+        from emmy.dtypes import from_torch
+
+        for i, x in self._fixed.items():
+            if i >= len(inputs) or _is_tensor(inputs[i]) or inputs[i] != x:
+                got = inputs[i] if i < len(inputs) else "nothing"
+                raise UserError(f"argument {i} was {x!r} when the model was compiled, now "
+                                f"{got!r}: the program is of that value (compile again for "
+                                "another, or pass it as a tensor)")
+        for p, t in zip(self.graph.inputs, tensors):
+            if tuple(t.shape) != tuple(p.type.shape) or from_torch(t.dtype) != p.type.dtype:
+                raise UserError(f"input `{p.name}`: {from_torch(t.dtype)}{list(t.shape)}, "
+                                f"compiled for {p.type.dtype}{list(p.type.shape)} (emmy "
+                                "compiles static shapes: compile again for these)")
 
     def _emulated(self, bound: dict) -> tuple:
         import torch
@@ -148,6 +173,12 @@ class Compiled:
                                 f"{res.log[-2000:]}")
         return tuple(torch.from_numpy(o.copy()).to(to_torch(b.type.dtype))   # bf16 comes as f32
                      for o, b in zip(res.outputs, self.program.outputs))
+
+
+def _is_tensor(x) -> bool:
+    import torch
+
+    return isinstance(x, torch.Tensor)
 
 
 def compile(model, *example_inputs, target: str = "sm_90a", db: str | None = "",

@@ -79,3 +79,42 @@ def test_emmy_run_check_names_the_buffers_it_compares(capsys, tmp_path):
     assert main(["run", str(path), "--check"]) == 0
     out = capsys.readouterr().out
     assert "(buffer total): f32[4]" in out and "PASS" in out
+
+
+class Counter(nn.Module):
+    """HF beam search's `cur_len`: an integer buffer of shape (1,) read as a position and
+    incremented; one of shape (1,) is a range, which emmy otherwise reads as index arithmetic
+    (a constant), so a written one must stay a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.arange(10.0) * 10)
+        self.register_buffer("cur_len", torch.tensor([2]))
+
+    def forward(self, x, offset: int = 0):
+        y = x + torch.gather(self.table, 0, self.cur_len) + offset
+        self.cur_len += 1
+        return y
+
+
+def test_a_written_integer_buffer_is_read_anew_at_each_call():
+    model = Counter()
+    eager = copy.deepcopy(model)
+    compiled = emmy.compile(model, torch.zeros(1), run="emulate")
+    for _ in range(3):
+        assert compiled(torch.zeros(1)).item() == eager(torch.zeros(1)).item()
+    assert int(model.cur_len) == int(eager.cur_len) == 5
+    model.cur_len.fill_(7)                          # a reset after compiling is seen
+    assert compiled(torch.zeros(1)).item() == 70.0
+
+
+def test_a_call_unlike_the_compiled_one_is_refused_by_name():
+    import pytest
+
+    from emmy.errors import UserError
+
+    compiled = emmy.compile(Counter(), torch.zeros(1), 2, run="emulate")
+    with pytest.raises(UserError, match="argument 1 was 2 when the model was compiled, now 3"):
+        compiled(torch.zeros(1), 3)
+    with pytest.raises(UserError, match=r"input `x`: f32\[2\], compiled for f32\[1\]"):
+        compiled(torch.zeros(2), 2)

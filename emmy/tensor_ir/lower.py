@@ -28,8 +28,10 @@ def lower(graph: Graph) -> Program:
     env: dict[str, Any] = {}
     for p in graph.placeholders:
         table = None
+        # an integer constant read as index arithmetic; not a buffer the program writes (its
+        # value is the next call's input: a beam search's `cur_len += 1`)
         if p.kind is not InputKind.INPUT and p.name in graph.values and \
-                p.type.dtype in (DType.I32, DType.I64):
+                p.type.dtype in (DType.I32, DType.I64) and p.target not in graph.updates:
             table = b.table(as_numpy(graph.values[p.name]), p.type.dtype)
         if p.type.dtype.is_complex:     # stored as (re, im) pairs: emmy.tensor_ir.complex
             env[p.name] = cx.from_stored(b, b.input(p.name, cx.stored_type(p.type), p.kind,
