@@ -492,8 +492,10 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
     data_dependent = ("data-dependent" in text or "GuardOnDataDependent" in type(e).__name__
                       or "DataDependent" in text)
     if data_dependent:
+        hint = ("; a position a 0-d tensor holds indexes as a one-element tensor: "
+                "`x[:, t.view(1)] = v`" if "extract specialized integer" in text else "")
         return (f"torch.export failed{at} the model has a data-dependent shape or control "
-                f"flow (emmy compiles static shapes only): {first}")
+                f"flow (emmy compiles static shapes only): {first}{hint}")
     return f"torch.export failed{at} {type(e).__name__}: {first}"
 
 

@@ -507,3 +507,20 @@ def test_a_data_dependent_count_or_split_gets_the_static_way_to_write_it():
 
     with pytest.raises(UserError, match=r"`split_with_sizes` at .*give them as Python numbers"):
         capture(Split(), (torch.randn(10), torch.tensor([2, 3, 1, 4])))
+
+
+def test_a_write_at_a_zero_dim_tensor_s_position_gets_the_one_element_index():
+    """vLLM's `self.output_tokens[:, self.step] = t` (a 0-d step buffer): export cannot make
+    the position an integer; the message shows the write that works."""
+    class Step(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("tokens", torch.zeros(2, 8, dtype=torch.long))
+            self.register_buffer("step", torch.tensor(3))
+
+        def forward(self, t):
+            self.tokens[:, self.step] = t
+            return self.tokens * 1
+
+    with pytest.raises(UserError, match=r"one-element tensor: `x\[:, t.view\(1\)\] = v`"):
+        capture(Step(), (torch.tensor([5, 7]),))
