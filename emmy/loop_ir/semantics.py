@@ -1,8 +1,9 @@
 """What each Loop IR operation computes, on numpy arrays (used by the interpreter).
 
-Values live in their type's compute type (f16, bf16 and the 8-bit floats as float32); `round_to` rounds to the
-storage type on a cast or a store. Folds reduce over given axes (keeping them, with size 1);
-running folds (scans) give both the inclusive and the exclusive running values.
+Values live in their type's compute type (f16, bf16 and the 8-bit floats as float32);
+`round_to` rounds to the storage type on a cast or a store. Folds reduce over given axes
+(keeping them, with size 1); running folds (scans) give both the inclusive and the exclusive
+running values.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ import numpy as np
 from emmy.dtypes import DType
 
 _STORAGE = {DType.F64: np.float64, DType.F32: np.float32, DType.F16: np.float16,
-            DType.BF16: np.uint16, DType.F8E4M3: np.uint8, DType.F8E5M2: np.uint8, DType.I64: np.int64, DType.I32: np.int32,
-            DType.I16: np.int16, DType.I8: np.int8, DType.U8: np.uint8, DType.BOOL: np.bool_}
+            DType.BF16: np.uint16, DType.F8E4M3: np.uint8, DType.F8E5M2: np.uint8,
+            DType.I64: np.int64, DType.I32: np.int32, DType.I16: np.int16, DType.I8: np.int8,
+            DType.U8: np.uint8, DType.BOOL: np.bool_}
 _BYTE_FLOATS = (DType.F8E4M3, DType.F8E5M2)
 _C_TO_DTYPE = {d.c_name: d for d in DType if not d.is_complex}
 

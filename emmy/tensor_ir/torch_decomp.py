@@ -45,7 +45,7 @@ def overload(name: str):
     "quantized_decomposed.quantize_per_tensor.tensor"), or None."""
     import torch
 
-    ns, dot, rest = name.partition(".")
+    ns, _, rest = name.partition(".")
     if ns not in _NAMESPACES:
         ns, rest = "aten", name
     base, _, which = rest.partition(".")

@@ -116,7 +116,8 @@ def test_8_bit_floats_round_and_widen_as_torch():
     import torch
 
     grid = torch.arange(256, dtype=torch.uint8)
-    edges = [e for v in (grid.view(torch.float8_e4m3fn).float(), grid.view(torch.float8_e5m2).float())
+    widened = (grid.view(torch.float8_e4m3fn).float(), grid.view(torch.float8_e5m2).float())
+    edges = [e for v in widened
              for e in (v, v.nextafter(torch.tensor(np.inf)), v.nextafter(torch.tensor(-np.inf)))]
     mids = [(a[1:] + a[:-1]) / 2 for a in (torch.sort(e)[0] for e in edges[::3])]
     special = torch.tensor([448, 464, 465, 479, 480, 1e6, 57344, 61439, 61440, 1e9, np.inf,
