@@ -282,9 +282,16 @@ def _elementwise(node) -> bool:
 def functional_twin(target):
     """An in-place op's out-of-place overload, the one that takes the same arguments:
     `sub_.Tensor` -> `sub.Tensor`, `pow_.Scalar` (a tensor to a number's power) ->
-    `pow.Tensor_Scalar` (`pow.Scalar` is a number to a tensor's power)."""
+    `pow.Tensor_Scalar` (`pow.Scalar` is a number to a tensor's power), `__ixor__.Tensor`
+    (`r ^= x`) -> `__xor__.Tensor`."""
     name = target._schema.name.split("::")[-1]
-    packet = getattr(_aten(), name[:-1], None) if name.endswith("_") else None
+    if name.startswith("__i") and name.endswith("__"):        # `r ^= x`: __ixor__ -> __xor__
+        base = f"__{name[3:]}"
+    elif name.endswith("_"):
+        base = name[:-1]
+    else:
+        return target
+    packet = getattr(_aten(), base, None)
     if packet is None:
         return target
     same = getattr(packet, target._overloadname, None)

@@ -215,13 +215,50 @@ class _InPlacePowers(nn.Module):
         return d, y, z
 
 
-@pytest.mark.parametrize("model", [_RegionOnClone(), _RegionViewReadAfter(), _InPlacePowers()])
+class _InPlaceBits(nn.Module):
+    """HashNeRF's `xor_result ^= coords[..., i] * primes[i]` and the other in-place operators
+    (aten's __ixor__, __ior__, ...: their twins are __xor__, __or__, ...)."""
+
+    def forward(self, x):
+        r = torch.zeros_like(x)
+        r ^= x * 3
+        r |= 5
+        r <<= 2
+        r &= x + 7
+        return r
+
+
+class _NormAfterWrite(nn.Module):
+    """PointNet++'s `centroids[:, i] = farthest` next to a BatchNorm: the write makes torch
+    functionalize the program, which leaves batch norm as _native_batch_norm_legit_no_training."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(8).eval()
+        self.bn.running_mean.uniform_(-1, 1)
+        self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x):
+        c = torch.zeros(4)
+        c[0] = 1.0
+        return c, self.bn(x)
+
+
+def _args(model):
+    if isinstance(model, _InPlacePowers):
+        return torch.randn(4, 8), torch.rand(4, 8) * 2
+    if isinstance(model, _InPlaceBits):
+        return (torch.arange(32, dtype=torch.int32).reshape(4, 8) * 2654435,)
+    return (torch.randn(4, 8),)
+
+
+@pytest.mark.parametrize("model", [_RegionOnClone(), _RegionViewReadAfter(), _InPlacePowers(),
+                                   _InPlaceBits(), _NormAfterWrite()])
 def test_in_place_ops_in_regions_and_with_renamed_twins_compute_as_eager(model):
     from emmy.tensor_ir.interp import run
     from emmy.tensor_ir.lower import lower
 
-    args = (torch.randn(4, 8),) if not isinstance(model, _InPlacePowers) else \
-        (torch.randn(4, 8), torch.rand(4, 8) * 2)
+    args = _args(model)
     g = capture(model, args)
     got = run(lower(g), {p.name: a for p, a in zip(g.inputs, args)})
     for out, want in zip(got, (lambda r: r if isinstance(r, tuple) else (r,))(model(*args))):

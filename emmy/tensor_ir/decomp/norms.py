@@ -75,6 +75,15 @@ def lower_batch_norm(b, x, weight, bias, running_mean, running_var, training, mo
     return affine(b, y, weight, bias, axis=1)
 
 
+@op("_native_batch_norm_legit_no_training", opmath=True)
+def lower_batch_norm_no_training(b, x, weight, bias, running_mean, running_var, momentum, eps):
+    """batch_norm in inference as torch's decompositions leave it (a functionalized program):
+    the output, and the saved mean and inverse deviation, which inference leaves empty."""
+    out = affine(b, _running(b, x, running_mean, running_var, eps), weight, bias, axis=1)
+    empty = b.full((0,), 0, b.dtype(out))
+    return out, empty, empty
+
+
 @op("instance_norm", opmath=True)
 def lower_instance_norm(b, x, weight, bias, running_mean, running_var, use_input_stats, momentum,
                         eps, cudnn_enabled=True):
