@@ -54,14 +54,17 @@ def overload(name: str):
 
 
 def _table(op) -> dict:
-    """torch's decomposition of `op`: torch._decomp's, or for the quantize and dequantize ops
-    PT2E's convert_pt2e leaves in a graph (`quantized_decomposed`), the Python functions that
-    define them (torch.ao.quantization.fx._decomposed), those whose scale and zero point are
-    tensors written here with tensor ops (torch's call `.item()`, which a trace cannot)."""
+    """torch's decomposition of `op`: torch._decomp's (a 5-D grid_sampler's written here), or
+    for the quantize and dequantize ops PT2E's convert_pt2e leaves in a graph
+    (`quantized_decomposed`), the Python functions that define them
+    (torch.ao.quantization.fx._decomposed), those whose scale and zero point are tensors
+    written here with tensor ops (torch's call `.item()`, which a trace cannot)."""
     from torch._decomp import decomposition_table
 
     if op in decomposition_table:
         return {op: decomposition_table[op]}
+    if op.namespace == "aten" and op._schema.name == "aten::grid_sampler_3d":
+        return {op: _grid_sampler_3d}
     if op.namespace != "quantized_decomposed":
         return {}
     import torch.ao.quantization.fx._decomposed as decomposed
@@ -70,6 +73,65 @@ def _table(op) -> dict:
     fn = _TENSOR_QPARAMS.get((base, which)) or \
         getattr(decomposed, base if which == "default" else f"{base}_{which}", None)
     return {op: fn} if fn is not None else {}
+
+
+def _grid_sampler_3d(volume, grid, interpolation_mode: int = 0, padding_mode: int = 0,
+                     align_corners: bool = False):
+    """F.grid_sample of a 5-D volume (DVGO's and Plenoxels' voxel grids), which torch has no
+    decomposition of: each grid point's (x, y, z) in [-1, 1] scaled to voxel coordinates (the
+    voxel centres or corners at the ends, as align_corners says), padded (zeros: a corner
+    outside weighs 0; border: clamped; reflection: reflected about the ends, then clamped),
+    then the trilinear sum over the 8 corners around it or the nearest voxel (rounded half to
+    even); 16-bit volumes computed in f32."""
+    import torch
+
+    if interpolation_mode not in (0, 1):
+        raise ValueError("grid_sampler_3d takes bilinear or nearest")
+    wide = volume.dtype in (torch.float16, torch.bfloat16)
+    a, g = (volume.float(), grid.float()) if wide else (volume, grid)
+    n, c, depth, height, width = a.shape
+
+    def reflect(t, twice_low: int, twice_high: int):
+        if twice_low == twice_high:
+            return torch.zeros_like(t)
+        low, span = twice_low / 2, (twice_high - twice_low) / 2
+        d = (t - low).abs()
+        extra = torch.fmod(d, span)
+        odd = (d / span).floor().to(torch.int64) % 2 == 1
+        return torch.where(odd, span + low - extra, extra + low)
+
+    def source(t, size: int):
+        t = t * ((size - 1) / 2 if align_corners else size / 2) + (size - 1) / 2
+        if padding_mode == 1:
+            return t.clamp(0, size - 1)
+        if padding_mode == 2:
+            t = reflect(t, 0, 2 * (size - 1)) if align_corners else reflect(t, -1, 2 * size - 1)
+            return t.clamp(0, size - 1)
+        return t
+
+    x, y, z = source(g[..., 0], width), source(g[..., 1], height), source(g[..., 2], depth)
+    batch = torch.arange(n).view(n, 1, 1, 1, 1)
+    channel = torch.arange(c).view(1, c, 1, 1, 1)
+
+    def corner(ix, iy, iz, weight):
+        inside = (ix >= 0) & (ix < width) & (iy >= 0) & (iy < height) & (iz >= 0) & (iz < depth)
+        ix, iy, iz = (torch.where(inside, t, 0).to(torch.int64).unsqueeze(1) for t in (ix, iy, iz))
+        return a[batch, channel, iz, iy, ix] * torch.where(inside, weight, 0).unsqueeze(1)
+
+    if interpolation_mode == 1:
+        out = corner(x.round(), y.round(), z.round(), torch.ones_like(x))
+    else:
+        x0, y0, z0 = x.floor(), y.floor(), z.floor()
+        out = None
+        for dz in (0, 1):
+            for dy in (0, 1):
+                for dx in (0, 1):
+                    wx = x - x0 if dx else x0 + 1 - x
+                    wy = y - y0 if dy else y0 + 1 - y
+                    wz = z - z0 if dz else z0 + 1 - z
+                    term = corner(x0 + dx, y0 + dy, z0 + dz, wx * wy * wz)
+                    out = term if out is None else out + term
+    return out.to(volume.dtype) if wide else out
 
 
 def _quantize_per_tensor_tensor(input, scale, zero_point, quant_min, quant_max, dtype):

@@ -218,3 +218,25 @@ def test_what_torch_cannot_decompose_is_refused_with_the_reason(call, message):
     with pytest.raises(UnsupportedOp) as e:
         lower(capture(Fn(fn).eval(), inputs, name="t"))
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize("mode, padding, corners", [
+    ("bilinear", "zeros", False), ("bilinear", "border", True), ("bilinear", "reflection", False),
+    ("bilinear", "reflection", True), ("nearest", "zeros", True), ("nearest", "border", False),
+])
+def test_a_volume_grid_sample_matches_eager(mode, padding, corners):
+    """5-D F.grid_sample (DVGO's voxel grids), which torch has no decomposition of: trilinear
+    or nearest, every padding mode, points inside, on the faces and outside the volume."""
+    g = torch.Generator().manual_seed(0)
+    volume, points = torch.randn(2, 3, 4, 5, 6, generator=g), torch.rand(2, 3, 2, 4, 3,
+                                                                          generator=g) * 2.6 - 1.3
+    points[0, 0, 0, 0] = torch.tensor([1.0, -1.0, 1.0])
+    check_module(Fn(lambda v, p: F.grid_sample(v, p, mode=mode, padding_mode=padding,
+                                               align_corners=corners)), volume, points)
+
+
+def test_a_half_volume_grid_sample_emits_cuda_that_matches_eager():
+    args = (torch.randn(1, 2, 3, 4, 5).half(), (torch.rand(1, 2, 2, 3, 3) * 2 - 1).half())
+    assert_workload_cuda_matches_eager(Workload(
+        "volume", Fn(lambda v, p: F.grid_sample(v, p, align_corners=True)).eval(), args,
+        source="", origin="<test>"))
