@@ -108,6 +108,9 @@ def facts(k: TileKernel) -> Facts:
     return _FACTS(k, None, lambda: _facts(k))
 
 
+facts.cache_clear = _FACTS.clear       # as a functools cache has it (bench/schedule_time.py)
+
+
 def _facts(k: TileKernel) -> Facts:
     types = buffer_types(k)
     folds = k.folds

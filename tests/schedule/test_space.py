@@ -399,3 +399,6 @@ def test_per_kernel_answers_are_kept_by_identity_not_by_hashing_the_kernel(monke
     stack = nn.Sequential(*[nn.LayerNorm(48) for _ in range(32)]).eval()
     compile_to(Workload("norms", stack, (torch.randn(16, 48),), "", "<test>"), "kernel")
     assert len(hashed) < 100, len(hashed)
+    from emmy.schedule.facts import facts
+
+    facts.cache_clear()          # as bench/schedule_time.py forgets them before timing
