@@ -56,6 +56,9 @@ class Compiled:
         results = compile_to(workload, "cuda", Options(target=target, db=db))
         self.graph = results["torch"]
         self.program = results["cuda"]
+        # the buffers the program writes (a KV cache), by module path: their placeholders
+        self._written = {p.target: p.name for p in self.graph.placeholders
+                         if p.target in self.graph.updates}
         self.rows = {u.kernel: u.row for u in self.program.units}
         self.run = "gpu" if run == "auto" and gpu_available() else \
             "eager" if run == "auto" else run
@@ -117,12 +120,9 @@ class Compiled:
         bound = {p.name: t for p, t in zip(self.graph.inputs, tensors)}
         bound.update(self._values)
         # the buffers it writes as the model holds them now (a cache reset since is seen)
-        holder = {p.target: p for p in self.graph.placeholders if p.target}
-        for target in self.graph.updates:
-            if self.run == "gpu":
-                bound[holder[target].name] = self.model.get_buffer(target).to(self._gpu.device)
-            else:
-                bound[holder[target].name] = self.model.get_buffer(target).clone()
+        for target, name in self._written.items():
+            buffer = self.model.get_buffer(target)
+            bound[name] = buffer.to(self._gpu.device) if self.run == "gpu" else buffer.clone()
         if self.run == "gpu":
             outs = self._gpu.call(bound)
         elif self.run == "emulate":

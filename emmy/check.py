@@ -222,10 +222,10 @@ def _compare_outputs(outs, got, workload, *, tf32: bool = False,
     from emmy.selections import model_dtype, of_outputs
 
     own: list = []
+    floor = model_dtype(workload.model, workload.inputs)
     if updates:          # the reference runs on copies of the state it writes, once each
         workload = _Fresh(workload, updates)
     expected = eager_outputs(workload, own)
-    floor = model_dtype(workload.model, workload.inputs)
     if len(expected) != len(outs):
         raise UserError(f"the model returns {len(expected)} tensors; the program has {len(outs)}")
     names, dtypes = [b.name for b in outs], [b.type.dtype for b in outs]

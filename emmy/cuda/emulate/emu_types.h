@@ -2,9 +2,9 @@
 // Included by cuda_emulate.h; not meant to be included on its own.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <cstring>
 
 // ---------------------------------------------------------------------------------------------

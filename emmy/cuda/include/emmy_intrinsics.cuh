@@ -16,8 +16,8 @@
 //   constants   EMMY_INF_F32
 #pragma once
 
-// Emitted source includes this header and nothing else; it brings the 16- and 8-bit float types and
-// the fixed-width integers (uint32_t, int64_t, ...) on both sides.
+// Emitted source includes this header and nothing else; it brings the 16- and 8-bit float
+// types and the fixed-width integers (uint32_t, int64_t, ...) on both sides.
 #if defined(__CUDACC__)
 #include <cuda/std/cstdint>
 #include <cuda_bf16.h>

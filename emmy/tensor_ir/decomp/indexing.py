@@ -16,7 +16,7 @@ import math
 from emmy.dtypes import DType
 from emmy.symbolic import mod, var
 from emmy.tensor_ir.builder import Builder, broadcast_shapes
-from emmy.tensor_ir.decomp.layout import axes, expand, norm_dim, reshape
+from emmy.tensor_ir.decomp.layout import axes, expand, norm_dim, reshape, squeeze
 from emmy.tensor_ir.decomp.pooling import combine
 from emmy.tensor_ir.decomp.table import Decomp, Refused, TorchShaped, registrar
 from emmy.tensor_ir.ir import EwOp as E
@@ -102,14 +102,11 @@ def lower_item(b, x):
 
 def select_at(b: Builder, x: str, dim: int, index: str) -> str:
     """x[..., index, ...] along `dim` at a position a 0-d integer tensor holds (negative from
-    the end): a gather of one slice."""
-    idx = _positions(b, index)
-    rank = b.rank(x)
-    dim = norm_dim(dim, rank)
-    shape = [n for j, n in enumerate(b.shape(x)) if j != dim]
-    where = [var(gather_var(0)) if j == dim else var(axis_var(j if j < dim else j - 1))
-             for j in range(rank)]
-    return b.gather(x, shape, where, [b.index_map(idx, shape, [])])
+    the end): index_select of that one position, its axis dropped."""
+    if b.rank(x) == 0:
+        return x
+    dim = norm_dim(dim, b.rank(x))
+    return squeeze(b, lower_index_select(b, x, dim, reshape(b, index, [1])), [dim])
 
 
 @op("index.Tensor")
