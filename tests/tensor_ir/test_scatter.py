@@ -177,3 +177,9 @@ def test_segment_reduce_matches_eager(check):
     check(segments, *args)
     assert_workload_cuda_matches_eager(Workload("segments", Fn(segments).eval(), args,
                                                 source="", origin="<test>"))
+
+
+def test_a_segment_reduce_emmy_does_not_take_is_refused_with_the_reason():
+    call = lambda x, n: torch.segment_reduce(x, "mean", lengths=n, initial=1.0)  # noqa: E731
+    with pytest.raises(UnsupportedOp, match="segment_reduce's mean with an initial value"):
+        lower(capture(Fn(call), (torch.randn(5, 3), torch.tensor([2, 3]))))
