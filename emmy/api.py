@@ -154,7 +154,8 @@ class Compiled:
                 got = inputs[i] if i < len(inputs) else "nothing"
                 raise UserError(f"argument {i} was {x!r} when the model was compiled, now "
                                 f"{got!r}: the program is of that value (compile again for "
-                                "another, or pass it as a tensor)")
+                                "another, or pass it as a tensor: a position read with "
+                                "`.item()` is read when the program runs)")
         for p, t in zip(self.graph.inputs, tensors):
             if tuple(t.shape) != tuple(p.type.shape) or from_torch(t.dtype) != p.type.dtype:
                 raise UserError(f"input `{p.name}`: {from_torch(t.dtype)}{list(t.shape)}, "

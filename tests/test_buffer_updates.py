@@ -118,3 +118,82 @@ def test_a_call_unlike_the_compiled_one_is_refused_by_name():
         compiled(torch.zeros(1), 3)
     with pytest.raises(UserError, match=r"input `x`: f32\[2\], compiled for f32\[1\]"):
         compiled(torch.zeros(2), 2)
+
+
+class NarrowCache(nn.Module):
+    """ExecuTorch's llama KV cache: the step's keys copied into a narrow of the cache at
+    `input_pos[0].item()` (with torch._check on it), a value written at that position, and
+    attention over the positions written so far."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k_cache", torch.zeros(1, MAX_LEN, HEAD_DIM))
+        self.register_buffer("v_cache", torch.zeros(1, MAX_LEN, HEAD_DIM))
+
+    def forward(self, q, k, v, input_pos):
+        start = input_pos[0].item()
+        torch._check(start >= 0)
+        torch._check(start + k.shape[1] <= MAX_LEN)
+        self.k_cache.narrow(1, start, k.shape[1]).copy_(k)
+        self.v_cache[:, start:start + 2] = v
+        mask = torch.arange(MAX_LEN) < start + k.shape[1]
+        scores = (q @ self.k_cache.transpose(1, 2)).masked_fill(~mask, float("-inf"))
+        return scores.softmax(-1) @ self.v_cache
+
+
+def _narrow_step(pos: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    return (*(torch.randn(1, 2, HEAD_DIM, generator=g) for _ in range(3)), torch.tensor([pos]))
+
+
+def test_a_cache_written_at_a_number_read_off_a_tensor_is_written_where_it_says():
+    model = NarrowCache().eval()
+    w = Workload("narrow_cache", model, _narrow_step(5, 0), "", "<test>")
+    stages = compile_to(w, "cuda")
+    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+    assert report is not None, failed.log[-2000:]
+    assert report.ok and len(report.outputs) == 3, report.outputs
+    eager = copy.deepcopy(model)
+    compiled = emmy.compile(model, *_narrow_step(0, 0), run="emulate")
+    for pos in (0, 2, 7, 4):            # one program for every position
+        args = _narrow_step(pos, pos + 1)
+        torch.testing.assert_close(compiled(*args), eager(*args), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model.k_cache, eager.k_cache)
+    torch.testing.assert_close(model.v_cache, eager.v_cache)
+
+
+class SelectCache(nn.Module):
+    """A cache row written at `t.item()` through a view (`select(...).copy_`); `cache[:, p] = v`
+    itself fails in torch.export, and the message shows the view that works."""
+
+    def __init__(self, through_view: bool = True):
+        super().__init__()
+        self.through_view = through_view
+        self.register_buffer("cache", torch.zeros(2, 9, 4))
+
+    def forward(self, v, t):
+        p = t.item()
+        torch._check(p >= 0)
+        torch._check(p < 9)
+        if self.through_view:
+            self.cache.select(1, p).copy_(v)
+        else:
+            self.cache[:, p] = v
+        return self.cache.sum(1)
+
+
+def test_a_row_written_at_a_number_read_off_a_tensor():
+    import pytest
+
+    from emmy.errors import UserError
+
+    model = SelectCache()
+    eager = copy.deepcopy(model)
+    compiled = emmy.compile(model, torch.randn(2, 4), torch.tensor(0), run="emulate")
+    for p in (3, 8, 0):
+        args = (torch.randn(2, 4), torch.tensor(p))
+        torch.testing.assert_close(compiled(*args), eager(*args))
+    torch.testing.assert_close(model.cache, eager.cache)
+    with pytest.raises(UserError, match=r"got SymInt\); .*`x.select\(1, p\).copy_\(v\)`"):
+        emmy.compile(SelectCache(through_view=False), torch.randn(2, 4), torch.tensor(0),
+                     run="emulate")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import re
 import warnings
 from typing import Any
@@ -54,6 +55,14 @@ def _functionalized(ep):
 
 
 def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
+    token = _WINDOWS.set(_windows(ep))
+    try:
+        return _mirror_calls(ep, name, origin, tf32)
+    finally:
+        _WINDOWS.reset(token)
+
+
+def _mirror_calls(ep, name: str, origin: str | None, tf32: bool) -> Graph:
     import torch
 
     sig = {spec.arg.name: spec for spec in ep.graph_signature.input_specs
@@ -120,8 +129,9 @@ def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None,
 
     graph_nodes = list(module.graph.nodes)
     regions: dict[str, list[str]] = {}    # a region's node -> the names of its results
+    checked = _assertions(graph_nodes)
     for fx_node in graph_nodes:
-        if fx_node.op != "call_function":
+        if fx_node.op != "call_function" or fx_node in checked:
             continue
         source = _source_line(fx_node.meta.get("stack_trace"), origin)
         region = _region(module, fx_node, source, origin)
@@ -153,10 +163,47 @@ def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None,
         except ValueError as e:   # an element type emmy has not (a cast to uint16, ...)
             at = f" at {source}" if source else ""
             raise UserError(f"`{op_name(fx_node.target)}`{at}: {e}") from None
+        op = _functional(fx_node, order, origin)
+        if op == "slice.Tensor" and any(isinstance(a, Ref) for a in args[2:4]):
+            op, args, kwargs = "narrow", _window(fx_node, args, kwargs, source), ()
         nodes.append(Node(name=names.get(fx_node.name, fx_node.name),
-                          op=_functional(fx_node, order, origin), args=args, kwargs=kwargs,
+                          op=op, args=args, kwargs=kwargs,
                           type=_value_type(fx_node.meta.get("val"), fx_node.name, source),
                           source=source))
+
+
+def _assertions(graph_nodes: list) -> set:
+    """The calls that assert what torch._check (or an op at a position the data holds) says
+    of a number read off a tensor, with what only they read: not mirrored. The program does
+    not check them when it runs; a position out of range is clamped into its tensor by the op
+    that reads it, as every gather's are."""
+    import torch
+
+    asserts = {torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg,
+               torch.ops.aten.sym_constrain_range_for_size.default,
+               torch.ops.aten.sym_constrain_range.default}
+    found: set = set()
+    for n in reversed(graph_nodes):
+        if n.op == "call_function" and (n.target in asserts or n.users and all(
+                u in found for u in n.users)):
+            found.add(n)
+    return found
+
+
+def _window(fx_node, args: tuple, kwargs: tuple, source: str | None) -> tuple:
+    """A slice whose bounds are numbers read off a tensor (`x[p:p + 4]`, `x.narrow(1, p, 4)`
+    with p = t.item()) as `narrow(x, dim, start, length)`, its length torch's (a static one,
+    `end - start` simplified by export; else the slice's type refuses it)."""
+    x, dim, start, end, step = args + (0, None, None, 1)[len(args) - 1:]
+    dim, start, end, step = (dict(kwargs).get(k, v) for k, v in
+                             (("dim", dim), ("start", start), ("end", end), ("step", step)))
+    val = fx_node.meta.get("val")
+    length = _value_type(val, fx_node.name, source).shape[dim]  # a length that is data: refused
+    if step != 1:
+        at = f" at {source}" if source else ""
+        raise UserError(f"a slice{at} with step {step} at a position the data holds; emmy "
+                        "slices at such a position with step 1")
+    return (x, dim, 0 if start is None else start, length)
 
 
 _REGION_LABELS = {"wrap_with_set_grad_enabled": "no_grad", "wrap_with_autocast": "autocast_off"}
@@ -227,6 +274,11 @@ def op_name(target: Any) -> str:
     named: `prims.where.default` -> "prims.where"."""
     if getattr(target, "__name__", None) == "getitem" and not hasattr(target, "_schema"):
         return "getitem"
+    if getattr(target, "__module__", None) in ("_operator", "operator") or \
+            getattr(target, "__name__", "").startswith("sym_") and \
+            getattr(target, "__module__", None) == "torch":
+        # arithmetic on a number read off a tensor (`t.item() + 3`): `sym_add`, `sym_max`
+        return "sym_" + target.__name__.removeprefix("sym_").strip("_")
     if getattr(target, "__module__", None) == "torch._functorch.predispatch":
         return "torch.vmap"        # its batching calls (flex_attention builds its masks so)
     name = getattr(target, "_name", None) or str(target)  # "aten::add.Tensor"
@@ -496,7 +548,10 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
                 "`x[:, t.view(1)] = v`" if "extract specialized integer" in text else "")
         return (f"torch.export failed{at} the model has a data-dependent shape or control "
                 f"flow (emmy compiles static shapes only): {first}{hint}")
-    return f"torch.export failed{at} {type(e).__name__}: {first}"
+    hint = ("; a write at a number read off a tensor (`p = t.item()`) is written through a "
+            "view: `x.select(1, p).copy_(v)`, `x.narrow(1, p, n).copy_(v)`"
+            if "(got SymInt)" in first else "")
+    return f"torch.export failed{at} {type(e).__name__}: {first}{hint}"
 
 
 def _frame_line(frame) -> str:
@@ -510,6 +565,37 @@ def _state_value(ep, target: str):
     return ep.constants[target]
 
 
+# the FX nodes whose extents torch knows only symbolically and that are constants all the same:
+# a view at a position the data holds (`x.narrow(0, t.item(), 3)`, its length `min(3, 9 - u0)`
+# given the assertion on u0 its op makes) and what is computed from it
+_WINDOWS: contextvars.ContextVar[frozenset] = contextvars.ContextVar("windows",
+                                                                    default=frozenset())
+_VIEWS = ("narrow", "slice.Tensor", "select.int", "slice_scatter", "select_scatter")
+
+
+def _windows(ep) -> frozenset:
+    """The names of the views of `ep` at a position read off a tensor (an argument that is an
+    FX node and not a tensor), and of every call that reads one, transitively."""
+    found: set[str] = set()
+    for m in ep.graph_module.modules():
+        for n in getattr(m, "graph", None).nodes if hasattr(m, "graph") else ():
+            if n.op != "call_function":
+                continue
+            at = op_name(n.target) in _VIEWS and any(
+                hasattr(a, "meta") and not hasattr(a.meta.get("val"), "shape") for a in n.args)
+            if at or any(a.name in found for a in n.all_input_nodes):
+                found.add(n.name)
+    return frozenset(found)
+
+
+def _constant(n) -> int | None:
+    """An extent as a number: an int, or a symbolic one whose expression is a constant."""
+    if isinstance(n, int):
+        return n
+    expr = getattr(getattr(n, "node", None), "expr", None)
+    return int(expr) if getattr(expr, "is_Integer", False) else n
+
+
 def _tensor_type(val: Any, what: str, source: str | None = None) -> TensorType:
     import torch
 
@@ -518,6 +604,7 @@ def _tensor_type(val: Any, what: str, source: str | None = None) -> TensorType:
                         "programs")
     shape = []
     for s in val.shape:
+        s = _constant(s) if what in _WINDOWS.get() else s
         if not isinstance(s, int):
             at = f" at {source}" if source else ""
             dims = ", ".join(str(getattr(getattr(d, "node", None), "expr", d)) for d in val.shape)
@@ -541,7 +628,8 @@ def _static_instead(what: str) -> str:
                 "`torch.zeros(n).scatter_add_(0, idx, torch.ones(len(idx)))` counts the same")
     if op.startswith(("slice", "narrow")):
         return ("a slice whose bounds are a tensor's values has a size export cannot know: "
-                "gather its positions instead, `x[t + torch.arange(n)]`")
+                "give its length as a number, `x.narrow(0, t.item(), n)`, or gather its "
+                "positions, `x[t + torch.arange(n)]`")
     if op.startswith("split") or op in ("tensor_split", "repeat_interleave"):
         return ("sizes read off a tensor's values (`.tolist()`, `.item()`) are data: give "
                 "them as Python numbers")

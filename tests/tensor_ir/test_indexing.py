@@ -215,3 +215,41 @@ def test_a_zero_dim_integer_tensor_indexes_as_a_gather(check):
 def test_a_slice_at_a_tensor_s_value_gets_the_gather_that_keeps_its_shape():
     with pytest.raises(UserError, match=r"data-dependent shape.*x\[t \+ torch.arange\(n\)\]"):
         capture(Fn(lambda t, x: x[t[0]:t[0] + 2]), (torch.tensor([3, 1]), torch.randn(7, 4)))
+
+
+def _window(pos, x):
+    """ExecuTorch's llama reads its cache at `input_pos[0].item()`, with torch._check on it."""
+    p = pos[0].item()
+    torch._check(p >= 1)
+    torch._check(p < 5)
+    return x.narrow(1, p, 3), x[p + 1:p + 3] * 2, x[:, p - 1], x[max(p, 2):max(p, 2) + 2]
+
+
+def test_a_slice_at_a_number_read_off_a_tensor_reads_its_window(check):
+    """export records item, arithmetic on it (sym_add, sym_max), torch._check's assertions and
+    a slice whose length simplifies to a constant: a gather of the window's positions, which
+    the program reads when it runs (one program, every position torch._check allows)."""
+    x = torch.randn(7, 8)
+    program = check(_window, torch.tensor([2, 0]), x)
+    graph = capture(Fn(_window), (torch.tensor([2, 0]), x))
+    from emmy.tensor_ir.interp import run
+
+    for p in range(1, 5):
+        got = run(program, {g.name: v for g, v in zip(graph.inputs, (torch.tensor([p, 0]), x))})
+        for g, w in zip(got, _window(torch.tensor([p, 0]), x)):
+            assert_matches(g, w, f"position {p}")
+    assert_emitted_cuda_matches_eager(
+        "(lambda t, x: x.narrow(0, t[0].item(), 3) + x[t[1].item()])"
+        "(torch.tensor([4, -2]), torch.randn(9, 5))")
+
+
+def test_a_window_past_the_end_is_clamped_into_the_tensor():
+    """Where torch would raise (the window reaches past the axis), the window starts earlier:
+    every read stays inside the tensor."""
+    from emmy.tensor_ir.interp import run
+
+    x = torch.randn(6, 2)
+    fn = Fn(lambda t, x: x.narrow(0, t[0].item(), 3))
+    graph = capture(fn, (torch.tensor([1]), x))
+    (got,) = run(lower(graph), dict(zip((p.name for p in graph.inputs), (torch.tensor([5]), x))))
+    assert_matches(got, x[3:6], "clamped window")

@@ -609,3 +609,20 @@ def lower_view_dtype(b, x, dtype):
 @op("type_as")
 def lower_type_as(b, x, other):
     return b.cast(x, b.dtype(other))
+
+
+# ---- numbers read off a tensor (`p = t.item()`): torch.export's symbolic integers ------------
+# `item` gives a 0-d tensor (emmy.tensor_ir.decomp.indexing); arithmetic on it is arithmetic on
+# that tensor, and a slice or select at it reads the position the tensor holds.
+
+_SYMBOLIC = {"sym_add": E.ADD, "sym_sub": E.SUB, "sym_mul": E.MUL, "sym_max": E.MAX,
+             "sym_min": E.MIN, "sym_ge": E.GE, "sym_gt": E.GT, "sym_le": E.LE, "sym_lt": E.LT,
+             "sym_eq": E.EQ, "sym_ne": E.NE, "sym_and": E.AND, "sym_or": E.OR}
+
+
+for _name, _ew in _SYMBOLIC.items():
+    OPS[_name] = Decomp(lambda b, x, y, _ew=_ew: b.ew(_ew, x, y))
+OPS["sym_floordiv"] = OPS["floor_divide"]
+OPS["sym_mod"] = OPS["remainder.Tensor"]
+OPS["sym_neg"] = Decomp(lambda b, x: b.ew(E.NEG, x))
+

@@ -285,8 +285,22 @@ def lower_slice(b, x, dim=0, start=None, end=None, step=1):
     return slice_axis(b, x, dim, start, end, step)
 
 
+def window_start(b: Builder, start: str, n: int, length: int) -> str:
+    """A window's first position that a 0-d integer tensor holds (a number read off a tensor,
+    `x.narrow(1, t.item(), 4)`): negative from the end, then clamped so the whole window lies
+    in the axis (torch would raise where it does not)."""
+    wrapped = b.ew(EwOp.WHERE, b.ew(EwOp.LT, start, 0), b.ew(EwOp.ADD, start, n), start)
+    return b.ew(EwOp.MIN, b.ew(EwOp.MAX, wrapped, 0), max(n - length, 0))
+
+
 @op("narrow")
 def lower_narrow(b, x, dim, start, length):
+    if isinstance(start, str):          # a position the data holds: its window's positions
+        from emmy.tensor_ir.decomp.indexing import lower_index_select
+
+        dim = norm_dim(dim, b.rank(x))
+        first = window_start(b, start, b.shape(x)[dim], length)
+        return lower_index_select(b, x, dim, b.ew(EwOp.ADD, b.iota((length,), 0), first))
     if start < 0:
         start += b.shape(x)[norm_dim(dim, b.rank(x))]
     return slice_axis(b, x, dim, start, start + length)
@@ -465,12 +479,33 @@ def lower_fill(b, x, value, non_blocking=False):
     return _as_type_of(b, x, value, b.shape(x))
 
 
+def _scatter_window(b: Builder, x: str, src: str, dim: int, start, step: int) -> str:
+    """slice_scatter at a position the data holds (`cache.narrow(1, t.item(), 4).copy_(v)`):
+    src's extent along `dim` is the window's; its start clamped as a read's (window_start)."""
+    if step != 1 or start is None or not isinstance(src, str):
+        raise Refused("a write into a slice at a position the data holds, other than of a "
+                      "tensor with step 1")
+    shape = list(b.shape(x))
+    m = b.shape(src)[dim]
+    first = window_start(b, start, shape[dim], m) if isinstance(start, str) else start
+    offset = b.ew(EwOp.SUB, b.iota(shape, dim), first)      # the position within the window
+    on = b.ew(EwOp.AND, b.ew(EwOp.GE, offset, 0), b.ew(EwOp.LT, offset, m))
+    from emmy.tensor_ir.decomp.indexing import lower_index_select
+
+    along = b.ew(EwOp.SUB, b.iota((shape[dim],), 0), first)    # wrapped where not selected
+    values = lower_index_select(b, b.cast(src, b.dtype(x)), dim, along)
+    return b.ew(EwOp.WHERE, on, values, x)
+
+
 @op("select_scatter")
 def lower_select_scatter(b, x, src, dim, index):
     """x with its `index`-th slice along `dim` replaced by src."""
     shape = b.shape(x)
     dim = norm_dim(dim, len(shape))
-    index %= shape[dim]
+    if isinstance(index, str):          # a position the data holds (`x[:, t.item()] = v`)
+        index = window_start(b, index, shape[dim], 1)
+    else:
+        index %= shape[dim]
     placed = _as_type_of(b, x, unsqueeze(b, src, dim) if isinstance(src, str) else src, shape)
     return b.ew(EwOp.WHERE, b.ew(EwOp.EQ, b.iota(shape, dim), index), placed, x)
 
@@ -521,6 +556,8 @@ def lower_slice_scatter(b, x, src, dim=0, start=None, end=None, step=1):
     not selected there)."""
     shape = list(b.shape(x))
     dim = norm_dim(dim, len(shape))
+    if isinstance(start, str) or isinstance(end, str):
+        return _scatter_window(b, x, src, dim, start, step)
     start, end, _ = slice(start, end).indices(shape[dim])
     m = len(range(start, end, step))
     if m == 0:
