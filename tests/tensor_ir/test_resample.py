@@ -99,6 +99,17 @@ def test_antialiased_resizing_matches_eager(check, mode, size, factor):
 def test_antialiased_resizing_emitted_cuda_matches_eager():
     assert_emitted_cuda_matches_eager(
         "F.interpolate(torch.randn(1, 4, 16, 12), size=(6, 5), mode='bicubic', antialias=True)")
+    assert_emitted_cuda_matches_eager(          # windows placed by a gather (below)
+        "F.interpolate(torch.randn(1, 2, 7, 13), size=(3, 5), mode='bilinear', antialias=True)")
+
+
+def test_every_antialiased_window_is_placed(check):
+    """Every resizing between 1 and 13 pixels: where no ratio places torch's windows (7 -> 3,
+    whose bounds f32 and f64 round apart), they are read through a gather of torch's starts."""
+    for mode in ("bilinear", "bicubic"):
+        for extent in range(1, 14):
+            check(lambda x: tuple(F.interpolate(x, size=(n, 3), mode=mode, antialias=True)
+                                  for n in range(1, 14)), torch.randn(1, 2, extent, 3))
 
 
 def test_antialiased_resizing_with_align_corners_is_refused():

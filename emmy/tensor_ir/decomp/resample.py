@@ -25,7 +25,7 @@ from emmy.tensor_ir.decomp.pooling import combine, floor_div
 from emmy.tensor_ir.decomp.table import Decomp, Refused, registrar
 from emmy.tensor_ir.ir import EwOp as E
 from emmy.tensor_ir.ir import ReduceOp as R
-from emmy.tensor_ir.ir import axis_var
+from emmy.tensor_ir.ir import axis_var, gather_var
 
 OPS: dict[str, Decomp] = {}
 op = registrar(OPS)
@@ -297,11 +297,13 @@ def _aa_bicubic(b: Builder, x: str) -> str:
 _AA = {"_upsample_bilinear2d_aa": (2, _aa_bilinear), "_upsample_bicubic2d_aa": (4, _aa_bicubic)}
 
 
-def _aa_window(extent: int, out: int, scale: float, interp: int, name: str):
+def _aa_window(extent: int, out: int, scale: float, interp: int):
     """Output o reads x[start(o) + t] for t < taps, start(o) = (o*num + shift) // den, the
     unclamped start of torch's window [max(trunc(center - support + 1/2), 0),
     min(trunc(center + support + 1/2), extent)), center = scale (o + 1/2), which is checked to
-    lie within the taps; (num, den, shift, taps)."""
+    lie within the taps; (num, den, shift, taps). Where no such ratio places every window
+    (7 -> 3: a bound f32 and f64 round apart), (None, None, None, taps): the windows' starts
+    are then computed as torch computes them, in f32, and read through a gather."""
     support = interp / 2 * scale if scale >= 1 else interp / 2
     o = np.arange(out)
     bounds = []
@@ -320,8 +322,8 @@ def _aa_window(extent: int, out: int, scale: float, interp: int, name: str):
     shift = p - interp * p + q if scale >= 1 else p + q - interp * q
     start = (o * num + shift) // den
     if not (np.array_equal(lo, lo64) and np.array_equal(hi, hi64) and np.all(start <= lo)):
-        raise Refused(f"{name}: resizing {extent} to {out} reads a window emmy cannot place "
-                      "exactly as torch rounds it")
+        # a bound that f32 and f64 round apart sits where the filter is 0 (its support's edge)
+        return None, None, None, int(max((hi - lo).max(), (hi64 - lo64).max()))
     return num, den, shift, int((hi - start).max())
 
 
@@ -341,44 +343,53 @@ def aa_resize(b: Builder, x: str, name: str, output_size, align_corners, scales)
     for i in (1, 0):
         extent, size, factor = sizes[i]
         scale = 1.0 / factor if factor else extent / size
-        num, den, shift, taps = _aa_window(extent, size, scale, interp, name)
+        num, den, shift, taps = _aa_window(extent, size, scale, interp)
         axis = lead + i
         shape = list(b.shape(out))
         shape[axis] = size
         shape = (*shape, taps)
         bounds = {axis_var(j): m for j, m in enumerate(shape)}
         o, t = var(axis_var(axis)), var(axis_var(len(shape) - 1))
-        lift = -(-max(-shift, 0) // den)     # whole windows added to keep the floor positive
+        lift = -(-max(-shift, 0) // den) if den else 0  # whole windows keep the floor positive
+        weights, at = _aa_weights(b, extent, size, scale, interp, kernel, num, den, shift, lift,
+                                  taps, dtype)
         index = axes(len(shape) - 1)
-        index[axis] = mod(floordiv(o * num + shift + lift * den, den, bounds) - lift + t,
-                          extent, bounds)
-        weights = b.index_map(_aa_weights(b, extent, size, scale, interp, kernel, num, den,
-                                          shift, lift, taps, dtype), shape, [o, t])
-        out = b.reduce(R.SUM, b.ew(E.MUL, b.index_map(out, shape, index), weights),
+        if den is None:             # each window's start as torch computes it: a gather
+            index[axis] = var(gather_var(0))
+            values = b.gather(out, shape, index, [b.index_map(at, shape, [o, t])])
+        else:
+            index[axis] = mod(floordiv(o * num + shift + lift * den, den, bounds) - lift + t,
+                              extent, bounds)
+            values = b.index_map(out, shape, index)
+        out = b.reduce(R.SUM, b.ew(E.MUL, values, b.index_map(weights, shape, [o, t])),
                        (len(shape) - 1,))
     return out
 
 
-def _aa_weights(b: Builder, extent: int, out: int, scale: float, interp: int, kernel, num: int,
-                den: int, shift: int, lift: int, taps: int, dtype: DType) -> str:
-    """(out, taps): tap t of output o's weight, 0 outside torch's window, normalized."""
+def _aa_weights(b: Builder, extent: int, out: int, scale: float, interp: int, kernel,
+                num: int | None, den: int | None, shift: int | None, lift: int, taps: int,
+                dtype: DType) -> tuple[str, str]:
+    """(out, taps): tap t of output o's weight, 0 outside torch's window, normalized; and the
+    position it reads (clamped into the axis), from (o*num + shift) // den or, without `den`,
+    from torch's window start."""
     support = interp / 2 * scale if scale >= 1 else interp / 2
     invscale = 1.0 / scale if scale >= 1 else 1.0
     shape = (out, taps)
     ov, tv = b.iota(shape, 0), b.iota(shape, 1)
-    start = b.ew(E.SUB, floor_div(b, b.ew(E.ADD, b.ew(E.MUL, ov, num), shift + lift * den),
-                                  den), lift)
-    at = b.ew(E.ADD, start, tv)
     center = b.ew(E.MUL, b.ew(E.ADD, b.cast(ov, dtype), 0.5), scale)
     lo = b.ew(E.MAX, b.cast(b.ew(E.FLOOR, b.ew(E.ADD, b.ew(E.SUB, center, support), 0.5)),
                             DType.I64), 0)
     hi = b.ew(E.MIN, b.cast(b.ew(E.FLOOR, b.ew(E.ADD, b.ew(E.ADD, center, support), 0.5)),
                             DType.I64), extent)
+    start = lo if den is None else b.ew(
+        E.SUB, floor_div(b, b.ew(E.ADD, b.ew(E.MUL, ov, num), shift + lift * den), den), lift)
+    at = b.ew(E.ADD, start, tv)
     inside = b.ew(E.AND, b.ew(E.GE, at, lo), b.ew(E.LT, at, hi))
     arg = b.ew(E.MUL, b.ew(E.ADD, b.ew(E.SUB, b.cast(at, dtype), center), 0.5), invscale)
     w = b.ew(E.WHERE, inside, kernel(b, arg), 0.0)
     total = b.reduce(R.SUM, w, (1,), keepdim=True)
-    return b.ew(E.WHERE, b.ew(E.EQ, total, 0.0), 0.0, b.ew(E.DIV, w, total))
+    return (b.ew(E.WHERE, b.ew(E.EQ, total, 0.0), 0.0, b.ew(E.DIV, w, total)),
+            b.ew(E.MIN, at, extent - 1))
 
 
 def _register_aa(name: str) -> None:
