@@ -38,6 +38,7 @@ Outputs of the same shape that do not depend on each other through memory share 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -172,6 +173,51 @@ def gathered_reads(p: Program) -> dict[str, str]:
             if end not in outputs:
                 out.setdefault(end, f"a product reads this gather (`{d.name}`): stored, the "
                                     "product is a matrix-product kernel of its own")
+    return out
+
+
+_ORDERS = frozenset({EwOp.EQ, EwOp.NE, EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE})
+
+
+def compared_extrema(p: Program) -> dict[str, str]:
+    """Floating-point tensors compared with their own maximum or minimum (an argmax or top-k
+    written as `x == x.max(...)`, as torch decomposes topk) that are computed through a
+    reduction (a softmax's sum), each with the reason to store it: inlined, a kernel would
+    compare its own recomputation with an extremum another kernel found, and a sum taken in
+    another order can differ in its last bit (no position then equals the maximum)."""
+    defs = {d.name: d for d in p.defs}
+
+    def source(name: str) -> str:           # through reshapes and broadcasts
+        while isinstance(defs[name], IndexMap):
+            name = defs[name].arg
+        return name
+
+    def elementwise_from(name: str) -> set[str]:    # what `name` computes from, element by element
+        seen, todo = {name}, [name]
+        while todo:
+            d = defs[todo.pop()]
+            if isinstance(d, (Elementwise, Cast, IndexMap)):
+                for a in operands(d):
+                    if a not in seen:
+                        seen.add(a)
+                        todo.append(a)
+        return seen
+
+    out: dict[str, str] = {}
+    for d in p.defs:
+        if not (isinstance(d, Elementwise) and d.op in _ORDERS
+                and all(isinstance(a, str) for a in d.args)):
+            continue
+        a, b = (source(x) for x in d.args)
+        for x, extremum in ((a, b), (b, a)):
+            r = defs[extremum]
+            if isinstance(r, Reduce) and r.op in (ReduceOp.MAX, ReduceOp.MIN) \
+                    and defs[x].type.dtype.is_float and not isinstance(defs[x], Input) \
+                    and x in elementwise_from(r.arg) \
+                    and any(isinstance(defs[n], Reduce) for n in _ancestors(x, defs)):
+                which = "maximum" if r.op is ReduceOp.MAX else "minimum"
+                out.setdefault(x, f"compared with its {which} (`{d.name}`): stored, every "
+                                  "kernel compares the same bits")
     return out
 
 
@@ -410,6 +456,12 @@ def recomputed_products(p: Program, kernels_uses: list[Mapping[str, int]]) -> di
     users = _users(p)
     attention = _attentions(p, users, defs)
     out: dict[str, str] = {}
+    computing = Counter(n for uses in kernels_uses for n in uses
+                        if n not in attention and _factors(defs[n], defs) is not None)
+    for name, count in computing.items():
+        if count > 1:       # N-BEATS's trunk, read by its backcast's and its forecast's kernels
+            out.setdefault(_epilogue_end(name, users, defs), (
+                f"{count} kernels compute this product (`{name}`): stored, it is computed once"))
     for uses in kernels_uses:
         products = [d.name for d in p.defs if d.name in uses and d.name not in attention
                     and _factors(d, defs) is not None]
@@ -426,7 +478,7 @@ def recomputed_products(p: Program, kernels_uses: list[Mapping[str, int]]) -> di
         for i, name in enumerate(products):
             later = [m for m in products[i + 1:] if name not in _ancestors(m, defs)]
             if later:
-                out.setdefault(_epilogue_end(name, users, defs), (
+                out.setdefault(_epilogue_end(name, users, defs, frozenset(later)), (
                     f"the kernel of `{later[-1]}` also computes this product (`{name}`), which "
                     f"it does not read as an operand: stored, each is a matrix-product kernel, "
                     f"the last one reading the other in its epilogue; together, neither would "
@@ -675,18 +727,20 @@ def _widening(d: Cast, defs) -> bool:
             and d.type.dtype.itemsize >= src.itemsize)
 
 
-def _epilogue_end(name: str, users, defs) -> str:
+def _epilogue_end(name: str, users, defs, apart: frozenset[str] = frozenset()) -> str:
     """What to store for a product: the last of the element-wise ops applied to it alone (its
     bias, its activation), which its kernel's epilogue computes, while each is its
-    predecessor's only reader and reads nothing else computed from the product. Not a widening
-    cast at the end (a 16-bit product widened for its consumers' arithmetic): the narrower
-    tensor holds the same values in half the bytes."""
+    predecessor's only reader and reads nothing else computed from the product (nor from the
+    products `apart`: where two products are added, the sum is no one's epilogue). Not a
+    widening cast at the end (a 16-bit product widened for its consumers' arithmetic): the
+    narrower tensor holds the same values in half the bytes."""
     while len(users[name]) == 1:
         u = defs[users[name][0]]
         if not isinstance(u, (Elementwise, Cast)):
             break
         others = [a for a in operands(u) if a != name]
-        if any(name in _ancestors(a, defs) or a == name for a in others):
+        computed = apart | {name}
+        if any(a in computed or computed & _ancestors(a, defs) for a in others):
             break
         name = u.name
     while isinstance(defs[name], Cast) and _widening(defs[name], defs):

@@ -19,10 +19,10 @@ from collections import Counter
 
 from emmy import symbolic
 from emmy.loop_ir.fuse import (KernelPlan, attention_operands, attention_scores,
-                               elementwise_operands, gathered_reads, normalized_operands,
-                               plan_fusion, recomputed_products, recomputed_statistics,
-                               reduced_products, scaled_products, shared_statistics,
-                               windowed_reads)
+                               compared_extrema, elementwise_operands, gathered_reads,
+                               normalized_operands, plan_fusion, recomputed_products,
+                               recomputed_statistics, reduced_products, scaled_products,
+                               shared_statistics, windowed_reads)
 from emmy.loop_ir.inline import Dag, Inliner, KernelTooLarge
 from emmy.loop_ir.ir import Buffer, Kernel, Load, LoopProgram
 from emmy.loop_ir.names import kernel_name
@@ -58,7 +58,8 @@ def _build_within_budget(p: Program, memo: dict | None = None):
     defs = {d.name: d for d in p.defs}
     forced: dict[str, str] = (windowed_reads(p) | reduced_products(p) | attention_operands(p)
                               | gathered_reads(p) | normalized_operands(p)
-                              | elementwise_operands(p) | scaled_products(p))
+                              | elementwise_operands(p) | scaled_products(p)
+                              | compared_extrema(p))
     scores = attention_scores(p)
     flashless: set[str] = set()
     budget: int | None = MAX_NODES

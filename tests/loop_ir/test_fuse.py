@@ -413,3 +413,55 @@ def test_a_reduction_read_inside_a_loop_it_does_not_depend_on_is_stored():
     pooled = check_torch(lambda x: lin(x.mean((2, 3))), torch.randn(2, 8, 4, 4))
     assert len(pooled.kernels) == 1
     assert any("recomputed up to 10x" in n for n in pooled.notes), pooled.notes
+
+
+def test_a_softmax_compared_with_its_maximum_is_stored():
+    """HF's MoE load-balancing loss: top-k of a softmax, whose experts are counted by one_hot.
+    torch decomposes topk as maxima and equality tests; recomputed in each kernel, a softmax
+    whose sum another kernel takes in another order can miss its own maximum by a bit (no
+    expert then selected: the counts come out short), so the probabilities are stored and
+    every kernel compares the same bits; emulated with the default rows, counts exact."""
+    from tests.tensor_ir.emitted import assert_emitted_cuda_matches_eager
+
+    def route(logits, m):
+        p = F.softmax(logits, dim=-1)
+        counts = F.one_hot(torch.topk(p, 2, dim=-1)[1], 7).float() * m[:, None, None]
+        return counts.sum(0), (p * m[:, None]).sum(0)
+
+    torch.manual_seed(0)
+    lp = check_torch(route, torch.randn(99, 7), (torch.rand(99) > 0.3).float())
+    assert any("compared with its maximum" in n for n in lp.notes), lp.notes
+    assert_emitted_cuda_matches_eager(
+        "(lambda l, m: F.one_hot(torch.topk(F.softmax(l, -1), 2, dim=-1)[1], 7).float()"
+        ".mul(m[:, None, None]).sum(0))(torch.randn(99, 7), (torch.rand(99) > 0.3).float())")
+
+
+def test_a_maximum_of_values_computed_element_wise_is_compared_in_place():
+    """x == x.amax(...) over values no reduction computes: nothing stored for it."""
+    lp = check_torch(lambda x: (x.sigmoid() == x.sigmoid().amax(-1, keepdim=True)).float(),
+                     torch.randn(5, 9))
+    assert not any("compared with its" in n for n in lp.notes)
+
+
+def test_a_trunk_two_kernels_read_is_stored_once_and_added_products_are_apart():
+    """N-BEATS's doubly residual blocks: each block's MLP trunk feeds its backcast (x - ...) and
+    its forecast (f + ...). The trunk's products are stored once, not computed by both
+    kernels, and the forecast of the first block, added to the second's, is stored before the
+    sum (a sum of two products is no one's epilogue): no kernel is left recomputing a chain of
+    products inside another's loops."""
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    blocks = [(nn.Linear(12, 16), nn.Linear(16, 16), nn.Linear(16, 12), nn.Linear(16, 5))
+              for _ in range(2)]
+
+    def nbeats(x):
+        f = torch.zeros(x.shape[0], 5)
+        for fc0, fc1, back, fore in blocks:
+            h = F.relu(fc1(F.relu(fc0(x))))
+            x, f = x - back(h), f + fore(h)
+        return x, f
+
+    lp = check_torch(nbeats, torch.randn(3, 12))
+    assert any("2 kernels compute this product" in n for n in lp.notes), lp.notes
+    assert not any("recomputed up to" in n for n in lp.notes), lp.notes
