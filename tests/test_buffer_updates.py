@@ -197,3 +197,30 @@ def test_a_row_written_at_a_number_read_off_a_tensor():
     with pytest.raises(UserError, match=r"got SymInt\); .*`x.select\(1, p\).copy_\(v\)`"):
         emmy.compile(SelectCache(through_view=False), torch.randn(2, 4), torch.tensor(0),
                      run="emulate")
+
+
+class MocoQueue(nn.Module):
+    """MoCo's queue of keys: written at the pointer a buffer holds, read with `.item()`, and
+    the pointer advanced modulo the queue's length."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("queue", torch.zeros(4, 12))
+        self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))
+
+    def forward(self, keys):
+        ptr = self.queue_ptr.item()
+        self.queue[:, ptr:ptr + keys.shape[0]] = keys.T
+        self.queue_ptr[0] = (ptr + keys.shape[0]) % 12
+        return self.queue.sum(0)
+
+
+def test_a_queue_written_at_a_pointer_its_buffer_holds():
+    model = MocoQueue()
+    eager = copy.deepcopy(model)
+    compiled = emmy.compile(model, torch.randn(3, 4), run="emulate")
+    for i in range(5):                   # around the queue and back to its start
+        keys = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
+        torch.testing.assert_close(compiled(keys), eager(keys))
+    torch.testing.assert_close(model.queue, eager.queue)
+    assert int(model.queue_ptr) == int(eager.queue_ptr) == 3

@@ -544,14 +544,24 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
     data_dependent = ("data-dependent" in text or "GuardOnDataDependent" in type(e).__name__
                       or "DataDependent" in text)
     if data_dependent:
-        hint = ("; a position a 0-d tensor holds indexes as a one-element tensor: "
-                "`x[:, t.view(1)] = v`" if "extract specialized integer" in text else "")
+        hint = _specialized_hint(line or "") if "extract specialized integer" in text else ""
         return (f"torch.export failed{at} the model has a data-dependent shape or control "
                 f"flow (emmy compiles static shapes only): {first}{hint}")
     hint = ("; a write at a number read off a tensor (`p = t.item()`) is written through a "
             "view: `x.select(1, p).copy_(v)`, `x.narrow(1, p, n).copy_(v)`"
             if "(got SymInt)" in first else "")
     return f"torch.export failed{at} {type(e).__name__}: {first}{hint}"
+
+
+def _specialized_hint(line: str) -> str:
+    """What to write instead, where export needed a number the data holds as a Python int."""
+    if "one_hot(" in line:
+        return "; F.one_hot takes its class count from the data's maximum: give num_classes"
+    if re.search(r"\bint\(", line):
+        return ("; `int(t)` makes the data a Python number export must know: `t.item()` is "
+                "read when the program runs (a slice or select at it: `x[:, p:p + n] = v`, "
+                "`x.narrow(1, p, n)`)")
+    return "; a position a 0-d tensor holds indexes as a one-element tensor: `x[:, t.view(1)] = v`"
 
 
 def _frame_line(frame) -> str:

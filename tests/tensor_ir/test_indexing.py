@@ -253,3 +253,13 @@ def test_a_window_past_the_end_is_clamped_into_the_tensor():
     graph = capture(fn, (torch.tensor([1]), x))
     (got,) = run(lower(graph), dict(zip((p.name for p in graph.inputs), (torch.tensor([5]), x))))
     assert_matches(got, x[3:6], "clamped window")
+
+
+def test_a_tensor_made_of_numbers_read_off_tensors(check):
+    """FNO's grid `torch.tensor(torch.linspace(0, 1, 5).tolist())`, flow_viz's
+    `torch.tensor(rad.max().item())` and `torch.full((3,), x.item())`: the numbers are 0-d
+    tensors here, broadcast and cast (an internal error before)."""
+    check(lambda x: (x + torch.tensor(torch.linspace(0, 1, 5).tolist()),
+                     x / torch.tensor(x.abs().max().item()),
+                     torch.full((3,), x[0, 1].item()) * 2),
+          torch.randn(3, 5))

@@ -561,3 +561,27 @@ def test_a_write_at_a_zero_dim_tensor_s_position_gets_the_one_element_index():
 
     with pytest.raises(UserError, match=r"one-element tensor: `x\[:, t.view\(1\)\] = v`"):
         capture(Step(), (torch.tensor([5, 7]),))
+
+
+def test_a_python_int_of_the_data_gets_the_way_to_read_it_when_the_program_runs():
+    """MoCo's `ptr = int(self.queue_ptr)` and `F.one_hot(target)` without num_classes: export
+    needs the data as a Python number; each message shows what to write instead."""
+    class Queue(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("queue", torch.zeros(4, 12))
+            self.register_buffer("ptr", torch.zeros(1, dtype=torch.long))
+
+        def forward(self, keys):
+            ptr = int(self.ptr)
+            self.queue[:, ptr:ptr + keys.shape[0]] = keys.T
+            return self.queue.sum(0)
+
+    with pytest.raises(UserError, match=r"`int\(t\)` makes .*`t.item\(\)` is read when"):
+        capture(Queue(), (torch.randn(3, 4),))
+    class OneHot(nn.Module):
+        def forward(self, t):
+            return torch.nn.functional.one_hot(t).float()
+
+    with pytest.raises(UserError, match="give num_classes"):
+        capture(OneHot(), (torch.tensor([0, 2, 1]),))

@@ -14,14 +14,26 @@ OPS: dict[str, Decomp] = {}
 op = registrar(OPS)
 
 
-def _default_dtype(value) -> DType:
+def _default_dtype(b: Builder, value) -> DType:
+    if isinstance(value, str):          # a number read off a tensor (`t.item()`): its kind
+        kind = b.dtype(value)
+        return kind if kind in (DType.BOOL, DType.I64) else \
+            DType.I64 if not kind.is_float else DType.F32
     return DType.BOOL if isinstance(value, bool) else DType.I64 if isinstance(value, int) \
         else DType.F32
 
 
+def filled(b: Builder, shape, value, dtype: DType) -> str:
+    """`shape` filled with `value`: a literal, or a number read off a tensor (a 0-d tensor
+    here: `torch.full((3,), t.item())`, `torch.tensor(x.max().item())`)."""
+    if isinstance(value, str):
+        return b.broadcast_to(b.cast(value, dtype), tuple(shape))
+    return b.full(shape, value, dtype)
+
+
 @op("full")
 def lower_full(b, size, fill_value, *, dtype=None, **placement):
-    return b.full(size, fill_value, dtype or _default_dtype(fill_value))
+    return filled(b, size, fill_value, dtype or _default_dtype(b, fill_value))
 
 
 @op("zeros")
@@ -69,12 +81,12 @@ def lower_one_hot(b, x, num_classes=-1):
 
 @op("scalar_tensor")
 def lower_scalar_tensor(b, value, *, dtype=None, **placement):
-    return b.full((), value, dtype or DType.F32)
+    return filled(b, (), value, dtype or DType.F32)
 
 
 @op("full_like")
 def lower_full_like(b, x, fill_value, *, dtype=None, **placement):
-    return b.full(b.shape(x), fill_value, dtype or b.dtype(x))
+    return filled(b, b.shape(x), fill_value, dtype or b.dtype(x))
 
 
 @op("zeros_like")
