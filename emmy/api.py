@@ -47,7 +47,7 @@ class Compiled:
         from emmy.runtime.gpu import gpu_available
 
         check_run(run)
-        self.model = model.eval()
+        self.model = model           # in its own mode: a model in training mode as it trains
         # the program is of these values of the non-tensor arguments (export bakes them in)
         self._fixed = {i: x for i, x in enumerate(example_inputs) if not _is_tensor(x)}
         workload = Workload(name=name or type(model).__name__.lower(), model=self.model,

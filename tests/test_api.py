@@ -52,3 +52,22 @@ def test_run_eager_compiles_but_runs_the_model():
     compiled = emmy.compile(model, x, db=None, run="eager")
     assert compiled.backend == "eager torch (asked for)" and compiled.rows
     torch.testing.assert_close(compiled(x), model(x).detach())
+
+
+def test_a_model_in_training_mode_is_compiled_as_it_trains():
+    """rl_games' RunningMeanStd and BatchNorm update their running statistics when training:
+    emmy.compile compiles the model in its own mode (it did switch it to eval, silently), and
+    a dropout in training mode is refused by name."""
+    import copy
+
+    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU()).train()
+    eager = copy.deepcopy(model)
+    compiled = emmy.compile(model, torch.randn(5, 6), db=None, run="emulate")
+    assert model.training
+    for i in range(3):
+        x = torch.randn(5, 6, generator=torch.Generator().manual_seed(i))
+        torch.testing.assert_close(compiled(x), eager(x).detach())
+    torch.testing.assert_close(model[1].running_var, eager[1].running_var)
+    assert int(model[1].num_batches_tracked) == int(eager[1].num_batches_tracked) == 3
+    with pytest.raises(emmy.errors.UserError, match="dropout in training mode"):
+        emmy.compile(nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.1)), torch.randn(5, 6))
