@@ -475,17 +475,40 @@ def _restore(container, snapshot) -> None:
 
 @contextlib.contextmanager
 def _arguments_unvalidated():
-    """torch.distributions' argument checks off while exporting: they only raise (in eager, where
-    the check runs the model, they still do), and each is a data-dependent branch to export
-    (`Normal(loc, scale)` checks that every scale is positive)."""
+    """torch.distributions' argument checks off while exporting, and F.gaussian_nll_loss's: they
+    only raise (in eager, where the check runs the model, they still do), and each is a
+    data-dependent branch to export (`Normal(loc, scale)` checks that every scale is
+    positive)."""
+    import torch.nn.functional as F
     from torch.distributions import Distribution
 
     before = Distribution._validate_args
+    checked = F.gaussian_nll_loss
     Distribution.set_default_validate_args(False)
+    F.gaussian_nll_loss = _gaussian_nll_loss
     try:
         yield
     finally:
         Distribution.set_default_validate_args(before)
+        F.gaussian_nll_loss = checked
+
+
+def _gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """F.gaussian_nll_loss as torch computes it, without its check that no variance is
+    negative (a data-dependent branch that only raises; the check's eager run still does)."""
+    import math
+
+    import torch
+
+    if isinstance(var, (int, float)):
+        var = torch.full_like(input, float(var))
+    if var.size() != input.size() and input.size()[:-1] == var.size():
+        var = torch.unsqueeze(var, -1)      # one variance for a row's entries
+    var = var.clamp(min=eps)
+    loss = 0.5 * (torch.log(var) + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
 
 
 # in-place ops that change a tensor's shape or strides, not its values

@@ -443,6 +443,23 @@ def test_distributions_argument_checks_do_not_stop_export():
     assert len(g.outputs) == 3 and Distribution._validate_args == before
 
 
+@pytest.mark.parametrize("var_shape, full, reduction", [
+    ((4, 3), False, "mean"), ((4,), True, "sum"), ((4, 1), False, "none")])
+def test_gaussian_nll_loss_exports_without_its_variance_check(var_shape, full, reduction):
+    """F.gaussian_nll_loss raises where a variance is negative (a data-dependent branch):
+    export runs torch's formula without it (the eager check still raises); heteroscedastic
+    and per-row variances, `full`, every reduction; on the emulator against eager."""
+    import torch.nn.functional as F
+
+    from emmy.frontend.workload import Workload
+    from tests.tensor_ir.emitted import assert_workload_cuda_matches_eager
+
+    loss = nn.GaussianNLLLoss(full=full, reduction=reduction)
+    inputs = (torch.randn(4, 3), torch.randn(4, 3), torch.rand(*var_shape) + 0.1)
+    assert_workload_cuda_matches_eager(Workload("nll", loss, inputs, "", "<test>"))
+    assert F.gaussian_nll_loss.__module__ == "torch.nn.functional"
+
+
 def test_an_in_place_op_after_a_type_change_is_on_a_copy():
     """`x = x.to(torch.float)` of a bf16 input is a new tensor: `x.div_(t)` writes into it, not
     into the input (vLLM's sampler)."""
