@@ -558,7 +558,10 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
     line = _source_line(text.partition("raised this error:")[2], None)
     caused = re.search(r"Caused by: \(([^():]+):(\d+) in \w+\)", text)
     if line is None and caused and "torch/" not in caused[1] and "_export/" not in caused[1]:
-        line = f"{caused[1].rsplit('/', 1)[-1]}:{caused[2]}"      # its path cut short
+        import linecache
+
+        code = linecache.getline(caused[1], int(caused[2])).strip()
+        line = f"{caused[1].rsplit('/', 1)[-1]}:{caused[2]}" + (f": {code}" if code else "")
     mine = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == origin]
     if line is None and mine:       # raised while tracing the user's own code
         line = _frame_line(mine[-1])
@@ -567,7 +570,10 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
     data_dependent = ("data-dependent" in text or "GuardOnDataDependent" in type(e).__name__
                       or "DataDependent" in text)
     if data_dependent:
-        hint = _specialized_hint(line or "") if "extract specialized integer" in text else ""
+        hint = _specialized_hint(line or "") if "extract specialized integer" in text else \
+            ("; a branch on a tensor's value: compute both sides and pick one with "
+             "`torch.where(cond, a, b)`" if re.search(r"\bif\b", (line or "").partition(
+                 ": ")[2]) else "")
         return (f"torch.export failed{at} the model has a data-dependent shape or control "
                 f"flow (emmy compiles static shapes only): {first}{hint}")
     hint = ("; a write at a number read off a tensor (`p = t.item()`) is written through a "

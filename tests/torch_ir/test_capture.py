@@ -386,6 +386,7 @@ def test_a_data_dependent_branch_is_refused_in_one_line(capsys):
         capture(Branch(), (torch.randn(8, 8),))
     assert "at test_capture.py:" in str(info.value)            # the user's line, named
     assert "::" not in str(info.value)                          # a line's colon, not two
+    assert str(info.value).endswith("pick one with `torch.where(cond, a, b)`")
     out, err = capsys.readouterr()
     assert out == "" and err == ""
 
