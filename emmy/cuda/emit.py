@@ -16,7 +16,7 @@ _INFIX = {"add": "+", "sub": "-", "multiply": "*", "divide": "/", "lt": "<", "le
           "bitand": "&", "bitor": "|", "bitxor": "^"}
 _FUNCS = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "floor",
           "ceil", "round", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
-          "atanh", "atan2", "lgamma", "digamma", "erfinv", "sigmoid", "reciprocal", "abs",
+          "atanh", "atan2", "fmod", "lgamma", "digamma", "erfinv", "sigmoid", "reciprocal", "abs",
           "sign", "maximum", "minimum", "pow", "shl", "shr",
           "fast_exp", "fast_sigmoid"}   # emmy/kernel_ir/fastmath.py
 _INTEGERS = {"long long", "int", "short", "signed char", "unsigned char"}   # a divide truncates

@@ -54,6 +54,7 @@ class EwOp(Enum):
     # binary
     ADD = "add"; SUB = "sub"; MUL = "multiply"; DIV = "divide"; POW = "pow"
     MAX = "maximum"; MIN = "minimum"; ATAN2 = "atan2"
+    FMOD = "fmod"  # C's fmod: a float remainder, exact, its sign the dividend's
     LT = "lt"; LE = "le"; GT = "gt"; GE = "ge"; EQ = "eq"; NE = "ne"; AND = "and"; OR = "or"
     BITAND = "bitand"; BITOR = "bitor"; BITXOR = "bitxor"   # integers' bits (&, |, ^)
     SHL = "shl"; SHR = "shr"  # shifts as torch's: a count outside [0, bits) gives 0, or the sign

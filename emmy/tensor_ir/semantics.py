@@ -41,7 +41,7 @@ UFUNC = {
     EwOp.FLOOR: np.floor, EwOp.CEIL: np.ceil, EwOp.ROUND: np.rint, EwOp.SIGN: lambda x: _sign(x),
     EwOp.TAN: np.tan, EwOp.ASIN: np.arcsin, EwOp.ACOS: np.arccos, EwOp.ATAN: np.arctan,
     EwOp.SINH: np.sinh, EwOp.COSH: np.cosh, EwOp.ASINH: np.arcsinh, EwOp.ACOSH: np.arccosh,
-    EwOp.ATANH: np.arctanh, EwOp.ATAN2: np.arctan2,
+    EwOp.ATANH: np.arctanh, EwOp.ATAN2: np.arctan2, EwOp.FMOD: np.fmod,
     EwOp.LGAMMA: lambda x: _LGAMMA(x).astype(np.asarray(x).dtype), EwOp.SIGNBIT: np.signbit,
     EwOp.DIGAMMA: _through_torch("digamma"), EwOp.ERFINV: _through_torch("erfinv"),
     EwOp.RECIPROCAL: lambda x: 1 / x, EwOp.NOT: np.logical_not,

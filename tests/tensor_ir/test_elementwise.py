@@ -316,12 +316,46 @@ def test_integer_division_is_exact_as_torch_does(check, dtype):
                         torch.fmod(a, b), a // 7, a % 7), x, y)
 
 
+def _hard_quotients():
+    """Random operands and the ones a rounded quotient gets wrong (1.0 // 0.1 is 9, and
+    fmod(1.0, 0.1) is nearly 0.1: 0.1 is a little more than a tenth), signed zeros, a zero
+    divisor, infinities."""
+    torch.manual_seed(0)
+    edge = torch.tensor([[1.0, 0.1], [-1.0, 0.1], [0.3, -0.1], [0.0, 0.1], [-0.0, 0.1],
+                         [7.0, 0.0], [1e-30, 0.1], [5.0, float("inf")], [float("inf"), 2.0],
+                         [3.0, -0.0], [0.7, 0.1], [-2.5, -0.5]])
+    pairs = torch.cat([torch.stack([torch.randn(200) * 10, torch.randn(200)], 1), edge])
+    return pairs[:, 0].contiguous(), pairs[:, 1].contiguous()
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
+                         ids=str)
+def test_float_floor_division_and_remainders_are_exact_as_torch_does(check, dtype):
+    """floor division, remainder and fmod of floats from the exact remainder (C's fmod), as
+    torch computes them, not from the rounded quotient: a point cloud's voxel indices
+    `(p - lo) // size` were off by one for 76 of 900 points."""
+    x, y = (t.to(dtype) for t in _hard_quotients())
+    check(lambda a, b: (a // b, a % b, torch.fmod(a, b),
+                        torch.div(a, b, rounding_mode="floor"), a // 0.1,
+                        torch.remainder(a, -0.7), torch.fmod(a, 0.3)), x, y)
+
+
+def test_float_floor_division_emitted_cuda_matches_eager():
+    from emmy.frontend.workload import Workload
+    from tests.tensor_ir.conftest import Fn
+    from tests.tensor_ir.emitted import assert_workload_cuda_matches_eager
+
+    fn = Fn(lambda a, b: (a // b, a % b, torch.fmod(a, b), a // 0.1))
+    assert_workload_cuda_matches_eager(Workload("quotients", fn, _hard_quotients(), "", "<test>"))
+
+
 @pytest.mark.parametrize("expr", [
     "torch.randint(-2**40, 2**40, (16, 64)) // torch.randint(1, 2**20, (16, 64))",
     "torch.div(torch.randint(-2**40, 2**40, (16, 64)), -3, rounding_mode='trunc')",
     "torch.randint(-2**30, 2**30, (16, 64)).int() % -1000003",
     "torch.fmod(torch.randint(-100, 100, (16, 64)).to(torch.int8), torch.randint(1, 9, (16, 64))"
     ".to(torch.int8))",
+    "torch.randn(16, 64).half() // 0.1 + torch.randn(16, 64).half() % 0.3",      # em_fmod
 ])
 def test_integer_division_on_sampled_rows_compiles_and_matches_eager(expr):
     from tests.tensor_ir.emitted import assert_sampled_rows_match_eager

@@ -281,6 +281,8 @@ EMMY_FN long long em_pow(long long a, long long b) {
 }
 EMMY_FN float em_atan2(float a, float b) { return atan2f(a, b); }
 EMMY_FN double em_atan2(double a, double b) { return atan2(a, b); }
+EMMY_FN float em_fmod(float a, float b) { return fmodf(a, b); }
+EMMY_FN double em_fmod(double a, double b) { return fmod(a, b); }
 
 // Fast approximations, for kernels whose floating-point data is all 16-bit
 // (emmy/kernel_ir/fastmath.py says why that is safe): ex2.approx.ftz (subnormal results flushed

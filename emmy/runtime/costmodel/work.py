@@ -36,6 +36,7 @@ _SPECIAL: dict[EwOp, tuple[int, int]] = {
     EwOp.SIN: (12, 1), EwOp.COS: (12, 1), EwOp.TANH: (8, 1), EwOp.SIGMOID: (8, 2),
     EwOp.ERF: (14, 0), EwOp.POW: (20, 2), EwOp.TAN: (20, 2), EwOp.ASIN: (16, 1),
     EwOp.ACOS: (16, 1), EwOp.ATAN: (14, 1), EwOp.ATAN2: (20, 2), EwOp.SINH: (10, 1),
+    EwOp.FMOD: (20, 2),
     EwOp.COSH: (10, 1), EwOp.ASINH: (14, 2), EwOp.ACOSH: (14, 2), EwOp.ATANH: (12, 1),
     EwOp.LGAMMA: (30, 2),
     EwOp.DIGAMMA: (40, 2),

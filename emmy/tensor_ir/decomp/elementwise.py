@@ -153,8 +153,41 @@ def lower_div_mode(b, x, y, *, rounding_mode=None):
         r = b.ew(E.SUB, x, b.ew(E.MUL, q, y))
         down = b.ew(E.AND, b.ew(E.NE, r, 0), b.ew(E.NE, b.ew(E.LT, r, 0), b.ew(E.LT, y, 0)))
         return b.cast(b.ew(E.SUB, q, b.cast(down, kind)), kind)
+    if rounding_mode == "floor":
+        return _floor_divide_floats(b, x, y)
     q = _ROUND[rounding_mode](b, true_divide(b, x, y))
     return b.cast(q, b.result_type(x, y))  # integer operands give an integer quotient
+
+
+def _float_operands(b: Builder, x, y, numbers_rounded: bool = True):
+    """x and y in their common float type, 16-bit ones widened to f32 (torch computes these
+    ops on them in f32, a number rounded to their type first where `numbers_rounded`); and
+    that common type."""
+    from emmy.dtypes import rounded
+
+    kind = b.result_type(x, y)
+    wide = DType.F32 if kind in (DType.F16, DType.BF16) else kind
+    narrow = wide is not kind and numbers_rounded
+    return tuple(b.cast(v, wide) if isinstance(v, str) else
+                 float(rounded(np.array([v], np.float32), kind)[0]) if narrow else float(v)
+                 for v in (x, y)) + (kind,)
+
+
+def _floor_divide_floats(b: Builder, x, y) -> str:
+    """torch's floor division of floats (as Python's): from the exact remainder fmod(x, y), not
+    from the rounded quotient (1.0 // 0.1 is 9: 0.1 is a little more than a tenth), the result
+    rounded to the nearest integer to undo the division's rounding; by zero, x / y. 16-bit
+    types in f32, a number as it is (as torch computes it)."""
+    x, y, kind = _float_operands(b, x, y, numbers_rounded=False)
+    mod = b.ew(E.FMOD, x, y)
+    div = b.ew(E.DIV, b.ew(E.SUB, x, mod), y)
+    apart = b.ew(E.AND, b.ew(E.NE, mod, 0.0), b.ew(E.NE, b.ew(E.LT, y, 0.0), b.ew(E.LT, mod, 0.0)))
+    div = b.ew(E.WHERE, apart, b.ew(E.SUB, div, 1.0), div)
+    floor = b.ew(E.FLOOR, div)
+    floor = b.ew(E.WHERE, b.ew(E.GT, b.ew(E.SUB, div, floor), 0.5), b.ew(E.ADD, floor, 1.0), floor)
+    q = b.ew(E.DIV, x, y)
+    out = b.ew(E.WHERE, b.ew(E.EQ, div, 0.0), b.ew(E.MUL, q, 0.0), floor)   # 0 signed as x / y
+    return b.cast(b.ew(E.WHERE, b.ew(E.EQ, y, 0.0), q, out), kind)
 
 
 @op("floor_divide", "floor_divide.Scalar")
@@ -164,13 +197,24 @@ def lower_floor_divide(b, x, y):
 
 @op("remainder.Tensor", "remainder.Scalar")
 def lower_remainder(b, x, y):
-    """x - floor(x / y) * y: the sign follows the divisor."""
+    """The sign follows the divisor: in integers x - floor(x / y) * y, in floats fmod(x, y),
+    plus y where their signs differ (torch's, exact)."""
+    if b.result_type(x, y).is_float:
+        x, y, kind = _float_operands(b, x, y)
+        mod = b.ew(E.FMOD, x, y)
+        apart = b.ew(E.AND, b.ew(E.NE, mod, 0.0),
+                     b.ew(E.NE, b.ew(E.LT, y, 0.0), b.ew(E.LT, mod, 0.0)))
+        return b.cast(b.ew(E.WHERE, apart, b.ew(E.ADD, mod, y), mod), kind)
     return b.ew(E.SUB, x, b.ew(E.MUL, lower_floor_divide(b, x, y), y))
 
 
 @op("fmod.Tensor", "fmod.Scalar")
 def lower_fmod(b, x, y):
-    """x - trunc(x / y) * y: the sign follows the dividend."""
+    """The sign follows the dividend: C's fmod in floats (exact), in integers
+    x - trunc(x / y) * y."""
+    if b.result_type(x, y).is_float:
+        x, y, kind = _float_operands(b, x, y)
+        return b.cast(b.ew(E.FMOD, x, y), kind)
     return b.ew(E.SUB, x, b.ew(E.MUL, lower_div_mode(b, x, y, rounding_mode="trunc"), y))
 
 
