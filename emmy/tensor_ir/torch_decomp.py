@@ -61,10 +61,12 @@ def _table(op) -> dict:
     written here with tensor ops (torch's call `.item()`, which a trace cannot)."""
     from torch._decomp import decomposition_table
 
-    if op in decomposition_table:
-        return {op: decomposition_table[op]}
     if op.namespace == "aten" and op._schema.name == "aten::grid_sampler_3d":
         return {op: _grid_sampler_3d}
+    if op.namespace == "aten" and op._schema.name == "aten::grid_sampler_2d":
+        return {op: _grid_sampler_2d}
+    if op in decomposition_table:
+        return {op: decomposition_table[op]}
     if op.namespace != "quantized_decomposed":
         return {}
     import torch.ao.quantization.fx._decomposed as decomposed
@@ -78,18 +80,43 @@ def _table(op) -> dict:
 def _grid_sampler_3d(volume, grid, interpolation_mode: int = 0, padding_mode: int = 0,
                      align_corners: bool = False):
     """F.grid_sample of a 5-D volume (DVGO's and Plenoxels' voxel grids), which torch has no
-    decomposition of: each grid point's (x, y, z) in [-1, 1] scaled to voxel coordinates (the
-    voxel centres or corners at the ends, as align_corners says), padded (zeros: a corner
-    outside weighs 0; border: clamped; reflection: reflected about the ends, then clamped),
-    then the trilinear sum over the 8 corners around it or the nearest voxel (rounded half to
-    even); 16-bit volumes computed in f32."""
+    decomposition of (_grid_sampler)."""
+    return _grid_sampler(volume, grid, interpolation_mode, padding_mode, align_corners)
+
+
+def _grid_sampler_2d(image, grid, interpolation_mode: int = 0, padding_mode: int = 0,
+                     align_corners: bool = False):
+    """F.grid_sample of an image, bilinear or nearest, as torch's CPU kernel computes it
+    (_grid_sampler; torch._decomp's scales the grid in another order, which moves a nearest
+    sample at a half-pixel tie to the other pixel); bicubic by torch._decomp's."""
+    if interpolation_mode == 2:
+        from torch._decomp import decomposition_table
+        import torch
+
+        return decomposition_table[torch.ops.aten.grid_sampler_2d.default](
+            image, grid, interpolation_mode, padding_mode, align_corners)
+    return _grid_sampler(image, grid, interpolation_mode, padding_mode, align_corners)
+
+
+def _grid_sampler(a, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
+    """Each grid point's (x, y[, z]) in [-1, 1] scaled to pixel or voxel coordinates (the
+    centres or corners at the ends, as align_corners says), in the order torch's CPU kernels
+    scale them (an image's: (g + 1) * s, minus 1/2 for centres; a volume's: ((g + 1) / 2) *
+    (size - 1), or ((g + 1) * size - 1) / 2), padded (zeros: a corner outside weighs 0;
+    border: clamped; reflection: reflected about the ends, then clamped), then the (bi- or
+    tri-)linear sum over the corners around it or the nearest one (rounded half to even);
+    16-bit inputs computed in f32."""
+    import itertools
+
     import torch
 
     if interpolation_mode not in (0, 1):
-        raise ValueError("grid_sampler_3d takes bilinear or nearest")
-    wide = volume.dtype in (torch.float16, torch.bfloat16)
-    a, g = (volume.float(), grid.float()) if wide else (volume, grid)
-    n, c, depth, height, width = a.shape
+        raise ValueError("grid_sampler takes bilinear or nearest")
+    dtype = a.dtype
+    wide = dtype in (torch.float16, torch.bfloat16)
+    a, g = (a.float(), grid.float()) if wide else (a, grid)
+    n, c, *sizes = a.shape
+    image = len(sizes) == 2
 
     def reflect(t, twice_low: int, twice_high: int):
         if twice_low == twice_high:
@@ -101,7 +128,10 @@ def _grid_sampler_3d(volume, grid, interpolation_mode: int = 0, padding_mode: in
         return torch.where(odd, span + low - extra, extra + low)
 
     def source(t, size: int):
-        t = t * ((size - 1) / 2 if align_corners else size / 2) + (size - 1) / 2
+        if image:       # torch's vectorized kernel: a factor computed once
+            t = (t + 1) * ((size - 1) / 2) if align_corners else (t + 1) * (size / 2) - 0.5
+        else:
+            t = (t + 1) / 2 * (size - 1) if align_corners else ((t + 1) * size - 1) / 2
         if padding_mode == 1:
             return t.clamp(0, size - 1)
         if padding_mode == 2:
@@ -109,29 +139,33 @@ def _grid_sampler_3d(volume, grid, interpolation_mode: int = 0, padding_mode: in
             return t.clamp(0, size - 1)
         return t
 
-    x, y, z = source(g[..., 0], width), source(g[..., 1], height), source(g[..., 2], depth)
-    batch = torch.arange(n).view(n, 1, 1, 1, 1)
-    channel = torch.arange(c).view(1, c, 1, 1, 1)
+    # grid[..., 0] runs along the last axis (x, the width), grid[..., 1] the one before, ...
+    coords = [source(g[..., len(sizes) - 1 - d], size) for d, size in enumerate(sizes)]
+    lead = [1] * len(sizes)
+    batch = torch.arange(n).view(n, 1, *lead)
+    channel = torch.arange(c).view(1, c, *lead)
 
-    def corner(ix, iy, iz, weight):
-        inside = (ix >= 0) & (ix < width) & (iy >= 0) & (iy < height) & (iz >= 0) & (iz < depth)
-        ix, iy, iz = (torch.where(inside, t, 0).to(torch.int64).unsqueeze(1) for t in (ix, iy, iz))
-        return a[batch, channel, iz, iy, ix] * torch.where(inside, weight, 0).unsqueeze(1)
+    def corner(at, weight):
+        inside = None
+        for t, size in zip(at, sizes):
+            ok = (t >= 0) & (t < size)
+            inside = ok if inside is None else inside & ok
+        at = [torch.where(inside, t, 0).to(torch.int64).unsqueeze(1) for t in at]
+        return a[(batch, channel, *at)] * torch.where(inside, weight, 0).unsqueeze(1)
 
     if interpolation_mode == 1:
-        out = corner(x.round(), y.round(), z.round(), torch.ones_like(x))
+        out = corner([t.round() for t in coords], torch.ones_like(coords[0]))
     else:
-        x0, y0, z0 = x.floor(), y.floor(), z.floor()
+        low = [t.floor() for t in coords]
         out = None
-        for dz in (0, 1):
-            for dy in (0, 1):
-                for dx in (0, 1):
-                    wx = x - x0 if dx else x0 + 1 - x
-                    wy = y - y0 if dy else y0 + 1 - y
-                    wz = z - z0 if dz else z0 + 1 - z
-                    term = corner(x0 + dx, y0 + dy, z0 + dz, wx * wy * wz)
-                    out = term if out is None else out + term
-    return out.to(volume.dtype) if wide else out
+        for step in itertools.product((0, 1), repeat=len(sizes)):
+            weight = None
+            for t, t0, s in zip(coords, low, step):
+                w = t - t0 if s else t0 + 1 - t
+                weight = w if weight is None else weight * w
+            term = corner([t0 + s for t0, s in zip(low, step)], weight)
+            out = term if out is None else out + term
+    return out.to(dtype) if wide else out
 
 
 def _quantize_per_tensor_tensor(input, scale, zero_point, quant_min, quant_max, dtype):

@@ -240,3 +240,20 @@ def test_a_half_volume_grid_sample_emits_cuda_that_matches_eager():
     assert_workload_cuda_matches_eager(Workload(
         "volume", Fn(lambda v, p: F.grid_sample(v, p, align_corners=True)).eval(), args,
         source="", origin="<test>"))
+
+
+@pytest.mark.parametrize("corners", [True, False])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_an_image_grid_sample_scales_the_grid_as_torch_s_kernel(mode, padding, corners):
+    """A grid on every pixel's edge and centre, where a nearest sample's row depends on how
+    the grid is scaled to pixels (y = linspace(-1, 1, 13)[1] on 7 rows is 0.50000006 as
+    torch's CPU kernel scales it, 0.5 as torch._decomp's does: row 1, not row 0); emmy scales
+    it as the kernel does. Bicubic stays torch._decomp's."""
+    ys, xs = torch.linspace(-1.1, 1.1, 23), torch.linspace(-1, 1, 13)
+    grid = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), -1)[None].expand(2, -1, -1, -1)
+    image = torch.randn(2, 3, 7, 9, generator=torch.Generator().manual_seed(0))
+    check_module(Fn(lambda v, p: F.grid_sample(v, p, mode=mode, padding_mode=padding,
+                                               align_corners=corners)), image, grid)
+    check_module(Fn(lambda v, p: F.grid_sample(v, p, mode="bicubic", padding_mode=padding,
+                                               align_corners=corners)), image, grid)
