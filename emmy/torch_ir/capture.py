@@ -428,7 +428,10 @@ def _export(model, inputs, origin: str | None = None):
         finally:
             for lg, level in zip(loggers, levels):
                 lg.setLevel(level)
-    raise UserError(_reshaped_input(model, inputs, origin) or message)
+    reshaped, data_at = _eager_watch(model, inputs, origin)
+    if data_at and "`.data`" in message and message.startswith("torch.export failed: "):
+        message = message.replace("torch.export failed: ", f"torch.export failed{data_at}: ", 1)
+    raise UserError(reshaped or message)
 
 
 @contextlib.contextmanager
@@ -516,10 +519,11 @@ _RESHAPING = frozenset({"unsqueeze_", "squeeze_", "transpose_", "t_", "swapdims_
                         "resize_", "resize_as_", "as_strided_", "set_"})
 
 
-def _reshaped_input(model, inputs, origin: str | None) -> str | None:
+def _eager_watch(model, inputs, origin: str | None) -> tuple[str | None, str | None]:
     """Why export failed where torch's error does not say (an IndexError from its guards): a model
     that reshapes one of its inputs in place (`min_p.unsqueeze_(1)`), found by running it
-    eagerly on copies of the inputs."""
+    eagerly on copies of the inputs; and where it first reads a tensor's `.data` (` at
+    file.py:12: ...`), which torch's error on it does not name."""
     import traceback
 
     import torch
@@ -530,15 +534,22 @@ def _reshaped_input(model, inputs, origin: str | None) -> str | None:
 
     class Watch(TorchFunctionMode):
         found: str | None = None
+        data_at: str | None = None      # the first read of a tensor's `.data`
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             name = getattr(func, "__name__", "")
-            if name in _RESHAPING and args and id(args[0]) in ids and Watch.found is None:
+            reshaped = name in _RESHAPING and args and id(args[0]) in ids and not Watch.found
+            data = name == "__get__" and getattr(getattr(func, "__self__", None), "__name__",
+                                                 None) == "data" and not Watch.data_at
+            if reshaped or data:
                 frames = [f for f in traceback.extract_stack()
                           if origin is None or f.filename == origin]
                 at = f" at {_frame_line(frames[-1])}" if frames else ""
-                Watch.found = (f"in-place `{name}`{at} reshapes a model input; emmy compiles "
-                               "functional programs (use the out-of-place op)")
+                if reshaped:
+                    Watch.found = (f"in-place `{name}`{at} reshapes a model input; emmy "
+                                   "compiles functional programs (use the out-of-place op)")
+                elif frames:
+                    Watch.data_at = at
             return func(*args, **(kwargs or {}))
 
     try:
@@ -546,7 +557,7 @@ def _reshaped_input(model, inputs, origin: str | None) -> str | None:
             model(*copies)
     except Exception:       # the model's own failure is the check's to report
         pass
-    return Watch.found
+    return Watch.found, Watch.data_at
 
 
 def _export_message(e: Exception, origin: str | None = None) -> str:
@@ -578,7 +589,12 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
                 f"flow (emmy compiles static shapes only): {first}{hint}")
     hint = ("; a write at a number read off a tensor (`p = t.item()`) is written through a "
             "view: `x.select(1, p).copy_(v)`, `x.narrow(1, p, n).copy_(v)`"
-            if "(got SymInt)" in first else "")
+            if "(got SymInt)" in first else
+            "; a tensor's `.data` (Lovasz's `perm.data`, `weight.data.clone()`) is one export "
+            "cannot trace: `.detach()` reads the same values"
+            if "fake tensor in the exported program constant" in first else "")
+    if "fake tensor in the exported program constant" in first:
+        first = first.partition(" This typically")[0]   # not torch's "file an issue"
     return f"torch.export failed{at} {type(e).__name__}: {first}{hint}"
 
 

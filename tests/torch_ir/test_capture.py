@@ -603,3 +603,17 @@ def test_a_python_int_of_the_data_gets_the_way_to_read_it_when_the_program_runs(
 
     with pytest.raises(UserError, match="give num_classes"):
         capture(OneHot(), (torch.tensor([0, 2, 1]),))
+
+
+def test_a_read_of_data_is_named_with_its_line_and_the_way_around_it():
+    """Lovasz's `perm = perm.data`: torch.export fails on a fake tensor among its constants,
+    without a line; the message names the line and `.detach()`."""
+    class Data(nn.Module):
+        def forward(self, x):
+            v, perm = torch.sort(x, descending=True)
+            perm = perm.data
+            return x[perm] + v
+
+    with pytest.raises(UserError, match=r"at test_capture.py:\d+: perm = perm.data: .*"
+                                        r"`.detach\(\)` reads the same values"):
+        capture(Data(), (torch.randn(9),), origin=__file__)
