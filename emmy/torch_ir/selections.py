@@ -1,0 +1,243 @@
+"""Positions a mask selects, `idx, tok = torch.where(mask)` or `torch.nonzero(mask)`, read row
+by row and added back with `index_add_`: Mixtral's (and Qwen-MoE's, OLMoE's) per-expert loop
+picks the tokens routed to an expert, runs the expert on them, scales each by its routing
+weight and adds it into the output. torch.export records the selection with a length the data
+decides (u0), which emmy cannot hold.
+
+Where every tensor of that length is computed row by row from the selected positions (each
+row from its own position only: element-wise ops, a linear layer over the last axis, a gather
+at the positions, reshapes that keep the rows), and the rows end in an `index_add` along that
+axis, the program computes the same sums when it takes every position the mask could select
+(a static count: the mask's size), each row it did not select added as zeros. So the graph is
+rewritten to that before it is mirrored: the selection becomes the grid of all positions in
+the mask's order, and each added row is kept where the mask holds and zeroed elsewhere (a
+select, so that an expert's output on a token it was not given, finite or not, adds nothing).
+The work is that of the dense computation: every expert on every token (E/k times the sparse
+loop's products, for k of E experts a token).
+
+Anything else read from the selection (a sum over it, a sort, a row read at another row's
+position, the count itself) leaves the graph as it is, and the selection is refused as before.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def rewrite_selections(module) -> None:
+    """Rewrite each selection of the graph module's graph whose rows all end in index_add, in
+    place, and give every node the value (shape, type) it has then."""
+    graph = module.graph
+    changed = False
+    for sel in [n for n in graph.nodes if _selection(n)]:
+        plan = _plan(sel)
+        if plan is None:
+            continue
+        _rewrite(graph, sel, *plan)
+        changed = True
+    if not changed:
+        return
+    graph.eliminate_dead_code()
+    module.recompile()
+    from torch._guards import detect_fake_mode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    inputs = [n.meta["val"] for n in graph.nodes if n.op == "placeholder"]
+    FakeTensorProp(module, detect_fake_mode(inputs)).propagate_dont_convert_inputs(*inputs)
+
+
+def _aten():
+    import torch
+
+    return torch.ops.aten
+
+
+def _selection(node) -> bool:
+    aten = _aten()
+    return node.op == "call_function" and (
+        (node.target is aten.where.default and len(node.args) == 1)
+        or node.target is aten.nonzero.default) and _static(_val(node.args[0]).shape)
+
+
+def _val(node):
+    return node.meta.get("val") if hasattr(node, "meta") else None
+
+
+def _static(shape) -> bool:
+    return all(isinstance(s, int) for s in shape)
+
+
+def _count(sel):
+    """The symbol of the selection's length (u0)."""
+    val = _val(sel)
+    first = val[0] if isinstance(val, (tuple, list)) else val
+    return first.shape[0]
+
+
+def _axis(node, u) -> int | None:
+    """The axis of `node`'s value whose extent is the selection's length; None when none is
+    (more than one: -1)."""
+    val = _val(node)
+    if not hasattr(val, "shape"):
+        return None
+    axes = [i for i, s in enumerate(val.shape) if _is(s, u)]
+    return axes[0] if len(axes) == 1 else (-1 if axes else None)
+
+
+def _is(s, u) -> bool:
+    return not isinstance(s, int) and str(getattr(s, "node", s)) == str(getattr(u, "node", u))
+
+
+def _plan(sel):
+    """(the positions' readers, the index_add sinks, the assertion nodes to drop) where every
+    use of the selection is a row-wise computation ending in an index_add along the selection's
+    axis; else None."""
+    import operator
+
+    aten = _aten()
+    u = _count(sel)
+    rows: set = set()       # nodes whose values have the selection's axis
+    sinks: list = []
+    scalars: set = set()    # the length read as a number (sym_size) and what only asserts it
+    todo = [sel]
+    seen = {sel}
+    while todo:
+        n = todo.pop()
+        for user in n.users:
+            if user in seen:
+                continue
+            seen.add(user)
+            t = user.target
+            if t is aten.sym_size.int or t is aten._assert_scalar.default or (
+                    getattr(t, "__module__", None) in ("_operator", "operator")
+                    and t is not operator.getitem):
+                scalars.add(user)
+                todo.append(user)
+                continue
+            if t is aten._assert_tensor_metadata.default and not {"size", "stride"} & set(
+                    user.kwargs):
+                continue                   # a check of the type, which the rows keep
+            if t in (aten.index_add.default, aten.index_add_.default):
+                sinks.append(user)         # checked once every row is known
+                continue
+            if not _row_wise(user, rows | {sel}, u):
+                return None
+            rows.add(user)
+            todo.append(user)
+    for sink in sinks:
+        dest, dim, index, src = sink.args[:4]
+        if dest in seen or index not in rows or src not in rows or len(sink.args) > 4 or \
+                sink.kwargs.get("alpha", 1) != 1 or _axis(src, u) != dim % _val(src).dim():
+            return None
+    if not sinks or any(_axis(n, u) == -1 for n in rows):
+        return None
+    return rows, sinks, scalars
+
+
+_SHAPING = ("view.default", "reshape.default", "_unsafe_view.default", "unsqueeze.default",
+            "squeeze.dim", "squeeze.dims", "squeeze.default")
+_SAME = ("to.dtype", "_to_copy.default", "clone.default", "contiguous.default", "alias.default",
+         "detach.default", "to.dtype_layout")
+
+
+def _row_wise(node, rows: set, u) -> bool:
+    """Whether each row of `node`'s value (along the selection's axis) is computed from the
+    same row of what it reads from the selection, and from nothing else of that length."""
+    import operator
+
+    import torch
+
+    aten = _aten()
+    if node.op != "call_function":
+        return False
+    t = node.target
+    if t is operator.getitem:
+        return node.args[0] in rows and _axis(node, u) == 0
+    name = f"{getattr(t, '_opname', '')}.{getattr(t, '_overloadname', '')}"
+    inputs = [a for a in node.all_input_nodes]
+    ours = [a for a in inputs if a in rows]
+    axis = _axis(node, u)
+    if axis is None or axis == -1:
+        return False
+    if torch.Tag.pointwise in getattr(t, "tags", ()) or name in _SAME:
+        # every operand of the selection's length lines it up with the result's axis
+        return all(_aligned(a, node, u) for a in ours)
+    if t in (aten.linear.default, aten.matmul.default, aten.mm.default):
+        x, w = node.args[:2]
+        return x in rows and w not in rows and _axis(x, u) < _val(x).dim() - 1 and \
+            (t is not aten.mm.default or _axis(x, u) == 0) and \
+            all(b not in rows for b in node.args[2:] if hasattr(b, "op"))
+    if t is aten.index.Tensor:
+        x, indices = node.args
+        if x in rows:
+            return False
+        picked = [i for i in indices if i is not None]
+        return all(i in rows and _val(i).dim() == 1 for i in picked) and \
+            all(i is None or i in rows for i in indices)
+    if t is aten.select.int and len(ours) == 1 and node.args[0] in rows:
+        x, dim = node.args[0], node.args[1] % _val(node.args[0]).dim()
+        return dim != _axis(x, u)          # `nz[:, 0]`: a column of each row
+    if name in _SHAPING and len(ours) == 1:
+        return _leading(ours[0], u) and _leading(node, u) and \
+            _trailing(ours[0], u) == _trailing(node, u)
+    return False
+
+
+def _aligned(a, node, u) -> bool:
+    """`a`'s selection axis is `node`'s, counted from the right (broadcasting)."""
+    va, vn = _val(a), _val(node)
+    return vn.dim() - _axis(node, u) == va.dim() - _axis(a, u)
+
+
+def _leading(node, u) -> bool:
+    """Every axis before the selection's is of extent 1."""
+    shape = _val(node).shape
+    return all(s == 1 for s in shape[:_axis(node, u)])
+
+
+def _trailing(node, u) -> int:
+    shape = _val(node).shape
+    return math.prod(int(s) for s in shape[_axis(node, u) + 1:])
+
+
+def _rewrite(graph, sel, rows, sinks, scalars) -> None:
+    """The selection as the grid of every position of the mask (row-major), its rows kept at
+    each sink where the mask holds."""
+    import torch
+
+    aten = _aten()
+    mask = sel.args[0]
+    shape = tuple(_val(mask).shape)
+    total = math.prod(shape)
+    with graph.inserting_before(sel):
+        flat = graph.call_function(aten.arange.default, (total,), {"dtype": torch.int64})
+        coords = []
+        for d, n in enumerate(shape):
+            stride = math.prod(shape[d + 1:])
+            c = graph.call_function(aten.div.Tensor_mode, (flat, stride),
+                                    {"rounding_mode": "floor"}) if stride > 1 else flat
+            coords.append(graph.call_function(aten.remainder.Scalar, (c, n)) if d else c)
+        held = graph.call_function(aten.ne.Scalar, (graph.call_function(
+            aten.reshape.default, (mask, [total])), 0))
+        if sel.target is aten.nonzero.default:
+            dense = graph.call_function(aten.stack.default, (coords, 1))
+    for n in list(sel.users):
+        if sel.target is aten.nonzero.default:
+            n.replace_input_with(sel, dense)
+        else:       # getitem(where, d)
+            n.replace_all_uses_with(coords[n.args[1]])
+    for sink in sinks:
+        src, dim = sink.args[3], sink.args[1]
+        rank = _val(src).dim()
+        dim %= rank
+        with graph.inserting_before(sink):
+            keep = graph.call_function(aten.reshape.default, (
+                held, [1] * dim + [total] + [1] * (rank - dim - 1)))
+            kept = graph.call_function(aten.where.ScalarOther, (keep, src, 0))
+            for k in ("stack_trace",):
+                if k in sink.meta:
+                    kept.meta[k] = sink.meta[k]
+        sink.replace_input_with(src, kept)
+    for n in reversed(list(graph.nodes)):
+        if n in scalars and not n.users:
+            graph.erase_node(n)
