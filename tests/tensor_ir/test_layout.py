@@ -190,3 +190,15 @@ def test_a_program_returning_an_input_returns_a_copy():
     stages = assert_emitted_cuda_matches_eager("torch.randn(17,).reshape(-1)")
     assert len(stages["loop"].kernels) == 1
     assert stages["loop"].outputs[0].name not in {b.name for b in stages["loop"].inputs}
+
+
+def test_sample_frequencies_and_resized_fresh_tensors(check):
+    """torch.fft.fftfreq / rfftfreq (a spectral solver's wave numbers) as torch computes them,
+    odd and even lengths; `x.new().resize_(shape).fill_(1)` and `.resize_as_(x)` (DeepGuidedFilter,
+    reid-strong-baseline) as tensors of that shape; a resize to fewer elements keeps the first."""
+    check(lambda x: (x * torch.fft.fftfreq(7, d=0.1), torch.fft.fftfreq(8),
+                     torch.fft.rfftfreq(9, d=0.5), torch.fft.rfftfreq(8, d=0.25) + x[0, :5],
+                     x.new().resize_((2, 7)).fill_(1.0) + x,
+                     x.new().resize_as_(x).fill_(2) * x,
+                     x.reshape(14).clone().resize_((3, 4))),
+          torch.randn(2, 7))

@@ -207,3 +207,38 @@ def lower_tril(b, x, diagonal=0):
 @op("triu")
 def lower_triu(b, x, diagonal=0):
     return triangle(b, x, diagonal, E.GE)
+
+
+def _frequencies(real: bool):
+    """torch.fft.fftfreq (rfftfreq with `real`): the sample frequencies of an n-point
+    transform, as torch computes them: k (0, 1, ..., then -(n // 2), ..., -1; for rfftfreq
+    0 .. n // 2) times 1 / (n d)."""
+    def lower(b, n, d=1.0, *, dtype=None, **placement):
+        kind = dtype or DType.F32
+        count = n // 2 + 1 if real else n
+        k = b.iota((count,), 0)
+        if not real:        # the upper half counts from -(n // 2)
+            k = b.ew(E.WHERE, b.ew(E.LT, k, (n + 1) // 2), k, b.ew(E.SUB, k, n))
+        return b.ew(E.MUL, b.cast(k, kind), 1.0 / (n * d))
+    return lower
+
+
+OPS["fft_fftfreq"] = Decomp(_frequencies(real=False))
+OPS["fft_rfftfreq"] = Decomp(_frequencies(real=True))
+
+
+@op("resize", "resize_as")
+def lower_resize(b, x, size, *, memory_format=None):
+    """`x.new().resize_(shape)` and `.resize_as_(other)` (a legacy way to make a tensor, filled
+    next): a tensor of no elements resized holds whatever memory held, zeros here (as
+    `torch.empty`); one resized to as many elements or fewer keeps its first ones in order."""
+    from emmy.tensor_ir.decomp.layout import reshape, slice_axis
+
+    shape = b.shape(size) if isinstance(size, str) else tuple(size)
+    count, have = math.prod(shape), math.prod(b.shape(x))
+    if have == 0:
+        return b.full(shape, 0, b.dtype(x))
+    if count > have:
+        raise Refused(f"resizing {have} elements to {count}: the new ones are memory torch "
+                      "leaves as it was")
+    return reshape(b, slice_axis(b, reshape(b, x, [have]), 0, 0, count), list(shape))
