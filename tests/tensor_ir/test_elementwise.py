@@ -426,3 +426,17 @@ def test_a_bit_view_emmy_has_not_is_refused_by_its_types():
 
     with pytest.raises(UserError, match="reading f16 bits as i16"):
         lower(capture(Fn(lambda h: h.view(torch.int16)), (torch.randn(4).half(),)))
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64, torch.bfloat16), ids=str)
+def test_the_bessel_function_i0_matches_torch(check, dtype):
+    """torch.i0 (torchaudio's kaiser resampling, a Kaiser window): its power series up to 40,
+    the asymptotic series past it (to the type's overflow), even in x."""
+    x = torch.cat([torch.linspace(-60, 60, 601), torch.tensor([0.0, 1e-6, 39.999, 40.001, 88.0,
+                                                              90.0, -100.0])])
+    check(lambda x: (torch.i0(x), torch.special.i0(x / 3)), x.to(dtype))
+    check(lambda t: torch.i0(6.0 * torch.sqrt(1 - t ** 2)) / torch.i0(torch.tensor(6.0)),
+          torch.rand(17) * 2 - 1)
+    check(lambda t: (t * torch.kaiser_window(16, periodic=False, beta=8.0),
+                     torch.kaiser_window(9), torch.kaiser_window(5, dtype=torch.float64),
+                     torch.kaiser_window(1)), torch.randn(3, 16))

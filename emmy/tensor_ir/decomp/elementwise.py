@@ -655,6 +655,36 @@ def lower_type_as(b, x, other):
     return b.cast(x, b.dtype(other))
 
 
+I0_SERIES_TERMS = 64    # terms of I0's power series, enough for |x| <= I0_ASYMPTOTIC in f64
+I0_ASYMPTOTIC = 40.0    # past it, e^|x| / sqrt(2 pi |x|) times the asymptotic series
+
+
+@op("i0", "special_i0", opmath=True)
+def lower_i0(b, x):
+    """The modified Bessel function of the first kind of order 0 (torch.i0; a Kaiser window's
+    and torchaudio's kaiser resampling): sum over k of ((x/2)^2)^k / (k!)^2, each term from the
+    last, for |x| up to I0_ASYMPTOTIC (the terms are positive: no cancellation); past it,
+    e^|x| / sqrt(2 pi |x|) (1 + 1/(8|x|) + 9/(2 (8|x|)^2) + ...), whose terms there are below
+    the type's precision after a few."""
+    a = b.ew(E.ABS, x)
+    q = b.ew(E.MUL, b.ew(E.MUL, a, a), 0.25)
+    small = b.ew(E.MIN, q, (I0_ASYMPTOTIC / 2) ** 2)    # the series where it is taken
+    term = total = b.full(b.shape(x), 1.0, b.dtype(x))
+    for k in range(1, I0_SERIES_TERMS):
+        term = b.ew(E.MUL, term, b.ew(E.MUL, small, 1.0 / (k * k)))
+        total = b.ew(E.ADD, total, term)
+    big = b.ew(E.MAX, a, I0_ASYMPTOTIC)
+    inv = b.ew(E.RECIPROCAL, b.ew(E.MUL, big, 8.0))
+    factor, power, series = 1.0, inv, 1.0
+    for k in range(1, 6):       # ((2k-1)!!)^2 / k! over (8x)^k
+        factor *= (2 * k - 1) ** 2 / k
+        series = b.ew(E.ADD, series, b.ew(E.MUL, power, factor))
+        power = b.ew(E.MUL, power, inv)
+    asymptotic = b.ew(E.MUL, b.ew(E.DIV, b.ew(E.EXP, big), b.ew(E.SQRT, b.ew(
+        E.MUL, big, 2 * math.pi))), series)
+    return b.ew(E.WHERE, b.ew(E.LE, a, I0_ASYMPTOTIC), total, asymptotic)
+
+
 # ---- numbers read off a tensor (`p = t.item()`): torch.export's symbolic integers ------------
 # `item` gives a 0-d tensor (emmy.tensor_ir.decomp.indexing); arithmetic on it is arithmetic on
 # that tensor, and a slice or select at it reads the position the tensor holds.
