@@ -13,7 +13,7 @@ from emmy.errors import UserError
 from emmy.torch_ir.ir import Arg, Graph, InputKind, Node, Placeholder, Ref, TensorType
 from emmy.torch_ir import sparse
 from emmy.torch_ir.masked import functional_twin, rewrite_masked
-from emmy.torch_ir.selections import rewrite_selections
+from emmy.torch_ir.static_selections import fold_constant_masks, rewrite_selections
 
 _KINDS = {"PARAMETER": InputKind.PARAM, "BUFFER": InputKind.BUFFER,
           "CONSTANT_TENSOR": InputKind.CONSTANT, "USER_INPUT": InputKind.INPUT}
@@ -56,6 +56,7 @@ def _functionalized(ep):
 
 
 def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
+    fold_constant_masks(ep)
     rewrite_selections(ep.graph_module)
     token = _WINDOWS.set(_windows(ep))
     try:

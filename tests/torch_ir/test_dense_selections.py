@@ -1,7 +1,7 @@
 """Selections read row by row and added back (Mixtral's per-expert loop: `torch.where` on an
 expert's mask, the expert on the tokens it picks, `index_add_` into the output) compile as the
 dense computation over every position the mask could select, each row it does not select
-added as zeros (emmy/torch_ir/selections.py); checked against eager on selections other than
+added as zeros (emmy/torch_ir/static_selections.py); checked against eager on selections other than
 the exported one, and on the emulator. Anything else read from a selection stays refused."""
 
 import pytest
@@ -106,3 +106,32 @@ def test_a_selection_read_otherwise_stays_refused():
 
     with pytest.raises(UserError, match=r"data-dependent shape \(u0\)"):
         capture(Total(), (torch.randn(4, 3), torch.tensor([True, False, True, True])))
+
+
+class InfoNce(nn.Module):
+    """sthalles/SimCLR's info_nce_loss as written: a labels matrix and an eye mask made from
+    nothing the model takes, the similarity matrix selected through them."""
+
+    def forward(self, features):
+        labels = torch.cat([torch.arange(4) for _ in range(2)], dim=0)
+        labels = (labels.unsqueeze(0) == labels.unsqueeze(1)).float()
+        features = F.normalize(features, dim=1)
+        similarity = features @ features.T
+        mask = torch.eye(labels.shape[0], dtype=torch.bool)
+        labels = labels[~mask].view(labels.shape[0], -1)
+        similarity = similarity[~mask].view(similarity.shape[0], -1)
+        positives = similarity[labels.bool()].view(labels.shape[0], -1)
+        negatives = similarity[~labels.bool()].view(similarity.shape[0], -1)
+        logits = torch.cat([positives, negatives], dim=1) / 0.07
+        return F.cross_entropy(logits, torch.zeros(logits.shape[0], dtype=torch.long)), logits
+
+
+def test_a_mask_made_of_constants_selects_a_known_count():
+    """A mask computed from no input (torch.eye, and a labels matrix from arange, and a
+    selection of it through such a mask) is evaluated when compiling: its positions become
+    constants, and what follows (`.view(N, -1)`) has a static shape."""
+    torch.manual_seed(0)
+    _agrees_on_other_inputs(InfoNce(), (torch.randn(8, 16),),
+                            [(torch.randn(8, 16),) for _ in range(2)])
+    assert_workload_cuda_matches_eager(Workload("info_nce", InfoNce(), (torch.randn(8, 16),),
+                                                "", "<test>"))

@@ -1,4 +1,8 @@
-"""Positions a mask selects, `idx, tok = torch.where(mask)` or `torch.nonzero(mask)`, read row
+"""Selections through masks the data decides, made static: positions a mask of constants
+selects (fold_constant_masks, at the end), and those read row by row and added back
+(rewrite_selections).
+
+Positions a mask selects, `idx, tok = torch.where(mask)` or `torch.nonzero(mask)`, read row
 by row and added back with `index_add_`: Mixtral's (and Qwen-MoE's, OLMoE's) per-expert loop
 picks the tokens routed to an expert, runs the expert on them, scales each by its routing
 weight and adds it into the output. torch.export records the selection with a length the data
@@ -39,11 +43,7 @@ def rewrite_selections(module) -> None:
         return
     graph.eliminate_dead_code()
     module.recompile()
-    from torch._guards import detect_fake_mode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
-    inputs = [n.meta["val"] for n in graph.nodes if n.op == "placeholder"]
-    FakeTensorProp(module, detect_fake_mode(inputs)).propagate_dont_convert_inputs(*inputs)
+    _propagate(module)
 
 
 def _aten():
@@ -241,3 +241,122 @@ def _rewrite(graph, sel, rows, sinks, scalars) -> None:
     for n in reversed(list(graph.nodes)):
         if n in scalars and not n.users:
             graph.erase_node(n)
+
+
+# ---- masks that are constants: SimCLR's `sim[~torch.eye(N, dtype=torch.bool)].view(N, -1)` ----
+
+def fold_constant_masks(ep) -> None:
+    """A boolean mask computed from nothing the program takes (torch.eye, arange, ones and what
+    is computed from them) selects a number of elements known when compiling: each such
+    selection `x[mask]` becomes `x[p0, p1, ...]`, the mask's positions as constants of the
+    program (lifted as torch.export lifts a tensor constant), and every value is propagated
+    again, so that what follows (`.view(N, -1)`) has a static shape."""
+    from torch.export.graph_signature import InputKind
+
+    graph = ep.graph_module.graph
+    folded = False
+    # the values known when compiling: the program's tensor constants, and those lifted here
+    lifted = {s.arg.name: ep.constants[s.target] for s in ep.graph_signature.input_specs
+              if s.kind is InputKind.CONSTANT_TENSOR and s.target in ep.constants}
+    known = {n: lifted[n.name] for n in graph.nodes if n.op == "placeholder" and n.name in lifted}
+    for node in list(graph.nodes):
+        mask = _constant_mask(node)
+        if mask is None:
+            continue
+        value = _evaluate(node.args[1][mask], known)
+        if value is None:
+            continue
+        positions = []
+        for d, p in enumerate(torch_nonzero(value)):
+            positions.append(_lift(ep, f"{node.name}_at{d}", p))
+            known[positions[-1]] = p
+        indices = list(node.args[1])
+        indices[mask:mask + 1] = positions
+        node.args = (node.args[0], indices)
+        folded = True
+    if folded:
+        graph.eliminate_dead_code()
+        ep.graph_module.recompile()
+        _propagate(ep.graph_module)
+
+
+def torch_nonzero(value):
+    return [p.contiguous() for p in value.nonzero(as_tuple=True)]
+
+
+def _constant_mask(node) -> int | None:
+    """The position among x[...]'s indices of a boolean mask, where that is the only tensor
+    index; else None."""
+    import torch
+
+    if node.op != "call_function" or node.target is not _aten().index.Tensor:
+        return None
+    tensors = [i for i, a in enumerate(node.args[1]) if a is not None]
+    if len(tensors) != 1:
+        return None
+    val = _val(node.args[1][tensors[0]])
+    return tensors[0] if getattr(val, "dtype", None) is torch.bool else None
+
+
+def _evaluate(node, memo: dict):
+    """`node`'s value where it is computed from the values `memo` knows (constants) and from
+    no input of the program (factory ops and what they feed), else None."""
+    import torch
+
+    if node in memo:
+        return memo[node]
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return None
+
+    def value(a):
+        if hasattr(a, "op"):
+            v = _evaluate(a, memo)
+            if v is None:
+                raise LookupError
+            return v
+        if isinstance(a, (list, tuple)):
+            return type(a)(value(x) for x in a)
+        return a
+    try:
+        args = value(node.args)
+        kwargs = {k: value(v) for k, v in node.kwargs.items()}
+        out = node.target(*args, **kwargs)
+    except (LookupError, RuntimeError):
+        return None
+    memo[node] = out if isinstance(out, torch.Tensor) else None
+    return memo[node]
+
+
+def _lift(ep, name: str, value):
+    """A constant of the program holding `value`: a placeholder before the model's inputs and
+    its entry among the program's lifted constants."""
+    from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+
+    graph = ep.graph_module.graph
+    specs = ep.graph_signature.input_specs
+    first = next((i for i, s in enumerate(specs) if s.kind is InputKind.USER_INPUT), len(specs))
+    users = [n for n in graph.nodes if n.op == "placeholder"]
+    with graph.inserting_before(users[first] if first < len(users) else
+                                next(n for n in graph.nodes if n.op != "placeholder")):
+        ph = graph.placeholder(name)
+    fake = _fake_mode(graph)
+    ph.meta["val"] = fake.from_tensor(value, static_shapes=True) if fake is not None else value
+    specs.insert(first, InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(name=ph.name),
+                                  target=name))
+    ep.constants[name] = value
+    return ph
+
+
+def _fake_mode(graph):
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode([n.meta["val"] for n in graph.nodes
+                             if n.op == "placeholder" and "val" in n.meta])
+
+
+def _propagate(module) -> None:
+    """Every node's value (shape, type) as the graph computes it now."""
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    inputs = [n.meta["val"] for n in module.graph.nodes if n.op == "placeholder"]
+    FakeTensorProp(module, _fake_mode(module.graph)).propagate_dont_convert_inputs(*inputs)
