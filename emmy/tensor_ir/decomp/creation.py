@@ -169,23 +169,16 @@ def lower_bartlett_window(b, length, periodic=True, *, dtype=None, **placement):
 
 @op("kaiser_window", "kaiser_window.periodic", "kaiser_window.beta")
 def lower_kaiser_window(b, length, periodic=True, beta=12.0, *, dtype=None, **placement):
-    """I0(beta sqrt(1 - ((n - a) / a)^2)) / I0(beta), a = (N - 1) / 2, as torch computes it
-    (I0: emmy.tensor_ir.decomp.elementwise.lower_i0)."""
+    """I0(beta sqrt(1 - ((n - a) / a)^2)) / I0(beta), a = (N - 1) / 2, (n - a) / a the phase
+    over pi, less one (I0: emmy.tensor_ir.decomp.elementwise.lower_i0)."""
     from emmy.tensor_ir.decomp.elementwise import lower_i0
 
-    dtype = dtype or DType.F32
-    if not dtype.is_float:
-        raise Refused(f"a window of type {dtype}")
-    if length <= 1:
-        return b.full((max(length, 0),), 1.0, dtype)
-    n = length + 1 if periodic else length
-    alpha = (n - 1) / 2.0
-    work = DType.F64 if dtype is DType.F64 else DType.F32
-    ratio = b.ew(E.DIV, b.ew(E.SUB, b.iota((length,), 0, work), alpha), alpha)
-    arg = b.ew(E.MUL, b.ew(E.SQRT, b.ew(E.ABS, b.ew(E.SUB, 1.0, b.ew(E.MUL, ratio, ratio)))),
-               float(beta))
-    top = lower_i0(b, arg)
-    return b.cast(b.ew(E.DIV, top, lower_i0(b, b.full((), float(beta), work))), dtype)
+    def terms(phase):
+        ratio = b.ew(E.SUB, b.ew(E.MUL, phase, 1 / math.pi), 1.0)
+        arg = b.ew(E.MUL, b.ew(E.SQRT, b.ew(E.ABS, b.ew(E.SUB, 1.0, b.ew(E.MUL, ratio, ratio)))),
+                   float(beta))
+        return b.ew(E.DIV, lower_i0(b, arg), lower_i0(b, b.full((), float(beta), b.dtype(arg))))
+    return _window(b, length, periodic, dtype, terms)
 
 
 @op("linspace")
