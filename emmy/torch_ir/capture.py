@@ -593,9 +593,9 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
     hint = ("; a write at a number read off a tensor (`p = t.item()`) is written through a "
             "view: `x.select(1, p).copy_(v)`, `x.narrow(1, p, n).copy_(v)`"
             if "(got SymInt)" in first else
-            "; a tensor's `.data` (Lovasz's `perm.data`, `weight.data.clone()`) is one export "
-            "cannot trace: `.detach()` reads the same values"
-            if "fake tensor in the exported program constant" in first else "")
+            "; export cannot trace a tensor's `.data` (Lovasz's `perm.data`, "
+            "`weight.data.clone()`: `.detach()` reads the same values) nor torch.autograd.grad "
+            "inside forward" if "fake tensor in the exported program constant" in first else "")
     if "fake tensor in the exported program constant" in first:
         first = first.partition(" This typically")[0]   # not torch's "file an issue"
     return f"torch.export failed{at} {type(e).__name__}: {first}{hint}"
