@@ -585,9 +585,7 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
                       or "DataDependent" in text)
     if data_dependent:
         hint = _specialized_hint(line or "") if "extract specialized integer" in text else \
-            ("; a branch on a tensor's value: compute both sides and pick one with "
-             "`torch.where(cond, a, b)`" if re.search(r"\bif\b", (line or "").partition(
-                 ": ")[2]) else "")
+            _branch_hint((line or "").partition(": ")[2])
         return (f"torch.export failed{at} the model has a data-dependent shape or control "
                 f"flow (emmy compiles static shapes only): {first}{hint}")
     hint = ("; a write at a number read off a tensor (`p = t.item()`) is written through a "
@@ -610,6 +608,17 @@ def _specialized_hint(line: str) -> str:
                 "read when the program runs (a slice or select at it: `x[:, p:p + n] = v`, "
                 "`x.narrow(1, p, n)`)")
     return "; a position a 0-d tensor holds indexes as a one-element tensor: `x[:, t.view(1)] = v`"
+
+
+def _branch_hint(code: str) -> str:
+    """What to write instead of a branch on a tensor's value in the line's code."""
+    if re.search(r"\bif\b", code):
+        return ("; a branch on a tensor's value: compute both sides and pick one with "
+                "`torch.where(cond, a, b)`")
+    if re.search(r"(?<![.\w])(max|min)\(", code):
+        return ("; Python's max or min of a number read off a tensor branches on it: "
+                "`torch.clamp(t, min=...)` or `torch.maximum(a, b)` keeps it a tensor")
+    return ""
 
 
 def _frame_line(frame) -> str:

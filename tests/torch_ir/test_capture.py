@@ -617,3 +617,23 @@ def test_a_read_of_data_is_named_with_its_line_and_the_way_around_it():
     with pytest.raises(UserError, match=r"at test_capture.py:\d+: perm = perm.data: .*"
                                         r"`.detach\(\)` reads the same values"):
         capture(Data(), (torch.randn(9),), origin=__file__)
+
+
+def test_python_s_max_of_a_number_read_off_a_tensor_gets_the_clamp_hint():
+    """FCOS's normalizer `max(total_num_pos.item() / num_gpus, 1.0)` branches on the number;
+    the message shows the tensor op, and the rewrite it shows compiles."""
+    class Normalizer(nn.Module):
+        def __init__(self, rewritten: bool):
+            super().__init__()
+            self.rewritten = rewritten
+
+        def forward(self, loss, labels):
+            count = (labels > 0).sum()
+            n = torch.clamp(count / 1.0, min=1.0) if self.rewritten else \
+                max(count.item() / 1.0, 1.0)
+            return loss.sum() / n
+
+    inputs = (torch.randn(6), torch.tensor([0, 2, 0, 1, 0, 3]))
+    with pytest.raises(UserError, match=r"Python's max or min .*`torch.clamp\(t, min=...\)`"):
+        capture(Normalizer(False), inputs, origin=__file__)
+    capture(Normalizer(True), inputs)
