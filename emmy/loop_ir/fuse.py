@@ -179,12 +179,29 @@ def gathered_reads(p: Program) -> dict[str, str]:
 _ORDERS = frozenset({EwOp.EQ, EwOp.NE, EwOp.LT, EwOp.LE, EwOp.GT, EwOp.GE})
 
 
-def compared_extrema(p: Program) -> dict[str, str]:
+def compared_extrema(p: Program, kernels_uses: list[Mapping[str, int]],
+                     kernels_roots: list[tuple[str, ...]], stored: set[str]) -> dict[str, str]:
     """Floating-point tensors compared with their own maximum or minimum (an argmax or top-k
     written as `x == x.max(...)`, as torch decomposes topk) that are computed through a
-    reduction (a softmax's sum), each with the reason to store it: inlined, a kernel would
-    compare its own recomputation with an extremum another kernel found, and a sum taken in
-    another order can differ in its last bit (no position then equals the maximum)."""
+    reduction (a softmax's sum), where a built kernel (each kernel's `uses` and roots) computes
+    the comparison and x and reads the extremum another kernel stored, each with the reason to
+    store it: inlined, the kernel compares its own recomputation with an extremum another
+    kernel found, and a sum taken in another order can differ in its last bit (no position
+    then equals the maximum). A kernel that computes all three compares bits it computed."""
+    out: dict[str, str] = {}
+    for x, r, d, which in _extremum_comparisons(p):
+        if x in stored:
+            continue
+        if any(d in uses and x in uses and r in stored and r not in roots
+               for uses, roots in zip(kernels_uses, kernels_roots)):
+            out.setdefault(x, f"compared with its {which} (`{d}`), which another kernel "
+                              "finds: stored, both compare the same bits")
+    return out
+
+
+def _extremum_comparisons(p: Program) -> list[tuple[str, str, str, str]]:
+    """(x, its extremum, the comparison, "maximum" or "minimum") for each float x computed
+    through a reduction and compared with its own maximum or minimum."""
     defs = {d.name: d for d in p.defs}
 
     def source(name: str) -> str:           # through reshapes and broadcasts
@@ -203,7 +220,7 @@ def compared_extrema(p: Program) -> dict[str, str]:
                         todo.append(a)
         return seen
 
-    out: dict[str, str] = {}
+    out = []
     for d in p.defs:
         if not (isinstance(d, Elementwise) and d.op in _ORDERS
                 and all(isinstance(a, str) for a in d.args)):
@@ -215,9 +232,8 @@ def compared_extrema(p: Program) -> dict[str, str]:
                     and defs[x].type.dtype.is_float and not isinstance(defs[x], Input) \
                     and x in elementwise_from(r.arg) \
                     and any(isinstance(defs[n], Reduce) for n in _ancestors(x, defs)):
-                which = "maximum" if r.op is ReduceOp.MAX else "minimum"
-                out.setdefault(x, f"compared with its {which} (`{d.name}`): stored, every "
-                                  "kernel compares the same bits")
+                out.append((x, r.name, d.name,
+                            "maximum" if r.op is ReduceOp.MAX else "minimum"))
     return out
 
 

@@ -58,8 +58,7 @@ def _build_within_budget(p: Program, memo: dict | None = None):
     defs = {d.name: d for d in p.defs}
     forced: dict[str, str] = (windowed_reads(p) | reduced_products(p) | attention_operands(p)
                               | gathered_reads(p) | normalized_operands(p)
-                              | elementwise_operands(p) | scaled_products(p)
-                              | compared_extrema(p))
+                              | elementwise_operands(p) | scaled_products(p))
     scores = attention_scores(p)
     flashless: set[str] = set()
     budget: int | None = MAX_NODES
@@ -100,7 +99,9 @@ def _build_within_budget(p: Program, memo: dict | None = None):
             recomputed = {n: why for n, why in (recomputed_products(p, uses)
                                                 | recomputed_statistics(p, reruns)
                                                 | shared_statistics(p, uses, set(plan.stored))
-                                                ).items()
+                                                | compared_extrema(
+                                                    p, uses, [kp.roots for kp in kernels],
+                                                    set(plan.stored))).items()
                           if n not in plan.stored}
             if recomputed:
                 forced |= recomputed
