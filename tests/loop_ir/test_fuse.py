@@ -465,3 +465,14 @@ def test_a_trunk_two_kernels_read_is_stored_once_and_added_products_are_apart():
     lp = check_torch(nbeats, torch.randn(3, 12))
     assert any("2 kernels compute this product" in n for n in lp.notes), lp.notes
     assert not any("recomputed up to" in n for n in lp.notes), lp.notes
+
+
+def test_a_maximum_the_comparing_kernel_finds_itself_keeps_the_softmax_fused():
+    """examples/moe_router.py: its softmax, top-k maxima and equality tests all in one kernel,
+    which compares bits it computed itself: nothing stored for them."""
+    from emmy.frontend.workload import load_file
+    from emmy.pipeline import compile_to
+
+    lp = compile_to(load_file("examples/moe_router.py", ()), "loop")["loop"]
+    assert len(lp.kernels) == 2, [k.name for k in lp.kernels]
+    assert not any("compared with its" in n for n in lp.notes)
