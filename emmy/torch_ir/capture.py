@@ -593,7 +593,10 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
             if "(got SymInt)" in first else
             "; export cannot trace a tensor's `.data` (Lovasz's `perm.data`, "
             "`weight.data.clone()`: `.detach()` reads the same values) nor torch.autograd.grad "
-            "inside forward" if "fake tensor in the exported program constant" in first else "")
+            "inside forward" if "fake tensor in the exported program constant" in first else
+            "; a tensor's values moved to numpy are data export cannot know: keep them a "
+            "tensor (an index, a gather, `torch.where`)" if ".numpy() is not supported" in first
+            else "")
     if "fake tensor in the exported program constant" in first:
         first = first.partition(" This typically")[0]   # not torch's "file an issue"
     return f"torch.export failed{at} {type(e).__name__}: {first}{hint}"

@@ -637,3 +637,15 @@ def test_python_s_max_of_a_number_read_off_a_tensor_gets_the_clamp_hint():
     with pytest.raises(UserError, match=r"Python's max or min .*`torch.clamp\(t, min=...\)`"):
         capture(Normalizer(False), inputs, origin=__file__)
     capture(Normalizer(True), inputs)
+
+
+def test_values_moved_to_numpy_get_the_hint_to_keep_them_a_tensor():
+    """TimesNet's periods `top.detach().cpu().numpy()`: torch's error says only that numpy is
+    not supported; the message says to keep the values a tensor."""
+    class Periods(nn.Module):
+        def forward(self, x):
+            top = torch.topk(x.abs(), 2).indices.detach().cpu().numpy()
+            return x[:, int(top[0, 0]):]
+
+    with pytest.raises(UserError, match=r"moved to numpy .* keep them a tensor"):
+        capture(Periods(), (torch.randn(3, 8),))
