@@ -154,8 +154,7 @@ def _row_wise(node, rows: set, u) -> bool:
     if t is operator.getitem:
         return node.args[0] in rows and _axis(node, u) == 0
     name = f"{getattr(t, '_opname', '')}.{getattr(t, '_overloadname', '')}"
-    inputs = [a for a in node.all_input_nodes]
-    ours = [a for a in inputs if a in rows]
+    ours = [a for a in node.all_input_nodes if a in rows]
     axis = _axis(node, u)
     if axis is None or axis == -1:
         return False
@@ -234,9 +233,8 @@ def _rewrite(graph, sel, rows, sinks, scalars) -> None:
             keep = graph.call_function(aten.reshape.default, (
                 held, [1] * dim + [total] + [1] * (rank - dim - 1)))
             kept = graph.call_function(aten.where.ScalarOther, (keep, src, 0))
-            for k in ("stack_trace",):
-                if k in sink.meta:
-                    kept.meta[k] = sink.meta[k]
+            if "stack_trace" in sink.meta:
+                kept.meta["stack_trace"] = sink.meta["stack_trace"]
         sink.replace_input_with(src, kept)
     for n in reversed(list(graph.nodes)):
         if n in scalars and not n.users:
@@ -267,8 +265,8 @@ def fold_constant_masks(ep) -> None:
         if value is None:
             continue
         positions = []
-        for d, p in enumerate(torch_nonzero(value)):
-            positions.append(_lift(ep, f"{node.name}_at{d}", p))
+        for d, p in enumerate(value.nonzero(as_tuple=True)):
+            positions.append(_lift(ep, f"{node.name}_at{d}", p.contiguous()))
             known[positions[-1]] = p
         indices = list(node.args[1])
         indices[mask:mask + 1] = positions
@@ -278,10 +276,6 @@ def fold_constant_masks(ep) -> None:
         graph.eliminate_dead_code()
         ep.graph_module.recompile()
         _propagate(ep.graph_module)
-
-
-def torch_nonzero(value):
-    return [p.contiguous() for p in value.nonzero(as_tuple=True)]
 
 
 def _constant_mask(node) -> int | None:
@@ -321,7 +315,7 @@ def _evaluate(node, memo: dict):
         args = value(node.args)
         kwargs = {k: value(v) for k, v in node.kwargs.items()}
         out = node.target(*args, **kwargs)
-    except (LookupError, RuntimeError):
+    except (LookupError, RuntimeError, TypeError, ValueError):   # an input read, or refused
         return None
     memo[node] = out if isinstance(out, torch.Tensor) else None
     return memo[node]
@@ -335,8 +329,8 @@ def _lift(ep, name: str, value):
     graph = ep.graph_module.graph
     specs = ep.graph_signature.input_specs
     first = next((i for i, s in enumerate(specs) if s.kind is InputKind.USER_INPUT), len(specs))
-    users = [n for n in graph.nodes if n.op == "placeholder"]
-    with graph.inserting_before(users[first] if first < len(users) else
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    with graph.inserting_before(placeholders[first] if first < len(placeholders) else
                                 next(n for n in graph.nodes if n.op != "placeholder")):
         ph = graph.placeholder(name)
     fake = _fake_mode(graph)

@@ -237,8 +237,8 @@ def _frequencies(real: bool):
     return lower
 
 
-OPS["fft_fftfreq"] = Decomp(_frequencies(real=False))
-OPS["fft_rfftfreq"] = Decomp(_frequencies(real=True))
+op("fft_fftfreq")(_frequencies(real=False))
+op("fft_rfftfreq")(_frequencies(real=True))
 
 
 @op("resize", "resize_as")

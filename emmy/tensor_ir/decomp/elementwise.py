@@ -28,6 +28,7 @@ UNARY = {
     "sgn": E.SIGN, "reciprocal": E.RECIPROCAL, "tan": E.TAN, "asin": E.ASIN, "acos": E.ACOS,
     "atan": E.ATAN, "sinh": E.SINH, "cosh": E.COSH, "asinh": E.ASINH, "acosh": E.ACOSH,
     "atanh": E.ATANH,
+    "sym_neg": E.NEG,       # of a number read off a tensor (`-t.item()`): below
 }
 # ops whose integer inputs compute as floats (torch promotes them to the default float type)
 _FLOAT_ONLY = {E.EXP, E.LOG, E.LOG1P, E.EXPM1, E.SQRT, E.RSQRT, E.SIN, E.COS, E.TANH,
@@ -41,6 +42,13 @@ BINARY = {
                            "gt": E.GT, "ge": E.GE}.items()
        for overload in ("Tensor", "Scalar")},
     "maximum": E.MAX, "minimum": E.MIN,
+    # arithmetic on numbers read off a tensor (`p = t.item()`, torch.export's symbolic
+    # integers): `item` gives a 0-d tensor (emmy.tensor_ir.decomp.indexing), so `p + 3` is
+    # arithmetic on that tensor, and a slice or select at it reads the position it holds
+    **{f"sym_{name}": ew_op for name, ew_op in {
+        "add": E.ADD, "sub": E.SUB, "mul": E.MUL, "max": E.MAX, "min": E.MIN, "ge": E.GE,
+        "gt": E.GT, "le": E.LE, "lt": E.LT, "eq": E.EQ, "ne": E.NE, "and": E.AND,
+        "or": E.OR}.items()},
 }
 # logical ops read their operands as booleans; bitwise ones on booleans are the same ops, and
 # on integers they work on the bits
@@ -190,12 +198,12 @@ def _floor_divide_floats(b: Builder, x, y) -> str:
     return b.cast(b.ew(E.WHERE, b.ew(E.EQ, y, 0.0), q, out), kind)
 
 
-@op("floor_divide", "floor_divide.Scalar")
+@op("floor_divide", "floor_divide.Scalar", "sym_floordiv")
 def lower_floor_divide(b, x, y):
     return lower_div_mode(b, x, y, rounding_mode="floor")
 
 
-@op("remainder.Tensor", "remainder.Scalar")
+@op("remainder.Tensor", "remainder.Scalar", "sym_mod")
 def lower_remainder(b, x, y):
     """The sign follows the divisor: in integers x - floor(x / y) * y, in floats fmod(x, y),
     plus y where their signs differ (torch's, exact)."""
@@ -683,20 +691,4 @@ def lower_i0(b, x):
     asymptotic = b.ew(E.MUL, b.ew(E.DIV, b.ew(E.EXP, big), b.ew(E.SQRT, b.ew(
         E.MUL, big, 2 * math.pi))), series)
     return b.ew(E.WHERE, b.ew(E.LE, a, I0_ASYMPTOTIC), total, asymptotic)
-
-
-# ---- numbers read off a tensor (`p = t.item()`): torch.export's symbolic integers ------------
-# `item` gives a 0-d tensor (emmy.tensor_ir.decomp.indexing); arithmetic on it is arithmetic on
-# that tensor, and a slice or select at it reads the position the tensor holds.
-
-_SYMBOLIC = {"sym_add": E.ADD, "sym_sub": E.SUB, "sym_mul": E.MUL, "sym_max": E.MAX,
-             "sym_min": E.MIN, "sym_ge": E.GE, "sym_gt": E.GT, "sym_le": E.LE, "sym_lt": E.LT,
-             "sym_eq": E.EQ, "sym_ne": E.NE, "sym_and": E.AND, "sym_or": E.OR}
-
-
-for _name, _ew in _SYMBOLIC.items():
-    OPS[_name] = Decomp(lambda b, x, y, _ew=_ew: b.ew(_ew, x, y))
-OPS["sym_floordiv"] = OPS["floor_divide"]
-OPS["sym_mod"] = OPS["remainder.Tensor"]
-OPS["sym_neg"] = Decomp(lambda b, x: b.ew(E.NEG, x))
 
