@@ -215,10 +215,14 @@ def cmd_run(args) -> int:
         print("check: emitted CUDA on the CPU (g++ + CUDA emulation; no GPU) vs PyTorch eager")
     graph = results["torch"]
     written = dict(zip(range(len(graph.returned), len(graph.outputs)), graph.updates))
+    shown = set()
     for i, o in enumerate(report.outputs):
         verdict = ("ok" if o.reference == "eager" else f"ok (vs {o.reference})") if o.ok \
             else "MISMATCH" + (f" ({o.why})" if o.why else "")
         name = f"{o.name} (buffer {written[i]})" if i in written else o.name
+        if o.name in shown:     # the model returns one tensor at several positions
+            name = f"output {i} (the tensor {o.name} again)"
+        shown.add(o.name)
         print(f"  {name}: {o.dtype}[{','.join(map(str, o.shape))}]  max abs err {o.max_abs:.3g}"
               f"  max rel err {o.max_rel:.3g}  (atol {o.atol:g}, rtol {o.rtol:g})  {verdict}")
     print("PASS" if report.ok else "FAIL")

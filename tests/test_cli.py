@@ -235,3 +235,16 @@ def test_check_still_fails_a_wrong_result(capsys, monkeypatch):
     monkeypatch.setattr(check, "compare", off)
     rc, out, _ = run(capsys, "run", "--check", "-c", SIN_BF16)
     assert rc == 1 and "MISMATCH" in out and "FAIL" in out
+
+
+def test_check_names_each_position_of_a_tensor_returned_twice(capsys, tmp_path):
+    path = tmp_path / "twice.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    "    def forward(self, x):\n        q = x / 3\n        return q, q, x + 1\n\n\n"
+                    "def get_inputs():\n    return [torch.randn(4, 8)]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    rc, out, _ = run(capsys, "run", str(path), "--check")
+    assert rc == 0
+    lines = [line.strip() for line in out.splitlines() if "max abs err" in line]
+    assert [line.split(":")[0] for line in lines] == [
+        "out0", "output 1 (the tensor out0 again)", "out2"]
