@@ -129,20 +129,24 @@ class Compiled:
             outs = self._emulated(bound)
         else:
             raise UserError("this program runs eagerly (run=eager): call it, not outputs()")
-        self._write_back(outs[len(self.graph.returned):])
+        self._write_back(outs[len(self.graph.returned):], tensors)
         # complex outputs come as (real, imaginary) pairs: viewed as complex again
         return tuple(as_user(o, self.graph.node(r.name).type.dtype)
                      for o, r in zip(outs, self.graph.returned))
 
-    def _write_back(self, values) -> None:
-        """The buffers the model writes (a KV cache): their new values go into the model's own
-        buffers, as eager leaves them, which the next call reads."""
+    def _write_back(self, values, tensors: list) -> None:
+        """The buffers the model writes (a KV cache) and the inputs it writes in place: their
+        new values go into the model's own buffers (which the next call reads) and the caller's
+        tensors, as eager leaves them."""
         import torch
 
+        from emmy.torch_ir.ir import updated_input
+
         for target, value in zip(self.graph.updates, values):
+            i = updated_input(target)
+            written = self.model.get_buffer(target) if i is None else tensors[i]
             with torch.no_grad():
-                buffer = self.model.get_buffer(target)
-                buffer.copy_(value.to(buffer.device))
+                written.copy_(value.to(written.device))
 
     def _check_arguments(self, inputs: tuple, tensors: list) -> None:
         """A call's arguments as the program takes them: each tensor of the shape and type it

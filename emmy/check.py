@@ -187,12 +187,15 @@ def check_cuda_program(workload, graph, cuda_program):
 
 
 def with_updates(model, updates: tuple[str, ...]):
-    """The model on a copy of its state, returning what it returns and then the new values of
-    the buffers it writes (`updates`, by module path), as its program's outputs are: the
-    reference for a program that writes a KV cache. Without updates, the model itself."""
+    """The model on a copy of its state and of its inputs, returning what it returns and then
+    the new values of the buffers and inputs it writes (`Graph.updates`), as its program's
+    outputs are: the reference for a program that writes a KV cache or an argument in place.
+    Without updates, the model itself."""
     import copy
 
     import torch
+
+    from emmy.torch_ir.ir import updated_input
 
     if not updates:
         return model
@@ -203,8 +206,11 @@ def with_updates(model, updates: tuple[str, ...]):
             self.model = copy.deepcopy(model)
 
         def forward(self, *args):
+            args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
             out = flatten_tensors(self.model(*args))
-            return (*out, *(self.model.get_buffer(t) for t in updates))
+            return (*out, *(self.model.get_buffer(t) if updated_input(t) is None
+                            else tensors[updated_input(t)] for t in updates))
 
     return WithUpdates().eval()
 

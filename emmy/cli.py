@@ -219,7 +219,7 @@ def cmd_run(args) -> int:
     for i, o in enumerate(report.outputs):
         verdict = ("ok" if o.reference == "eager" else f"ok (vs {o.reference})") if o.ok \
             else "MISMATCH" + (f" ({o.why})" if o.why else "")
-        name = f"{o.name} (buffer {written[i]})" if i in written else o.name
+        name = f"{o.name} ({graph.update_label(written[i])})" if i in written else o.name
         if o.name in shown:     # the model returns one tensor at several positions
             name = f"output {i} (the tensor {o.name} again)"
         shown.add(o.name)

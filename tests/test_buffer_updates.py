@@ -14,6 +14,7 @@ from emmy.bench.harness import check_program
 from emmy.check import check_cuda_program
 from emmy.frontend.workload import Workload
 from emmy.pipeline import compile_to
+from emmy.torch_ir.printer import print_graph
 
 HEADS, MAX_LEN, HEAD_DIM = 2, 16, 8
 
@@ -224,3 +225,101 @@ def test_a_queue_written_at_a_pointer_its_buffer_holds():
         torch.testing.assert_close(compiled(keys), eager(keys))
     torch.testing.assert_close(model.queue, eager.queue)
     assert int(model.queue_ptr) == int(eager.queue_ptr) == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Model inputs written in place: written back into the caller's tensors
+
+
+class FocalHeat(nn.Module):
+    """CenterNet's `_sigmoid`: the heatmap logits clamped through `sigmoid_` on the argument."""
+
+    def forward(self, heat, target):
+        heat = torch.clamp(heat.sigmoid_(), min=1e-4, max=1 - 1e-4)
+        return ((heat - target) ** 2).sum()
+
+
+class ClampBoxes(nn.Module):
+    """ultralytics' `clip_boxes`: each coordinate clamped in place; returns nothing of its own
+    but the boxes themselves."""
+
+    def forward(self, boxes, scale):
+        boxes[..., 0].clamp_(0, 8)
+        boxes[..., 1].clamp_(0, 6)
+        boxes.mul_(scale)
+        return boxes
+
+
+class MaskedDecrement(nn.Module):
+    """Rainbow's C51 projection on its argument: `x[x > 0] -= 1`, then read again."""
+
+    def forward(self, x, y):
+        x[x > 0] -= 1
+        torch._foreach_mul_([x, y], 0.5)
+        return x * 2 + y.sum()
+
+
+def _inputs_written(model, *inputs):
+    w = Workload(type(model).__name__.lower(), model, inputs, "", "<test>")
+    stages = compile_to(w, "cuda")
+    return w, stages
+
+
+def test_an_input_written_in_place_is_an_update_of_that_input():
+    _, stages = _inputs_written(FocalHeat(), torch.randn(2, 3, 4, 4), torch.rand(2, 3, 4, 4))
+    graph = stages["torch"]
+    assert graph.updates == ("input:0",) and graph.update_label("input:0") == "input heat"
+    assert 'store("input:0", sigmoid)     # input heat' in print_graph(graph)
+
+
+def test_the_check_compares_inputs_written_in_place_and_leaves_the_inputs_alone():
+    for model, inputs in [(FocalHeat(), (torch.randn(2, 3, 4, 4), torch.rand(2, 3, 4, 4))),
+                          (ClampBoxes(), (torch.randn(5, 4) * 8, torch.tensor(0.5))),
+                          (MaskedDecrement(), (torch.randn(6, 4), torch.randn(3)))]:
+        before = [x.clone() for x in inputs]
+        w, stages = _inputs_written(model, *inputs)
+        report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+        assert report is not None, failed.log[-2000:]
+        assert report.ok, report.outputs
+        assert len(report.outputs) == len(stages["torch"].outputs)
+        for x, y in zip(inputs, before):        # each reference ran on copies
+            assert torch.equal(x, y)
+        check = check_program(w, stages["torch"], stages["cuda"], device="cpu", seeds=(0, 1))
+        assert check.verdict == "ok", check.reasons
+
+
+def test_a_compiled_model_writes_the_caller_s_tensors_as_eager_does():
+    model = MaskedDecrement()
+    compiled = emmy.compile(model, torch.randn(6, 4), torch.randn(3), run="emulate")
+    assert compiled.graph.updates == ("input:0", "input:1")
+    for seed in range(2):
+        g = torch.Generator().manual_seed(seed)
+        x, y = torch.randn(6, 4, generator=g), torch.randn(3, generator=g)
+        xe, ye = x.clone(), y.clone()
+        out = compiled(x, y)
+        torch.testing.assert_close(out, model(xe, ye))
+        torch.testing.assert_close(x, xe)
+        torch.testing.assert_close(y, ye)
+
+
+def test_a_model_returning_its_argument_written_in_place_returns_the_new_values():
+    compiled = emmy.compile(ClampBoxes(), torch.randn(5, 4) * 8, torch.tensor(0.5),
+                            run="emulate")
+    boxes = torch.randn(5, 4) * 8
+    expected = ClampBoxes()(boxes.clone(), torch.tensor(0.5))
+    out = compiled(boxes, torch.tensor(0.5))
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(boxes, expected)
+
+
+def test_emmy_run_check_names_the_inputs_it_compares(capsys, tmp_path):
+    from emmy.cli import main
+
+    path = tmp_path / "heat.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    "    def forward(self, heat):\n        return heat.sigmoid_().sum()\n\n\n"
+                    "def get_inputs():\n    return [torch.randn(4, 4)]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    assert main(["run", str(path), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "(input heat): f32[4,4]" in out and "PASS" in out

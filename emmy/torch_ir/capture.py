@@ -10,7 +10,8 @@ from typing import Any
 
 from emmy.dtypes import from_torch
 from emmy.errors import UserError
-from emmy.torch_ir.ir import Arg, Graph, InputKind, Node, Placeholder, Ref, TensorType
+from emmy.torch_ir.ir import (Arg, Graph, InputKind, Node, Placeholder, Ref, TensorType,
+                              input_update)
 from emmy.torch_ir import sparse
 from emmy.torch_ir.masked import functional_twin, rewrite_masked
 from emmy.torch_ir.static_selections import fold_constant_masks, rewrite_selections
@@ -41,17 +42,15 @@ def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | Non
 
 
 def _functionalized(ep):
-    """The exported program with every in-place op out of place, or None where that would
-    change what the model returns (it writes into an input). A buffer it writes (a KV cache)
-    gets its new value as an output of the program (its `buffers_to_mutate`)."""
+    """The exported program with every in-place op out of place, or None where torch cannot
+    functionalize it. A buffer or model input it writes (a KV cache, `heat.sigmoid_()` on an
+    argument) gets its new value as an output of the program (torch's mutation outputs)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             functional = ep.run_decompositions({})
         except Exception:     # torch's own error types vary by version
             return None
-    if functional.graph_signature.user_inputs_to_mutate:
-        return None
     return functional
 
 
@@ -103,15 +102,17 @@ def _mirror_calls(ep, name: str, origin: str | None, tf32: bool) -> Graph:
             placeholders.append(ph)
             if value is not None:
                 values[ph.name] = value
-    buffers = frozenset(n for n, spec in sig.items() if spec.kind.name == "BUFFER")
-    order = _Order(ep.graph_module, buffers)
+    writable = frozenset(n for n, spec in sig.items()
+                         if spec.kind.name in ("BUFFER", "USER_INPUT"))
+    order = _Order(ep.graph_module, writable)
     for module in ep.graph_module.modules():
         if hasattr(module, "graph"):
             rewrite_masked(module, lambda put: _functional(put, order, origin))
-    order = _Order(ep.graph_module, buffers)  # the rewritten graphs' nodes
+    order = _Order(ep.graph_module, writable)  # the rewritten graphs' nodes
     _calls(ep.graph_module, names, nodes, origin, order, sparse_constants)
-    # a functionalized program returns the new values of the buffers it writes first
-    written = ep.graph_signature.buffers_to_mutate
+    # a functionalized program returns the new values of the buffers and inputs it writes
+    # first
+    written = _written(ep, [p.name for p in placeholders if p.kind is InputKind.INPUT], names)
     flat = _flat(next(n for n in ep.graph.nodes if n.op == "output").args[0])
     new_values, returned = flat[:len(written)], flat[len(written):]
     outputs = tuple(Ref(names.get(r.name, r.name)) for r in _flatten_outputs(returned))
@@ -120,7 +121,22 @@ def _mirror_calls(ep, name: str, origin: str | None, tf32: bool) -> Graph:
                         f"returns {returned!r}")
     outputs += tuple(Ref(names.get(r.name, r.name)) for r in new_values)
     return Graph(name=name, placeholders=tuple(placeholders), nodes=tuple(nodes), outputs=outputs,
-                 tf32=tf32, updates=tuple(written[r.name] for r in new_values), values=values)
+                 tf32=tf32, updates=tuple(written), values=values)
+
+
+def _written(ep, inputs: list[str], names: dict[str, str]) -> list[str]:
+    """What each of the exported program's mutation outputs writes, in their order: a buffer
+    by module path, a model input as `input_update` of its position among the tensor inputs."""
+    out = []
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind.name == "BUFFER_MUTATION":
+            out.append(spec.target)
+        elif spec.kind.name == "USER_INPUT_MUTATION":
+            out.append(input_update(inputs.index(names.get(spec.target, spec.target))))
+        elif spec.kind.name != "USER_OUTPUT":
+            raise UserError(f"the exported program writes {spec.target} ({spec.kind.name}); "
+                            "emmy writes back buffers and model inputs")
+    return out
 
 
 def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None,
@@ -340,27 +356,28 @@ def _functional(fx_node, order, origin: str | None) -> str:
 
 
 def _refuse_input_write(shared, order, name: str, at: str) -> None:
-    """A write into a model input or parameter is refused; one into a buffer (a KV cache) is
-    left to torch's functionalization, which makes the buffer's new value an output."""
+    """A write into a parameter is refused; one into a buffer (a KV cache) or a model input
+    (`heat.sigmoid_()` on an argument) is left to torch's functionalization, which makes the
+    new value an output that the caller writes back."""
     written = [n for n in shared if getattr(n, "op", None) == "placeholder"
                and n not in order.regions]
-    if any(n.name not in order.buffers for n in written):
-        raise UserError(f"in-place `{name}`{at} writes into a model input or parameter; emmy "
-                        "compiles functional programs, which change nothing but their outputs "
-                        "and the buffers they write (use the out-of-place op, or write into a "
-                        "copy made first: `x = x.clone()`)")
+    if any(n.name not in order.writable for n in written):
+        raise UserError(f"in-place `{name}`{at} writes into a parameter; emmy compiles "
+                        "functional programs, which change nothing but their outputs and the "
+                        "buffers and inputs they write (use the out-of-place op, or write into "
+                        "a copy made first: `w = w.clone()`)")
     if written:
-        raise _SharedWrite(f"in-place `{name}`{at} writes into a buffer")
+        raise _SharedWrite(f"in-place `{name}`{at} writes into a buffer or model input")
 
 
 class _Order(dict):
     """Each node of the exported program's graphs -> its position in its own graph; `regions`:
     each region's input (a placeholder of its submodule) -> (the caller's operand, the call);
-    `buffers`: the names of the placeholders that are the model's buffers."""
+    `writable`: the names of the placeholders that are the model's buffers and inputs."""
 
-    def __init__(self, root, buffers: frozenset[str] = frozenset()):
+    def __init__(self, root, writable: frozenset[str] = frozenset()):
         super().__init__()
-        self.buffers = buffers                  # the placeholders that are buffers, by name
+        self.writable = writable       # the placeholders a program may write back, by name
         self.regions: dict = {}
         for module in root.modules():
             if not hasattr(module, "graph"):

@@ -67,6 +67,20 @@ class Node:
         return dict(self.kwargs).get(key, default)
 
 
+INPUT_UPDATE = "input:"
+
+
+def input_update(position: int) -> str:
+    """The `Graph.updates` entry of the model's `position`-th tensor input."""
+    return f"{INPUT_UPDATE}{position}"
+
+
+def updated_input(target: str) -> int | None:
+    """The position among the model's tensor inputs that an update writes, or None where it
+    writes a buffer (a module path)."""
+    return int(target[len(INPUT_UPDATE):]) if target.startswith(INPUT_UPDATE) else None
+
+
 @dataclass(frozen=True, slots=True)
 class Graph:
     name: str
@@ -74,8 +88,10 @@ class Graph:
     nodes: tuple[Node, ...]
     outputs: tuple[Ref, ...]
     tf32: bool = False        # float32 products may round operands to tf32 (Workload.tf32)
-    # Buffers the model writes (a KV cache's `self.k[:, pos] = k`), by module path: the last
-    # len(updates) outputs are their new values, which the caller writes back after the call.
+    # Buffers the model writes (a KV cache's `self.k[:, pos] = k`), by module path, and model
+    # inputs it writes (`x.sigmoid_()` on an argument), as `input_update(i)` of the i-th tensor
+    # input: the last len(updates) outputs are their new values, which the caller writes back
+    # after the call.
     updates: tuple[str, ...] = ()
     # Values of params, buffers and constants by placeholder name (torch tensors); not part of
     # the graph's identity, so excluded from comparison.
@@ -98,3 +114,8 @@ class Graph:
     @property
     def inputs(self) -> tuple[Placeholder, ...]:
         return tuple(p for p in self.placeholders if p.kind is InputKind.INPUT)
+
+    def update_label(self, target: str) -> str:
+        """How the model holds what an update writes: `buffer k_cache`, `input heat`."""
+        i = updated_input(target)
+        return f"buffer {target}" if i is None else f"input {self.inputs[i].name}"

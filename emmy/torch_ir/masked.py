@@ -20,8 +20,8 @@ from typing import Any, Callable
 def rewrite_masked(module, checked: Callable[[Any], None]) -> None:
     """Rewrite each masked update and masked reduction of the graph module's graph in place;
     `checked(put)` is called on each write before it is rewritten (it raises where the write
-    may not be rewritten as a functional op: it writes into a model input, or into memory a view
-    reads afterwards)."""
+    may not be rewritten as a functional op: it writes into a parameter, a buffer or a model
+    input, or into memory a view reads afterwards)."""
     graph = module.graph
     candidates: set = set()
     for node in list(graph.nodes):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from emmy.dtypes import DType
-from emmy.torch_ir.ir import Arg, Graph, InputKind, Ref
+from emmy.torch_ir.ir import Arg, Graph, InputKind, Ref, updated_input
 
 
 def print_graph(g: Graph) -> str:
@@ -22,7 +22,9 @@ def print_graph(g: Graph) -> str:
         lines.append(f"  {n.name} = {n.op}({', '.join(args)}) : {ty}")
     lines.append(f"  return {', '.join(r.name for r in g.returned)}")
     for target, r in zip(g.updates, g.outputs[len(g.returned):]):
-        lines.append(f"  store({target!r}, {r.name})".replace("'", '"'))
+        lines.append(f"  store({target!r}, {r.name})".replace("'", '"') +
+                     (f"     # {g.update_label(target)}" if updated_input(target) is not None
+                      else ""))
     return "\n".join(lines) + "\n"
 
 
