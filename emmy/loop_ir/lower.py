@@ -120,8 +120,31 @@ def _build_within_budget(p: Program, memo: dict | None = None):
             if cut is None:
                 budget = None  # nothing worth storing: accept the large kernel
                 continue
-            forced[cut] = (f"inlined, it would be computed at {e.uses[cut]} different indices "
-                           f"in one kernel, which would pass {MAX_NODES} statements")
+            for cut, uses in _cuts_ahead(p, kp, cut, e.uses, set(plan.stored), budget):
+                forced[cut] = (f"inlined, it would be computed at {uses} different indices "
+                               f"in one kernel, which would pass {MAX_NODES} statements")
+
+
+def _cuts_ahead(p: Program, kp: KernelPlan, cut: str, uses, stored: set[str], budget: int,
+                limit: int = 512):
+    """`cut` and its count of uses, then the cuts the next passes would make in the same
+    kernel while it still passes the budget with those stored (an unrolled recurrence whose
+    outputs one kernel stacks stores each step's state in one pass, not in one pass of
+    planning and building the whole program per step)."""
+    stored = set(stored)
+    for _ in range(limit):
+        yield cut, uses[cut]
+        stored.add(cut)
+        loaded = stored | {d.name for d in p.inputs}
+        try:
+            build_kernel(p, kp, stored, "probe", {n: n for n in loaded | set(kp.roots)},
+                         budget)
+            return
+        except KernelTooLarge as e:
+            uses = e.uses
+        cut = choose_cut(p, uses, stored)
+        if cut is None:
+            return
 
 
 def _frontier(defs, roots, loaded: set[str]) -> frozenset[str]:
