@@ -32,17 +32,23 @@ def _through_torch(name: str):
     return fn
 
 
+def _as_operand(result, x):
+    """A np.frompyfunc result in `x`'s type: an array of objects, or one Python float where
+    `x` is a scalar (a constant folded in Loop IR)."""
+    return np.asarray(result).astype(np.asarray(x).dtype)[()]
+
+
 UFUNC = {
     EwOp.NEG: np.negative, EwOp.ABS: np.abs, EwOp.EXP: np.exp, EwOp.LOG: np.log,
     EwOp.LOG1P: np.log1p, EwOp.EXPM1: np.expm1, EwOp.SQRT: np.sqrt,
     EwOp.RSQRT: lambda x: 1 / np.sqrt(x), EwOp.SIN: np.sin, EwOp.COS: np.cos,
     EwOp.TANH: np.tanh, EwOp.SIGMOID: lambda x: 1 / (1 + np.exp(-x)),
-    EwOp.ERF: lambda x: _ERF(x).astype(np.asarray(x).dtype),
+    EwOp.ERF: lambda x: _as_operand(_ERF(x), x),
     EwOp.FLOOR: np.floor, EwOp.CEIL: np.ceil, EwOp.ROUND: np.rint, EwOp.SIGN: lambda x: _sign(x),
     EwOp.TAN: np.tan, EwOp.ASIN: np.arcsin, EwOp.ACOS: np.arccos, EwOp.ATAN: np.arctan,
     EwOp.SINH: np.sinh, EwOp.COSH: np.cosh, EwOp.ASINH: np.arcsinh, EwOp.ACOSH: np.arccosh,
     EwOp.ATANH: np.arctanh, EwOp.ATAN2: np.arctan2, EwOp.FMOD: np.fmod,
-    EwOp.LGAMMA: lambda x: _LGAMMA(x).astype(np.asarray(x).dtype), EwOp.SIGNBIT: np.signbit,
+    EwOp.LGAMMA: lambda x: _as_operand(_LGAMMA(x), x), EwOp.SIGNBIT: np.signbit,
     EwOp.DIGAMMA: _through_torch("digamma"), EwOp.ERFINV: _through_torch("erfinv"),
     EwOp.RECIPROCAL: lambda x: 1 / x, EwOp.NOT: np.logical_not,
     EwOp.ADD: np.add, EwOp.SUB: np.subtract, EwOp.MUL: np.multiply,

@@ -1,6 +1,7 @@
 """Each normalization pass on small hand-written kernels, and the facts normalization owes."""
 
 import numpy as np
+import pytest
 import torch
 
 from emmy.loop_ir.dataflow import walk
@@ -260,4 +261,17 @@ def test_a_select_by_a_literal_is_its_arm():
         op("w", EwOp.WHERE, Scalar(True, DType.BOOL), "e", "a"), store("out", "w", v("i"))))
     out = fold_constants(k)
     assert [s.value for s in walk(out.body) if hasattr(s, "value")] == ["e"]
+    same_results(out, k, FEEDS)
+
+
+@pytest.mark.parametrize("fn", [EwOp.ERF, EwOp.LGAMMA])
+def test_special_functions_of_literals_fold(fn):
+    """erf and lgamma go through np.frompyfunc, which returns a Python float for one literal
+    (EDL's Dirichlet KL: `torch.lgamma(torch.ones(...))`)."""
+    k = kernel([X], [OUT], loop(
+        "i", 4, op("t", fn, Scalar(0.5, DType.F32)), load("a", "x", v("i")),
+        op("s", ADD, "a", "t"), store("out", "s", v("i"))))
+    out = eliminate_dead_code(fold_constants(k))
+    (s,) = [s for s in walk(out.body) if isinstance(s, Compute)]
+    assert isinstance(s.args[1], Scalar) and s.args[1].dtype is DType.F32
     same_results(out, k, FEEDS)
