@@ -8,6 +8,7 @@ import numpy as np
 
 from emmy.dtypes import DType, tolerance
 from emmy.errors import UserError, WorkloadFails
+from emmy.selections import graph_dtypes
 from emmy.tensor_ir.semantics import as_numpy
 
 
@@ -75,12 +76,18 @@ def program_inputs(graph, inputs: tuple) -> dict[str, np.ndarray]:
     return bound
 
 
+def per_output(floor: DType | tuple | None, i: int) -> DType | None:
+    """Output i's floor type of a floor given for all outputs or one per output."""
+    return floor[i] if isinstance(floor, tuple) else floor
+
+
 def compare(names, dtypes, got: list[np.ndarray], expected: list, *,
             tf32: bool = False, selections: tuple = (), slack: list | None = None,
-            floor: DType | None = None, rival: list | None = None) -> CheckReport:
+            floor: DType | tuple | None = None, rival: list | None = None) -> CheckReport:
     """Compare each output with the eager result in float64, with a tolerance by dtype (f32 as
     f16 where the workload allows tf32 products; a float output at least as wide as the
-    tolerance of `floor`, the least precise float type the model starts in), widened
+    tolerance of `floor`, the least precise float type the model starts in or the output is
+    computed through: one for all outputs, or a tuple of one per output), widened
     elementwise by `slack` (per output,
     where given); an output of positions a selection took (`selections`, per output:
     emmy.selections) that differs from the reference's is compared by the values its positions
@@ -93,7 +100,7 @@ def compare(names, dtypes, got: list[np.ndarray], expected: list, *,
         with np.errstate(invalid="ignore"):     # a signaling NaN (bits read as a float)
             ref = to_numpy(e).astype(np.float64)
             val = np.asarray(g).astype(np.float64)
-        atol, rtol = tolerance(dtype, tf32=tf32, floor=floor)
+        atol, rtol = tolerance(dtype, tf32=tf32, floor=per_output(floor, i))
         if val.shape != ref.shape:
             if tuple(n for n in val.shape if n != 1) != tuple(n for n in ref.shape if n != 1):
                 checks.append(OutputCheck(name, dtype, ref.shape, float("inf"), float("inf"),
@@ -172,7 +179,8 @@ def check_loop_program(workload, graph, loop_program) -> CheckReport:
     from emmy.loop_ir.interp import run
 
     got = run(loop_program, program_inputs(graph, workload.inputs))
-    return _compare_outputs(loop_program.outputs, got, workload, updates=graph.updates)
+    return _compare_outputs(loop_program.outputs, got, workload, updates=graph.updates,
+                            computes=graph_dtypes(graph))
 
 
 def check_cuda_program(workload, graph, cuda_program):
@@ -183,7 +191,8 @@ def check_cuda_program(workload, graph, cuda_program):
     if not result.ok:
         return None, result
     return _compare_outputs(cuda_program.outputs, list(result.outputs), workload,
-                            tf32=graph.tf32, updates=graph.updates), result
+                            tf32=graph.tf32, updates=graph.updates,
+                            computes=graph_dtypes(graph)), result
 
 
 def with_updates(model, updates: tuple[str, ...]):
@@ -216,7 +225,7 @@ def with_updates(model, updates: tuple[str, ...]):
 
 
 def _compare_outputs(outs, got, workload, *, tf32: bool = False,
-                     updates: tuple[str, ...] = ()) -> CheckReport:
+                     updates: tuple[str, ...] = (), computes: tuple = ()) -> CheckReport:
     """Each output against eager; one that misses is compared again with the model run in
     float64, the tolerance widened by eager's own distance from it: a program that rounds less
     often than eager f16/bf16 (which rounds after every op) can be nearer the exact result
@@ -224,11 +233,14 @@ def _compare_outputs(outs, got, workload, *, tf32: bool = False,
     near-equal values magnifies eager's roundings), as can an f32 program that computes in
     float64 where eager does not (a small matrix's inverse by its closed form, against eager's
     float32 LU on an ill-conditioned matrix); where eager is far from the exact result, the
-    program may be as far and no less accurate."""
-    from emmy.selections import model_dtype, of_outputs
+    program may be as far and no less accurate. A float output is checked no tighter than
+    the least precise float type the model starts in, or it is computed through (`computes`,
+    per output), allows."""
+    from emmy.selections import least_precise, model_dtype, of_outputs
 
     own: list = []
-    floor = model_dtype(workload.model, workload.inputs)
+    start = model_dtype(workload.model, workload.inputs)
+    floor = tuple(least_precise((start, c)) for c in computes) or start
     if updates:          # the reference runs on copies of the state it writes, once each
         workload = _Fresh(workload, updates)
     expected = eager_outputs(workload, own)
@@ -236,7 +248,7 @@ def _compare_outputs(outs, got, workload, *, tf32: bool = False,
         raise UserError(f"the model returns {len(expected)} tensors; the program has {len(outs)}")
     names, dtypes = [b.name for b in outs], [b.type.dtype for b in outs]
     report = compare(names, dtypes, got, expected, tf32=tf32,
-                     selections=of_outputs(expected, own, floor=floor), floor=floor)
+                     selections=of_outputs(expected, own, floor=start), floor=floor)
     if report.ok:
         return report
     recorded: list = []
@@ -244,7 +256,7 @@ def _compare_outputs(outs, got, workload, *, tf32: bool = False,
     if exact is None:
         return report
     exact = list(mended_reference(exact, expected))
-    selections = of_outputs(exact, recorded, own, floor)
+    selections = of_outputs(exact, recorded, own, start)
     plain = compare(names, dtypes, got, exact, tf32=tf32, selections=selections, floor=floor)
     eager_error = _eager_error(expected, exact)
     again = compare(names, dtypes, got, exact, tf32=tf32, selections=selections, floor=floor,

@@ -157,6 +157,45 @@ def of_outputs(outputs, recorded: list[Selection], own: list[Selection] | None =
     return tuple(by_key.get(key(t)) for t in outputs)
 
 
+def graph_dtypes(graph) -> tuple[DType | None, ...]:
+    """Per output of a Torch IR graph, the least precise floating type it is computed through
+    (Muon's Newton-Schulz steps in bfloat16 between float32 tensors: their roundings reach
+    its float32 result); not an 8-bit float's."""
+    from emmy.torch_ir.ir import Ref
+
+    nodes = {n.name: n for n in (*graph.placeholders, *graph.nodes)}
+    memo: dict[str, DType | None] = {}
+
+    def refs(args):
+        for a in args:
+            if isinstance(a, Ref):
+                yield a.name
+            elif isinstance(a, tuple):
+                yield from refs(a)
+
+    def through(name: str) -> DType | None:
+        todo = [name]
+        while todo:          # operands first, without recursion (an unrolled RNN is deep)
+            n = todo[-1]
+            node = nodes[n]
+            operands = [r for r in refs((*getattr(node, "args", ()),
+                                         *(v for _, v in getattr(node, "kwargs", ()))))
+                        if r in nodes and r not in memo]
+            if operands:
+                todo.extend(operands)
+                continue
+            todo.pop()
+            types = node.type if isinstance(node.type, tuple) else (node.type,)
+            own = [t.dtype for t in types if t is not None and t.dtype.is_float
+                   and t.dtype.itemsize > 1]
+            memo[n] = least_precise([*own, *(memo[r] for r in refs(
+                (*getattr(node, "args", ()), *(v for _, v in getattr(node, "kwargs", ()))))
+                if r in memo)])
+        return memo[name]
+
+    return tuple(through(r.name) for r in graph.outputs)
+
+
 def least_precise(dtypes) -> DType | None:
     """The floating type of `dtypes` with the widest tolerance (an integer type when there is
     none, None when there is nothing; None entries are skipped)."""

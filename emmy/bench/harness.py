@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from emmy.check import flatten_tensors, mended_reference, run_eager
+from emmy.check import flatten_tensors, mended_reference, per_output, run_eager
 from emmy.cuda.program import CudaProgram
 from emmy.dtypes import DType, as_stored, checked_as, to_torch, tolerance
 from emmy.errors import UserError
@@ -45,7 +45,8 @@ class Case:
     tf32: bool = False                # the workload allows tf32 products: f32 outputs as f16's
     selections: tuple = ()            # per output: the selection (topk, argmax, ...) whose
                                       # positions it is, else None (emmy.selections)
-    floor: DType | None = None        # the least precise float type the model starts in
+    floor: DType | tuple | None = None   # the least precise float type the model starts in
+                                         # or an output goes through (one, or one per output)
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,10 @@ def make_cases(workload, graph, *, seeds: Sequence[int] = (0, 1),
     for d in distributions:
         if d not in DISTRIBUTIONS:
             raise UserError(f"unknown input distribution {d!r}; known: {', '.join(DISTRIBUTIONS)}")
-    from emmy.selections import model_dtype
+    from emmy.selections import graph_dtypes, least_precise, model_dtype
 
     dev = torch.device(device)
+    computes = graph_dtypes(graph)      # per output: the least precise type it goes through
     reference = _Reference(workload.model, dev, graph.updates)
     cases = []
     for seed in seeds:
@@ -130,9 +132,10 @@ def make_cases(workload, graph, *, seeds: Sequence[int] = (0, 1),
                          for x in template)
             inputs, params = _bind(graph, args, d, gen, dev, randomize_params)
             expected, overflow, native, selections = reference.outputs(args, params)
+            start = model_dtype(reference.native, args)
             cases.append(Case(seed, d, args, inputs, expected, reference.dtype, overflow, native,
                               tf32=graph.tf32, selections=selections,
-                              floor=model_dtype(reference.native, args)))
+                              floor=tuple(least_precise((start, c)) for c in computes)))
     return cases
 
 
@@ -527,17 +530,19 @@ def check_case(run, prog: CudaProgram, case: Case) -> CaseResult:
     own = case.overflow or (None,) * len(case.expected)
     picks = case.selections or (None,) * len(case.expected)
     errors = tuple(compare_output(b.name, b.type.dtype, g, e, o, tf32=case.tf32, selection=p,
-                                  floor=case.floor)
-                   for b, g, e, o, p in zip(prog.outputs, done.outputs, case.expected, own,
-                                            picks))
+                                  floor=per_output(case.floor, i))
+                   for i, (b, g, e, o, p) in enumerate(zip(prog.outputs, done.outputs,
+                                                           case.expected, own, picks)))
     if case.native:
         # A program that rounds to f16/bf16 between ill-conditioned steps (attention written
         # out by hand: its scores rounded, then exponentiated) can sit far from the float64
         # result exactly as the model does in its own dtype. Matching that model within the
         # same tolerance is correct too: it is what the program computes.
         errors = tuple(e if e.ok else _or_native(
-            compare_output(b.name, b.type.dtype, g, n, tf32=case.tf32, floor=case.floor), e)
-            for b, g, n, e in zip(prog.outputs, done.outputs, case.native, errors))
+            compare_output(b.name, b.type.dtype, g, n, tf32=case.tf32,
+                           floor=per_output(case.floor, i)), e)
+            for i, (b, g, n, e) in enumerate(zip(prog.outputs, done.outputs, case.native,
+                                                 errors)))
     reasons = [f"the kernel wrote into its input `{n}`" for n in done.changed_inputs]
     for e in errors:
         if e.unwritten:

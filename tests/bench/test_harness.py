@@ -260,3 +260,45 @@ def test_an_f32_output_of_an_f16_model_is_held_to_f16s_tolerance():
     assert check_program(w, stages["torch"], stages["cuda"], device="cpu").verdict == "ok"
     wrong = edited(stages["cuda"], "3.0f", "3.1f")
     assert check_program(w, stages["torch"], wrong, device="cpu").verdict == "incorrect"
+
+
+class _NewtonSchulz(torch.nn.Module):
+    """Muon's orthogonalization: five Newton-Schulz steps in bfloat16 between float32 tensors;
+    its second output never goes through bfloat16."""
+
+    def forward(self, p, g):
+        x = g.to(torch.bfloat16)
+        x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+        for _ in range(5):
+            a = x @ x.mT
+            x = 3.4445 * x + (-4.7750 * a + 2.0315 * a @ a) @ x
+        return p - 0.02 * x.float(), p * 2
+
+
+def test_an_f32_output_computed_through_bf16_is_held_to_bf16s_tolerance():
+    """The check's floor is per output: the least precise float type the model starts in or
+    the output is computed through. emmy rounds the bf16 steps at other points than eager
+    (one bf16 unit here and there), which the update carries into the float32 result."""
+    from emmy.check import check_cuda_program
+    from emmy.dtypes import tolerance
+    from emmy.frontend.workload import Workload
+    from emmy.selections import graph_dtypes
+
+    w = Workload("muon", _NewtonSchulz(), (torch.randn(32, 64), torch.randn(32, 64)), "",
+                 "<test>")
+    stages = compile_to(w, "cuda")
+    assert graph_dtypes(stages["torch"]) == (DType.BF16, DType.F32)
+    report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+    assert report is not None, failed.log[-2000:]
+    assert report.ok, report.outputs
+    assert [o.atol for o in report.outputs] == [tolerance(DType.BF16)[0], tolerance(DType.F32)[0]]
+    cases = make_cases(w, stages["torch"], seeds=(0,))
+    assert cases[0].floor == (DType.BF16, DType.F32)
+    assert check_program(w, stages["torch"], stages["cuda"], device="cpu").verdict == "ok"
+    prog = stages["cuda"]                  # p * 2.001: f32's tolerance holds for that output
+    (i,) = [i for i, u in enumerate(prog.units) if "* 2.0f)" in u.source]
+    wrong = dataclasses.replace(prog, units=tuple(
+        dataclasses.replace(u, source=u.source.replace("* 2.0f)", "* 2.001f)")) if j == i
+        else u for j, u in enumerate(prog.units)))
+    check = check_program(w, stages["torch"], wrong, device="cpu")
+    assert check.verdict == "incorrect" and not check.errors[1].ok and check.errors[0].ok
