@@ -61,6 +61,14 @@ def test_half_precision_padding_and_upsampling(check):
                      F.interpolate(t, scale_factor=2, mode="bilinear")), x)
 
 
+def test_integer_and_bool_padding_stays_exact(check):
+    """An int64 above 2**24 padded with a constant (a census transform's codes) is not taken
+    through float32; a float value pads an integer tensor truncated, as torch fills."""
+    codes = torch.randint(0, 2 ** 40, (2, 16))
+    check(lambda t: (F.pad(t, (1, 0)), F.pad(t, (0, 2), value=-1.7), F.pad(t > 2 ** 39, (1, 1),
+                                                                          value=1)), codes)
+
+
 def test_a_size_that_torch_indexes_by_float_rounding_is_refused():
     """6 -> 74: torch takes floor(37 * float32(6/74)) = 2 where 37*6/74 is exactly 3; emmy's
     integer index would disagree there, so it says so instead of computing something else."""

@@ -31,6 +31,15 @@ OPS: dict[str, Decomp] = {}
 op = registrar(OPS)
 
 
+def _fill(dtype, value):
+    """The pad value in the tensor's type, as constant_pad_nd fills: an integer tensor's
+    stays integer (an int64 of 2**30 through float32 came back rounded)."""
+    value = 0 if value is None else value
+    if dtype is DType.BOOL:
+        return bool(value)
+    return value if dtype.is_float or dtype.is_complex else int(value)
+
+
 def _pad_axis(b: Builder, x: str, dim: int, left: int, right: int, mode: str, value) -> str:
     shape = list(b.shape(x))
     extent = shape[dim]
@@ -60,7 +69,7 @@ def _pad_axis(b: Builder, x: str, dim: int, left: int, right: int, mode: str, va
     pos = b.iota(shape, dim)
     if mode == "constant":
         inside = b.ew(E.AND, b.ew(E.GE, pos, left), b.ew(E.LT, pos, left + extent))
-        return b.ew(E.WHERE, inside, at(q), 0.0 if value is None else value)
+        return b.ew(E.WHERE, inside, at(q), _fill(b.dtype(x), value))
     if mode == "reflect":
         if left >= extent or right >= extent:
             raise Refused(f"pad: reflect padding ({left}, {right}) must be narrower than the "
