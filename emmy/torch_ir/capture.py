@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import re
 import warnings
 from typing import Any
@@ -457,19 +458,34 @@ def _export(model, inputs, origin: str | None = None):
 @contextlib.contextmanager
 def _state_kept(model):
     """The model's attributes as they were before, and the contents of the lists and dicts they
-    hold: a forward that keeps a statistic on the module (RevIN's `self.mean = x.mean(...)`) or
-    caches a tensor in a list (YOLOv5's `self.grid[i] = self._make_grid(...)`) leaves
+    hold, and of those its modules' source files hold: a forward that keeps a statistic on the
+    module (RevIN's `self.mean = x.mean(...)`) or caches a tensor in a list (YOLOv5's
+    `self.grid[i] = self._make_grid(...)`), a module-level dict or an lru_cache leaves
     torch.export's fake tensors there otherwise, which no later copy or run of the model can
     read."""
     import torch
 
     modules = list(model.modules()) if isinstance(model, torch.nn.Module) else []
     saved = [(vars(m), _contents(vars(m))) for m in modules]
+    # the caches of the modules' own source files (sniklaus' PWC-Net keeps its sampling grids
+    # in a module-level dict, `backwarp_tenGrid[str(shape)] = ...`, filled in forward)
+    spaces = {id(g): g for m in modules
+              for g in [getattr(getattr(type(m), "forward", None), "__globals__", None)]
+              if isinstance(g, dict)}
+    caches = [(c, _contents(c)) for g in spaces.values() for c in list(g.values())
+              if type(c) in (dict, list) and c is not g]
+    # and their memoized functions (`@functools.lru_cache def base_grid(h, w)`): one that
+    # remembered something new forgets all it remembers (entries cannot be taken out one by one)
+    memos = [(f, f.cache_info().currsize) for g in spaces.values() for f in list(g.values())
+             if isinstance(f, functools._lru_cache_wrapper)]
     try:
         yield
     finally:
-        for attrs, contents in saved:
+        for attrs, contents in saved + caches:
             _restore(attrs, contents)
+        for f, size in memos:
+            if f.cache_info().currsize != size:
+                f.cache_clear()
 
 
 def _contents(container, depth: int = 3):

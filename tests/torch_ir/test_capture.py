@@ -1,5 +1,6 @@
 """torch.export capture into Torch IR: a 1:1 mirror, parameters as load(...), clear failures."""
 
+import functools
 import textwrap
 
 import pytest
@@ -431,6 +432,37 @@ def test_a_forward_that_keeps_state_on_the_module_leaves_it_as_it_was():
     model(torch.randn(2, 8))
     capture(model, (torch.randn(2, 8),))
     assert type(model.mean) is torch.Tensor and model.mean.shape == (2, 1)
+
+
+_GRIDS: dict = {}
+
+
+@functools.lru_cache(maxsize=4)
+def _base_grid(n: int):
+    return torch.linspace(-1.0, 1.0, n)
+
+
+class _Backwarp(nn.Module):
+    """sniklaus' PWC-Net keeps its sampling grids in a module-level dict, filled in forward;
+    warping code memoizes them with lru_cache as often."""
+
+    def forward(self, x):
+        key = str(x.shape)
+        if key not in _GRIDS:
+            _GRIDS[key] = torch.linspace(-1.0, 1.0, x.shape[-1]).view(1, -1)
+        return x + _GRIDS[key] + _base_grid(x.shape[-1])
+
+
+def test_a_forward_that_caches_in_its_source_file_leaves_the_caches_as_they_were():
+    _base_grid(5)                          # remembered before: forgotten, as the cache cannot
+    model = _Backwarp()                    # take out export's entry alone
+    capture(model, (torch.randn(2, 8),))
+    assert _GRIDS == {} and _base_grid.cache_info().currsize == 0
+    out = model(torch.zeros(2, 8))          # eager fills them with real tensors
+    assert torch.equal(out, 2 * torch.linspace(-1.0, 1.0, 8).expand(2, 8))
+    capture(model, (torch.randn(2, 8),))    # and export reads those
+    assert type(_GRIDS["torch.Size([2, 8])"]) is torch.Tensor
+    assert _base_grid.cache_info().currsize == 1
 
 
 def test_distributions_argument_checks_do_not_stop_export():
