@@ -87,6 +87,8 @@ def has_edge(f: Facts) -> bool:
 
 
 _SPACES = ByIdentity()
+_DEFAULTS: dict[tuple[str, bool, str], Row] = {}   # (kernel identity, tf32, target) -> row
+_DEFAULTS_KEPT = 4096
 
 
 def space_of(kernel: TileKernel, target: Target) -> "Space":
@@ -253,7 +255,19 @@ class Space:
 
     @cached_property
     def _default(self) -> Row:
-        """default(), found once per space (a template chain's asks the cost model)."""
+        """default(), found once per space, and once per kernel identity and target: kernels
+        that compute the same thing on other buffers (an unrolled loop's iterations: Sinkhorn's,
+        a Lovasz loss's per class) take the row the first found, which NVRTC's register
+        reports may have had to confirm (a compile each)."""
+        key = (self.kernel.identity, self.kernel.tf32, self.target.name)
+        row = _DEFAULTS.get(key) if self.kernel.identity else None
+        if row is None or self.check(row):
+            row = _DEFAULTS[key] = self._found_default()
+        if len(_DEFAULTS) > _DEFAULTS_KEPT:
+            _DEFAULTS.clear()
+        return row
+
+    def _found_default(self) -> Row:
         if not self.template and self.facts.chain and "PLACE" in self.keys:
             values = {**CHAIN_CUT_ROW, "STAGE": "direct", "PLACE": "cut"}
             cut = make_row({k: values[k] for k in self.keys})
