@@ -402,3 +402,25 @@ def test_per_kernel_answers_are_kept_by_identity_not_by_hashing_the_kernel(monke
     from emmy.schedule.facts import facts
 
     facts.cache_clear()          # as bench/schedule_time.py forgets them before timing
+
+
+def test_kernels_of_one_identity_find_their_default_row_once(monkeypatch):
+    """Two kernels computing the same thing on other buffers (an unrolled loop's iterations)
+    share the default row the first one found: the second asks nothing of the cost model."""
+    import dataclasses
+
+    from emmy.schedule import space as space_module
+    from emmy.schedule.targets import get_target
+
+    tp = compile_to(load_expr("F.softmax(torch.randn(64, 500), dim=-1)"), "tile")["tile"].program
+    (k,) = tp.kernels
+    twin = dataclasses.replace(k, name="k9_twin")
+    found = []
+    real = Space._found_default
+    monkeypatch.setattr(Space, "_found_default", lambda self: found.append(1) or real(self))
+    monkeypatch.setattr(space_module, "_DEFAULTS", {})
+    target = get_target("sm_90a")
+    first = Space(k, target).default()
+    assert Space(twin, target).default() == first and len(found) == 1
+    other = dataclasses.replace(k, identity="")            # no identity: found afresh
+    assert Space(other, target).default() == first and len(found) == 2
