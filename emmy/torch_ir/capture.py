@@ -517,19 +517,29 @@ def _arguments_unvalidated():
     """torch.distributions' argument checks off while exporting, and F.gaussian_nll_loss's: they
     only raise (in eager, where the check runs the model, they still do), and each is a
     data-dependent branch to export (`Normal(loc, scale)` checks that every scale is
-    positive)."""
+    positive). And `torch.tensor(data=...)` taken as torch.tensor(...)."""
+    import torch
     import torch.nn.functional as F
     from torch.distributions import Distribution
 
     before = Distribution._validate_args
-    checked = F.gaussian_nll_loss
+    checked, tensor = F.gaussian_nll_loss, torch.tensor
     Distribution.set_default_validate_args(False)
     F.gaussian_nll_loss = _gaussian_nll_loss
+
+    def positional(*args, **kwargs):
+        """torch.tensor(data=[...]) (sniklaus' PWC-Net): export fails on the keyword with an
+        IndexError of its own; the same call with the data first."""
+        if not args and "data" in kwargs:
+            args = (kwargs.pop("data"),)
+        return tensor(*args, **kwargs)
+
+    torch.tensor = positional
     try:
         yield
     finally:
         Distribution.set_default_validate_args(before)
-        F.gaussian_nll_loss = checked
+        F.gaussian_nll_loss, torch.tensor = checked, tensor
 
 
 def _gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):

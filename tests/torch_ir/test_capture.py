@@ -465,6 +465,27 @@ def test_a_forward_that_caches_in_its_source_file_leaves_the_caches_as_they_were
     assert _base_grid.cache_info().currsize == 1
 
 
+def test_torch_tensor_with_its_data_by_keyword_exports():
+    """sniklaus' PWC-Net writes `torch.tensor(data=[...], dtype=..., device=...)`, on which
+    export fails with an IndexError of its own; torch.tensor is itself again afterwards."""
+    import numpy as np
+
+    from emmy.tensor_ir.interp import run
+    from emmy.tensor_ir.lower import lower
+
+    class Normalize(nn.Module):
+        def forward(self, x):
+            mean = torch.tensor(data=[0.485, 0.456, 0.406], dtype=x.dtype, device=x.device)
+            return x - mean.view(1, 3, 1, 1)
+
+    real = torch.tensor
+    x = torch.randn(2, 3, 4, 4)
+    g = capture(Normalize(), (x,))
+    assert torch.tensor is real
+    (got,) = run(lower(g), {"x": x.numpy()})
+    np.testing.assert_allclose(got, Normalize()(x).numpy(), rtol=1e-6)
+
+
 def test_distributions_argument_checks_do_not_stop_export():
     """`Normal(loc, scale)` checks its arguments (a data-dependent branch) by default; export
     runs without the checks, and the default is as it was afterwards."""
