@@ -65,6 +65,14 @@ def test_an_element_type_emmy_has_not_is_named(capsys, expr, message):
     assert rc == 2 and message in err and "Traceback" not in err
 
 
+def test_dropout_asked_to_train_says_how_to_keep_it_off(capsys):
+    """MC dropout's `F.dropout(h, p, training=True)`: model.eval() alone does not help."""
+    rc, _, err = run(capsys, "compile", "-c", "F.dropout(torch.randn(4, 8), 0.1, training=True)",
+                     "--ir", "tensor")
+    assert rc == 2 and "dropout in training mode draws a random mask at each call" in err
+    assert "training=self.training" in err
+
+
 def test_ops_lists_the_supported_ops(capsys):
     rc, out, err = run(capsys, "ops")
     assert rc == 0 and "rms_norm" in out.split() and "scaled_dot_product_attention" in out.split()

@@ -581,7 +581,9 @@ def lower_slice_scatter(b, x, src, dim=0, start=None, end=None, step=1):
 @op("dropout")
 def lower_dropout(b, x, p=0.5, train=False):
     if train and p > 0:
-        raise Refused("dropout in training mode (call model.eval())")
+        raise Refused("dropout in training mode draws a random mask at each call, which a "
+                      "compiled program does not reproduce (model.eval() for nn.Dropout; "
+                      "F.dropout(..., training=self.training) rather than training=True)")
     return x
 
 
