@@ -1,7 +1,7 @@
 """Updates through a boolean mask, `x[mask] -= 1` or `out[mask] = y[mask] * 3 + 1`, as
 `where(mask, f(x), x)`, and reductions of masked values, `loss[labels != -100].mean()`, as
 reductions of `where(mask, f(x), 0)` (the mean divided by the mask's count; a max of the
-lowest value): torch.export records the masked values as a gather (a tensor whose length
+lowest value; var and std from the masked squared deviations from that mean): torch.export records the masked values as a gather (a tensor whose length
 depends on the data), elementwise ops on it, and a write back through the same mask or a
 reduction. The result has a static shape, and the same values as computing the elementwise ops
 on every element and keeping the masked ones, so the exported graph is rewritten to that before
@@ -58,7 +58,7 @@ def _update(graph, put, mask, made: dict):
 
 # reductions of a masked gather: the value the masked-off elements take
 _REDUCTIONS = {"sum": 0, "mean": 0, "amax": "lowest", "max": "lowest", "amin": "highest",
-               "min": "highest"}
+               "min": "highest", "var": 0, "std": 0}
 
 
 def _masked_reduction(node):
@@ -66,14 +66,26 @@ def _masked_reduction(node):
     data-dependent length that can be computed on every element; else None."""
     aten = _aten()
     targets = (aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.dim,
-               aten.amax.default, aten.amin.default, aten.max.default, aten.min.default)
+               aten.amax.default, aten.amin.default, aten.max.default, aten.min.default,
+               *_spreads())
     if node.op != "call_function" or node.target not in targets or not node.args:
         return None
     g = node.args[0]
     mask = _mask_of(g)
     if mask is None or not _derived(g, mask) or _reduce_args(node) is None:
         return None
+    if node.target in _spreads() and _reduce_args(node)[0] != list(range(len(
+            _reduce_args(node)[0]))):
+        return None     # its mean broadcasts back over the values: the leading axes only
     return mask
+
+
+def _spreads() -> tuple:
+    """var and std: their overloads of a dim list or none, and a Bessel correction (`unbiased`
+    or `correction`)."""
+    aten = _aten()
+    return (aten.var.default, aten.var.dim, aten.var.correction, aten.std.default,
+            aten.std.dim, aten.std.correction)
 
 
 def _reduce_args(node):
@@ -83,7 +95,8 @@ def _reduce_args(node):
     rank = _val(g).dim()
     args = list(node.args[1:])
     dims = args[0] if args and isinstance(args[0], (list, tuple)) else node.kwargs.get("dim")
-    keepdim = args[1] if len(args) > 1 else node.kwargs.get("keepdim", False)
+    at = 2 if node.target in _spreads() and node.target._overloadname == "dim" else 1
+    keepdim = args[at] if len(args) > at else node.kwargs.get("keepdim", False)
     if keepdim:
         return None
     dims = list(range(rank)) if not dims else sorted({d % rank for d in dims})
@@ -120,7 +133,36 @@ def _reduction(graph, node, mask, made: dict):
     per = math.prod(int(vv.shape[d + k - 1]) for d in dims if d > 0)
     if per != 1:
         count = _node(graph, aten.mul.Tensor, (count, per), {}, (), _torch().int64, node)
-    return _node(graph, aten.div.Tensor, (total, count), {}, out.shape, out.dtype, node)
+    mean = _node(graph, aten.div.Tensor, (total, count), {}, out.shape, out.dtype, node)
+    if name == "mean":
+        return mean
+    # var and std: the squared deviations from the mean of the masked values, summed, over
+    # max(count - correction, 0) (torch's Bessel correction, 1 unless asked otherwise)
+    deviation = _node(graph, aten.sub.Tensor, (values, mean), {}, vv.shape, vv.dtype, node)
+    squares = _node(graph, aten.mul.Tensor, (deviation, deviation), {}, vv.shape, vv.dtype,
+                    node)
+    kept = _node(graph, aten.where.ScalarOther, (bmask, squares, 0), {}, vv.shape, vv.dtype,
+                 node)
+    spread = _node(graph, aten.sum.dim_IntList, (kept, full_dims), {}, out.shape, out.dtype,
+                   node)
+    dof = _node(graph, aten.clamp_min.default, (
+        _node(graph, aten.sub.Tensor, (count, _correction(node)), {}, (), _torch().int64, node),
+        0), {}, (), _torch().int64, node)
+    var = _node(graph, aten.div.Tensor, (spread, dof), {}, out.shape, out.dtype, node)
+    return var if name == "var" else _node(graph, aten.sqrt.default, (var,), {}, out.shape,
+                                           out.dtype, node)
+
+
+def _correction(node) -> int:
+    """The Bessel correction of a var or std: `unbiased` of the .default overload, else
+    `correction` (1 when not given)."""
+    overload = node.target._overloadname
+    if overload in ("default", "dim"):            # (self, unbiased) and (self, dim, unbiased)
+        at = 1 if overload == "default" else 2
+        unbiased = node.args[at] if len(node.args) > at else node.kwargs.get("unbiased", True)
+        return 1 if unbiased else 0
+    correction = node.kwargs.get("correction")
+    return 1 if correction is None else correction
 
 
 def _extreme(dtype, *, lowest: bool):

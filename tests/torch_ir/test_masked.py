@@ -41,6 +41,11 @@ BODIES = {
     "rows_update": "y = x.clone()\ny[labels == 1] *= w\ny[labels < 0] = x[labels < 0] - 1\n"
                    "out = (y,)",
     "update_then_reduce": "y = x.clone()\ny[y < 0] = 0\nout = (y, y[labels != 0].mean())",
+    # the spread of the valid pixels' flow errors (KITTI's metrics), each Bessel correction
+    "spreads": "out = (x[x > 0].std(), x[x > 0].var(unbiased=False), "
+               "torch.std(x[labels > 0], correction=0), x[labels >= 0].std(dim=0), "
+               "x[labels >= 0].var(0, correction=2), (x[n > 2] * 2 + 1).var(), "
+               "x[labels > 0].std((0, 1)))",
 }
 
 
@@ -66,7 +71,8 @@ def test_rewritten_programs_match_eager_on_random_masks(name, seed):
         torch.testing.assert_close(torch.from_numpy(out).reshape(want.shape), want)
 
 
-@pytest.mark.parametrize("name", ["mean_of_selected", "extremes", "update_from_other"])
+@pytest.mark.parametrize("name", ["mean_of_selected", "extremes", "update_from_other",
+                                  "spreads"])
 def test_emitted_cuda_matches_eager(name):
     w = Workload(name, Body(BODIES[name]), _inputs(0), source=BODIES[name], origin="<test>")
     assert_workload_cuda_matches_eager(w)
@@ -77,6 +83,8 @@ def test_emitted_cuda_matches_eager(name):
     "out = (x[x > 0].cumsum(0)[:1],)",                                   # not elementwise
     "out = (x[x > 0].sum(0, keepdim=True),)",                            # keeps the axis
     "out = (x[labels > 0].sum(1),)",                                     # a length per row
+    "out = (x[labels > 0].std(1),)",
+    "out = (torch.median(x[x > 0]),)",                                   # not a fold
     "y = x.clone()\ny[torch.rand_like(x) > 0.5] = x[torch.rand_like(x) > 0.5]\nout = (y,)",
 ])
 def test_selections_the_rewrite_cannot_remove_stay_refused(body):
