@@ -54,7 +54,8 @@ def overload(name: str):
 
 
 def _table(op) -> dict:
-    """torch's decomposition of `op`: torch._decomp's (a 5-D grid_sampler's written here), or
+    """torch's decomposition of `op`: torch._decomp's (grid_sampler's and affine_grid's
+    written here, as ATen's kernels compute them), or
     for the quantize and dequantize ops PT2E's convert_pt2e leaves in a graph
     (`quantized_decomposed`), the Python functions that define them
     (torch.ao.quantization.fx._decomposed), those whose scale and zero point are tensors
@@ -65,6 +66,8 @@ def _table(op) -> dict:
         return {op: _grid_sampler_3d}
     if op.namespace == "aten" and op._schema.name == "aten::grid_sampler_2d":
         return {op: _grid_sampler_2d}
+    if op.namespace == "aten" and op._schema.name == "aten::affine_grid_generator":
+        return {op: _affine_grid_generator}
     if op in decomposition_table:
         return {op: decomposition_table[op]}
     if op.namespace != "quantized_decomposed":
@@ -75,6 +78,33 @@ def _table(op) -> dict:
     fn = _TENSOR_QPARAMS.get((base, which)) or \
         getattr(decomposed, base if which == "default" else f"{base}_{which}", None)
     return {op: fn} if fn is not None else {}
+
+
+def _affine_grid_generator(theta, size, align_corners: bool):
+    """F.affine_grid as ATen's CPU kernel computes it: each axis's positions linspace(-1, 1, n),
+    times (n - 1) and then divided by n unless align_corners (torch._decomp's linspace between
+    +-(n - 1) / n differs by a unit in the last place, which moves a nearest sample at a
+    half-pixel tie to the next pixel), a row of ones, times theta transposed."""
+    import torch
+
+    def positions(n: int):
+        if n <= 1:
+            return torch.zeros(1, dtype=theta.dtype, device=theta.device)
+        r = torch.linspace(-1, 1, n, dtype=theta.dtype, device=theta.device)
+        return r if align_corners else r * (n - 1) / n
+
+    extents = [int(e) for e in size[2:]]              # (h, w) or (d, h, w)
+    axes = [positions(e) for e in reversed(extents)]  # x (the last axis) first
+    shape = tuple(extents)
+    coords = []
+    for i, a in enumerate(axes):
+        view = [1] * len(shape)
+        view[len(shape) - 1 - i] = shape[len(shape) - 1 - i]
+        coords.append(a.view(view).expand(shape))
+    coords.append(torch.ones(shape, dtype=theta.dtype, device=theta.device))
+    base = torch.stack(coords, -1).view(1, -1, len(coords), 1)        # (1, points, k, 1)
+    grid = (base * theta.mT.unsqueeze(1)).sum(-2)                     # (n, points, dims)
+    return grid.view(int(size[0]), *shape, len(extents))
 
 
 def _grid_sampler_3d(volume, grid, interpolation_mode: int = 0, padding_mode: int = 0,

@@ -257,3 +257,35 @@ def test_an_image_grid_sample_scales_the_grid_as_torch_s_kernel(mode, padding, c
                                                align_corners=corners)), image, grid)
     check_module(Fn(lambda v, p: F.grid_sample(v, p, mode="bicubic", padding_mode=padding,
                                                align_corners=corners)), image, grid)
+
+
+@pytest.mark.parametrize("n, start, end", [(7, -1, 1), (8, -1, 1), (13, -1, 1), (16, -1, 1),
+                                           (100, 0.1, 7.3), (1000, -3.7, 2.2)])
+def test_linspace_is_torch_s_to_the_bit(n, start, end):
+    """torch's kernels round start + step * i once (a fused multiply-add): linspace(-1, 1, 7)
+    has -2.98e-08 in the middle, not 0, and a nearest sample at a half-pixel tie goes by it."""
+    from emmy.tensor_ir.interp import run
+
+    g = capture(Fn(lambda x: x + torch.linspace(start, end, n)), (torch.zeros(n),))
+    (got,) = run(lower(g), {g.inputs[0].name: torch.zeros(n).numpy()})
+    assert torch.equal(torch.from_numpy(got), torch.linspace(start, end, n))
+
+
+@pytest.mark.parametrize("size", [(2, 1, 6, 8), (1, 1, 7, 13), (1, 1, 3, 4, 5)])
+@pytest.mark.parametrize("corners", [True, False])
+def test_affine_grid_is_aten_s_to_the_bit_and_a_tie_samples_as_eager(size, corners):
+    """ATen's affine_grid scales linspace(-1, 1, n) by (n - 1) / n, two roundings, where
+    torch._decomp takes linspace(-(n - 1) / n, (n - 1) / n, n): an identity grid at half
+    resolution puts every nearest sample on a half-pixel tie, which those units decide."""
+    from emmy.tensor_ir.interp import run
+
+    dims = len(size) - 2
+    theta = torch.eye(dims, dims + 1)[None].expand(size[0], -1, -1).contiguous()
+    g = capture(Fn(lambda t: F.affine_grid(t, size, align_corners=corners)), (theta,))
+    (got,) = run(lower(g), {g.inputs[0].name: theta.numpy()})
+    assert torch.equal(torch.from_numpy(got), F.affine_grid(theta, size, align_corners=corners))
+    labels = torch.arange(12 * 16, dtype=torch.float32).view(1, 1, 12, 16)
+    warp = Fn(lambda lab, t: F.grid_sample(lab, F.affine_grid(t, (1, 1, 6, 8),
+                                                              align_corners=False),
+                                           mode="nearest", align_corners=False))
+    check_module(warp, labels, torch.eye(2, 3)[None])

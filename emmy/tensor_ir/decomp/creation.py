@@ -185,7 +185,9 @@ def lower_kaiser_window(b, length, periodic=True, beta=12.0, *, dtype=None, **pl
 def lower_linspace(b, start, end, steps, *, dtype=None, **placement):
     """torch's CPU form: start + step * i in the first half, end - step * (steps - 1 - i) in
     the second (each end exact), step = (end - start) / (steps - 1), in the result's float
-    type."""
+    type; a float32 one rounded once from each product and sum, as torch's kernels compute it
+    (a fused multiply-add on the CPU and the GPU alike: -2.98e-08 in the middle of
+    linspace(-1, 1, 7), not 0), here in float64, where they are exact."""
     dtype = dtype or DType.F32
     if not dtype.is_float or not all(isinstance(v, (int, float)) for v in (start, end)):
         raise Refused("linspace between two numbers into a float type (a tensor bound or an "
@@ -199,10 +201,16 @@ def lower_linspace(b, start, end, steps, *, dtype=None, **placement):
         import numpy as np
 
         step = float((np.float32(end) - np.float32(start)) / np.float32(steps - 1))
-    i = b.iota((steps,), 0, dtype)
+    exact = dtype is DType.F32 and steps < 2 ** 24
+    i = b.iota((steps,), 0, DType.F64 if exact else dtype)
+    if exact:                                   # the ends as the float32 values torch has
+        import numpy as np
+
+        start, end = float(np.float32(start)), float(np.float32(end))
     first = b.ew(E.ADD, b.ew(E.MUL, i, step), float(start))
     second = b.ew(E.SUB, float(end), b.ew(E.MUL, b.ew(E.SUB, float(steps - 1), i), step))
-    return b.ew(E.WHERE, b.ew(E.LT, i, float(steps // 2)), first, second)
+    out = b.ew(E.WHERE, b.ew(E.LT, i, float(steps // 2)), first, second)
+    return b.cast(out, dtype) if exact else out
 
 
 def triangle(b: Builder, x: str, diagonal: int, keep: E) -> str:
