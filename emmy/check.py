@@ -221,7 +221,7 @@ def with_updates(model, updates: tuple[str, ...]):
             return (*out, *(self.model.get_buffer(t) if updated_input(t) is None
                             else tensors[updated_input(t)] for t in updates))
 
-    return WithUpdates().eval()
+    return WithUpdates()        # the copy in the model's own mode, as its program computes
 
 
 def _compare_outputs(outs, got, workload, *, tf32: bool = False,

@@ -219,10 +219,9 @@ def cmd_run(args) -> int:
     for i, o in enumerate(report.outputs):
         verdict = ("ok" if o.reference == "eager" else f"ok (vs {o.reference})") if o.ok \
             else "MISMATCH" + (f" ({o.why})" if o.why else "")
-        name = f"{o.name} ({graph.update_label(written[i])})" if i in written else o.name
-        if o.name in shown:     # the model returns one tensor at several positions
-            name = f"output {i} (the tensor {o.name} again)"
-        shown.add(o.name)
+        name = f"{o.name} ({graph.update_label(written[i])})" if i in written else \
+            f"output {i} (the tensor {o.name} again)" if o.name in shown else o.name
+        shown.add(o.name)       # the model may return one tensor at several positions
         print(f"  {name}: {o.dtype}[{','.join(map(str, o.shape))}]  max abs err {o.max_abs:.3g}"
               f"  max rel err {o.max_rel:.3g}  (atol {o.atol:g}, rtol {o.rtol:g})  {verdict}")
     print("PASS" if report.ok else "FAIL")

@@ -323,3 +323,59 @@ def test_emmy_run_check_names_the_inputs_it_compares(capsys, tmp_path):
     assert main(["run", str(path), "--check"]) == 0
     out = capsys.readouterr().out
     assert "(input heat): f32[4,4]" in out and "PASS" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# Running statistics a norm updates without its op saying so
+
+
+class FunctionalBatchNorm(nn.Module):
+    """F.batch_norm(..., training=True) on buffers (FixMatch's functional BN, functional_call
+    style): aten's batch_norm writes the running statistics in place, which its schema does
+    not say; the model reads the running mean afterwards."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(8))
+        self.register_buffer("running_var", torch.ones(8))
+
+    def forward(self, x):
+        y = F.batch_norm(x, self.running_mean, self.running_var, None, None, True, 0.1, 1e-5)
+        return y, self.running_mean * 2
+
+
+class StatsAsInputs(nn.Module):
+    def forward(self, x, mean, var):
+        return F.batch_norm(x, mean, var, None, None, True, 0.1, 1e-5)
+
+
+class TrackedInstanceNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.InstanceNorm1d(8, affine=True, track_running_stats=True)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+def test_running_statistics_a_norm_updates_are_written_back():
+    cases = [(FunctionalBatchNorm(), (torch.randn(4, 8, 5, 5) + 1,), ("running_mean",
+                                                                    "running_var")),
+             (StatsAsInputs(), (torch.randn(4, 8, 5), torch.zeros(8), torch.ones(8)),
+              ("input:1", "input:2")),
+             (TrackedInstanceNorm().train(), (torch.randn(4, 8, 20) * 2 + 1,),
+              ("norm.running_mean", "norm.running_var"))]
+    for model, inputs, updates in cases:
+        w, stages = _inputs_written(model, *inputs)
+        assert stages["torch"].updates == updates
+        report, failed = check_cuda_program(w, stages["torch"], stages["cuda"])
+        assert report is not None, failed.log[-2000:]
+        assert report.ok and len(report.outputs) == len(stages["torch"].outputs), report.outputs
+    model = TrackedInstanceNorm().train()
+    eager = copy.deepcopy(model)
+    compiled = emmy.compile(model, torch.randn(4, 8, 20), run="emulate")
+    for seed in range(2):
+        x = torch.randn(4, 8, 20, generator=torch.Generator().manual_seed(seed)) + seed
+        torch.testing.assert_close(compiled(x), eager(x).detach())
+    torch.testing.assert_close(model.norm.running_mean, eager.norm.running_mean)
+    torch.testing.assert_close(model.norm.running_var, eager.norm.running_var)

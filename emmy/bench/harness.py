@@ -224,7 +224,7 @@ class _Reference:
     """The eager model on the check's device, in float64 when it runs there, else as it is."""
 
     def __init__(self, model, dev, updates: tuple[str, ...] = ()):
-        self.native = copy.deepcopy(model).to(dev).eval()
+        self.native = copy.deepcopy(model).to(dev)      # in its own mode, as compiled
         self.f64 = copy.deepcopy(self.native).double()
         self.dtype: str | None = None
         self.updates = updates          # buffers the model writes: each run on a fresh copy

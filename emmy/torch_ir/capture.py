@@ -46,13 +46,39 @@ def _functionalized(ep):
     """The exported program with every in-place op out of place, or None where torch cannot
     functionalize it. A buffer or model input it writes (a KV cache, `heat.sigmoid_()` on an
     argument) gets its new value as an output of the program (torch's mutation outputs)."""
+    import torch
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            functional = ep.run_decompositions({})
+            functional = ep.run_decompositions(
+                {torch.ops.aten.instance_norm.default: _instance_norm})
         except Exception:     # torch's own error types vary by version
             return None
     return functional
+
+
+def _instance_norm(x, weight, bias, running_mean, running_var, use_input_stats: bool,
+                   momentum: float, eps: float, cudnn_enabled: bool):
+    """aten's instance_norm, whose running statistics functionalization does not see written
+    otherwise: a batch norm of every (sample, channel) as its own channel, the running
+    statistics it updates averaged over the samples and written back."""
+    import torch
+
+    b, c = x.shape[0], x.shape[1]
+
+    def repeated(t):
+        return None if t is None else t.repeat(b)
+
+    mean, var = repeated(running_mean), repeated(running_var)
+    out = torch.batch_norm(x.contiguous().view(1, b * c, *x.shape[2:]), repeated(weight),
+                           repeated(bias), mean, var, use_input_stats, momentum, eps,
+                           cudnn_enabled)
+    if running_mean is not None:
+        running_mean.copy_(mean.view(b, c).mean(0))
+    if running_var is not None:
+        running_var.copy_(var.view(b, c).mean(0))
+    return out.view(x.shape)
 
 
 def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
@@ -318,6 +344,10 @@ def _functional(fx_node, order, origin: str | None) -> str:
     afterwards, or the memory is a model input: both are refused."""
     name = op_name(fx_node.target)
     schema = getattr(fx_node.target, "_schema", None)
+    if _updates_running_stats(fx_node):
+        where = _source_line(fx_node.meta.get("stack_trace"), origin)
+        raise _SharedWrite(f"`{name}`{' at ' + where if where else ''} updates its running "
+                           "statistics in place")
     if schema is None or not schema.is_mutable or not fx_node.args:
         return name
     first = schema.arguments[0]
@@ -354,6 +384,20 @@ def _functional(fx_node, order, origin: str | None) -> str:
             return op_name(twin) if twin is not fx_node.target else base[:-1] + dot + overload
         operand, writer = order.regions[inputs[0]]
         shared = _aliases(operand)
+
+
+def _updates_running_stats(fx_node) -> bool:
+    """Whether the node is a batch or instance norm that computes batch statistics and folds
+    them into running ones (F.batch_norm(x, running_mean, running_var, training=True), an
+    InstanceNorm tracking its statistics): aten's composite op writes them in place without its
+    schema saying so, and export records no write unless the graph is functionalized."""
+    import torch
+
+    aten = torch.ops.aten
+    at = {aten.batch_norm.default: 5, aten.instance_norm.default: 5}.get(fx_node.target)
+    if at is None or len(fx_node.args) <= at:
+        return False
+    return bool(fx_node.args[at]) and fx_node.args[3] is not None
 
 
 def _refuse_input_write(shared, order, name: str, at: str) -> None:
