@@ -263,3 +263,17 @@ def test_a_tensor_made_of_numbers_read_off_tensors(check):
                      x / torch.tensor(x.abs().max().item()),
                      torch.full((3,), x[0, 1].item()) * 2),
           torch.randn(3, 5))
+
+
+def test_python_arithmetic_on_numbers_read_off_tensors(check):
+    """An optimizer's step read with `.item()`: a learning rate decayed by division, Adam's
+    bias corrections (`1 - 0.9 ** step`, a square root by `** 0.5`: torch.export itself
+    guards math.sqrt's argument), on a float and an integer step."""
+
+    def step(x, t, n):
+        s, k = t.item(), n.item()
+        return (x * (0.1 / (1 + (s - 1) * 0.01)),
+                x * (1 - 0.999 ** s) ** 0.5 / (1 - 0.9 ** s),
+                x * (2.0 ** k) + k / 4)
+
+    check(step, torch.randn(4, 8), torch.tensor(3.0), torch.tensor(5))

@@ -29,6 +29,7 @@ UNARY = {
     "atan": E.ATAN, "sinh": E.SINH, "cosh": E.COSH, "asinh": E.ASINH, "acosh": E.ACOSH,
     "atanh": E.ATANH,
     "sym_neg": E.NEG,       # of a number read off a tensor (`-t.item()`): below
+    "sym_sqrt": E.SQRT,     # math.sqrt of one
 }
 # ops whose integer inputs compute as floats (torch promotes them to the default float type)
 _FLOAT_ONLY = {E.EXP, E.LOG, E.LOG1P, E.EXPM1, E.SQRT, E.RSQRT, E.SIN, E.COS, E.TANH,
@@ -131,7 +132,7 @@ def lower_rsub(b, x, y, alpha=1):
     return lower_sub(b, y, x, alpha)
 
 
-@op("div.Tensor", "div.Scalar", "true_divide.Tensor")
+@op("div.Tensor", "div.Scalar", "true_divide.Tensor", "sym_truediv")
 def lower_div(b, x, y):
     return true_divide(b, x, y)
 
@@ -504,6 +505,22 @@ def lower_pow_scalar(b, x, exponent):
 
 @op("pow.Tensor_Tensor")
 def lower_pow_tensor(b, x, y):
+    return b.ew(E.POW, x, y)
+
+
+@op("sym_float")
+def lower_sym_float(b, x):
+    """float() of a number read off a tensor (`2.0 ** k` of an integer k)."""
+    return to_float(b, x) if isinstance(x, str) else float(x)
+
+
+@op("sym_pow")
+def lower_sym_pow(b, x, y):
+    """`0.9 ** step` of a number read off a tensor (Adam's bias correction written with
+    `.item()`): Python's power, in floats unless both are integers."""
+    if not all(isinstance(v, int) or (isinstance(v, str) and not b.dtype(v).is_float)
+               for v in (x, y)):
+        x, y = (to_float(b, v) if isinstance(v, str) else float(v) for v in (x, y))
     return b.ew(E.POW, x, y)
 
 
