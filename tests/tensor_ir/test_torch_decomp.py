@@ -129,6 +129,12 @@ NATIVE = {
     "histc_edges": (lambda x: torch.histc(x, bins=5, min=0, max=4), (torch.arange(-1.0, 6.0),)),
     "histc_constant": (lambda x: torch.histc(x * 0 + 2, bins=4), (r(9),)),
     "histc_half": (lambda x: torch.histc(x, bins=6), (r(300).half(),)),
+    # torch.ao's HistogramObserver: the bounds are the batch's aminmax, 0-d tensors; equal
+    # ones (a constant batch) fall back to the data's own range, widened by one
+    "histc_tensor_bounds": (lambda x: (torch.histc(x, 16, *torch.aminmax(x)),
+                                       torch.histc(x, 8, x.min() * 0.5, x.max() * 0.5),
+                                       torch.histc(x * 0 + 3, 4, *torch.aminmax(x * 0 + 3)),
+                                       torch.histc(x, 4, x[0, 0], x[0, 0])), (r(6, 50),)),
     # every pair i < j of rows, in order; a repeated row (distance 0) and p's special cases
     "pdist": (lambda x: (F.pdist(x), F.pdist(x, 1), F.pdist(x, 0), F.pdist(x, INF),
                          F.pdist(x, 3.0)), (torch.cat([r(6, 5), r(1, 5).expand(2, 5)]),)),

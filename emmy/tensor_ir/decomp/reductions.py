@@ -740,13 +740,15 @@ def lower_histc(b, x, bins=100, min=0, max=0):
     equal); an element at max counts in the last bin, one outside the range or NaN in none.
     Each bin counts every element (bins * n compares), with eager's bin of an element,
     trunc((x - min) * bins / (max - min)), each step rounded to the element type as eager
-    does."""
+    does. Bounds given as 0-d tensors (torch.ao's HistogramObserver: the batch's aminmax) are
+    read when the program runs."""
     dt = b.dtype(x)
     if not dt.is_float:
         raise Refused(f"histc of {dt.value} (torch takes floating tensors only)")
     if not 0 < bins <= HISTC_LIMIT:
         raise Refused(f"bins={bins}: histc takes 1 to {HISTC_LIMIT} bins")
-    if min > max:
+    given = isinstance(min, str) or isinstance(max, str)   # 0-d tensors (torch.ao's observer)
+    if not given and min > max:
         raise Refused(f"min={min} above max={max}")
     flat = reshape(b, x, [-1])
     n = b.shape(flat)[0]
@@ -756,8 +758,15 @@ def lower_histc(b, x, bins=100, min=0, max=0):
         return b.cast(b.cast(v, dt), work) if dt in (DType.F16, DType.BF16) else v
 
     values = b.cast(flat, work)
-    if min == max:
-        lo, hi = (b.reduce(op, values, (0,)) for op in (R.MIN, R.MAX))
+    if given or min == max:
+        if given:        # bounds known when it runs: the data's own where they are equal
+            lo, hi = (b.cast(v, work) if isinstance(v, str) else b.full((), float(v), work)
+                      for v in (min, max))
+            own = b.ew(E.EQ, lo, hi)
+            lo = b.ew(E.WHERE, own, b.reduce(R.MIN, values, (0,)), step(lo))
+            hi = b.ew(E.WHERE, own, b.reduce(R.MAX, values, (0,)), step(hi))
+        else:
+            lo, hi = (b.reduce(op, values, (0,)) for op in (R.MIN, R.MAX))
         same = b.ew(E.EQ, lo, hi)
         lo, hi = b.ew(E.WHERE, same, step(b.ew(E.SUB, lo, 1)), lo), \
             b.ew(E.WHERE, same, step(b.ew(E.ADD, hi, 1)), hi)
