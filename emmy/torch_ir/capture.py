@@ -160,6 +160,11 @@ def _written(ep, inputs: list[str], names: dict[str, str]) -> list[str]:
             out.append(spec.target)
         elif spec.kind.name == "USER_INPUT_MUTATION":
             out.append(input_update(inputs.index(names.get(spec.target, spec.target))))
+        elif spec.kind.name == "PARAMETER_MUTATION":
+            raise UserError(f"the model writes into its parameter `{spec.target}`; emmy "
+                            "compiles functional programs, which change nothing but their "
+                            "outputs and the buffers and inputs they write (use the "
+                            "out-of-place op, or write into a copy made first)")
         elif spec.kind.name != "USER_OUTPUT":
             raise UserError(f"the exported program writes {spec.target} ({spec.kind.name}); "
                             "emmy writes back buffers and model inputs")
@@ -354,6 +359,12 @@ def _functional(fx_node, order, origin: str | None) -> str:
     base, dot, overload = name.partition(".")
     where = _source_line(fx_node.meta.get("stack_trace"), origin)
     at = f" at {where}" if where else ""
+    outs = [fx_node.kwargs[a.name] for a in schema.arguments
+            if a.kwarg_only and a.alias_info and a.alias_info.is_write and a.name in fx_node.kwargs]
+    if outs:          # `torch.maximum(a, b, out=a)` (torch.optim's amsgrad), F.normalize's out
+        _refuse_input_write(set().union(*(_aliases(t) for t in _flat(outs) if hasattr(t, "op"))),
+                            order, name, at)
+        raise _SharedWrite(f"`{name}`{at} writes its result into `out`")
     if not (first.alias_info and first.alias_info.is_write) or not base.endswith("_") or \
             any(a.alias_info and a.alias_info.is_write for a in schema.arguments[1:]):
         return name          # not a plain in-place update of `self`: the op table decides

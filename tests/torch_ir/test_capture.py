@@ -465,6 +465,42 @@ def test_a_forward_that_caches_in_its_source_file_leaves_the_caches_as_they_were
     assert _base_grid.cache_info().currsize == 1
 
 
+def test_ops_writing_into_out_compute_as_eager():
+    """torch.optim's amsgrad writes `torch.maximum(m, v, out=m)`, spectral_norm's power step
+    `F.normalize(..., out=self._u)` (a buffer: written back); into a parameter it is refused."""
+    from emmy.tensor_ir.interp import run
+    from emmy.tensor_ir.lower import lower
+
+    class Amsgrad(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("u", torch.zeros(6))
+            self.w = nn.Parameter(torch.randn(6))
+
+        def forward(self, m, v):
+            m = m.clone()
+            torch.maximum(m, v, out=m)
+            torch.nn.functional.normalize(v[0] * 2, dim=0, out=self.u)
+            return m.sqrt() + self.u
+
+    m, v = torch.rand(4, 6), torch.rand(4, 6)
+    g = capture(Amsgrad(), (m, v))
+    assert g.updates == ("u",)
+    got = run(lower(g), {p.name: t.numpy() for p, t in zip(g.inputs, (m, v))})
+    model = Amsgrad()
+    torch.testing.assert_close(torch.from_numpy(got[0]), model(m, v))
+    torch.testing.assert_close(torch.from_numpy(got[1]), model.u)
+
+    class IntoParameter(Amsgrad):
+        def forward(self, m, v):
+            with torch.no_grad():
+                torch.maximum(self.w, v[0], out=self.w)
+            return m * self.w
+
+    with pytest.raises(UserError, match="writes into its parameter `w`"):
+        capture(IntoParameter(), (m, v))
+
+
 def test_torch_tensor_with_its_data_by_keyword_exports():
     """sniklaus' PWC-Net writes `torch.tensor(data=[...], dtype=..., device=...)`, on which
     export fails with an IndexError of its own; torch.tensor is itself again afterwards."""
