@@ -581,12 +581,15 @@ def _funnels(name: str, defs, users, stored: set[str]) -> bool:
 
 
 def _feeds_product(name: str, users, defs) -> bool:
-    """Whether a product reads `name` through element-wise ops, casts and index maps."""
+    """Whether a matrix product reads `name` through element-wise ops, casts and index maps:
+    a product one of whose factors is broadcast (not a row's dot with a tensor of its own
+    shape, `(q * x).sum(1)` after SwAV's Sinkhorn, which recomputes nothing by design)."""
     seen, todo = {name}, [name]
     while todo:
         for u in users[todo.pop()]:
             d = defs[u]
-            if _factors(d, defs) is not None:
+            factors = _factors(d, defs)
+            if factors is not None and any(_broadcast(f, defs) for f in factors):
                 return True
             if isinstance(d, (Elementwise, Cast, IndexMap)) and u not in seen:
                 seen.add(u)
@@ -786,6 +789,16 @@ def _factors(d: Def, defs) -> tuple[str, ...] | None:
             and all(isinstance(a, str) for a in arg.args) and arg.args[0] != arg.args[1]):
         return arg.args
     return None
+
+
+def _broadcast(name: str, defs) -> bool:
+    """Whether `name` is an index map (through widening casts) of fewer elements than it
+    has: a matrix product's factor, each read along the other's free axis."""
+    d = defs[name]
+    while isinstance(d, Cast) and _widening(d, defs):
+        d = defs[d.arg]
+    return isinstance(d, IndexMap) and math.prod(d.type.shape) > math.prod(
+        defs[d.arg].type.shape)
 
 
 def _flash_operands(d: Reduce, defs) -> bool:

@@ -11,7 +11,7 @@ from emmy.loop_ir.ir import Load, Loop, LoopKind, Store
 from emmy.tensor_ir.builder import Builder
 from emmy.tensor_ir.ir import EwOp, ReduceOp, TensorType
 
-from .programs import check, check_torch, random_feeds
+from .programs import Fn, check, check_torch, random_feeds
 
 
 def loads(k):
@@ -476,3 +476,21 @@ def test_a_maximum_the_comparing_kernel_finds_itself_keeps_the_softmax_fused():
     lp = compile_to(load_file("examples/moe_router.py", ()), "loop")["loop"]
     assert len(lp.kernels) == 2, [k.name for k in lp.kernels]
     assert not any("compared with its" in n for n in lp.notes)
+
+
+def test_sums_a_row_dot_reads_are_stored_not_recomputed_per_element():
+    """SwAV's Sinkhorn-Knopp: alternating row and column sums, then the loss's `(q * x).sum(1)`.
+    That dot is no matrix product (neither factor is broadcast), so the sums before it are
+    stored, where inlined each output element ran them all again (75,497,472 times)."""
+    def swav(out, x):
+        q = torch.exp(out / 0.05).t()
+        q = q / q.sum()
+        for _ in range(3):
+            q = q / q.sum(1, keepdim=True) / q.shape[0]
+            q = q / q.sum(0, keepdim=True) / q.shape[1]
+        q = (q * q.shape[1]).t()
+        return q, (q * x).sum(1)
+
+    lp = check_torch(Fn(swav), torch.randn(32, 48) * 0.3, torch.randn(32, 48))
+    assert not any("recomputed up to" in n for n in lp.notes), lp.notes
+    assert 5 <= len(lp.kernels) <= 9
