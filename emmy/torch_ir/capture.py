@@ -584,10 +584,15 @@ def _arguments_unvalidated():
 
     def positional(*args, **kwargs):
         """torch.tensor(data=[...]) (sniklaus' PWC-Net): export fails on the keyword with an
-        IndexError of its own; the same call with the data first."""
+        IndexError of its own; the same call with the data first, made while torch.tensor is
+        itself (export's tracer recognizes it by identity: a number read off a tensor)."""
         if not args and "data" in kwargs:
             args = (kwargs.pop("data"),)
-        return tensor(*args, **kwargs)
+        torch.tensor = tensor
+        try:
+            return tensor(*args, **kwargs)
+        finally:
+            torch.tensor = positional
 
     torch.tensor = positional
     try:
