@@ -289,19 +289,20 @@ def scaled_products(p: Program) -> dict[str, str]:
     users = _users(p)
     outputs = set(p.outputs)
     attention = _attentions(p, users, defs)
+    ancestry = _Ancestry(p)
     out: dict[str, str] = {}
     for d in p.defs:
         if _factors(d, defs) is None or d.name in attention:
             continue
         pointwise = _closure(d.name, users, defs, through_reductions=False)
-        for u in pointwise - {d.name}:
+        for u in sorted(pointwise - {d.name}, key=ancestry.index.__getitem__):  # program order
             for a in operands(defs[u]):
                 while isinstance(defs[a], IndexMap) and not _sliding(defs[a], defs):
                     a = defs[a].arg
                 if a in pointwise or a in outputs or isinstance(defs[a], Input):
                     continue
                 stat = _statistic(a, defs)
-                if stat is None or d.name in _ancestors(a, defs):
+                if stat is None or ancestry.computes_from(a, d.name):
                     continue
                 out.setdefault(a, f"a product's epilogue (`{d.name}`, through `{u}`) reads "
                                   f"it, and it is computed from a reduction (`{stat}`, "
@@ -471,6 +472,7 @@ def recomputed_products(p: Program, kernels_uses: list[Mapping[str, int]]) -> di
     defs = {d.name: d for d in p.defs}
     users = _users(p)
     attention = _attentions(p, users, defs)
+    ancestry = _Ancestry(p)
     out: dict[str, str] = {}
     computing = Counter(n for uses in kernels_uses for n in uses
                         if n not in attention and _factors(defs[n], defs) is not None)
@@ -492,7 +494,7 @@ def recomputed_products(p: Program, kernels_uses: list[Mapping[str, int]]) -> di
         # chain in which one reads the other: every one but the last is stored, which the last
         # one's epilogue reads
         for i, name in enumerate(products):
-            later = [m for m in products[i + 1:] if name not in _ancestors(m, defs)]
+            later = [m for m in products[i + 1:] if not ancestry.computes_from(m, name)]
             if later:
                 out.setdefault(_epilogue_end(name, users, defs, frozenset(later)), (
                     f"the kernel of `{later[-1]}` also computes this product (`{name}`), which "
@@ -765,6 +767,24 @@ def _epilogue_end(name: str, users, defs, apart: frozenset[str] = frozenset()) -
     while isinstance(defs[name], Cast) and _widening(defs[name], defs):
         name = defs[name].arg
     return name
+
+
+class _Ancestry:
+    """Which definitions each one is computed from, for the whole program at once (a bit per
+    definition): asked again and again in a loop over products, walking the graph each time
+    was quadratic in an unrolled recurrence's length (DeltaNet over 256 steps)."""
+
+    def __init__(self, p: Program):
+        self.index = {d.name: i for i, d in enumerate(p.defs)}
+        self.mask: dict[str, int] = {}
+        for d in p.defs:                      # operands come first
+            m = 0
+            for a in operands(d):
+                m |= self.mask[a] | (1 << self.index[a])
+            self.mask[d.name] = m
+
+    def computes_from(self, name: str, ancestor: str) -> bool:
+        return bool(self.mask[name] >> self.index[ancestor] & 1)
 
 
 def _ancestors(name: str, defs) -> set[str]:
