@@ -215,6 +215,8 @@ def _calls(module, names: dict[str, str], nodes: list[Node], origin: str | None,
             at = f" at {source}" if source else ""
             raise UserError(f"`{op_name(fx_node.target)}`{at}: {e}") from None
         op = _functional(fx_node, order, origin)
+        if op == "as_strided":
+            _row_major(fx_node, source)
         if op == "slice.Tensor" and any(isinstance(a, Ref) for a in args[2:4]):
             op, args, kwargs = "narrow", _window(fx_node, args, kwargs, source), ()
         nodes.append(Node(name=names.get(fx_node.name, fx_node.name),
@@ -395,6 +397,18 @@ def _functional(fx_node, order, origin: str | None) -> str:
             return op_name(twin) if twin is not fx_node.target else base[:-1] + dot + overload
         operand, writer = order.regions[inputs[0]]
         shared = _aliases(operand)
+
+
+def _row_major(fx_node, source: str | None) -> None:
+    """as_strided's sizes and strides count a tensor's storage: emmy reads them as counting
+    its elements in row-major order, which they are where the tensor is contiguous and starts
+    its storage (HF Longformer's `_chunk` of a view of its input)."""
+    val = getattr(fx_node.args[0], "meta", {}).get("val")
+    if val is None or not val.is_contiguous() or val.storage_offset() != 0:
+        at = f" at {source}" if source else ""
+        raise UserError(f"`as_strided`{at} of a tensor that is not contiguous from the start "
+                        "of its storage; emmy takes as_strided of a contiguous tensor (call "
+                        "`.contiguous()` first)")
 
 
 def _updates_running_stats(fx_node) -> bool:

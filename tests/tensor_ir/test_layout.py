@@ -202,3 +202,25 @@ def test_sample_frequencies_and_resized_fresh_tensors(check):
                      x.new().resize_as_(x).fill_(2) * x,
                      x.reshape(14).clone().resize_((3, 4))),
           torch.randn(2, 7))
+
+
+def test_as_strided_of_a_contiguous_tensor(check):
+    """HF Longformer's `_chunk`: overlapping windows as a stride of half a window, and
+    icefall's relative shift (a row stride one less than the row), with an offset."""
+    def chunk(x):
+        h = x.view(2, 2, 8, 8)
+        size, stride = list(h.size()), list(h.stride())
+        size[1], stride[1] = 3, stride[1] // 2
+        shifted = x.reshape(2, 16, 8).as_strided((2, 15, 7), (128, 7, 1), 1)
+        return h.as_strided(size=size, stride=stride) * 2, shifted
+
+    check(chunk, torch.randn(2, 16, 8))
+
+
+def test_as_strided_of_a_view_that_is_not_contiguous_is_refused():
+    from emmy.errors import UserError
+    from emmy.torch_ir.capture import capture
+    from tests.tensor_ir.conftest import Fn
+
+    with pytest.raises(UserError, match="as_strided.* not contiguous"):
+        capture(Fn(lambda x: x.t().as_strided((4, 4), (1, 4))), (torch.randn(4, 6),))

@@ -194,6 +194,27 @@ def cat(b: Builder, xs: Sequence[str], dim: int = 0) -> str:
 
 # ---- the table ---------------------------------------------------------------------------------
 
+@op("as_strided")
+def lower_as_strided(b, x, size, stride, storage_offset=None):
+    """x.as_strided(size, stride, offset) of a contiguous x (the capture sees to that): output
+    element (i0, i1, ...) is x's element at row-major position offset + i0 s0 + i1 s1 + ...
+    (HF Longformer's overlapping chunks, icefall's relative shift)."""
+    src = b.shape(x)
+    size, stride, offset = [int(n) for n in size], [int(s) for s in stride], \
+        int(storage_offset or 0)
+    if any(s < 0 for s in stride) or offset < 0:
+        raise Refused("as_strided with a negative stride or offset")
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride))
+    if math.prod(size) and last >= math.prod(src):
+        raise Refused(f"as_strided reads element {last} of a tensor of {math.prod(src)}")
+    bounds = {axis_var(i): n for i, n in enumerate(size)}
+    flat = Lin() + offset
+    for j, s in enumerate(stride):
+        flat = flat + var(axis_var(j)) * s
+    index = [mod(floordiv(flat, st, bounds), n, bounds) for n, st in zip(src, _strides(src))]
+    return b.index_map(x, tuple(size), index)
+
+
 @op("view", "reshape", "_unsafe_view", "view_copy")
 def lower_view(b, x, shape):
     return reshape(b, x, shape)
