@@ -348,7 +348,9 @@ def _functional(fx_node, order, origin: str | None) -> str:
     as its functional twin. torch.export points later uses of the overwritten tensor at the
     in-place op's result, so the twin computes the same values, unless something else shares
     the tensor's memory (a view taken before, the tensor it is a view of) and is read
-    afterwards, or the memory is a model input: both are refused."""
+    afterwards, or the memory is a buffer or model input, or the op writes into `out=`, or a
+    norm updates running statistics: each raises _SharedWrite, and the program is mirrored
+    functionalized. A write into a parameter is refused."""
     name = op_name(fx_node.target)
     schema = getattr(fx_node.target, "_schema", None)
     if _updates_running_stats(fx_node):
