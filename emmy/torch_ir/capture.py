@@ -516,7 +516,7 @@ def _export(model, inputs, origin: str | None = None):
                 lg.setLevel(logging.CRITICAL)
             return torch.export.export(model, tuple(inputs))
         except Exception as e:  # torch's own error types vary by version
-            message = _export_message(e, origin)
+            message = _export_message(e, origin, printed.getvalue())
         finally:
             for lg, level in zip(loggers, levels):
                 lg.setLevel(level)
@@ -682,7 +682,7 @@ def _eager_watch(model, inputs, origin: str | None) -> tuple[str | None, str | N
     return Watch.found, Watch.data_at
 
 
-def _export_message(e: Exception, origin: str | None = None) -> str:
+def _export_message(e: Exception, origin: str | None = None, printed: str = "") -> str:
     import traceback
 
     text = str(e).strip()
@@ -694,6 +694,11 @@ def _export_message(e: Exception, origin: str | None = None) -> str:
         import linecache
 
         code = linecache.getline(caused[1], int(caused[2])).strip()
+        # torch shortens the path ("mp/r9/model.py" of /tmp/r9/model.py); the graph it
+        # printed on the way has "# File: <path>:<line> in forward, code: <code>" lines
+        traced = re.search(rf"File: \S*{re.escape(caused[1])}:{caused[2]} in \w+, code: (.*)",
+                           printed)
+        code = code or (traced[1].strip() if traced else "")
         line = f"{caused[1].rsplit('/', 1)[-1]}:{caused[2]}" + (f": {code}" if code else "")
     mine = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == origin]
     if line is None and mine:       # raised while tracing the user's own code

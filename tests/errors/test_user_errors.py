@@ -73,6 +73,37 @@ def test_dropout_asked_to_train_says_how_to_keep_it_off(capsys):
     assert "training=self.training" in err
 
 
+def test_a_branch_on_a_buffer_s_value_names_its_line_and_code(tmp_path, capsys):
+    """Glow's ActNorm initializes from the first batch: `if self.initialized.item() == 0:`.
+    torch's own message shortens the file's path; the line's code comes from the graph it
+    printed on the way."""
+    path = tmp_path / "actnorm.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("initialized", torch.tensor(0, dtype=torch.uint8))
+
+            def forward(self, x):
+                if self.initialized.item() == 0:
+                    self.initialized.fill_(1)
+                return x * 2
+
+        def get_inputs():
+            return [torch.randn(4, 8)]
+
+        def get_init_inputs():
+            return []
+    """))
+    rc, _, err = run(capsys, "compile", str(path), "--ir", "torch")
+    assert rc == 2
+    assert "actnorm.py:11: if self.initialized.item() == 0:" in err
+    assert "torch.where(cond, a, b)" in err
+
+
 def test_ops_lists_the_supported_ops(capsys):
     rc, out, err = run(capsys, "ops")
     assert rc == 0 and "rms_norm" in out.split() and "scaled_dot_product_attention" in out.split()
