@@ -708,8 +708,8 @@ def _export_message(e: Exception, origin: str | None = None, printed: str = "") 
     data_dependent = ("data-dependent" in text or "GuardOnDataDependent" in type(e).__name__
                       or "DataDependent" in text)
     if data_dependent:
-        hint = _specialized_hint(line or "") if "extract specialized integer" in text else \
-            _branch_hint((line or "").partition(": ")[2])
+        hint = _specialized_hint(line or "", printed) if "extract specialized integer" in \
+            text else _branch_hint((line or "").partition(": ")[2])
         return (f"torch.export failed{at} the model has a data-dependent shape or control "
                 f"flow (emmy compiles static shapes only): {first}{hint}")
     hint = ("; a write at a number read off a tensor (`p = t.item()`) is written through a "
@@ -726,8 +726,13 @@ def _export_message(e: Exception, origin: str | None = None, printed: str = "") 
     return f"torch.export failed{at} {type(e).__name__}: {first}{hint}"
 
 
-def _specialized_hint(line: str) -> str:
-    """What to write instead, where export needed a number the data holds as a Python int."""
+def _specialized_hint(line: str, printed: str = "") -> str:
+    """What to write instead, where export needed a number the data holds as a Python int
+    (`printed`: the graph torch printed on its way to the error, with its lines' code)."""
+    if "float(self.num_batches_tracked)" in printed:
+        return ("; a BatchNorm with momentum=None in training averages its running statistics "
+                "by 1 / num_batches_tracked, a number its buffer holds: give it a momentum "
+                "(torch's default is 0.1), or compile it in eval mode")
     if "one_hot(" in line:
         return "; F.one_hot takes its class count from the data's maximum: give num_classes"
     if re.search(r"\bint\(", line):

@@ -104,6 +104,17 @@ def test_a_branch_on_a_buffer_s_value_names_its_line_and_code(tmp_path, capsys):
     assert "torch.where(cond, a, b)" in err
 
 
+def test_a_cumulative_batch_norm_in_training_says_why_it_is_refused():
+    """BatchNorm2d(momentum=None) averages by 1 / float(num_batches_tracked) in training."""
+    import torch
+    import torch.nn as nn
+
+    import emmy
+
+    with pytest.raises(emmy.errors.UserError, match="momentum=None in training averages"):
+        emmy.compile(nn.BatchNorm2d(4, momentum=None).train(), torch.randn(2, 4, 3, 3))
+
+
 def test_ops_lists_the_supported_ops(capsys):
     rc, out, err = run(capsys, "ops")
     assert rc == 0 and "rms_norm" in out.split() and "scaled_dot_product_attention" in out.split()
