@@ -531,6 +531,7 @@ def recomputed_statistics(p: Program, kernels_reruns: list[Mapping[str, tuple[in
 
 
 SHARED_CHAIN = 4   # reductions chained into a statistic before two kernels share it stored
+GROWN_CHAIN = 4    # stored statistics one is computed from before two kernels share it stored
 
 
 def shared_statistics(p: Program, kernels_uses: list[Mapping[str, int]], stored: set[str]
@@ -542,11 +543,20 @@ def shared_statistics(p: Program, kernels_uses: list[Mapping[str, int]], stored:
     a bit at a time by 32 counts, read by the scans and the reduction after them). A statistic
     is a reduction that is not a product, or an element-wise op or cast of statistics and
     literals, or a reshape of one (not a broadcast); only the last of a chain is stored (none
-    of its users is a candidate), and only where the chain serves it alone (_funnels)."""
+    of its users is a candidate), and only where the chain serves it alone (_funnels). So is a
+    statistic (of statistics and constants) that two or more kernels compute from GROWN_CHAIN
+    or more stored ones, where it first reaches that many: a potential carried from step to
+    step (log-domain Sinkhorn's), which inlined every later kernel computes from all the
+    steps before."""
     defs = {d.name: d for d in p.defs}
     users = _users(p)
     statistic: set[str] = set()
     chain: dict[str, frozenset[str]] = {}      # the unstored reductions each value runs
+    # statistics made of statistics and constants (a sum started from zeros), and the stored
+    # ones each reads through the others
+    carried: set[str] = set()
+    constant: set[str] = set()
+    reach: dict[str, frozenset[str]] = {}
     for d in p.defs:
         names = list(dict.fromkeys(operands(d)))
         below = frozenset().union(*(chain[a] for a in names if a not in stored))
@@ -558,15 +568,40 @@ def shared_statistics(p: Program, kernels_uses: list[Mapping[str, int]], stored:
                     d.type.shape) <= math.prod(defs[d.arg].type.shape))):
             statistic.add(d.name)
         chain[d.name] = below
+        if not isinstance(d, Input) and all(a in constant for a in names):
+            constant.add(d.name)               # zeros to start a sum from, positions
+        elif isinstance(d, Reduce) and _factors(d, defs) is None:
+            carried.add(d.name)
+        elif all(a in carried or a in constant for a in names) and (
+                isinstance(d, (Elementwise, Cast)) or (isinstance(d, IndexMap) and math.prod(
+                    d.type.shape) <= math.prod(defs[d.arg].type.shape))):
+            carried.add(d.name)
+            reach[d.name] = frozenset().union(*(
+                ({a} if a in stored else reach.get(a, frozenset())) for a in names
+                if a in carried))
     # a kernel computes a statistic where it runs its whole chain
     kernels = {n: sum(chain[n] <= uses.keys() for uses in kernels_uses) for n in statistic}
     candidates = {n for n in statistic - stored
                   if len(chain[n]) >= SHARED_CHAIN and kernels[n] >= 2
                   and not _feeds_product(n, users, defs)}
-    return {n: (f"{kernels[n]} kernels compute this statistic, a chain of {len(chain[n])} "
-                f"reductions: stored, it runs once; inlined, each kernel would run the chain")
-            for n in sorted(candidates)
-            if not any(u in candidates for u in users[n]) and _funnels(n, defs, users, stored)}
+    out = {n: (f"{kernels[n]} kernels compute this statistic, a chain of {len(chain[n])} "
+               f"reductions: stored, it runs once; inlined, each kernel would run the chain")
+           for n in sorted(candidates)
+           if not any(u in candidates for u in users[n]) and _funnels(n, defs, users, stored)}
+    # a statistic carried from step to step (log-domain Sinkhorn's potentials u += eps * ...)
+    # that kernels compute from the stored statistics of every step before: stored, each step
+    # reads the last one; inlined, a kernel reads them all, and the program grows as its
+    # steps' square
+    grown = {n for n in reach.keys() - stored - set(out)
+             if len(reach[n]) >= GROWN_CHAIN and sum(n in uses for uses in kernels_uses) >= 2
+             and not _feeds_product(n, users, defs)}
+    for n in sorted(grown):
+        if any(a in grown for a in operands(defs[n])):
+            continue         # where the chain first reaches GROWN_CHAIN (the next pass goes on)
+        out[n] = (f"{sum(n in uses for uses in kernels_uses)} kernels compute this statistic "
+                  f"from {len(reach[n])} stored ones: stored, it is read once; inlined, each "
+                  "kernel computes it again from all of them")
+    return out
 
 
 def _funnels(name: str, defs, users, stored: set[str]) -> bool:

@@ -494,3 +494,21 @@ def test_sums_a_row_dot_reads_are_stored_not_recomputed_per_element():
     lp = check_torch(Fn(swav), torch.randn(32, 48) * 0.3, torch.randn(32, 48))
     assert not any("recomputed up to" in n for n in lp.notes), lp.notes
     assert 5 <= len(lp.kernels) <= 9
+
+
+def test_a_statistic_carried_from_step_to_step_is_stored_as_it_grows():
+    """Log-domain Sinkhorn: each step's potential u += eps * (-logsumexp(...)) is computed
+    from every earlier step's stored maxima and sums unless it is stored itself; inlined, the
+    last kernels read all of them (and a program of T steps grows as T squared)."""
+    def sinkhorn(x, y):
+        c = ((x.unsqueeze(-2) - y.unsqueeze(-3)) ** 2).sum(-1)
+        u, v = torch.zeros(2, 12), torch.zeros(2, 10)
+        for _ in range(8):
+            u = 0.1 * -torch.logsumexp((-c + u[..., None] + v[..., None, :]) / 0.1, -1) + u
+            v = 0.1 * -torch.logsumexp(((-c + u[..., None] + v[..., None, :]) / 0.1)
+                                       .transpose(-2, -1), -1) + v
+        return u, v
+
+    lp = check_torch(Fn(sinkhorn), torch.rand(2, 12, 2), torch.rand(2, 10, 2))
+    assert any("stored ones" in n for n in lp.notes), lp.notes
+    assert max(len(k.inputs) for k in lp.kernels) <= 9, [len(k.inputs) for k in lp.kernels]
