@@ -1,10 +1,12 @@
-"""Models that write their buffers (gpt-fast's KVCache.update, a step counter): the buffers'
-new values are outputs of the program; `emmy run --check` and the harness compare them with
-eager's (each reference run on a fresh copy of the model's state), and a compiled model writes
-them back, so a decode loop carries its cache from call to call as eager does."""
+"""Models that write their buffers (gpt-fast's KVCache.update, a step counter) or their inputs
+(`x.sigmoid_()` on an argument): the new values are outputs of the program; `emmy run --check`
+and the harness compare them with eager's (each reference run on a fresh copy of the model's
+state and inputs), and a compiled model writes them back, so a decode loop carries its cache
+from call to call as eager does."""
 
 import copy
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -66,20 +68,24 @@ def test_a_compiled_decode_loop_carries_its_cache_as_eager_does():
     assert int(model.steps) == int(eager.steps) == 3
 
 
-def test_emmy_run_check_names_the_buffers_it_compares(capsys, tmp_path):
+@pytest.mark.parametrize("init, forward, shape, label", [
+    ("self.register_buffer('total', torch.zeros(4))", "self.total += x\n        return "
+     "self.total * 2", "4", "(buffer total): f32[4]"),
+    ("pass", "return x.sigmoid_().sum()", "4, 4", "(input x): f32[4,4]"),
+])
+def test_emmy_run_check_names_the_buffers_and_inputs_it_compares(capsys, tmp_path, init,
+                                                                  forward, shape, label):
     from emmy.cli import main
 
     path = tmp_path / "steps.py"
     path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
-                    "    def __init__(self):\n        super().__init__()\n"
-                    "        self.register_buffer('total', torch.zeros(4))\n\n"
-                    "    def forward(self, x):\n        self.total += x\n"
-                    "        return self.total * 2\n\n\n"
-                    "def get_inputs():\n    return [torch.randn(4)]\n\n\n"
+                    f"    def __init__(self):\n        super().__init__()\n        {init}\n\n"
+                    f"    def forward(self, x):\n        {forward}\n\n\n"
+                    f"def get_inputs():\n    return [torch.randn({shape})]\n\n\n"
                     "def get_init_inputs():\n    return []\n")
     assert main(["run", str(path), "--check"]) == 0
     out = capsys.readouterr().out
-    assert "(buffer total): f32[4]" in out and "PASS" in out
+    assert label in out and "PASS" in out
 
 
 class Counter(nn.Module):
@@ -310,19 +316,6 @@ def test_a_model_returning_its_argument_written_in_place_returns_the_new_values(
     out = compiled(boxes, torch.tensor(0.5))
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(boxes, expected)
-
-
-def test_emmy_run_check_names_the_inputs_it_compares(capsys, tmp_path):
-    from emmy.cli import main
-
-    path = tmp_path / "heat.py"
-    path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
-                    "    def forward(self, heat):\n        return heat.sigmoid_().sum()\n\n\n"
-                    "def get_inputs():\n    return [torch.randn(4, 4)]\n\n\n"
-                    "def get_init_inputs():\n    return []\n")
-    assert main(["run", str(path), "--check"]) == 0
-    out = capsys.readouterr().out
-    assert "(input heat): f32[4,4]" in out and "PASS" in out
 
 
 # ---------------------------------------------------------------------------------------------
