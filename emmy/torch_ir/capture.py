@@ -38,8 +38,25 @@ def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | Non
     except _SharedWrite as e:
         functional = _functionalized(ep)
         if functional is None:
-            raise UserError(str(e)) from None
+            shared = _shared_inputs(inputs)
+            raise UserError(f"{e}, and torch could not rewrite the program without writes "
+                            "(functionalize it)" + (
+                                f"; inputs {shared[0]} and {shared[1]} are one tensor (pass "
+                                "copies: eager's write into one changes the other too)"
+                                if shared else "")) from None
         return _mirror(functional, name, origin, tf32)
+
+
+def _shared_inputs(inputs: tuple) -> tuple[int, int] | None:
+    """The positions of two tensor inputs that share memory (attn(x, x, x)), if any."""
+    import torch
+
+    tensors = [(i, t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
+    for j, (i, a) in enumerate(tensors):
+        for k, b in tensors[j + 1:]:
+            if a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+                return i, k
+    return None
 
 
 def _functionalized(ep):

@@ -115,6 +115,23 @@ def test_a_cumulative_batch_norm_in_training_says_why_it_is_refused():
         emmy.compile(nn.BatchNorm2d(4, momentum=None).train(), torch.randn(2, 4, 3, 3))
 
 
+def test_a_write_into_an_input_passed_twice_says_so():
+    """attn(x, x, x) on a module that scales its query in place: torch cannot functionalize a
+    write into inputs that share memory."""
+    import torch
+
+    import emmy
+    from tests.tensor_ir.conftest import Fn
+
+    def scaled(q, k):
+        q *= 0.5
+        return q @ k.transpose(-1, -2)
+
+    x = torch.randn(4, 8)
+    with pytest.raises(emmy.errors.UserError, match="inputs 0 and 1 are one tensor"):
+        emmy.compile(Fn(scaled), x, x)
+
+
 def test_ops_lists_the_supported_ops(capsys):
     rc, out, err = run(capsys, "ops")
     assert rc == 0 and "rms_norm" in out.split() and "scaled_dot_product_attention" in out.split()
