@@ -1,7 +1,8 @@
 """Updates through a boolean mask, `x[mask] -= 1` or `out[mask] = y[mask] * 3 + 1`, as
 `where(mask, f(x), x)`, and reductions of masked values, `loss[labels != -100].mean()`, as
 reductions of `where(mask, f(x), 0)` (the mean divided by the mask's count; a max of the
-lowest value; var and std from the masked squared deviations from that mean): torch.export records the masked values as a gather (a tensor whose length
+lowest value; var and std from the masked squared deviations from that mean; a median from
+every element sorted with the masked-off ones last): torch.export records the masked values as a gather (a tensor whose length
 depends on the data), elementwise ops on it, and a write back through the same mask or a
 reduction. The result has a static shape, and the same values as computing the elementwise ops
 on every element and keeping the masked ones, so the exported graph is rewritten to that before
@@ -67,7 +68,7 @@ def _masked_reduction(node):
     aten = _aten()
     targets = (aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.dim,
                aten.amax.default, aten.amin.default, aten.max.default, aten.min.default,
-               *_spreads())
+               aten.median.default, *_spreads())
     if node.op != "call_function" or node.target not in targets or not node.args:
         return None
     g = node.args[0]
@@ -107,6 +108,8 @@ def _reduce_args(node):
 
 def _reduction(graph, node, mask, made: dict):
     aten = _aten()
+    if node.target is aten.median.default:
+        return _median(graph, node, mask, made)
     g = node.args[0]
     dims, dtype = _reduce_args(node)
     values = _full(g, mask, made, graph)
@@ -151,6 +154,50 @@ def _reduction(graph, node, mask, made: dict):
     var = _node(graph, aten.div.Tensor, (spread, dof), {}, out.shape, out.dtype, node)
     return var if name == "var" else _node(graph, aten.sqrt.default, (var,), {}, out.shape,
                                            out.dtype, node)
+
+
+def _median(graph, node, mask, made: dict):
+    """torch.median of the masked values (the median flow error over valid pixels): every
+    element sorted with the masked-off ones last (the type's highest value), the one at
+    (count - 1) // 2 (torch's lower median), NaN where a masked value is NaN or none is
+    selected (as torch's median of an empty float tensor)."""
+    import operator
+
+    aten, torch = _aten(), _torch()
+    values = _full(node.args[0], mask, made, graph)
+    vv = values.meta["val"]
+    n = vv.numel()
+    bmask = _broadcast_mask(graph, mask, vv.dim(), node)
+    kept = _node(graph, aten.where.ScalarOther, (bmask, values, _extreme(vv.dtype, lowest=False)),
+                 {}, vv.shape, vv.dtype, node)
+    flat = _node(graph, aten.view.default, (kept, [n]), {}, (n,), vv.dtype, node)
+    ordered = graph.call_function(aten.sort.default, (flat,))
+    ordered.meta["val"] = (torch.empty(n, dtype=vv.dtype, device="meta"),
+                           torch.empty(n, dtype=torch.int64, device="meta"))
+    if "stack_trace" in node.meta:
+        ordered.meta["stack_trace"] = node.meta["stack_trace"]
+    ordered_values = _node(graph, operator.getitem, (ordered, 0), {}, (n,), vv.dtype, node)
+    count = _node(graph, aten.sum.default, (mask,), {}, (), torch.int64, node)
+    per = n // max(1, _val(mask).numel())
+    if per != 1:
+        count = _node(graph, aten.mul.Tensor, (count, per), {}, (), torch.int64, node)
+    middle = _node(graph, aten.floor_divide.default, (_node(
+        graph, aten.clamp_min.default, (_node(graph, aten.sub.Tensor, (count, 1), {}, (),
+                                              torch.int64, node), 0), {}, (), torch.int64,
+        node), 2), {}, (), torch.int64, node)
+    at = _node(graph, aten.view.default, (middle, [1]), {}, (1,), torch.int64, node)
+    picked = _node(graph, aten.gather.default, (ordered_values, 0, at), {}, (1,), vv.dtype,
+                   node)
+    median = _node(graph, aten.view.default, (picked, []), {}, (), vv.dtype, node)
+    if not vv.dtype.is_floating_point:
+        return median
+    nan = _node(graph, aten.isnan.default, (values,), {}, vv.shape, torch.bool, node)
+    nan = _node(graph, aten.logical_and.default, (nan, bmask), {}, vv.shape, torch.bool, node)
+    nan = _node(graph, aten.any.default, (nan,), {}, (), torch.bool, node)
+    empty = _node(graph, aten.eq.Scalar, (count, 0), {}, (), torch.bool, node)
+    nan = _node(graph, aten.logical_or.default, (nan, empty), {}, (), torch.bool, node)
+    return _node(graph, aten.where.ScalarSelf, (nan, math.nan, median), {}, (), vv.dtype,
+                 node)
 
 
 def _correction(node) -> int:
