@@ -38,6 +38,7 @@ def rewrite_masked(module, checked: Callable[[Any], None]) -> None:
         with graph.inserting_before(node):
             new = rewrite(graph, node, mask, made)
         node.replace_all_uses_with(new)
+        _counted(graph, made, mask)
         candidates |= {node, *made} | _bookkeeping(made)
     for node in reversed(list(graph.nodes)):
         if node in candidates and not node.users:
@@ -310,15 +311,31 @@ def _full(node, mask, made: dict, graph):
     return new
 
 
+def _counted(graph, made: dict, mask) -> None:
+    """A gathered tensor's length read as a number (`(e < 1).sum() / e.numel()` of e =
+    epe[valid], KITTI's outlier rate) reads the mask's count instead: a 0-d tensor, which the
+    arithmetic on numbers read off tensors takes (`sym_truediv`, ...)."""
+    aten = _aten()
+    for g in [n for n, new in made.items() if new is None]:        # the gathers themselves
+        for u in list(g.users):
+            if u.target is aten.sym_size.int and u.args[1] == 0 and \
+                    any(v.op != "call_function" or "_assert" not in str(v.target)
+                        for v in u.users):
+                with graph.inserting_after(u):
+                    count = _node(graph, aten.sum.default, (mask,), {}, (), _torch().int64, u)
+                u.replace_all_uses_with(count)
+
+
 def _bookkeeping(made: dict) -> set:
     """What export hangs on the gathered values, to go with them: their lengths' symbolic-size
-    nodes (sym_size, comparisons, runtime asserts) and metadata asserts."""
+    nodes (sym_size, comparisons, runtime asserts) and metadata asserts (never the graph's
+    output, which reads what the program returns)."""
     out: set = set()
     stack = [u for n in made for u in n.users if u.op == "call_function" and
              ("sym_size" in str(u.target) or "_assert" in str(u.target))]
     while stack:
         n = stack.pop()
-        if n not in out:
+        if n not in out and n.op == "call_function":
             out.add(n)
             stack.extend(n.users)
     return out

@@ -46,6 +46,10 @@ BODIES = {
                "torch.std(x[labels > 0], correction=0), x[labels >= 0].std(dim=0), "
                "x[labels >= 0].var(0, correction=2), (x[n > 2] * 2 + 1).var(), "
                "x[labels > 0].std((0, 1)))",
+    # KITTI's outlier rate: a count over the selection's length (torch.export itself refuses
+    # `len(e)`, a Python int)
+    "lengths": "e = x[labels > 0]\nf = x[x > 0.3]\nout = ((e > 0).sum() / e.numel(), "
+               "e.sum() / e.shape[0], (f * 2).sum() / f.numel())",
     # the median flow error over valid pixels: torch's lower median, NaN where one is NaN
     "medians": "out = (torch.median(x[labels > 0]), x[x > 0.2].median(), n[n != 3].median(), "
                "(x[labels >= 0] * w).median(), torch.where(n == 5, float('nan'), x)[x > 0]"
@@ -77,7 +81,7 @@ def test_rewritten_programs_match_eager_on_random_masks(name, seed):
 
 
 @pytest.mark.parametrize("name", ["mean_of_selected", "extremes", "update_from_other",
-                                  "spreads", "medians"])
+                                  "spreads", "medians", "lengths"])
 def test_emitted_cuda_matches_eager(name):
     w = Workload(name, Body(BODIES[name]), _inputs(0), source=BODIES[name], origin="<test>")
     assert_workload_cuda_matches_eager(w)
