@@ -13,7 +13,7 @@ from emmy.dtypes import DType
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.fastmath import reciprocal_divisions, sixteen_bit
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
-from emmy.loop_ir.semantics import exact_operands
+from emmy.kernel_ir.elements import exact_values
 from emmy.runtime.costmodel.constants import (BARRIER_CYCLES, CLUSTER_BARRIER_CYCLES,
                                               CP_ASYNC_IN_FLIGHT, DSMEM_LOAD_CYCLES,
                                               FOLD_OP_CYCLES, HALF_CONVERT_INSTRUCTIONS,
@@ -212,7 +212,7 @@ def launch_work(part: Part, fn: K.KFunction) -> Work:
     scalars = tuple(i for i in k.body if not isinstance(i, Fold))
     t.groups.append(_Group("job", _items(k, scalars, job, types_of(k), t)))
     for f, global_buffers in zip(folds, direct):     # counted as lowered: x / s as x * (1/s)
-        _lane_fold(k, reciprocal_divisions(f, t.values, exact_operands(k.body))[0], d, base,
+        _lane_fold(k, reciprocal_divisions(f, t.values, exact_values(k))[0], d, base,
                    global_buffers, t)
     t.chain += sum(_combine_cycles(c) for c in code.combines) + code.barriers * BARRIER_CYCLES
     work = _work(t, k.jobs, d.work.jobs_per_block)
