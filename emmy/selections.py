@@ -173,24 +173,23 @@ def graph_dtypes(graph) -> tuple[DType | None, ...]:
             elif isinstance(a, tuple):
                 yield from refs(a)
 
+    def operands(node) -> list[str]:       # a placeholder has none
+        args = (*getattr(node, "args", ()), *(v for _, v in getattr(node, "kwargs", ())))
+        return [r for r in refs(args) if r in nodes]
+
     def through(name: str) -> DType | None:
         todo = [name]
         while todo:          # operands first, without recursion (an unrolled RNN is deep)
-            n = todo[-1]
-            node = nodes[n]
-            operands = [r for r in refs((*getattr(node, "args", ()),
-                                         *(v for _, v in getattr(node, "kwargs", ()))))
-                        if r in nodes and r not in memo]
-            if operands:
-                todo.extend(operands)
+            node = nodes[todo[-1]]
+            waiting = [r for r in operands(node) if r not in memo]
+            if waiting:
+                todo.extend(waiting)
                 continue
             todo.pop()
             types = node.type if isinstance(node.type, tuple) else (node.type,)
             own = [t.dtype for t in types if t is not None and t.dtype.is_float
                    and t.dtype.itemsize > 1]
-            memo[n] = least_precise([*own, *(memo[r] for r in refs(
-                (*getattr(node, "args", ()), *(v for _, v in getattr(node, "kwargs", ()))))
-                if r in memo)])
+            memo[node.name] = least_precise([*own, *(memo[r] for r in operands(node))])
         return memo[name]
 
     return tuple(through(r.name) for r in graph.outputs)

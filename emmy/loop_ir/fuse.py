@@ -592,15 +592,16 @@ def shared_statistics(p: Program, kernels_uses: list[Mapping[str, int]], stored:
     # that kernels compute from the stored statistics of every step before: stored, each step
     # reads the last one; inlined, a kernel reads them all, and the program grows as its
     # steps' square
-    grown = {n for n in reach.keys() - stored - set(out)
-             if len(reach[n]) >= GROWN_CHAIN and sum(n in uses for uses in kernels_uses) >= 2
+    computing = {n: sum(n in uses for uses in kernels_uses) for n in reach.keys() - stored}
+    grown = {n for n, count in computing.items()
+             if n not in out and len(reach[n]) >= GROWN_CHAIN and count >= 2
              and not _feeds_product(n, users, defs)}
     for n in sorted(grown):
         if any(a in grown for a in operands(defs[n])):
             continue         # where the chain first reaches GROWN_CHAIN (the next pass goes on)
-        out[n] = (f"{sum(n in uses for uses in kernels_uses)} kernels compute this statistic "
-                  f"from {len(reach[n])} stored ones: stored, it is read once; inlined, each "
-                  "kernel computes it again from all of them")
+        out[n] = (f"{computing[n]} kernels compute this statistic from {len(reach[n])} stored "
+                  "ones: stored, it is read once; inlined, each kernel computes it again from "
+                  "all of them")
     return out
 
 

@@ -2,9 +2,9 @@
 `where(mask, f(x), x)`, and reductions of masked values, `loss[labels != -100].mean()`, as
 reductions of `where(mask, f(x), 0)` (the mean divided by the mask's count; a max of the
 lowest value; var and std from the masked squared deviations from that mean; a median from
-every element sorted with the masked-off ones last): torch.export records the masked values as a gather (a tensor whose length
-depends on the data), elementwise ops on it, and a write back through the same mask or a
-reduction. The result has a static shape, and the same values as computing the elementwise ops
+every element sorted with the masked-off ones last): torch.export records the masked values as
+a gather (a tensor whose length depends on the data), elementwise ops on it, and a write back
+through the same mask or a reduction. The result has a static shape, and the same values as computing the elementwise ops
 on every element and keeping the masked ones, so the exported graph is rewritten to that before
 it is mirrored (the gathered tensor, which emmy cannot hold, disappears).
 
@@ -74,10 +74,10 @@ def _masked_reduction(node):
         return None
     g = node.args[0]
     mask = _mask_of(g)
-    if mask is None or not _derived(g, mask) or _reduce_args(node) is None:
+    reduced = _reduce_args(node) if mask is not None and _derived(g, mask) else None
+    if reduced is None:
         return None
-    if node.target in _spreads() and _reduce_args(node)[0] != list(range(len(
-            _reduce_args(node)[0]))):
+    if node.target in _spreads() and reduced[0] != list(range(len(reduced[0]))):
         return None     # its mean broadcasts back over the values: the leading axes only
     return mask
 
@@ -133,10 +133,8 @@ def _reduction(graph, node, mask, made: dict):
                   out.dtype, node)
     if name == "sum":
         return total
-    count = _node(graph, aten.sum.default, (mask,), {}, (), _torch().int64, node)
-    per = math.prod(int(vv.shape[d + k - 1]) for d in dims if d > 0)
-    if per != 1:
-        count = _node(graph, aten.mul.Tensor, (count, per), {}, (), _torch().int64, node)
+    count = _count(graph, mask, math.prod(int(vv.shape[d + k - 1]) for d in dims if d > 0),
+                   node)
     mean = _node(graph, aten.div.Tensor, (total, count), {}, out.shape, out.dtype, node)
     if name == "mean":
         return mean
@@ -157,6 +155,14 @@ def _reduction(graph, node, mask, made: dict):
                                            out.dtype, node)
 
 
+def _count(graph, mask, per: int, like):
+    """How many values the mask selects: its count, times `per` values a selected row."""
+    int64 = _torch().int64
+    count = _node(graph, _aten().sum.default, (mask,), {}, (), int64, like)
+    return count if per == 1 else _node(graph, _aten().mul.Tensor, (count, per), {}, (), int64,
+                                        like)
+
+
 def _median(graph, node, mask, made: dict):
     """torch.median of the masked values (the median flow error over valid pixels): every
     element sorted with the masked-off ones last (the type's highest value), the one at
@@ -172,21 +178,15 @@ def _median(graph, node, mask, made: dict):
     kept = _node(graph, aten.where.ScalarOther, (bmask, values, _extreme(vv.dtype, lowest=False)),
                  {}, vv.shape, vv.dtype, node)
     flat = _node(graph, aten.view.default, (kept, [n]), {}, (n,), vv.dtype, node)
-    ordered = graph.call_function(aten.sort.default, (flat,))
-    ordered.meta["val"] = (torch.empty(n, dtype=vv.dtype, device="meta"),
-                           torch.empty(n, dtype=torch.int64, device="meta"))
-    if "stack_trace" in node.meta:
-        ordered.meta["stack_trace"] = node.meta["stack_trace"]
+    ordered = _node(graph, aten.sort.default, (flat,), {}, (n,), vv.dtype, node)
+    ordered.meta["val"] = (ordered.meta["val"], torch.empty(n, dtype=torch.int64, device="meta"))
     ordered_values = _node(graph, operator.getitem, (ordered, 0), {}, (n,), vv.dtype, node)
-    count = _node(graph, aten.sum.default, (mask,), {}, (), torch.int64, node)
-    per = n // max(1, _val(mask).numel())
-    if per != 1:
-        count = _node(graph, aten.mul.Tensor, (count, per), {}, (), torch.int64, node)
-    middle = _node(graph, aten.floor_divide.default, (_node(
-        graph, aten.clamp_min.default, (_node(graph, aten.sub.Tensor, (count, 1), {}, (),
-                                              torch.int64, node), 0), {}, (), torch.int64,
-        node), 2), {}, (), torch.int64, node)
-    at = _node(graph, aten.view.default, (middle, [1]), {}, (1,), torch.int64, node)
+    count = _count(graph, mask, n // max(1, _val(mask).numel()), node)
+    int64 = torch.int64
+    before = _node(graph, aten.sub.Tensor, (count, 1), {}, (), int64, node)
+    before = _node(graph, aten.clamp_min.default, (before, 0), {}, (), int64, node)
+    middle = _node(graph, aten.floor_divide.default, (before, 2), {}, (), int64, node)
+    at = _node(graph, aten.view.default, (middle, [1]), {}, (1,), int64, node)
     picked = _node(graph, aten.gather.default, (ordered_values, 0, at), {}, (1,), vv.dtype,
                    node)
     median = _node(graph, aten.view.default, (picked, []), {}, (), vv.dtype, node)
@@ -201,7 +201,7 @@ def _median(graph, node, mask, made: dict):
                  node)
 
 
-def _correction(node) -> int:
+def _correction(node) -> float:
     """The Bessel correction of a var or std: `unbiased` of the .default overload, else
     `correction` (1 when not given)."""
     overload = node.target._overloadname
@@ -322,7 +322,7 @@ def _counted(graph, made: dict, mask) -> None:
                     any(v.op != "call_function" or "_assert" not in str(v.target)
                         for v in u.users):
                 with graph.inserting_after(u):
-                    count = _node(graph, aten.sum.default, (mask,), {}, (), _torch().int64, u)
+                    count = _count(graph, mask, 1, u)
                 u.replace_all_uses_with(count)
 
 

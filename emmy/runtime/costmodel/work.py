@@ -11,9 +11,9 @@ from typing import Mapping
 
 from emmy.dtypes import DType
 from emmy.kernel_ir import ir as K
+from emmy.kernel_ir.elements import exact_values
 from emmy.kernel_ir.fastmath import reciprocal_divisions, sixteen_bit
 from emmy.loop_ir.ir import Accum, CastTo, Compute, IndexValue, Load, Store
-from emmy.kernel_ir.elements import exact_values
 from emmy.runtime.costmodel.constants import (BARRIER_CYCLES, CLUSTER_BARRIER_CYCLES,
                                               CP_ASYNC_IN_FLIGHT, DSMEM_LOAD_CYCLES,
                                               FOLD_OP_CYCLES, HALF_CONVERT_INSTRUCTIONS,
