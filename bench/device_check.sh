@@ -28,9 +28,13 @@
 # Knobs (environment):
 # SUITES="matmul:120 attention:120" — each item SUITE[:BUDGET[:ONLY]] runs
 # `emmy bench --suite SUITE --budget BUDGET (400) --only ONLY` (ONLY: a comma-separated list of
-# workload-name prefixes); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=180 (seconds),
-# RUN_BENCH=1 (0 skips the `emmy run --bench` steps; RMSNORM=1 adds rmsnorm's),
-# SUITE_SLACK=30 (seconds a suite may run past its budget before it is stopped).
+# workload-name prefixes); ROWS_<SUITE>="ROW;ROW;..." adds `--row ROW` for each (rows checked
+# and timed besides the planned ones); TESTS=1 (0 skips the GPU tests), TESTS_LIMIT=180
+# (seconds), TEST_FILES="a.py b.py" (these test files first), TESTS_AFTER=1 (the tests after the
+# suites), RUN_BENCH=1 (0 skips the `emmy run --bench` steps; RMSNORM=1 adds rmsnorm's),
+# SUITE_SLACK=30 (seconds a suite may run past its budget before it is stopped), DEADLINE=0
+# (seconds from the start after which every step is cut short, so that the logs are packed
+# before the device call's own limit; 0: no deadline).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 # Logs go to $work; after each step they are packed into $OUT/device.tgz (the device tool brings
@@ -43,6 +47,14 @@ pack() { cp BENCHMARKS.md "$out/" 2>/dev/null; tar czf "$dest/device.tgz" -C "$o
 step() {  # step NAME SECONDS CMD...: run with a time limit, log to $out/NAME.log
     local name=$1 limit=$2; shift 2
     local t0=$SECONDS
+    if [ "${DEADLINE:-0}" -gt 0 ] && [ $((DEADLINE - SECONDS)) -lt "$limit" ]; then
+        limit=$((DEADLINE - SECONDS))
+        if [ "$limit" -lt 10 ]; then
+            echo "== $name: skipped, the deadline (${DEADLINE} s) is near"
+            printf '%s\t%s\t%s\n' "$name" skipped 0 >> "$out/steps.tsv"
+            return
+        fi
+    fi
     echo "== $name: $*"
     timeout -k 10 "$limit" "$@" > "$out/$name.log" 2>&1
     local rc=$?
@@ -54,19 +66,20 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, log to $out/NAME.lo
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv \
     > "$out/gpu.txt" 2>&1; cat "$out/gpu.txt"
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__)"
-if [ "${TESTS:-1}" = 1 ]; then
+gpu_tests() {
     # One pytest process per file, the measured paths first: a kernel that traps (an mbarrier
     # wait's timeout) leaves its CUDA context unusable, which must not fail the other files.
     # -s writes what the template speed tests print (TFLOP/s against torch) as they run, so a
     # step stopped at its limit keeps them.
-    files=$(for f in tests/bench/test_gpu.py tests/bench/test_timing.py tests/bench/test_suites.py \
+    files=$(for f in ${TEST_FILES:-} tests/bench/test_gpu.py tests/bench/test_timing.py tests/bench/test_suites.py \
                 tests/cuda/test_mma.py tests/cuda/test_gemm.py tests/cuda/test_attention.py \
                 tests/cuda/test_tf32.py tests/cuda/test_sm90.py tests/cuda/test_attention_sm90.py \
                 $(grep -rl "mark.gpu" tests --include="test_*.py" | sort); do echo "$f"; done \
             | awk '!seen[$0]++')
     TAIL=40 step gpu_tests "${TESTS_LIMIT:-180}" bash -c 'for f in "$@"; do
         echo "-- $f"; python3 -m pytest -m gpu "$f" -q -s -p no:cacheprovider -rfE; done' _ $files
-fi
+}
+if [ "${TESTS:-1}" = 1 ] && [ "${TESTS_AFTER:-0}" != 1 ]; then gpu_tests; fi
 if [ "${RUN_BENCH:-1}" = 1 ]; then
     if [ "${RMSNORM:-0}" = 1 ]; then
         step run_bench 120 python3 -m emmy run examples/rmsnorm.py --bench \
@@ -92,6 +105,10 @@ for item in ${SUITES:-matmul:120 attention:120}; do
     budget=${budget:-400}
     args=(--suite "$suite" --budget "$budget" --json "$out/$suite.json")
     for o in ${only//,/ }; do args+=(--only "$o"); done
+    rows_var="ROWS_$suite"
+    IFS=';' read -ra rows <<< "${!rows_var:-}"
+    for r in "${rows[@]}"; do args+=(--row "$r"); done
     TAIL=30 step "suite_$suite" $((budget + ${SUITE_SLACK:-30})) python3 -m emmy bench "${args[@]}"
 done
+if [ "${TESTS:-1}" = 1 ] && [ "${TESTS_AFTER:-0}" = 1 ]; then gpu_tests; fi
 pack

@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default 400)")
     bench.add_argument("--only", action="append", default=[], metavar="NAME",
                        help="only the workloads whose name starts with NAME (repeatable)")
+    bench.add_argument("--row", action="append", default=[],
+                       help='a schedule row to check and time besides the planned ones, '
+                            '"ROW" (for every kernel it is legal for) or "KERNEL: ROW" '
+                            '(repeatable)')
 
     sub.add_parser("ops", help="list the torch ops the compiler supports")
 
@@ -109,15 +113,21 @@ def _options(args):
     return Options(target=args.target, rows=parse_row_args(args.row, args.kernel), db=args.db)
 
 
-def parse_row_args(values: list[str], kernel: str | None) -> dict[str, str]:
-    """--row values ("ROW" or "KERNEL: ROW") as rows by kernel name ("" = the only kernel)."""
+def split_row_arg(text: str) -> tuple[str | None, str]:
+    """A --row value, "ROW" or "KERNEL: ROW", as (kernel name or None, row text)."""
     import re
 
+    m = re.fullmatch(r"\s*([A-Za-z_]\w*):\s+(\S.*)", text)
+    return (m[1], m[2]) if m else (None, text)
+
+
+def parse_row_args(values: list[str], kernel: str | None) -> dict[str, str]:
+    """--row values ("ROW" or "KERNEL: ROW") as rows by kernel name ("" = the only kernel)."""
     rows: dict[str, str] = {}
     for text in values:
-        m = re.fullmatch(r"\s*([A-Za-z_]\w*):\s+(\S.*)", text)
-        name, row = (m[1], m[2]) if m else (kernel or "", text)
-        if m and kernel:
+        named, row = split_row_arg(text)
+        name = named if named is not None else kernel or ""
+        if named is not None and kernel:
             raise UserError(f"--row {text!r} names its kernel; --kernel is for a row without one")
         if name in rows:
             raise UserError(f"two rows for kernel `{name or 'the only kernel'}`: give one --row "
@@ -269,15 +279,23 @@ def _bench(workload, results, args) -> int:
 
 def cmd_bench(args) -> int:
     from emmy.bench.suites import render_notes, run_suite
+    from emmy.schedule.row import RowError, parse
 
     if args.budget <= 0:
         raise UserError(f"--budget must be a positive number of seconds, not {args.budget:g}")
+    given = tuple(split_row_arg(text) for text in args.row)
+    for text, (_, row) in zip(args.row, given):
+        try:
+            parse(row)
+        except RowError as e:
+            raise UserError(f"--row {text!r}: {e}") from None
     command = " ".join(["emmy bench --suite", args.suite]
                        + [f"--only {o}" for o in args.only]
+                       + [f"--row '{r}'" for r in args.row]
                        + ([f"--budget {args.budget:g}"] if args.budget != 400.0 else [])
                        + ([f"--json {args.json_out}"] if args.json_out else []))
     report = run_suite(args.suite, args.json_out, budget_s=args.budget, only=tuple(args.only),
-                       command=command)
+                       command=command, rows=given)
     print(report.table())
     print("\n".join(render_notes(report)))
     return EXIT_OK

@@ -34,7 +34,7 @@ _BASELINE_NAMES = {"eager": "eager", "compile": "torch.compile", "cublas": "cuBL
 @dataclass(frozen=True)
 class PlannedRow:
     rows: tuple[tuple[str, str], ...]         # (kernel, row) for every kernel
-    source: str                               # default | modeled | sweep
+    source: str                               # default | given | modeled | sweep
     modeled_us: float | None = None
 
 

@@ -231,6 +231,7 @@ class BenchOptions:
     baseline_timing_s: float = 1.0
     scratch: str = ""             # a JSON file the workers share (when each sweep started)
     device: str = "gpu"           # "cpu": a dry run on the emulator, checks only, no timing
+    rows: tuple[tuple[str | None, str], ...] = ()   # given rows: (kernel or None = any, row)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,21 +251,57 @@ def compile_rows(loop_program, rows: dict[str, str], target: str) -> dict[str, A
     return out
 
 
+def given_rows(spaces, default: dict[str, str],
+               given: tuple[tuple[str | None, str], ...]) -> tuple[list[dict], list[str]]:
+    """The rows a person gave (kernel None: every kernel whose space holds it), each with the
+    default rows of the other kernels; notes say which were refused and why."""
+    from emmy.schedule.row import RowError, parse
+
+    out: list[dict] = []
+    notes: list[str] = []
+    for kernel, text in given:
+        names = [kernel] if kernel is not None else list(spaces)
+        if kernel is not None and kernel not in spaces:
+            notes.append(f"row `{text}` for kernel `{kernel}`: no such kernel; the kernels are "
+                         f"{', '.join(spaces)}")
+            continue
+        why = []
+        for name in names:
+            try:
+                refusals = spaces[name].check(parse(text))
+            except RowError as e:
+                refusals = [e]
+            if refusals:
+                why.append(f"`{name}`: {refusals[0]}")
+                continue
+            cand = {**default, name: text}
+            if cand not in out:
+                out.append(cand)
+        if len(why) == len(names):
+            notes.append(f"row `{text}`: refused ({'; '.join(why)})")
+    return out, notes
+
+
 def plan_rows(loop_program, tile_program, target: str, *, top_k: int, sample: int,
-              seed: int = 0) -> tuple[tuple[PlannedRow, ...], tuple[str, ...]]:
-    """The default row, then the cost model's top_k of a sample, then the rest as the sweep."""
+              seed: int = 0, given: tuple[tuple[str | None, str], ...] = ()
+              ) -> tuple[tuple[PlannedRow, ...], tuple[str, ...]]:
+    """The default row, the given rows, then the cost model's top_k of a sample, then the rest
+    as the sweep."""
     from emmy.schedule.space import Space
     from emmy.schedule.targets import get_target
 
     spaces = {k.name: Space(k, get_target(target)) for k in tile_program.kernels}
     default = {name: str(sp.default()) for name, sp in spaces.items()}
+    chosen, notes = given_rows(spaces, default, given)
+    chosen = [c for c in chosen if c != default]
     candidates = []
     for name, sp in spaces.items():
         for row in sp.sample(sample, seed):
             cand = {**default, name: str(row)}
-            if cand != default and cand not in candidates:
+            if cand != default and cand not in candidates and cand not in chosen:
                 candidates.append(cand)
-    estimate, notes = _estimator(), []
+    candidates = chosen + candidates
+    estimate = _estimator()
     modeled: dict[int, float] = {}
     if estimate is None:
         notes.append("cost model unavailable: the rows after the default are a random sample")
@@ -280,10 +317,11 @@ def plan_rows(loop_program, tile_program, target: str, *, top_k: int, sample: in
             notes.append(f"cost model failed on {failed} rows (last: {last[:200]})")
     key = lambda c: tuple(sorted(c.items()))  # noqa: E731
     plan = [PlannedRow(key(default), "default", modeled.get(0))]
-    ranked = sorted((i for i in modeled if i > 0), key=lambda i: modeled[i])[:top_k]
+    plan += [PlannedRow(key(c), "given", modeled.get(j + 1)) for j, c in enumerate(chosen)]
+    ranked = sorted((i for i in modeled if i > len(chosen)), key=lambda i: modeled[i])[:top_k]
     plan += [PlannedRow(key(candidates[i - 1]), "modeled", modeled[i]) for i in ranked]
     plan += [PlannedRow(key(c), "sweep", modeled.get(j + 1)) for j, c in enumerate(candidates)
-             if j + 1 not in ranked]
+             if j + 1 > len(chosen) and j + 1 not in ranked]
     return tuple(plan), tuple(notes)
 
 
@@ -352,7 +390,7 @@ class _State:
         stages = compile_to(workload, "tile", Options(target=opt.target))
         self.graph, self.loop = stages["torch"], stages["loop"]
         self.plan, notes = plan_rows(self.loop, stages["tile"].program, opt.target,
-                                     top_k=opt.top_k, sample=opt.sample)
+                                     top_k=opt.top_k, sample=opt.sample, given=opt.rows)
         where = "cuda" if opt.device == "gpu" else "cpu"
         self.cases = make_cases(workload, self.graph, seeds=opt.seeds,
                                 distributions=opt.distributions, device=where)
@@ -560,7 +598,7 @@ def run_specs(name: str, specs, json_out=None, *, budget_s: float = 400.0,
                            device=device, **options)
         items: list[tuple] = [("device",), ("copy", COPY_BYTES)] if device == "gpu" else []
         limits = [SLOW_TIMEOUT_S, 120.0] if device == "gpu" else []
-        rows_per_spec = 1 + opt.top_k + opt.sample * 4
+        rows_per_spec = 1 + opt.top_k + (opt.sample + len(opt.rows)) * 4
         for spec in specs:
             items.append(("prepare", spec, opt))
             items += [("baseline", spec, b, opt) for b in ("eager", "compile", "cublas")]

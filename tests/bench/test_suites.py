@@ -92,6 +92,42 @@ def test_plan_starts_with_the_default_then_modeled_rows():
         assert set(sources[1:]) == {"sweep"} and notes
 
 
+def test_given_rows_come_after_the_default_and_refused_ones_say_why():
+    w = WorkloadSpec("softmax", "softmax", (("batch_size", 4), ("dim", 256))).load()
+    stages = compile_to(w, "tile")
+    (kernel,) = [k.name for k in stages["tile"].program.kernels]
+    legal = "WORK=warp:1 TILE=v1x1 REDUCE=shuffle STAGE=direct PLACE=fuse"
+    given = ((None, legal), (kernel, legal),                  # the same row twice: timed once
+             (None, "WORK=block:4096 TILE=v1x1 REDUCE=smem STAGE=direct PLACE=fuse"),
+             ("k9_nothing", legal))
+    plan, notes = plan_rows(stages["loop"], stages["tile"].program, "sm_90a", top_k=1,
+                            sample=3, given=given)
+    assert [p.source for p in plan[:2]] == ["default", "given"]
+    assert plan[1].rows == ((kernel, legal),)
+    assert [p.source for p in plan].count("given") == 1
+    assert len({p.rows for p in plan}) == len(plan)
+    assert any("WORK=block:4096" in n and "refused" in n and f"`{kernel}`" in n for n in notes)
+    assert any("k9_nothing" in n and "no such kernel" in n for n in notes)
+
+
+def test_a_dry_run_times_a_given_row(tmp_path):
+    spec = WorkloadSpec("softmax", "softmax", (("batch_size", 4), ("dim", 128)), "f32", "4x128")
+    row = "WORK=warp:2 TILE=v1x1 REDUCE=shuffle STAGE=direct PLACE=fuse"
+    report = run_specs("tiny", (spec,), None, device="cpu", top_k=0, sample=1, seeds=(0,),
+                       distributions=("normal",), rows=((None, row),))
+    (w,) = report.workloads
+    given = [r for r in w.rows if r.source == "given"]
+    assert len(given) == 1 and given[0].verdict == "ok" and given[0].rows[0][1] == row
+
+
+def test_bench_refuses_a_malformed_row_before_looking_for_a_gpu(capsys):
+    from emmy.cli import main
+
+    assert main(["bench", "--suite", "matmul", "--row", "WORK=warps:2x4 tile=mma"]) == 2
+    err = capsys.readouterr().err
+    assert "--row 'WORK=warps:2x4 tile=mma'" in err and "capitals" in err
+
+
 def _report(tmp_copy=4000.0) -> SuiteReport:
     spec = WorkloadSpec("rmsnorm", "rmsnorm", (("batch_size", 8192), ("dim", 8192)), "f32",
                         "8192x8192")
