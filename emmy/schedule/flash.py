@@ -77,15 +77,23 @@ GRAMMAR_TEXT = {
              "P_{j-1} V_{j-1}, the softmax of block j runs while P V does; tma, wgmma only: a "
              "producer warpgroup loads Q, K and V by TMA on mbarriers)",
 }
-# Measured on an H200 (4 x 32 heads x 4096, f16): 128 queries on 4 warps (32 rows a warp) with
-# 32 (d = 128) or 64-128 (d = 64) keys per step, double-buffered, was fastest. The wgmma rows
-# (sm_90a) have not run on a GPU yet, so the default stays on mma.sync; the cost model and the
-# searches can pick them.
-# f32 (simt tiles): 64 queries on 4 warps (4 rows a thread), 32 keys a step; not yet timed.
+# Measured on an H200 (4 x 32 heads x 4096 x 128, f16 and bf16, 2026-12-04): on sm_90a the
+# wgmma rows in FlashAttention-3's order, 128 queries on two consumer warpgroups, 128 keys a
+# step, fed by a TMA producer warpgroup with the softmax of one key block overlapping P V of
+# the one before (WORK=warps:8 TILE=wgmma:128x128 STAGE=tma:2:overlap) were fastest: 1.14 ms
+# causal and 1.89 ms full against 1.95 and 3.61 ms for the best mma.sync row, which stays the
+# default where there is no wgmma (sm_80): 128 queries on 4 warps (32 rows a warp), 32 keys
+# (d = 128) or 64-128 (d = 64) a step, double-buffered. Up to 64 queries a head (a decoding
+# step) keep the mma.sync order, whose split-KV rows were timed there (20 us for Llama-3-8B's
+# step); no wgmma row has been timed on such a problem.
+# f32 (simt tiles): 64 queries on 4 warps (4 rows a thread), 32 keys a step.
 PREFERRED = {"WORK": ("warps:4", "warps:8"),
              "TILE": ("flash:128x32", "flash:128x64", "flash:64x64", "simt:64x32", "simt:32x32"),
              "REDUCE": ("serial",),
              "STAGE": ("async:2", "smem")}
+HOPPER_PREFERRED = {"WORK": ("warps:8", "warps:4"),
+                    "TILE": ("wgmma:128x128", "wgmma:128x64", *PREFERRED["TILE"]),
+                    "STAGE": ("tma:2:overlap", "async:2:overlap", "tma:2", *PREFERRED["STAGE"])}
 KEYS = ("WORK", "TILE", "REDUCE", "STAGE")
 
 
@@ -245,11 +253,17 @@ def make_ctx(kernel, target: Target) -> FlashCtx:
 
 
 def prefer(key: str, order: tuple[str, ...], c: FlashCtx) -> tuple[str, ...]:
-    """The default's TILE order: where the queries of a head fill no more than 64 rows (a
-    decoding step's one, or its query heads of one key/value head), 64-row tiles first. (Its
-    REDUCE, serial or split, the cost model picks: emmy.schedule.space.Space._default.)"""
+    """The default's order: on a target with wgmma, 16-bit operands and more than 64 queries a
+    head, FlashAttention-3's row first (HOPPER_PREFERRED; a row it cannot take, a head
+    dimension or mask the wgmma template refuses, falls back to mma.sync's order). Where the
+    queries of a head fill no more than 64 rows (a decoding step's one, or its query heads of
+    one key/value head), 64-row tiles first. (Its REDUCE, serial or split, the cost model
+    picks: emmy.schedule.space.Space._default.)"""
     if key == "TILE" and c.problem.sq <= 64:
         return tuple(sorted(order, key=lambda v: read_tile(v).bq > 64))
+    if key in HOPPER_PREFERRED and c.target.has_wgmma and c.problem.sq > 64 and \
+            c.problem.q.ctype != "float":
+        return HOPPER_PREFERRED[key]
     return order
 
 

@@ -270,6 +270,25 @@ def test_a_template_default_splits_its_reduction_where_the_model_says_so():
     assert default(4096)[1]["REDUCE"] == "serial"
 
 
+def test_attention_defaults_to_flashattention_3s_row_where_wgmma_is():
+    """Measured on an H200 (emmy.schedule.flash): 16-bit attention over more than 64 queries
+    a head defaults to wgmma + TMA with the softmax overlapping P V on sm_90a; sm_80, f32 and a
+    decoding step keep their own orders."""
+    def default(expr: str, target=SM90):
+        (k,) = compile_to(load_expr(expr), "tile")["tile"].program.kernels
+        return str(Space(k, target).default())
+
+    half = ("F.scaled_dot_product_attention(torch.randn(1, 2, 200, 64).half(), "
+            "torch.randn(1, 2, 200, 64).half(), torch.randn(1, 2, 200, 64).half(), "
+            "is_causal=True)")
+    assert default(half) == "WORK=warps:8 TILE=wgmma:128x128 REDUCE=serial STAGE=tma:2:overlap"
+    assert default(half, SM80).startswith("WORK=warps:4 TILE=flash:128x32 ")
+    assert "TILE=simt:" in default(half.replace(".half()", ""))
+    step = ("F.scaled_dot_product_attention(torch.randn(1, 2, 1, 64).half(), "
+            "torch.randn(1, 2, 200, 64).half(), torch.randn(1, 2, 200, 64).half())")
+    assert "TILE=flash:64x" in default(step), default(step)
+
+
 def test_a_split_product_default_takes_the_k_step_the_model_prefers():
     """An int4 decoding layer (16 x 4,096 -> 4,096 on sm_90a) splits K 16 ways; each block's
     256-long slice of K then goes in four steps of 64, not the preferred sixteen of 16, for
