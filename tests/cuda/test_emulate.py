@@ -245,6 +245,28 @@ def test_a_compiler_without_gold_links_with_its_default_linker(tmp_path, monkeyp
         emulate.linker_flags.cache_clear()
 
 
+def test_a_gold_that_cannot_link_libstdcxx_is_not_used(tmp_path, monkeypatch):
+    """A toolchain (seen on a GPU machine) whose gold answers --version but cannot find its
+    libstdc++: the probe program does not link, so builds use the default linker."""
+    gxx = tmp_path / "gxx"
+    gxx.write_text('#!/bin/sh\ngold=0; link=1\nfor a in "$@"; do case "$a" in -fuse-ld=gold) '
+                   'gold=1;; -c|-Wl,--version|c++-header) link=0;; esac; done\n'
+                   'if [ $gold = 1 ] && [ $link = 1 ]; then echo "ld.gold: error: cannot open '
+                   'libstdc++.so" >&2; exit 1; fi\nexec g++ "$@"\n')
+    gxx.chmod(0o755)
+    monkeypatch.setenv("EMMY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(emulate, "CXX", str(gxx))
+    emulate.linker_flags.cache_clear()
+    try:
+        assert emulate.linker_flags() == ()
+        x, out = np.ones((2, 40), np.float32), np.zeros(2, np.float32)
+        r = run("row_sum", 2, 32, [out, x, 40])
+        assert r.status == "ok", r.log
+        np.testing.assert_array_equal(out, [40, 40])
+    finally:
+        emulate.linker_flags.cache_clear()
+
+
 def test_a_runtime_that_does_not_build_is_a_compile_error(tmp_path, monkeypatch):
     _failing_gxx(tmp_path, monkeypatch, "emu_runtime.cpp")
     r = build_and_run(SOURCE, "row_sum", 1, 32, 0,
