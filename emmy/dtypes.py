@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from functools import cache
 
 
 class DType(Enum):
@@ -137,6 +138,16 @@ def to_numpy(dtype: DType):
             DType.I64: np.int64, DType.I32: np.int32,
             DType.I16: np.int16, DType.I8: np.int8, DType.U8: np.uint8,
             DType.BOOL: np.bool_, DType.C64: np.complex64, DType.C128: np.complex128}[dtype]
+
+
+@cache
+def e4m3_overflow_is_nan() -> bool:
+    """Whether this torch rounds a float past e4m3's largest value (448; from 464 up, rounded)
+    to NaN, as torch did before it saturated there (pytorch/pytorch#178817, 2026), rather than
+    to 448."""
+    import torch
+
+    return bool(torch.tensor([1000.0]).to(torch.float8_e4m3fn).float().isnan().item())
 
 
 def rounded(a, dtype: DType):

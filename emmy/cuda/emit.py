@@ -7,6 +7,7 @@ so the same text compiles with NVRTC for the GPU and with g++ against the CPU em
 from __future__ import annotations
 
 from emmy.cuda.gemm_spec import last_block_lines
+from emmy.dtypes import e4m3_overflow_is_nan
 from emmy.kernel_ir import ir as K
 from emmy.symbolic import Lin, render
 from emmy.tensor_ir.ir import ReduceOp
@@ -26,10 +27,15 @@ _ARG = {ReduceOp.ARGMAX: "true", ReduceOp.ARGMIN: "false"}
 
 
 def emit_program(p: K.KProgram) -> str:
-    """The CUDA source of every function a kernel's row launches."""
+    """The CUDA source of every function a kernel's row launches. A kernel that rounds values to
+    e4m3 does it as the installed torch does (e4m3_overflow_is_nan)."""
+    body = [emit_function(f) for f in p.functions]
+    nan = any("__nv_fp8_e4m3" in b for b in body) and e4m3_overflow_is_nan()
     head = [f"// emmy: kernel {p.name}", '#include "emmy_kernel.cuh"',
-            *(f'#include "{h}"' for h in p.headers), ""]
-    return "\n".join(head + [emit_function(f) for f in p.functions])
+            *(f'#include "{h}"' for h in p.headers),
+            *(["template <> struct EmE4m3Nan<0> { static constexpr bool value = true; };"]
+              if nan else []), ""]
+    return "\n".join(head + body)
 
 
 def emit_function(f: K.KFunction) -> str:

@@ -173,3 +173,31 @@ def test_scaled_mm_runs_on_bf16_tensor_cores_with_its_scales_in_the_epilogue():
     units = stages["cuda"].units       # the scale, x quantized, both products (one CSE'd)
     assert len(units) == 3 and "mma_m16n8k16_bf16f32" in units[-1].source
     assert any("a product's epilogue" in n for n in stages["loop"].notes)
+
+
+def test_an_older_torchs_nan_past_448_is_emitted_where_that_torch_is_installed(monkeypatch):
+    """Before torch saturated e4m3 (pytorch/pytorch#178817), a value rounding past 448 (from
+    464 up) and an infinity became NaN. Where the installed torch does that, the kernels are
+    emitted to (EmE4m3Nan<0> specialized): on the emulator and through NVRTC."""
+    import emmy.cuda.emit as emit
+    from emmy.cuda.nvrtc import compile_cuda
+    from emmy.runtime.cpu import run_program
+    from emmy.schedule.targets import get_target
+    from emmy.frontend.workload import load_expr
+
+    x = torch.tensor([1.0, 447.0, 460.0, 464.0, 464.5, 470.0, -500.0, 1e6, float("inf"),
+                      -float("inf"), float("nan"), 2.0 ** -12]).repeat(4)
+    workload = load_expr("(lambda x: (x * 1.0).to(torch.float8_e4m3fn))(torch.randn(48))")
+    monkeypatch.setattr(emit, "e4m3_overflow_is_nan", lambda: True)
+    prog = compile_to(workload, "cuda")["cuda"]
+    (unit,) = prog.units
+    assert "struct EmE4m3Nan<0> { static constexpr bool value = true; }" in unit.source
+    got = run_program(prog, {"x": x})
+    assert got.ok, got
+    saturated = x.to(E4M3).float()
+    expected = torch.where(x.abs() > 464, float("nan"), saturated)
+    np.testing.assert_array_equal(np.asarray(got.outputs[0], np.float32), expected.numpy())
+    assert compile_cuda(unit.source, get_target("sm_90a")).ok
+    monkeypatch.setattr(emit, "e4m3_overflow_is_nan", lambda: False)
+    assert "EmE4m3Nan" not in compile_to(workload, "cuda")["cuda"].units[0].source
+

@@ -33,9 +33,19 @@
 #define EMMY_INF_F32 __int_as_float(0x7f800000)
 
 // 8-bit floats as torch converts to them: round to nearest even; e4m3 (no infinity) saturates
-// at +-448, infinity included, e5m2 overflows to infinity. Widening is exact.
-EMMY_FN __nv_fp8_e4m3 emmy_to_e4m3(float f) {
+// at +-448, infinity included, e5m2 overflows to infinity. Widening is exact. A source emitted
+// for a torch from before e4m3 saturated specializes EmE4m3Nan<0> after its includes (a macro
+// would come after the emulator's precompiled headers): NaN where the rounding goes past 448,
+// from 464 up, and for infinities.
+template <int> struct EmE4m3Nan { static constexpr bool value = false; };
+template <int D = 0> EMMY_FN __nv_fp8_e4m3 emmy_to_e4m3(float f) {
     __nv_fp8_e4m3 r;
+    if constexpr (EmE4m3Nan<D>::value) {
+        if (fabsf(f) > 464.0f) {
+            r.__x = static_cast<__nv_fp8_storage_t>(f < 0.0f ? 0xff : 0x7f);
+            return r;
+        }
+    }
     r.__x = __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
     return r;
 }
