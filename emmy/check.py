@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -162,11 +163,17 @@ def run_eager(model, args, selections: list | None = None):
     """model(*args) in eager PyTorch; where the model itself fails on its inputs (an index out
     of range, say), that is the input's fault: WorkloadFails (a UserError) naming torch's
     reason. torch.topk breaks ties as emmy does, and each selection of positions (topk,
-    argmax, max over a dim) is appended to `selections` (emmy.selections)."""
+    argmax, max over a dim) is appended to `selections` (emmy.selections). Tensors the forward
+    makes without naming a device (a window for stft, shifts to unpack nibbles) are made on the
+    inputs' device, as they are where a person runs the model on it."""
+    import torch
+
     from emmy.selections import recording
 
+    dev = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
     try:
-        with recording(selections):
+        with recording(selections), \
+                torch.device(dev) if dev is not None and dev.type != "cpu" else nullcontext():
             return model(*args)
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else ""

@@ -35,7 +35,7 @@ class Model(nn.Module):
                              .to(getattr(torch, dtype)))
 
     def forward(self, x):
-        shifts = torch.arange(0, 32, 4, dtype=torch.int32)
+        shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=x.device)
         q = (self.qweight.unsqueeze(1) >> shifts.view(1, 8, 1)) & 15          # (in/8, 8, out)
         zeros = (self.qzeros.unsqueeze(2) >> shifts.view(1, 1, 8)) & 15       # (groups, out/8, 8)
         zeros = zeros.reshape(in_features // group, 1, out_features)

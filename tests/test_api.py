@@ -71,3 +71,16 @@ def test_a_model_in_training_mode_is_compiled_as_it_trains():
     assert int(model[1].num_batches_tracked) == int(eager[1].num_batches_tracked) == 3
     with pytest.raises(emmy.errors.UserError, match="dropout in training mode"):
         emmy.compile(nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.1)), torch.randn(5, 6))
+
+
+def test_eager_runs_make_device_less_tensors_on_the_inputs_device():
+    """A forward that makes a tensor without naming a device (torch.hann_window for stft) runs
+    on the inputs' device, as on a GPU; checked here with the meta device."""
+    import torch
+
+    from emmy.check import run_eager
+
+    out = run_eager(lambda x: x * torch.arange(4.0), (torch.empty(3, 4, device="meta"),))
+    assert out.device.type == "meta" and out.shape == (3, 4)
+    cpu = run_eager(lambda x: x * torch.arange(4.0), (torch.ones(2, 4),))
+    assert torch.equal(cpu, torch.arange(4.0).expand(2, 4))
