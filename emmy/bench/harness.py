@@ -490,14 +490,16 @@ class GpuExecutor:
 
 
 def same_bits(a, b) -> bool:
-    """True when two tensors hold the same bytes (NaN payloads and -0.0 included)."""
+    """True when two tensors hold the same bytes (NaN payloads and -0.0 included); a complex
+    tensor as its (real, imaginary) pairs, as the kernels hold it (as_stored)."""
     import torch
 
+    a, b = as_stored(a), as_stored(b)
     b = b.to(device=a.device, dtype=a.dtype)
     if a.numel() != b.numel():
         return False
     if a.is_floating_point():
-        view = {8: torch.int64, 4: torch.int32, 2: torch.int16}[a.element_size()]
+        view = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[a.element_size()]
         a, b = a.contiguous().view(view), b.contiguous().view(view)
     return bool(torch.equal(a.reshape(-1), b.reshape(-1)))
 

@@ -302,3 +302,21 @@ def test_an_f32_output_computed_through_bf16_is_held_to_bf16s_tolerance():
         else u for j, u in enumerate(prog.units)))
     check = check_program(w, stages["torch"], wrong, device="cpu")
     assert check.verdict == "incorrect" and not check.errors[1].ok and check.errors[0].ok
+
+
+def test_same_bits_reads_8_bit_floats_and_complex_tensors_as_the_kernels_hold_them():
+    """An fp8 input is one byte an element; a complex input is compared as its (real,
+    imaginary) pairs, the view the kernels read, not cast to a real type (which would drop
+    the imaginary parts and call an untouched input written)."""
+    from emmy.bench.harness import same_bits
+
+    x8 = (torch.randn(8, 4) * 100).to(torch.float8_e4m3fn)
+    assert same_bits(x8, x8.clone())
+    changed = x8.clone()
+    changed.view(torch.uint8)[0, 0] ^= 1
+    assert not same_bits(x8, changed)
+    z = torch.randn(4, 3, dtype=torch.complex64)
+    assert same_bits(torch.view_as_real(z).clone(), z) and same_bits(z, z.clone())
+    w = z.clone()
+    w[1, 1] += 1j
+    assert not same_bits(torch.view_as_real(z).clone(), w)
