@@ -323,11 +323,13 @@ def output_tolerance(dtype: DType, *, tf32: bool = False,
 
 
 def compare_output(name: str, dtype: DType, got, expected, own=None, *,
-                   tf32: bool = False, selection=None, floor: DType | None = None) -> OutputError:
+                   tf32: bool = False, selection=None, floor: DType | None = None,
+                   slack: tuple[float, float] = (0.0, 0.0)) -> OutputError:
     """Compare one output with its reference; NaN or inf fails unless the reference has it,
     or the model run in its own dtype (`own`) has the same there (an honest overflow).
     Positions a selection took (`selection`) that differ from the reference's are compared by
-    the values they pick."""
+    the values they pick. `slack`: (absolute, normwise) error allowed besides the tolerance's
+    (_conditioned)."""
     import torch
 
     if selection is not None and got.numel() == expected.numel() and \
@@ -358,16 +360,16 @@ def compare_output(name: str, dtype: DType, got, expected, own=None, *,
     diff = torch.where(torch.isnan(diff), float("inf"), diff)
     scale = torch.where(finite_ref, ref.abs(), 0.0)
     rms = float(scale.square().mean().sqrt())
-    bad_mask = diff > tol.atol + tol.rtol * scale + tol.stol * rms
+    bad_mask = diff > tol.atol + slack[0] + tol.rtol * scale + tol.stol * rms
     bad = int(bad_mask.sum())
     max_abs = float(diff.max())
     max_rel = float(torch.where((diff == 0) | (scale < max(tol.atol, 1e-30)), 0.0,   # see check
                                 diff / scale.clamp_min(1e-30)).max())
     rel_l2 = _rel_l2(val, ref, same)
-    ok = bad == 0 and rel_l2 <= tol.l2
+    ok = bad == 0 and rel_l2 <= max(tol.l2, slack[1])
     worst = _worst(bad_mask, diff, val, ref) if bad else ""
     if bad == 0 and not ok:
-        worst = f"||out - ref|| / ||ref|| = {rel_l2:.3g} > {tol.l2:g}"
+        worst = f"||out - ref|| / ||ref|| = {rel_l2:.3g} > {max(tol.l2, slack[1]):g}"
     return OutputError(name, str(dtype), max_abs, max_rel, rel_l2, tol.atol, tol.rtol, bad,
                        unwritten, total, ok, worst)
 
@@ -540,11 +542,18 @@ def check_case(run, prog: CudaProgram, case: Case) -> CaseResult:
         # out by hand: its scores rounded, then exponentiated) can sit far from the float64
         # result exactly as the model does in its own dtype. Matching that model within the
         # same tolerance is correct too: it is what the program computes.
+        # An ill-conditioned function computed in f32 throughout (f32 attention over inputs a
+        # hundred times the usual) is far from float64 in any order of f32 sums, eager's too:
+        # within twice eager's own distance from float64 is correct there (_conditioned). Not
+        # where the model rounds to 16 bits on the way: the program must round as it says.
         errors = tuple(e if e.ok else _or_native(
             compare_output(b.name, b.type.dtype, g, n, tf32=case.tf32,
-                           floor=per_output(case.floor, i)), e)
-            for i, (b, g, n, e) in enumerate(zip(prog.outputs, done.outputs, case.native,
-                                                 errors)))
+                           floor=per_output(case.floor, i)), e,
+            None if (per_output(case.floor, i) or b.type.dtype) is not DType.F32 else
+            lambda: compare_output(b.name, b.type.dtype, g, r, tf32=case.tf32,
+                                   floor=per_output(case.floor, i), slack=_conditioned(n, r)))
+            for i, (b, g, n, r, e) in enumerate(zip(prog.outputs, done.outputs, case.native,
+                                                    case.expected, errors)))
     reasons = [f"the kernel wrote into its input `{n}`" for n in done.changed_inputs]
     for e in errors:
         if e.unwritten:
@@ -561,8 +570,32 @@ def check_case(run, prog: CudaProgram, case: Case) -> CaseResult:
                       tuple(f"{where}: {r}" for r in reasons))
 
 
-def _or_native(native: OutputError, f64: OutputError) -> OutputError:
-    return replace(native, native=True) if native.ok else f64
+def _or_native(native: OutputError, f64: OutputError, conditioned=None) -> OutputError:
+    if native.ok:
+        return replace(native, native=True)
+    if conditioned is not None and (widened := conditioned()).ok:
+        return replace(widened, native=True)
+    return f64
+
+
+CONDITIONING = 2.0     # times eager's own distance from float64 that an output may be from it
+
+
+def _conditioned(own, ref) -> tuple[float, float]:
+    """(absolute, normwise) slack for an output whose model, run in its own dtype, is itself
+    that far from the float64 reference: CONDITIONING times eager's largest absolute and its
+    normwise distance (as PyTorch's own tests set tolerances for low-precision attention)."""
+    import torch
+
+    own = own.detach().to(device=ref.device, dtype=torch.float64).reshape(ref.shape)
+    ref = ref.detach().to(torch.float64)
+    both = torch.isfinite(own) & torch.isfinite(ref)
+    if not bool(both.any()):
+        return 0.0, 0.0
+    diff = torch.where(both, own - ref, 0.0)
+    norm = float(torch.where(both, ref, 0.0).norm())
+    return (CONDITIONING * float(diff.abs().max()),
+            CONDITIONING * float(diff.norm()) / norm if norm > 0 else 0.0)
 
 
 def _summarize(results: list[CaseResult], device: str, reference_dtype: str) -> HarnessCheck:

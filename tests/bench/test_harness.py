@@ -320,3 +320,31 @@ def test_same_bits_reads_8_bit_floats_and_complex_tensors_as_the_kernels_hold_th
     w = z.clone()
     w[1, 1] += 1j
     assert not same_bits(torch.view_as_real(z).clone(), w)
+
+
+def test_an_ill_conditioned_output_may_be_as_far_from_float64_as_eager_twice():
+    """f32 attention over inputs a hundred times the usual: eager f32 itself is ~0.4 from the
+    float64 result (rel 1e-3, ten times f32's tolerance), and any other order of f32 sums is
+    too. An output within twice eager's distance passes; one beyond it does not."""
+    from emmy.bench.harness import _conditioned, _or_native
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(64, 64, generator=g, dtype=torch.float64) * 300
+    own = ref + (torch.rand(64, 64, generator=g, dtype=torch.float64) - 0.5) * 0.8
+    near = ref + (torch.rand(64, 64, generator=g, dtype=torch.float64) - 0.5) * 1.2
+    far = near.clone()
+    far[3, 5] += 2.0
+
+    def verdict(got):
+        f64 = compare_output("out0", DType.F32, got.float(), ref)
+        assert not f64.ok
+        return _or_native(compare_output("out0", DType.F32, got.float(), own), f64,
+                          lambda: compare_output("out0", DType.F32, got.float(), ref,
+                                                 slack=_conditioned(own, ref)))
+
+    ok = verdict(near)
+    assert ok.ok and ok.native
+    assert not verdict(far).ok
+    widened = compare_output("out0", DType.F32, far.float(), ref, slack=_conditioned(own, ref))
+    assert widened.bad == 1 and "[3, 5]" in widened.worst
+    assert _conditioned(ref, ref) == (0.0, 0.0)
