@@ -120,7 +120,7 @@ def test_shifts_in_a_tensor_attribute_pair_as_computed_ones(tmp_path):
     """AutoGPTQ keeps its shifts in a plain tensor attribute (`self.wf`): a constant, read back
     as index arithmetic (emmy.tensor_ir.tables), so the words' nibbles pair as before."""
     source = GPTQ.read_text().replace(
-        "        shifts = torch.arange(0, 32, 4, dtype=torch.int32)",
+        "        shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=x.device)",
         "        shifts = self.wf").replace(
         "        groups = in_features // group",
         "        groups = in_features // group\n"
