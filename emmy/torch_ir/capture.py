@@ -99,7 +99,7 @@ def _instance_norm(x, weight, bias, running_mean, running_var, use_input_stats: 
 
 
 def _mirror(ep, name: str, origin: str | None, tf32: bool) -> Graph:
-    fold_constant_masks(ep)
+    fold_constant_masks(ep, _overwritten(ep.graph_module.graph))
     rewrite_selections(ep.graph_module)
     token = _WINDOWS.set(_windows(ep))
     try:
@@ -493,6 +493,22 @@ def _is_view(fx_node) -> bool:
         return getattr(new, "dtype", None) == getattr(old, "dtype", None) and \
             getattr(new, "device", None) == getattr(old, "device", None)
     return True
+
+
+def _overwritten(graph) -> set:
+    """The nodes whose memory an in-place op writes (`m[0, 1] = False` on a mask made by
+    torch.ones: a copy_ into a select of it), with every view that shares it."""
+    out: set = set()
+    for n in graph.nodes:
+        schema = getattr(n.target, "_schema", None)
+        if n.op != "call_function" or schema is None or not schema.is_mutable:
+            continue
+        args = {**{a.name: v for a, v in zip(schema.arguments, n.args)}, **n.kwargs}
+        for a in schema.arguments:
+            if a.alias_info and a.alias_info.is_write and a.name in args:
+                out |= set().union(*(_aliases(t) for t in _flat([args[a.name]])
+                                     if hasattr(t, "op")))
+    return out
 
 
 def _aliases(node) -> set:

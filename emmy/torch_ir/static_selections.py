@@ -243,12 +243,14 @@ def _rewrite(graph, sel, rows, sinks, scalars) -> None:
 
 # ---- masks that are constants: SimCLR's `sim[~torch.eye(N, dtype=torch.bool)].view(N, -1)` ----
 
-def fold_constant_masks(ep) -> None:
+def fold_constant_masks(ep, written: set = frozenset()) -> None:
     """A boolean mask computed from nothing the program takes (torch.eye, arange, ones and what
     is computed from them) selects a number of elements known when compiling: each such
     selection `x[mask]` becomes `x[p0, p1, ...]`, the mask's positions as constants of the
     program (lifted as torch.export lifts a tensor constant), and every value is propagated
-    again, so that what follows (`.view(N, -1)`) has a static shape."""
+    again, so that what follows (`.view(N, -1)`) has a static shape. A mask computed from
+    memory an in-place op writes (`written`: `m = torch.ones(...); m[0, 1] = False`) is left
+    alone: the program is mirrored functionalized, where the writes are values this folds."""
     from torch.export.graph_signature import InputKind
 
     graph = ep.graph_module.graph
@@ -261,7 +263,7 @@ def fold_constant_masks(ep) -> None:
         mask = _constant_mask(node)
         if mask is None:
             continue
-        value = _evaluate(node.args[1][mask], known)
+        value = _evaluate(node.args[1][mask], known, written)
         if value is None:
             continue
         positions = []
@@ -292,19 +294,21 @@ def _constant_mask(node) -> int | None:
     return tensors[0] if getattr(val, "dtype", None) is torch.bool else None
 
 
-def _evaluate(node, memo: dict):
+def _evaluate(node, memo: dict, written: set = frozenset()):
     """`node`'s value where it is computed from the values `memo` knows (constants) and from
-    no input of the program (factory ops and what they feed), else None."""
+    no input of the program (factory ops and what they feed), and from no memory an in-place
+    op writes (`written`), else None."""
     import torch
 
     if node in memo:
         return memo[node]
-    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or \
+            node in written:
         return None
 
     def value(a):
         if hasattr(a, "op"):
-            v = _evaluate(a, memo)
+            v = _evaluate(a, memo, written)
             if v is None:
                 raise LookupError
             return v

@@ -135,3 +135,35 @@ def test_a_mask_made_of_constants_selects_a_known_count():
                             [(torch.randn(8, 16),) for _ in range(2)])
     assert_workload_cuda_matches_eager(Workload("info_nce", InfoNce(), (torch.randn(8, 16),),
                                                 "", "<test>"))
+
+
+class CorrelatedSamples(nn.Module):
+    """Spijkervet/SimCLR's mask_correlated_samples called in forward, and a mask written
+    element by element (chingyaoc/DCL's get_negative_mask): the writes into the constant mask
+    decide which elements it selects."""
+
+    def forward(self, z):
+        n = z.shape[0]
+        mask = torch.ones((n, n), dtype=torch.bool)
+        mask = mask.fill_diagonal_(0)
+        for i in range(n // 2):
+            mask[i, n // 2 + i] = 0
+            mask[n // 2 + i, i] = 0
+        sim = z @ z.T
+        single = torch.ones(4, 4, dtype=torch.bool)
+        single[0, 1] = False
+        return sim[mask].view(n, -1), z[:4, :4][single]
+
+
+def test_writes_into_a_constant_mask_decide_what_it_selects():
+    """Folding the mask as torch.ones made it (the writes, copy_ into views of it, unread)
+    selected every element: now the program is functionalized first and the written mask folds."""
+    torch.manual_seed(0)
+    model = CorrelatedSamples()
+    inputs = (torch.randn(8, 6),)
+    graph = capture(model, inputs)
+    got = run(lower(graph), {p.name: v for p, v in zip(graph.inputs, inputs)})
+    assert [g.shape for g in got] == [(8, 6), (15,)]
+    _agrees_on_other_inputs(model, inputs, [(torch.randn(8, 6),) for _ in range(2)])
+    assert_workload_cuda_matches_eager(Workload("correlated", model, inputs, "", "<test>"))
+
