@@ -36,7 +36,9 @@ def capture(model: Any, inputs: tuple, *, name: str = "model", origin: str | Non
     try:
         return _mirror(ep, name, origin, tf32)
     except _SharedWrite as e:
-        functional = _functionalized(ep)
+        # mirroring rewrote `ep` in place (constant masks, selections, masked updates), which
+        # torch's functionalization cannot always take: it rewrites a fresh export
+        functional = _functionalized(_export(model, inputs, origin))
         if functional is None:
             shared = _shared_inputs(inputs)
             raise UserError(f"{e}, and torch could not rewrite the program without writes "

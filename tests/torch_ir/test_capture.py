@@ -743,3 +743,28 @@ def test_values_moved_to_numpy_get_the_hint_to_keep_them_a_tensor():
 
     with pytest.raises(UserError, match=r"moved to numpy .* keep them a tensor"):
         capture(Periods(), (torch.randn(3, 8),))
+
+
+class SplineEdges(nn.Module):
+    """nflows' rational-quadratic spline: a write into a padded tensor's slice (functionalized
+    by torch) beside masked updates (rewritten by emmy before mirroring, in place)."""
+
+    def forward(self, inputs, ud):
+        ud = torch.nn.functional.pad(ud, pad=(1, 1))
+        ud[..., 0] = 0.5
+        inside = (inputs >= -1.0) & (inputs <= 1.0)
+        outputs = torch.zeros_like(inputs)
+        outputs[~inside] = inputs[~inside]
+        outputs[inside] = inputs[inside] * 2.0
+        return outputs, ud
+
+
+def test_a_program_emmy_rewrote_is_functionalized_from_a_fresh_export():
+    """Functionalizing the program emmy's own rewrites had edited failed in torch ("could not
+    rewrite the program without writes"); a fresh export functionalizes."""
+    from emmy.frontend.workload import Workload
+    from tests.tensor_ir.emitted import assert_workload_cuda_matches_eager
+
+    inputs = (torch.randn(16, 4) * 2, torch.randn(16, 4, 5))
+    capture(SplineEdges(), inputs)
+    assert_workload_cuda_matches_eager(Workload("spline", SplineEdges(), inputs, "", "<test>"))

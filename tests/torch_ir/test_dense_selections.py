@@ -167,3 +167,22 @@ def test_writes_into_a_constant_mask_decide_what_it_selects():
     _agrees_on_other_inputs(model, inputs, [(torch.randn(8, 6),) for _ in range(2)])
     assert_workload_cuda_matches_eager(Workload("correlated", model, inputs, "", "<test>"))
 
+
+
+class LabelRows(nn.Module):
+    """A positives mask filled row by row from the labels (batch-hard triplet mining written as
+    a loop): its writes read an input, so the mask is not a constant, and the sum over what it
+    selects is the masked sum."""
+
+    def forward(self, dist, labels):
+        mask = torch.zeros(8, 8, dtype=torch.bool)
+        for i in range(8):
+            mask[i] = labels == labels[i]
+        return dist[mask].sum()
+
+
+def test_a_mask_written_from_the_inputs_is_not_folded_as_its_factory_made_it():
+    torch.manual_seed(0)
+    inputs = (torch.rand(8, 8), torch.randint(0, 3, (8,)))
+    _agrees_on_other_inputs(LabelRows(), inputs,
+                            [(torch.rand(8, 8), torch.randint(0, 3, (8,))) for _ in range(3)])
