@@ -259,10 +259,20 @@ def fold_constant_masks(ep, written: set = frozenset()) -> None:
     lifted = {s.arg.name: ep.constants[s.target] for s in ep.graph_signature.input_specs
               if s.kind is InputKind.CONSTANT_TENSOR and s.target in ep.constants}
     known = {n: lifted[n.name] for n in graph.nodes if n.op == "placeholder" and n.name in lifted}
+    puts = {_aten().index_put.default, _aten().index_put_.default}
     for node in list(graph.nodes):
+        if _same_shape_masked_select(node):     # x.masked_select(m): x[m] where they agree
+            with graph.inserting_before(node):
+                index = graph.call_function(_aten().index.Tensor, (node.args[0], [node.args[1]]))
+            index.meta = dict(node.meta)
+            node.replace_all_uses_with(index)
+            graph.erase_node(node)
+            node, folded = index, True
         mask = _constant_mask(node)
         if mask is None:
             continue
+        if any(u.target in puts for u in node.args[1][mask].users):
+            continue       # `c[mask] *= lam`: a masked update, rewritten whole (emmy.torch_ir.masked)
         value = _evaluate(node.args[1][mask], known, written)
         if value is None:
             continue
@@ -280,6 +290,14 @@ def fold_constant_masks(ep, written: set = frozenset()) -> None:
         _propagate(ep.graph_module)
 
 
+def _same_shape_masked_select(node) -> bool:
+    """x.masked_select(mask) where mask has x's shape (then it selects what x[mask] does)."""
+    if node.op != "call_function" or node.target is not _aten().masked_select.default:
+        return False
+    x, m = (_val(a) for a in node.args[:2])
+    return x is not None and m is not None and tuple(x.shape) == tuple(m.shape)
+
+
 def _constant_mask(node) -> int | None:
     """The position among x[...]'s indices of a boolean mask, where that is the only tensor
     index; else None."""
@@ -292,6 +310,13 @@ def _constant_mask(node) -> int | None:
         return None
     val = _val(node.args[1][tensors[0]])
     return tensors[0] if getattr(val, "dtype", None) is torch.bool else None
+
+
+_LIKE_NAMES = ("ones_like", "zeros_like", "full_like")
+
+
+def _like_ops() -> set:
+    return {getattr(_aten(), n).default for n in _LIKE_NAMES}
 
 
 def _evaluate(node, memo: dict, written: set = frozenset()):
@@ -316,7 +341,14 @@ def _evaluate(node, memo: dict, written: set = frozenset()):
             return type(a)(value(x) for x in a)
         return a
     try:
-        args = value(node.args)
+        if node.target in _like_ops() and hasattr(node.args[0], "op"):
+            # ones_like(sim) of a computed sim: only its shape and type matter
+            like = _val(node.args[0])
+            if like is None:
+                return None
+            args = (torch.empty(tuple(like.shape), dtype=like.dtype), *value(node.args[1:]))
+        else:
+            args = value(node.args)
         kwargs = {k: value(v) for k, v in node.kwargs.items()}
         out = node.target(*args, **kwargs)
     except (LookupError, RuntimeError, TypeError, ValueError):   # an input read, or refused

@@ -186,3 +186,25 @@ def test_a_mask_written_from_the_inputs_is_not_folded_as_its_factory_made_it():
     inputs = (torch.rand(8, 8), torch.randint(0, 3, (8,)))
     _agrees_on_other_inputs(LabelRows(), inputs,
                             [(torch.rand(8, 8), torch.randint(0, 3, (8,))) for _ in range(3)])
+
+
+class SimclrMasks(nn.Module):
+    """leftthomas/SimCLR's mask, `(torch.ones_like(sim) - torch.eye(n)).bool()`, through
+    masked_select; Barlow Twins' `c[~eye] *= lam`; and a masked_select through an input's mask."""
+
+    def forward(self, x, keep):
+        sim = torch.exp(x @ x.t())
+        mask = (torch.ones_like(sim) - torch.eye(8)).bool()
+        c = x @ x.t()
+        c[~torch.eye(8, dtype=torch.bool)] *= 0.5
+        return sim.masked_select(mask).view(8, -1), sim[mask].view(8, -1), c, \
+            x.masked_select(keep).sum()
+
+
+def test_constant_masks_through_masked_select_ones_like_and_a_masked_update():
+    torch.manual_seed(0)
+    inputs = (torch.randn(8, 4), torch.rand(8, 4) > 0.5)
+    _agrees_on_other_inputs(SimclrMasks(), inputs,
+                            [(torch.randn(8, 4), torch.rand(8, 4) > 0.5) for _ in range(2)])
+    assert_workload_cuda_matches_eager(Workload("simclr_masks", SimclrMasks(), inputs, "",
+                                                "<test>"))
