@@ -378,10 +378,11 @@ def elementwise_operands(p: Program) -> dict[str, str]:
     defs = {d.name: d for d in p.defs}
     outputs = set(p.outputs)
     out: dict[str, str] = {}
+    reads = _reads_inputs(p)
     for d, src, wide in _computed_operands(p, defs):
         if not _element_wise(src, defs) or _dequantized(src, defs):
             continue
-        for name in _store_points(src, defs, wide):
+        for name in _store_points(src, defs, wide, reads):
             if name not in outputs:
                 out.setdefault(name, f"a product (`{d.name}`) reads it, computed element by "
                                      f"element from the program's inputs: stored, the product "
@@ -440,7 +441,18 @@ def _element_wise(name: str, defs) -> bool:
                for n in _ancestors(name, defs) | {name})
 
 
-def _store_points(src: str, defs, wide: int) -> list[str]:
+def _reads_inputs(p: Program) -> dict[str, bool]:
+    """Whether each definition is computed from an input of the program, for all at once (asked
+    of every operand of every product, walking the graph each time was cubic in an unrolled
+    scan's length: Mamba's selective_scan_ref over 256 steps)."""
+    defs = {d.name: d for d in p.defs}
+    out: dict[str, bool] = {}
+    for d in p.defs:                      # operands come first
+        out[d.name] = any(isinstance(defs[a], Input) or out[a] for a in operands(d))
+    return out
+
+
+def _store_points(src: str, defs, wide: int, reads_inputs: Mapping[str, bool]) -> list[str]:
     """Where to store an element-wise operand: from `src` down, the first tensors each of whose
     elements feeds at least MIN_OPERAND_REUSE products and that read an input (not index maps:
     under a convolution's window, the activation before it; not a mask computed from positions
@@ -450,7 +462,7 @@ def _store_points(src: str, defs, wide: int) -> list[str]:
         d = defs[todo.pop()]
         if isinstance(d, (Input, Iota)):
             continue
-        reads = any(isinstance(defs[n], Input) for n in _ancestors(d.name, defs))
+        reads = reads_inputs[d.name]
         if (reads and not isinstance(d, IndexMap)
                 and wide // math.prod(d.type.shape) >= MIN_OPERAND_REUSE):
             out.append(d.name)
