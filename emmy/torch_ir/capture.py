@@ -163,8 +163,12 @@ def _mirror_calls(ep, name: str, origin: str | None, tf32: bool) -> Graph:
     new_values, returned = flat[:len(written)], flat[len(written):]
     outputs = tuple(Ref(names.get(r.name, r.name)) for r in _flatten_outputs(returned))
     if not outputs or len(outputs) != len(returned):
-        raise UserError("the model must return tensors (or a tuple of tensors); it "
-                        f"returns {returned!r}")
+        other = next((i for i, r in enumerate(returned) if not hasattr(r, "op")), None)
+        what = (f"its output {other} is {returned[other]!r}, not a tensor" if other is not None
+                else f"it returns {returned!r}")
+        raise UserError(f"the model must return tensors (a tensor, or a tuple, list or dict of "
+                        f"them); {what} (return only the tensors: drop a `None` or a number "
+                        "from what forward returns)")
     outputs += tuple(Ref(names.get(r.name, r.name)) for r in new_values)
     return Graph(name=name, placeholders=tuple(placeholders), nodes=tuple(nodes), outputs=outputs,
                  tf32=tf32, updates=tuple(written), values=values)

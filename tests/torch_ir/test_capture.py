@@ -93,6 +93,16 @@ def test_non_tensor_output_is_refused():
         capture(M(), (torch.randn(8),))
 
 
+def test_a_none_among_the_outputs_is_named():
+    """Optical-flow nets return `(flow, None)` in eval: the message names the position."""
+    class M(nn.Module):
+        def forward(self, x):
+            return x * 2, None
+
+    with pytest.raises(UserError, match=r"its output 1 is None, not a tensor.*drop a `None`"):
+        capture(M(), (torch.randn(8),))
+
+
 def test_in_place_ops_on_intermediates_become_their_functional_twins():
     """nn.ReLU(inplace=True) after a layer, `y.add_(x)`: nothing reads the overwritten tensor
     again, so the functional op computes the same value."""
