@@ -254,17 +254,27 @@ def make_ctx(kernel, target: Target) -> FlashCtx:
 
 def prefer(key: str, order: tuple[str, ...], c: FlashCtx) -> tuple[str, ...]:
     """The default's order: on a target with wgmma, 16-bit operands and more than 64 queries a
-    head, FlashAttention-3's row first (HOPPER_PREFERRED; a row it cannot take, a head
-    dimension or mask the wgmma template refuses, falls back to mma.sync's order). Where the
+    head, for the attention a GPU has checked the wgmma template on (_checked_on_hopper),
+    FlashAttention-3's row first (HOPPER_PREFERRED; a row it cannot take falls back to
+    mma.sync's order). Where the
     queries of a head fill no more than 64 rows (a decoding step's one, or its query heads of
     one key/value head), 64-row tiles first. (Its REDUCE, serial or split, the cost model
     picks: emmy.schedule.space.Space._default.)"""
     if key == "TILE" and c.problem.sq <= 64:
         return tuple(sorted(order, key=lambda v: read_tile(v).bq > 64))
     if key in HOPPER_PREFERRED and c.target.has_wgmma and c.problem.sq > 64 and \
-            c.problem.q.ctype != "float":
+            c.problem.q.ctype != "float" and _checked_on_hopper(c.problem):
         return HOPPER_PREFERRED[key]
     return order
+
+
+def _checked_on_hopper(p) -> bool:
+    """The attention the wgmma template has run on a GPU (an H200, 2026-12-04): causal or not,
+    either layout, head dimension 64 or 128. Under an attn_mask, with scores rounded to 16 bits,
+    query heads folded onto a key/value head or a v of its own width, its rows are legal and
+    pass the emulator, but stay off the default until a GPU has checked them too."""
+    return p.bias is None and p.rounded is None and p.query_heads == 1 and \
+        p.v_dim in (0, p.d) and p.d in (64, 128)
 
 
 # --- rules ------------------------------------------------------------------------------------

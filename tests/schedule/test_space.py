@@ -287,6 +287,8 @@ def test_attention_defaults_to_flashattention_3s_row_where_wgmma_is():
     step = ("F.scaled_dot_product_attention(torch.randn(1, 2, 1, 64).half(), "
             "torch.randn(1, 2, 200, 64).half(), torch.randn(1, 2, 200, 64).half())")
     assert "TILE=flash:64x" in default(step), default(step)
+    masked = half.replace("is_causal=True", "attn_mask=torch.randn(200, 200).half()")
+    assert "TILE=flash:" in default(masked), default(masked)      # not yet run on a GPU
 
 
 def test_a_split_product_default_takes_the_k_step_the_model_prefers():
