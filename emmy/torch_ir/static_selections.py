@@ -26,6 +26,7 @@ position, the count itself) leaves the graph as it is, and the selection is refu
 from __future__ import annotations
 
 import math
+from functools import cache
 
 
 def rewrite_selections(module) -> None:
@@ -312,11 +313,12 @@ def _constant_mask(node) -> int | None:
     return tensors[0] if getattr(val, "dtype", None) is torch.bool else None
 
 
-_LIKE_NAMES = ("ones_like", "zeros_like", "full_like")
-
-
-def _like_ops() -> set:
-    return {getattr(_aten(), n).default for n in _LIKE_NAMES}
+@cache
+def _like_ops() -> frozenset:
+    """The factories that take only a tensor's shape and type from it (asked of every node
+    _evaluate visits: built once)."""
+    aten = _aten()
+    return frozenset({aten.ones_like.default, aten.zeros_like.default, aten.full_like.default})
 
 
 def _evaluate(node, memo: dict, written: set = frozenset()):
