@@ -57,7 +57,16 @@ read zeros) and stores nothing. The shared operand is read from L2 once per clus
 once per block.
 
 Epilogue: a thread's accumulators come in pairs of neighbouring columns; where the epilogue
-has a pair form (emmy.cuda.gemm_spec.pair_of) each pair is one vector store.
+has a pair form (emmy.cuda.gemm_spec.pair_of) each pair is one vector store. A warp's store
+then writes 16 bytes into each of 8 rows. With config.tma_store (TMA only; an epilogue that
+stores one 16-bit row-major output, emmy.cuda.gemm_spec.staged_of) the tile goes through
+shared memory instead: each consumer warpgroup has a buffer of 64-row x 64-column boxes after
+the stage ring (as many as fit, up to its 64 x bn; the 128-byte swizzle, so that a warp's 4-byte
+writes of 8 rows fall in 32 different banks), writes its pairs there in rounds of the buffer's
+width, fences them into the async proxy, meets its warpgroup at a named barrier, and one thread
+stores the boxes by TMA (the copy engine clips what lies past the output) and commits them as a
+bulk group; before a round overwrites the buffer that thread waits until the last round's
+stores have read it. The consumers then go on to the next tile while the copy engine writes.
 
 Emitted sources must include HEADER (emmy_sm90.cuh) after emmy_kernel.cuh.
 """
@@ -68,8 +77,9 @@ import re
 from dataclasses import dataclass
 
 from emmy.cuda.gemm import STORAGE, _indent, computed_lambdas, raw_vector
-from emmy.cuda.gemm_spec import (Body, Epilogue, GemmConfig, GemmOperand, GemmProblem,
-                                 VectorGather, pair_of)
+from emmy.cuda.gemm_spec import (ELEMENT_BYTES, Body, Epilogue, GemmConfig, GemmOperand,
+                                 GemmProblem, StagedEpilogue, StoredTile, VectorGather, pair_of,
+                                 staged_of)
 from emmy.cuda.program import TensorMapSpec
 
 HEADER = "emmy_sm90.cuh"
@@ -98,10 +108,31 @@ class TmaBody(Body):
 
 def smem_bytes_sm90(problem: GemmProblem, config: GemmConfig) -> int:
     """Dynamic shared memory of one block: the stage ring (and with TMA its two mbarriers per
-    stage; for a computed operand the ring of its raw bytes), plus room to align it to 1024."""
+    stage; for a computed operand the ring of its raw bytes; with a TMA store the output
+    boxes), plus room to align it to 1024."""
+    ring = _ring_and_barriers(problem, config)
+    return ring + config.bm // 64 * store_boxes(config, ring) * BOX_BYTES
+
+
+def _ring_and_barriers(problem: GemmProblem, config: GemmConfig) -> int:
     barriers = 16 * config.stages if config.tma else 0
     raw = config.stages * (_ring_bytes(problem.a, config.bm) + _ring_bytes(problem.b, config.bn))
     return config.stages * (config.bm + config.bn) * BK * 2 + raw + barriers + ALIGN_SLACK
+
+
+BOX_BYTES = 64 * 64 * 2      # one 64x64 box of the output tile (16-bit), staged for a TMA store
+
+
+def store_boxes(config: GemmConfig, ring: int) -> int:
+    """Output boxes per consumer warpgroup with config.tma_store: as many as fit beside `ring`
+    bytes (the stage ring and its barriers), halving from the warpgroup's whole 64 x bn, at
+    least one (0 without a TMA store)."""
+    if not config.tma_store:
+        return 0
+    boxes, groups = config.bn // 64, config.bm // 64
+    while boxes > 1 and ring + groups * boxes * BOX_BYTES > SMEM_LIMIT:
+        boxes //= 2
+    return boxes
 
 
 def constraints_sm90(problem: GemmProblem, config: GemmConfig, target_name: str) -> list[str]:
@@ -138,6 +169,9 @@ def constraints_sm90(problem: GemmProblem, config: GemmConfig, target_name: str)
                    f"columns share A's tile); got {config.cluster_m}x{config.cluster_n}")
     elif config.cluster > 1 and not config.tma:
         why.append("clusters share their TMA copies (multicast): they need TMA staging")
+    if config.tma_store and not config.tma:
+        why.append("the output tile is stored by TMA from the consumers' buffers beside the TMA "
+                   "ring: a TMA store needs TMA staging")
     for name, op, outer in (("A", a, "m"), ("B", b, "n")):
         why += _gathered_refusals(name, op, config)
         why += _operand_refusals(name, op, outer, problem.batch)
@@ -145,8 +179,10 @@ def constraints_sm90(problem: GemmProblem, config: GemmConfig, target_name: str)
             why.append(f"with TMA, operand {name} must start at its buffer's first element and "
                        f"step by a batch stride; its batch offset is {op.batch_offset!r}")
     if (need := smem_bytes_sm90(problem, config)) > SMEM_LIMIT:
-        why.append(f"{config.stages} stages of {config.bm}x{BK} + {config.bn}x{BK} need {need} "
-                   f"bytes of shared memory, over the {SMEM_LIMIT} a block may have")
+        store = (f" and {config.bm // 64} staged 64x64 output box(es)" if config.tma_store
+                 else "")
+        why.append(f"{config.stages} stages of {config.bm}x{BK} + {config.bn}x{BK}{store} need "
+                   f"{need} bytes of shared memory, over the {SMEM_LIMIT} a block may have")
     return why
 
 
@@ -268,6 +304,17 @@ def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue,
         grid = c.cluster * min(units, sm_count // c.cluster)
     else:
         grid = min(tiles, sm_count)
+    staged = None
+    if c.tma_store:
+        staged = staged_of(epilogue)
+        if staged is None:
+            raise ValueError("config.tma_store needs an epilogue with a staged form (one store "
+                             "of a 16-bit row-major output: emmy.cuda.gemm_spec.staged_of)")
+        boxes = store_boxes(c, _ring_and_barriers(p, c))
+        head += [f"constexpr unsigned BOXES = {boxes}u;   // 64x64 output boxes per consumer "
+                 "warpgroup, after the ring",
+                 f"constexpr unsigned OUT = {c.bm // 64 * boxes * BOX_BYTES}u;"]
+        store = _staged_store_lines(p, c, *staged, boxes)
     setup, producer, consume = _tma_mainloop(p, c, wgmmas)
     regs = _REGISTERS.get(2 * c.bm + 128)
     give = [f"setmaxnreg_dec<{regs[0]}>();   // the producer needs few registers"] if regs else []
@@ -278,6 +325,9 @@ def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue,
                            + _indent(_decode("w", c) + zero + consume
                                      + _drained(c, release=True))),
                  *_indent(store), "}"]
+    if staged is not None:
+        consumers.append(f"if (tid % 128 == 0) tma_store_wait<0>();   // the tile's stores have "
+                         "read the buffer before the block's shared memory goes")
     lines = [*_private(head + setup),
              "if (tid < 128) {                     // the producer warpgroup",
              *_indent(give + _private(producer)), "} else {                             "
@@ -286,7 +336,8 @@ def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue,
         lines.append("cluster_sync();   // no block leaves while its peer may still copy into its "
                      "shared memory or arrive on its barriers")
     return TmaBody(lines=_buffers(lines, p), grid=grid, threads=2 * c.bm + 128,
-                   smem_bytes=smem_bytes_sm90(p, c), tensor_maps=_tensor_maps(p, c),
+                   smem_bytes=smem_bytes_sm90(p, c),
+                   tensor_maps=_tensor_maps(p, c) + _output_map(p, staged[0] if staged else None),
                    min_blocks=1 if regs else 0, cluster=c.cluster, persistent=True)
 
 
@@ -338,15 +389,81 @@ def _drained(c: GemmConfig, release: bool = False) -> list[str]:
     return out + ["wgmma_fence_acc(acc);"]
 
 
+def _edge_conds(p: GemmProblem, c: GemmConfig) -> list[str]:
+    """The tests that an element (wg_row, wg_col) is inside the output, where some tile is not
+    whole: ragged m or n, or a cluster's spare tile (past the last tile row or column)."""
+    return ([f"{PREFIX}row < {PREFIX}M"] if p.m % c.bm or _cdiv(p.m, c.bm) % c.cluster_m
+            else []) + \
+           ([f"{PREFIX}col < {PREFIX}N"] if p.n % c.bn or _cdiv(p.n, c.bn) % c.cluster_n
+            else [])
+
+
+def _staged_store_lines(p: GemmProblem, c: GemmConfig, tile: StoredTile,
+                        staged: StagedEpilogue, boxes: int) -> list[str]:
+    """A consumer warpgroup's epilogue through its BOXES output boxes and TMA stores (see the
+    module's docstring): round r covers the warpgroup's columns 64*BOXES*r.., each thread's
+    pairs written at their swizzled place (row lrow's 16-byte chunk j at j ^ (lrow % 8)), then
+    one thread stores the boxes. Elements outside the output are not computed (the store
+    clips them)."""
+    P = PREFIX
+    rounds = c.bn // 64 // boxes
+    conds = _edge_conds(p, c)
+    acc = f"{P}acc[4 * ({8 * boxes} * {P}r + {P}i) + 2 * {P}h"
+    dst = (f"reinterpret_cast<{tile.ctype}*>({P}cbuf + {P}i / 8 * {BOX_BYTES}u + {P}lrow * 128u "
+           f"+ (unsigned({P}i % 8 ^ {P}lrow % 8) << 4) + 4u * unsigned(tid % 4))")
+    pair = staged(f"{P}bz", f"{P}row", f"{P}col", f"{acc}]", f"{acc} + 1]", dst)
+    inner = [f"const int {P}lrow = {P}srow + 8 * {P}h;",
+             f"const int {P}row = {P}m0 + 64 * {P}cw + {P}lrow, {P}col = {P}n0 + "
+             f"{64 * boxes} * {P}r + 8 * {P}i + 2 * (tid % 4);",
+             *([f"if ({' && '.join(conds)}) {{", *_indent(pair), "}"] if conds else pair)]
+    issue = [f"if (tid % 128 == 0) {{",
+             "  #pragma unroll",
+             f"  for (int {P}b = 0; {P}b < {boxes}; ++{P}b)",
+             f"    tma_store_3d({P}tmap_c, {P}n0 + 64 * ({boxes} * {P}r + {P}b), {P}m0 + 64 * "
+             f"{P}cw, int({P}bz), {P}cbuf + {P}b * {BOX_BYTES}u);",
+             "  tma_store_commit();",
+             "}"]
+    return [
+        f"// the tile through shared memory: {rounds} round(s) of {boxes} 64x64 box(es) per "
+        "warpgroup, stored by TMA",
+        f"const int {P}srow = 16 * (tid % 128 / 32) + tid % 32 / 4;   // this thread's first row "
+        "of the warpgroup's 64",
+        f"unsigned char* const {P}cbuf = {P}smem + {P}STAGES * {P}STAGE + {P}cw * {boxes * BOX_BYTES}u;",
+        "#pragma unroll",
+        f"for (int {P}r = 0; {P}r < {rounds}; ++{P}r) {{",
+        f"  if (tid % 128 == 0) tma_store_wait_read<0>();   // the last stores have read the "
+        "buffer",
+        f"  warpgroup_bar({P}cw);",
+        "  #pragma unroll",
+        f"  for (int {P}i = 0; {P}i < {8 * boxes}; ++{P}i) {{",
+        "    #pragma unroll",
+        f"    for (int {P}h = 0; {P}h < 2; ++{P}h) {{",
+        *_indent(inner, 3),
+        "    }",
+        "  }",
+        "  tma_store_fence();            // the writes are visible to the copy engine ...",
+        f"  warpgroup_bar({P}cw);         // ... every thread's",
+        *_indent(issue),
+        "}",
+    ]
+
+
+def _output_map(p: GemmProblem, tile: StoredTile | None) -> tuple[TensorMapSpec, ...]:
+    """The output's 3-d tensor map for a TMA store: (columns, rows, batch), 64x64 boxes."""
+    if tile is None:
+        return ()
+    size = ELEMENT_BYTES[tile.ctype]
+    return (TensorMapSpec(PREFIX + "tmap_c", tile.buffer, tile.ctype, (p.n, p.m, p.batch),
+                          (tile.row_stride * size,
+                           (tile.batch_stride or tile.row_stride * p.m) * size),
+                          (64, 64, 1), swizzle=1),)
+
+
 def _store_lines(p: GemmProblem, c: GemmConfig, epilogue: Epilogue) -> list[str]:
     """The epilogue over a consumer thread's accumulators: acc[4i + 2h + cc] is C[row0 + 8h]
     [col0 + 8i + cc] (the wgmma D fragment), neighbouring columns stored together where the
     epilogue has a pair form."""
-    # a cluster's spare tile (past the last tile row or column) stores nothing
-    conds = ([f"{PREFIX}row < {PREFIX}M"] if p.m % c.bm or _cdiv(p.m, c.bm) % c.cluster_m
-             else []) + \
-            ([f"{PREFIX}col < {PREFIX}N"] if p.n % c.bn or _cdiv(p.n, c.bn) % c.cluster_n
-             else [])
+    conds = _edge_conds(p, c)
     out = _private([
         "// acc[4i + 2h + c] is C[row0 + 8h][col0 + 8i + c] (the wgmma D fragment)",
         "const int row0 = m0 + 64 * cw + 16 * (tid % 128 / 32) + tid % 32 / 4;",
@@ -470,7 +587,8 @@ def _tma_mainloop(p: GemmProblem, c: GemmConfig,
     b_loads = _tma_loads("tmap_b", p.b, c.bn, "n0", str(c.bm * BK * 2), shared=c.cluster_m > 1)
     warps = f"{c.bm // 16}" if c.cluster == 1 else f"{c.cluster} * {c.bm // 16}"
     setup = [
-        "uint64_t* const full = reinterpret_cast<uint64_t*>(smem + STAGES * STAGE);",
+        "uint64_t* const full = reinterpret_cast<uint64_t*>(smem + STAGES * STAGE"
+        + (" + OUT);" if c.tma_store else ");"),
         "uint64_t* const empty = full + STAGES;",
         "if (tid == 0) {",
         "  for (int s = 0; s < STAGES; ++s) {",
@@ -576,7 +694,7 @@ def _tensor_maps(p: GemmProblem, c: GemmConfig) -> tuple[TensorMapSpec, ...]:
 # (buffer names) or with the epilogue's statements.
 PREFIX = "wg_"
 _LOCALS = re.compile(r"\b(M|N|KT|BM|BN|BK|STAGES|TILES|TILES_M|TILES_N|STAGE|bz|w|it|tile|first|rows|in_group|tm|tn|m0|n0|"
-                     r"CM|CN|UNITS|UNITS_M|UNITS_N|um|un|rank|cid|clusters|"
+                     r"CM|CN|UNITS|UNITS_M|UNITS_N|um|un|rank|cid|clusters|BOXES|OUT|"
                      r"ga|gb|smem|smem_addr|[ab]_(?:row|chunk|src|dst|kb|nb|desc)|load|compute|s|k0|acc|t|"
                      r"kt|slot|j|row0|col0|i|h|c|row|col|bytes|cw|full|empty|dst)\b")
 

@@ -113,6 +113,32 @@ def pair_of(epilogue: Epilogue) -> PairEpilogue | None:
     return getattr(epilogue, "pair", None)
 
 
+@dataclass(frozen=True)
+class StoredTile:
+    """Where an epilogue's one store puts output element (bz, row, col):
+    buffer[bz * batch_stride + row * row_stride + col], of C type `ctype`."""
+
+    buffer: str
+    ctype: str
+    row_stride: int
+    batch_stride: int
+
+
+# The staged form of an epilogue, for templates that stage the output tile in shared memory
+# and store it whole (TMA): (bz, row, col, v0, v1, dst) -> the statements of pair_of's form,
+# with the pair's two elements stored at `dst` (a pointer of the output's element type)
+# instead of their place in the output.
+StagedEpilogue = Callable[[str, str, str, str, str, str], "list[str]"]
+
+
+def staged_of(epilogue: Epilogue) -> "tuple[StoredTile, StagedEpilogue] | None":
+    """The epilogue's output tile and staged form, where it has one: it stores two 16-bit
+    elements of one row-major output once, unconditionally (emmy.kernel_ir.elements
+    .element_staged)."""
+    form = getattr(epilogue, "staged", None)
+    return form() if form is not None else None
+
+
 ELEMENT_BYTES = {"__half": 2, "__nv_bfloat16": 2, "float": 4}
 
 
@@ -198,6 +224,8 @@ class GemmConfig:
     tma: bool = False     # wgmma only: operands loaded by TMA (else cp.async)
     cluster_m: int = 1    # TMA only: thread-block clusters of cluster_m x cluster_n tiles that
     cluster_n: int = 1    # share the operand tile they have in common (multicast copies)
+    tma_store: bool = False  # TMA only: the output tile staged in shared memory (the epilogue's
+                             # staged form, staged_of) and stored by TMA
 
     @property
     def threads(self) -> int:

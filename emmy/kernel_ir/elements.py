@@ -5,6 +5,7 @@ Loop IR statements of one element."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 from emmy.kernel_ir import ir as K
 from emmy.kernel_ir.context import ARG_OPS, Fn, ctype, elem
@@ -629,6 +630,13 @@ def element_pair_lines(k, items, acc: str, axes, batch, at, parts=None) -> list[
     its size), the stores are atomic or the column axis is merged from several."""
     from emmy.cuda.emit import _block as emit_block
 
+    body = _pair_body(k, items, acc, axes, batch, parts)
+    return None if body is None else _pair_prefix(at) + emit_block(body, 0)
+
+
+def _pair_body(k, items, acc: str, axes, batch, parts) -> list[K.KStmt] | None:
+    """The two-column epilogue's Kernel IR over e_bz, e_row, e_col, e_acc_0 and e_acc_1
+    (element_pair_lines)."""
     if getattr(k, "atomic", False) or (parts or {}).get(axes[1].var):
         return None
     fn, env = _epilogue_fn(k, items, axes, batch, parts)
@@ -639,13 +647,54 @@ def element_pair_lines(k, items, acc: str, axes, batch, at, parts=None) -> list[
                          fn.shapes[s.buffer])
             if off.const % 2 or any(c % 2 for a, c in off.terms if a != Sym("e_col")):
                 return None
-    body = [replace(s, explicit=True) if isinstance(s, K.GlobalStore) else s
+    return [replace(s, explicit=True) if isinstance(s, K.GlobalStore) else s
             for s in _approximated(k, group(fn, tuple(items), col, var("e_col"), 2,
                                             accs={acc: "e_acc"}, env=env, acc_lanes=True))]
+
+
+def _pair_prefix(at) -> list[str]:
     bz, row, column, v0, v1 = at
     return [f"const long long e_bz = {bz};", f"const int e_row = {row};",
             f"const int e_col = {column};", f"const float e_acc_0 = {v0};",
-            f"const float e_acc_1 = {v1};", *emit_block(body, 0)]
+            f"const float e_acc_1 = {v1};"]
+
+
+def element_staged(k, items, acc: str, axes, batch, parts=None):
+    """The two-column epilogue with its one store redirected, for a template that stages the
+    output tile in shared memory and stores it whole (by TMA): (StoredTile, staged) where
+    `staged(bz, row, col, v0, v1, dst)` computes the pair and stores its two elements at `dst`
+    (a pointer of the output's element type); None unless the epilogue stores exactly once,
+    unconditionally, two 16-bit elements of one buffer at bz * BS + row * RS + col."""
+    from emmy.cuda.emit import _block as emit_block
+    from emmy.cuda.gemm_spec import StoredTile
+
+    body = _pair_body(k, items, acc, axes, batch, parts)
+    if body is None:
+        return None
+    stores = [i for i, s in enumerate(body) if isinstance(s, K.GlobalStore)]
+    if len(stores) != 1 or _nested_stores(body):
+        return None
+    st = body[stores[0]]
+    coef = dict(st.offset.terms)
+    if st.elem not in ("__half", "__nv_bfloat16") or len(st.values) != 2 or st.offset.const \
+            or coef.get(Sym("e_col")) != 1 or set(coef) - {Sym("e_bz"), Sym("e_row"), Sym("e_col")}:
+        return None
+    tile = StoredTile(st.buffer, st.elem, coef.get(Sym("e_row"), 0), coef.get(Sym("e_bz"), 0))
+
+    def staged(bz: str, row: str, col: str, v0: str, v1: str, dst: str) -> list[str]:
+        redirected = [replace(s, buffer=f"({dst})", offset=lin(0), explicit=False)
+                      if i == stores[0] else s for i, s in enumerate(body)]
+        return ["{", *("  " + line for line in _pair_prefix((bz, row, col, v0, v1))
+                       + emit_block(redirected, 0)), "}"]
+    return tile, staged
+
+
+def _nested_stores(body) -> bool:
+    """A global store under a loop, a condition or a last-block section."""
+    def inside(stmts) -> bool:
+        return any(isinstance(s, K.GlobalStore) or inside(getattr(s, "body", ()))
+                   for s in stmts)
+    return any(inside(getattr(s, "body", ())) for s in body)
 
 
 def _approximated(k, body: list[K.KStmt]) -> tuple[K.KStmt, ...]:
@@ -665,4 +714,5 @@ def element_epilogue(k, items, acc: str, axes, batch, parts=None):
         lines = element_pair_lines(k, items, acc, axes, batch, (bz, row, col, v0, v1), parts)
         return None if lines is None else ["{", *("  " + line for line in lines), "}"]
     one.pair = pair   # type: ignore[attr-defined]
+    one.staged = cache(lambda: element_staged(k, items, acc, axes, batch, parts))  # type: ignore[attr-defined]
     return one

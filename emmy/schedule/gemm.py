@@ -8,8 +8,10 @@
                                                         S blocks share one tile's K range
     STAGE   smem | async:N | tma:N  synchronous copies into one shared buffer, a cp.async ring of
             tma:N:cluster:CMxCN    N stages, or TMA copies completing on mbarriers (wgmma only),
-                                   optionally shared by a thread-block cluster of 2x1 tiles (B's
-                                   tile copied once for both, multicast) or 1x2 (A's); a
+            tma:N[...]:store       optionally shared by a thread-block cluster of 2x1 tiles (B's
+                                   tile copied once for both, multicast) or 1x2 (A's), and with
+                                   :store the output tile staged in shared memory and stored by
+                                   TMA (an epilogue that stores one 16-bit output); a
                                    gathered operand (an implicit GEMM's) goes through registers
                                    one K tile ahead in an async:N ring; a computed one's raw
                                    bytes (whole aligned vectors) have their own cp.async ring
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 
 from emmy.cuda.gemm_spec import ELEMENT_BYTES, GemmConfig, GemmOperand, GemmProblem
 from emmy.dtypes import DType
+from emmy.memo import ByIdentity
 from emmy.schedule.decisions import Reduce, read_reduce
 from emmy.schedule.rules import Rule
 from emmy.schedule.targets import Target
@@ -53,7 +56,8 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "REDUCE": ("serial", *(f"split:{s}:{how}" for s in (2, 4, 8, 16)
                            for how in ("atomic", "combine", "last"))),
     "STAGE": ("smem", "async:2", "async:3", "async:4", "tma:3", "tma:4",
-              *(f"tma:{n}:cluster:{c}" for n in (3, 4) for c in ("2x1", "1x2"))),
+              *(f"tma:{n}:cluster:{c}" for n in (3, 4) for c in ("2x1", "1x2")),
+              *(f"tma:{n}{c}:store" for n in (3, 4) for c in ("", ":cluster:2x1", ":cluster:1x2"))),
     "RASTER": ("row", "group:4", "group:8"),
     "PLACE": ("fuse", "cut"),
 }
@@ -69,7 +73,9 @@ GRAMMAR_TEXT = {
     "STAGE": "smem | async:N (N = 2,3,4 cp.async stages) | tma:N (N = 3,4; wgmma only) | "
              "tma:N:cluster:2x1 | tma:N:cluster:1x2 (clusters of two blocks on neighbouring "
              "tiles along m / n; each copies half of the operand tile they share, B / A, "
-             "into both: TMA multicast)",
+             "into both: TMA multicast), each optionally ending :store (the output tile "
+             "staged in shared memory and stored by TMA; an epilogue storing one 16-bit "
+             "row-major output)",
     "RASTER": "row | group:G  (G = 4, 8 tile rows per group)",
     "PLACE": "fuse | cut  (a computed operand: made as the tiles are copied, or stored by a "
              "kernel of its own, the two then with their own rows)",
@@ -129,6 +135,7 @@ class GemmStage:
     kind: str        # smem | async | tma
     stages: int
     cluster: tuple[int, int] = (1, 1)   # tma only: tiles per cluster along m and n
+    store: bool = False                 # tma only: the output tile stored by TMA
 
 
 def read_work(value: str) -> tuple[int, int]:
@@ -146,10 +153,13 @@ def read_stage(value: str) -> GemmStage:
     if value == "smem":
         return GemmStage("smem", 1)
     kind, n, *rest = value.split(":")
+    store = rest[-1:] == ["store"]
+    if store:
+        rest = rest[:-1]
     if rest:                                 # tma:N:cluster:CMxCN
         cm, cn = rest[1].split("x")
-        return GemmStage(kind, int(n), (int(cm), int(cn)))
-    return GemmStage(kind, int(n))
+        return GemmStage(kind, int(n), (int(cm), int(cn)), store)
+    return GemmStage(kind, int(n), store=store)
 
 
 def read_raster(value: str) -> int:
@@ -179,6 +189,7 @@ class GemmCtx:
     out_f32: bool
     target: Target
     allow_tf32: bool = False   # the workload lets its f32 products round operands to tf32
+    unstaged: str | None = None  # why the epilogue has no staged form (STAGE=...:store), or None
     work: tuple[int, int] | None = None
     tile: GemmTile | None = None
     reduce: Reduce | None = None
@@ -195,7 +206,8 @@ def config_of(c: GemmCtx) -> GemmConfig:
                       stages=c.stage.stages, split=r.split if r.method == "split" else 1,
                       split_mode=r.combine if r.method == "split" else "",
                       group=c.raster, tma=c.stage.kind == "tma",
-                      cluster_m=c.stage.cluster[0], cluster_n=c.stage.cluster[1])
+                      cluster_m=c.stage.cluster[0], cluster_n=c.stage.cluster[1],
+                      tma_store=c.stage.store)
 
 
 # --- problem ----------------------------------------------------------------------------------
@@ -428,8 +440,16 @@ def stage_cluster(c: GemmCtx) -> str | None:
     if tiles < 2:
         return (f"a cluster of {cm}x{cn} tiles shares copies between neighbouring tiles along "
                 f"{axis}, but the {p.m}x{p.n} output has one {t.bm}x{t.bn} tile along {axis}; "
-                f"use tma:{c.stage.stages}")
+                f"use tma:{c.stage.stages}{':store' if c.stage.store else ''}")
     return None
+
+
+def stage_store(c: GemmCtx) -> str | None:
+    if not c.stage.store:
+        return None
+    if c.stage.kind != "tma":
+        return "the output tile is stored by TMA beside the TMA ring: :store needs tma:N"
+    return c.unstaged
 
 
 def held_registers(c: GemmCtx) -> str | None:
@@ -500,6 +520,7 @@ _FUSED_RULES = (
     Rule("stage.kind", "STAGE", stage_kind),
     Rule("stage.alignment", "STAGE", stage_alignment),
     Rule("stage.cluster", "STAGE", stage_cluster),
+    Rule("stage.store", "STAGE", stage_store),
     Rule("stage.held_registers", "STAGE", held_registers),
     Rule("stage.shared_budget", "STAGE", shared_budget),
     Rule("raster.template_builds", "RASTER", template_builds),
@@ -528,4 +549,28 @@ def make_ctx(kernel, target: Target) -> GemmCtx:
     outs = kernel.outputs
     return GemmCtx(kernel.name, problem_of(con), con.plain_store,
                    all(b.type.dtype is DType.F32 for b in outs), target,
-                   allow_tf32=con.allow_tf32)
+                   allow_tf32=con.allow_tf32, unstaged=_UNSTAGED(kernel, None,
+                                                                lambda: unstaged(kernel)))
+
+
+_UNSTAGED = ByIdentity()
+
+
+def unstaged(kernel) -> str | None:
+    """Why the product's epilogue cannot stage its output tile for a TMA store, or None: it
+    must store two 16-bit elements of one row-major output once, unconditionally
+    (emmy.cuda.gemm_spec.staged_of), its rows and batches 16-byte aligned (a tensor map's
+    strides)."""
+    from emmy.cuda.gemm_spec import staged_of
+    from emmy.kernel_ir.gemm import make_epilogue
+
+    form = staged_of(make_epilogue(kernel))
+    if form is None:
+        return ("the epilogue does not store one 16-bit row-major output once per element "
+                "(a TMA store writes whole tiles of one such output): drop :store")
+    tile = form[0]
+    if tile.row_stride % 8 or tile.batch_stride % 8:
+        return (f"the output's rows start every {tile.row_stride} elements and its batches "
+                f"every {tile.batch_stride}: a TMA store needs multiples of 8 (16 bytes); "
+                f"drop :store")
+    return None

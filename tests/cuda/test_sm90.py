@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from emmy.cuda.emulate.run import build_and_run
 from emmy.cuda.gemm_sm90 import HEADER, TmaBody, constraints_sm90, gemm_sm90_body
-from emmy.cuda.gemm_spec import GemmConfig, GemmOperand, GemmProblem
+from emmy.cuda.gemm_spec import GemmConfig, GemmOperand, GemmProblem, StoredTile
 from emmy.cuda.nvrtc import compile_cuda
 from emmy.cuda.sass import cuobjdump, disassemble
 from emmy.schedule.targets import get_target
@@ -361,12 +361,25 @@ def store_epilogue(m, n, pair=False):
     return one
 
 
+def staged_epilogue(m, n, ctype):
+    """Stores into a 16-bit out[bz][m][n], with the staged form a TMA store takes
+    (gemm_spec.staged_of): the pair written at the template's `dst`."""
+    def one(bz, row, col, acc):
+        return [f"out[({bz}) * {m * n}LL + (long long)({row}) * {n} + ({col})] = "
+                f"em_cvt<{ctype}>({acc});"]
+
+    def staged(bz, row, col, acc0, acc1, dst):
+        return [f"em_vstore({dst}, {acc0}, {acc1});"]
+    one.staged = lambda: (StoredTile("out", ctype, n, m * n), staged)
+    return one
+
+
 SMS = 2   # the persistent (TMA) grid on the emulator: 2 blocks walk every case's tiles
 
 
-def gemm_source(problem, body, name="gemm"):
+def gemm_source(problem, body, name="gemm", out="float"):
     a, b = problem.a, problem.b
-    params = (f"float* __restrict__ out, const {a.ctype}* __restrict__ {a.buffer}, "
+    params = (f"{out}* __restrict__ out, const {a.ctype}* __restrict__ {a.buffer}, "
               f"const {b.ctype}* __restrict__ {b.buffer}")
     if isinstance(body, TmaBody):
         params += "".join(f", const EmmyTensorMap* __restrict__ {t.name}"
@@ -486,6 +499,102 @@ def test_random_tma_products_match_numpy(kind, m, n8, k8, batch, a_mn, b_mn, til
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-3)
 
 
+# The output tile stored by TMA (config.tma_store): GEMM_CASES and CLUSTER_CASES names, from
+# one round of whole 64x64 boxes (square_f16) to two rounds of two boxes (batched_mn_major:
+# 128x256 tiles, 4 stages), ragged edges, spare cluster tiles, one consumer warpgroup.
+STORE_CASES = ("square_f16", "ragged_k_grouped", "batched_mn_major", "wide_one_warpgroup",
+               "broadcast_b", "c2x1_mn64_odd_ragged", "c1x2_mn128_broadcast_b")
+
+
+def build_stored_gemm(case):
+    """build_gemm's case with config.tma_store and a 16-bit output of the operands' type."""
+    cluster, sms, spec = (1, 1), SMS, GEMM_CASES.get(case)
+    if case in CLUSTER_CASES:
+        *cluster, spec = CLUSTER_CASES[case]
+        sms = CLUSTER_SMS
+    kind, m, n, k, batch, a_mn, b_mn, pad, bm, bn, stages, group, *shared = spec
+    problem, a_store, b_store, expected = gemm_case(kind, m, n, k, batch, a_mn, b_mn, pad,
+                                                    b_shared=bool(shared))
+    cfg = config(bm, bn, stages, group, tma=True, cluster_m=cluster[0], cluster_n=cluster[1],
+                 tma_store=True)
+    assert constraints_sm90(problem, cfg, "sm_90a") == []
+    body = gemm_sm90_body(problem, cfg, staged_epilogue(m, n, CTYPE[kind]), sm_count=sms)
+    out = np.full((batch, m, n), 0xFFFF, np.uint16)           # NaN in both 16-bit types
+    args = [out, a_store, b_store, *(t.emulator_arg(i) for i, t in
+                                     enumerate(body.tensor_maps, start=1))]
+    # the output's map is over argument 0
+    args[-1] = body.tensor_maps[-1].emulator_arg(0)
+    return problem, body, gemm_source(problem, body, out=CTYPE[kind]), args, expected, kind
+
+
+def as_float(bits, kind):
+    if kind == "f16":
+        return bits.view(np.float16).astype(np.float64)
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("case", STORE_CASES)
+def test_emulated_tma_store_gemm_matches_numpy(case):
+    """The tile staged in shared memory (swizzled boxes) and stored by TMA, which clips the
+    edges: every element written once, rounded to the output's type, nothing past it."""
+    problem, body, source, args, expected, kind = build_stored_gemm(case)
+    assert "tma_store_3d" in source and "warpgroup_bar" in source
+    assert body.tensor_maps[-1].buffer == "out" and body.tensor_maps[-1].box == (64, 64, 1)
+    r = build_and_run(source, "gemm", body.grid, body.threads, body.smem_bytes, args,
+                      timeout=300, cluster=body.cluster)
+    assert r.ok, f"{r.status}: {r.log}"
+    tol = 2 ** -8 if kind == "f16" else 2 ** -7
+    np.testing.assert_allclose(as_float(args[0], kind), expected, rtol=tol,
+                               atol=tol * np.abs(expected).max())
+
+
+def test_tma_store_boxes_fit_beside_the_ring():
+    """128x256 tiles: 4 stages leave room for two boxes a warpgroup (two rounds), 3 stages
+    for all four; the shared memory asked for holds ring, boxes and barriers."""
+    from emmy.cuda.gemm_sm90 import SMEM_LIMIT, smem_bytes_sm90, store_boxes
+
+    problem = large_problem()
+    for stages, boxes in ((4, 2), (3, 4)):
+        cfg = config(128, 256, stages, tma=True, tma_store=True)
+        assert constraints_sm90(problem, cfg, "sm_90a") == []
+        plain = smem_bytes_sm90(problem, config(128, 256, stages, tma=True))
+        assert store_boxes(cfg, plain) == boxes
+        assert smem_bytes_sm90(problem, cfg) == plain + 2 * boxes * 8192 <= SMEM_LIMIT
+    assert any("TMA staging" in w for w in
+               constraints_sm90(problem, config(128, 256, 4, tma_store=True), "sm_90a"))
+
+
+def test_emulator_catches_a_buffer_overwritten_before_its_store_read_it():
+    """The emulated TMA store reads shared memory at the wait that covers it: a kernel that
+    rewrites the box before waiting stores what it wrote last, and one that exits without
+    waiting fails the launch."""
+    from emmy.cuda.gemm_sm90 import _output_map
+
+    tile = StoredTile("out", "__half", 64, 0)
+    problem = large_problem()
+    spec = _output_map(GemmProblem(64, 64, 64, 1, problem.a, problem.b), tile)[0]
+    def source(body):
+        return "\n".join([
+            '#include "emmy_kernel.cuh"', f'#include "{HEADER}"',
+            'extern "C" __global__ void k(__half* out, const EmmyTensorMap* map) {',
+            "  extern __shared__ __align__(16) unsigned char emmy_smem[];",
+            "  __half* box = reinterpret_cast<__half*>(emmy_smem);",
+            "  const int t = threadIdx.x;", *body, "}", ""])
+    fill = "  for (int e = t; e < 4096; e += 128) box[e] = __float2half(float({v}));"
+    store = ["  tma_store_fence(); warpgroup_bar(0);",
+             "  if (t == 0) { tma_store_3d(map, 0, 0, 0, emmy_smem); tma_store_commit(); }"]
+    early = [fill.format(v=1), *store, "  warpgroup_bar(0);", fill.format(v=2),
+             "  warpgroup_bar(0);", "  if (t == 0) tma_store_wait<0>();"]
+    out = np.zeros((64, 64), np.uint16)
+    r = build_and_run(source(early), "k", 1, 128, 8192, [out, spec.emulator_arg(0)])
+    assert r.ok, r.log
+    assert (out.view(np.float16) == 2).all()
+    late = [fill.format(v=1), *store]
+    r = build_and_run(source(late), "k", 1, 128, 8192, [np.zeros((64, 64), np.uint16),
+                                                       spec.emulator_arg(0)])
+    assert not r.ok and "never waited for" in r.log
+
+
 def test_cluster_copies_add_up_to_the_stage():
     """The copies that land in one block per stage (its own operand, both halves of the shared
     one) are the STAGE bytes its full barrier expects."""
@@ -531,6 +640,27 @@ def test_main_configs_compile_without_spills(name, b_mn, tma):
     assert ("cp.async.bulk.tensor.3d" if tma else "cp.async.cg") in r.ptx
     # the producer acquires the tensor maps the host wrote before copying through them
     assert ("fence.proxy.tensormap::generic.acquire.gpu" in r.ptx) == tma
+
+
+@pytest.mark.parametrize("cluster", [(1, 1), (2, 1)], ids=["1x1", "2x1"])
+@pytest.mark.parametrize("name", ["128x256x64_s4", "128x256x64_s3", "64x256x64_s4"])
+def test_tma_store_configs_compile_without_spills(name, cluster):
+    """The staged epilogue keeps the wgmmas pipelined and spills nothing; its stores are
+    cp.async.bulk.tensor from shared memory, after a proxy fence and a named barrier."""
+    problem = large_problem()
+    cfg = config(*MAIN_CONFIGS[name], group=8, tma=True, tma_store=True,
+                 cluster_m=cluster[0], cluster_n=cluster[1])
+    assert constraints_sm90(problem, cfg, "sm_90a") == []
+    body = gemm_sm90_body(problem, cfg, staged_epilogue(problem.m, problem.n, "__half"),
+                          sm_count=132)
+    r = compile_cuda(gemm_source(problem, body, out="__half"), get_target("sm_90a"), ptx=True)
+    assert r.ok, r.log
+    res = r.resources_of("gemm")
+    assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_bytes == 0, res
+    assert not re.search(r"C751[0-9]", r.log), r.log
+    for instruction in ("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group",
+                        "fence.proxy.async.shared::cta", "bar.sync", "cp.async.bulk.wait_group.read"):
+        assert instruction in r.ptx, instruction
 
 
 @pytest.mark.parametrize("cluster", [(2, 1), (1, 2)], ids=["2x1", "1x2"])
@@ -672,30 +802,58 @@ def test_gpu_cluster_gemm_4096_speed(bn, cluster):
                     f"128x{bn}x64_s4 TMA cluster {cluster[0]}x{cluster[1]}")
 
 
-def gemm_4096_speed(cfg, label):
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", STORE_CASES)
+def test_gpu_tma_store_gemm_matches_numpy(case):
+    problem, body, source, args, expected, kind = build_stored_gemm(case)
+    run_on_gpu(source, "gemm", body.grid, body.threads, body.smem_bytes, args)
+    tol = 2 ** -8 if kind == "f16" else 2 ** -7
+    np.testing.assert_allclose(as_float(args[0], kind), expected, rtol=tol,
+                               atol=tol * np.abs(expected).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("store", [False, True], ids=["registers", "tma_store"])
+@pytest.mark.parametrize("stages,cluster", [(4, (1, 1)), (4, (2, 1)), (3, (2, 1))],
+                         ids=["s4", "s4_c2x1", "s3_c2x1"])
+def test_gpu_gemm_4096_f16_out_speed(stages, cluster, store):
+    """A 16-bit output (as `emmy bench`'s products have): the epilogue from registers against
+    the tile staged in shared memory and stored by TMA."""
+    gemm_4096_speed(config(128, 256, stages, group=8, tma=True, cluster_m=cluster[0],
+                           cluster_n=cluster[1], tma_store=store),
+                    f"128x256x64_s{stages} TMA cluster {cluster[0]}x{cluster[1]} f16 out"
+                    f"{' TMA store' if store else ''}", half_out=True)
+
+
+def gemm_4096_speed(cfg, label, half_out=False):
     import torch
 
     from emmy.runtime.gpu import encode_tensor_map
 
     problem = large_problem()
     tma = cfg.tma
-    body = gemm_sm90_body(problem, cfg, store_epilogue(problem.m, problem.n, pair=True),
-                          sm_count=132)
     size = problem.m
+    epilogue = staged_epilogue(size, size, "__half") if half_out else \
+        store_epilogue(size, size, pair=True)
+    if half_out and not cfg.tma_store:
+        epilogue.pair = lambda bz, row, col, a0, a1: [
+            f"em_vstore_st(out + ((long long)({row}) * {size} + ({col})), {a0}, {a1});"]
+    body = gemm_sm90_body(problem, cfg, epilogue, sm_count=132)
     x = torch.randn(size, size, device="cuda", dtype=torch.float16)
     w = torch.randn(size, size, device="cuda", dtype=torch.float16)
-    out = torch.empty(size, size, device="cuda", dtype=torch.float32)
+    out = torch.empty(size, size, device="cuda",
+                      dtype=torch.float16 if half_out else torch.float32)
     tensors = [out, x, w]
     if tma:
-        by_name = {"x": x, "w": w}
+        by_name = {"x": x, "w": w, "out": out}
         tensors += [torch.frombuffer(bytearray(encode_tensor_map(t, by_name[t.buffer].data_ptr())),
                                      dtype=torch.uint8).cuda() for t in body.tensor_maps]
-    launch = torch_launcher(gemm_source(problem, body), "gemm", body.grid, body.threads,
-                            body.smem_bytes, tensors)
+    launch = torch_launcher(gemm_source(problem, body, out="__half" if half_out else "float"),
+                            "gemm", body.grid, body.threads, body.smem_bytes, tensors)
     launch()
     torch.cuda.synchronize()
     expected = x.float() @ w.float()
-    torch.testing.assert_close(out, expected, rtol=1e-2, atol=5e-2)
+    torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=0.25 if half_out else 5e-2)
     ours = seconds(launch)
     theirs = seconds(lambda: torch.matmul(x, w))
     flops = problem.flops

@@ -56,6 +56,10 @@ CONV_F16 = ("nn.Conv2d(8, 16, 3, stride=2, padding=1).half()(torch.randn(2, 8, 1
 # an int8 weight laid out (k, n), 44 columns: not whole vectors of 8 (computed one at a time)
 INT8_K_N44 = ("(lambda x, q, s: x @ (q.half() * s))(torch.randn(64, 72).half(), "
               "torch.randint(-127, 128, (72, 44)).to(torch.int8), (torch.rand(1, 44) * 0.01).half())")
+# a 16-bit product with an f32 output (no 16-bit store to stage), and one whose output rows
+# are 84 elements apart (not 16-byte aligned)
+F16_F32_OUT = "torch.matmul(torch.randn(64, 48).half(), torch.randn(48, 80).half()).float()"
+F16_ODD_ROWS = "torch.matmul(torch.randn(64, 48).half(), torch.randn(84, 48).half().t())"
 CASES = {
     "work.threads_per_block": [
         ((F16,), SMALL_BLOCKS, "WORK=warps:4x4 TILE=mma:64x64x16 REDUCE=serial STAGE=smem RASTER=row",
@@ -109,6 +113,11 @@ CASES = {
     "stage.cluster": [
         ((F16,), SM90, "WORK=warps:4x1 TILE=wgmma:64x64x64 REDUCE=serial STAGE=tma:3:cluster:2x1 "
          "RASTER=row", ("one 64x64 tile along m", "use tma:3"))],
+    "stage.store": [
+        ((F16_F32_OUT,), SM90, "WORK=warps:4x1 TILE=wgmma:64x64x64 REDUCE=serial "
+         "STAGE=tma:3:store RASTER=row", ("16-bit row-major output", "drop :store")),
+        ((F16_ODD_ROWS,), SM90, "WORK=warps:4x1 TILE=wgmma:64x64x64 REDUCE=serial "
+         "STAGE=tma:3:store RASTER=row", ("rows start every 84 elements", "multiples of 8"))],
     "stage.held_registers": [
         ((CONV_F16,), SM90, "WORK=warps:2x2 TILE=mma:32x128x64 REDUCE=serial STAGE=async:3 "
          "RASTER=row", ("gathered operand B", "64 elements per thread > 32", "STAGE=smem"))],

@@ -62,6 +62,11 @@ static void thread_exit() {
     WarpGroup& g = warpgroup();
     async_wait(-1);
     f.async_mmas.clear();  // wgmma results nobody waited for die with the thread's registers
+    if (!f.bulk_stores.empty())
+        fail("thread %u of block (%u,%u,%u) exits with %zu TMA store(s) it never waited for "
+             "(cp.async.bulk.wait_group 0 before exiting: the block's shared memory, which they "
+             "read, goes with it)", f.linear, b.index.x, b.index.y, b.index.z,
+             f.bulk_stores.size());
     f.done = true;
     b.live--;
     c.live--;
@@ -211,6 +216,8 @@ static void start_block(Block& b) {
         f.async_mmas.clear();
         f.mma_groups = 0;
         f.mma_fenced = false;
+        f.bulk_stores.clear();
+        f.bulk_groups = 0;
         start_context(f.context, b.stacks + i * (b.stack_bytes + page) + page, b.stack_bytes,
                       fiber_main);
     }

@@ -93,6 +93,17 @@ struct TensorMap {
 };
 static_assert(sizeof(TensorMap) <= 128, "a tensor map is 128 bytes");
 
+// A TMA store in flight (cp.async.bulk.tensor shared -> global, emmy_sm90.cuh): it reads its
+// box from shared memory and writes global memory when a cp.async.bulk.wait_group covers its
+// bulk group (the latest moment the copy engine may read), so overwriting the shared-memory
+// box before that wait shows up as wrong values.
+struct BulkStore {
+    const TensorMap* map;
+    int coord[4];
+    unsigned offset;  // the box's byte offset in the block's dynamic shared memory
+    unsigned group;
+};
+
 // A suspended fiber (or the scheduler). On x86-64, its stack pointer: the switch
 // (emmy_emu_switch, emu_runtime.cpp) pushes the callee-saved registers and the x87/SSE control
 // words on the stack it leaves and pops them from the one it enters, a few nanoseconds where
@@ -132,6 +143,8 @@ struct Fiber {
     std::vector<AsyncMma> async_mmas;
     unsigned mma_groups = 0;    // wgmma.commit_group count: the uncommitted group's id
     bool mma_fenced = false;    // a wgmma.fence came before the first wgmma.mma_async
+    std::vector<BulkStore> bulk_stores;
+    unsigned bulk_groups = 0;   // cp.async.bulk.commit_group count: the uncommitted group's id
 };
 
 struct Warp {

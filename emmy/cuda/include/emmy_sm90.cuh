@@ -21,6 +21,8 @@
 //                fence_proxy_async_shared
 //   TMA          EmmyTensorMap, tma_map_acquire, tma_load_3d; mbarriers: mbar_init, mbar_init_fence,
 //                mbar_arrive, mbar_arrive_expect_tx, mbar_wait
+//   TMA stores   tma_store_3d, tma_store_fence, tma_store_commit, tma_store_wait_read<N>,
+//                tma_store_wait<N>; warpgroup_bar(g) (a named barrier over warpgroup g)
 //   registers    setmaxnreg_dec<R>(), setmaxnreg_inc<R>()
 //   wgmma, A in registers: wgmma_m64k16_rs<N, BF16, TransB>(d, a[4], desc_b, scale_d),
 //                wgmma_fence_a(a)
@@ -409,36 +411,50 @@ inline void mbar_arrive(uint64_t* bar, long long bytes) {
     mbar_arrive_on(bar, bytes);
 }
 
-// One TMA copy into the dynamic shared memory `smem` of some block of the cluster: the box of
-// `map` at `coord` lands at byte `offset`, then complete_tx(box bytes) on the mbarrier at `bar`
-// (in the same block's shared memory).
-inline void tma_copy(unsigned char* smem, unsigned offset, const TensorMap* map, const int* coord,
-                     uint64_t* bar) {
-    if (offset % 128) fail("tma: the shared-memory destination must be 128-byte aligned");
+// Visits each element of the box of `map` at `coord` whose bytes lie at byte `offset` of a
+// block's dynamic shared memory: visit(its swizzled shared-memory offset, its address in global
+// memory or nullptr outside the tensor).
+template <class Visit>
+inline void tma_box_walk(unsigned offset, const TensorMap* map, const int* coord, const char* what,
+                         Visit visit) {
+    if (offset % 128) fail("%s: the shared-memory box must be 128-byte aligned", what);
     size_t total = map->elem_bytes;
     for (unsigned d = 0; d < map->rank; ++d) total *= map->box[d];
     if (offset + total > dynamic_shared_bytes())
-        fail("tma: a %zu-byte box at %u overruns dynamic shared memory", total, offset);
+        fail("%s: a %zu-byte box at %u overruns dynamic shared memory", what, total, offset);
     const unsigned width = map->swizzle ? 256u >> map->swizzle : 0;
     unsigned index[4] = {0, 0, 0, 0};
     for (size_t e = 0, at = 0; e < total / map->elem_bytes; ++e, at += map->elem_bytes) {
         size_t rest = e;
         bool inside = true;
-        const unsigned char* src = map->base;
+        const unsigned char* global = map->base;
         for (unsigned d = 0; d < map->rank; ++d) {
             index[d] = unsigned(rest % map->box[d]);
             rest /= map->box[d];
             const long long c = (long long)coord[d] + index[d];
             inside = inside && c >= 0 && (unsigned long long)c < map->dims[d];
-            src += c * (long long)map->strides[d];
+            global += c * (long long)map->strides[d];
         }
         unsigned addr = unsigned(offset + at);
         if (width) addr ^= (addr >> 7 & (width / 16 - 1)) << 4;
-        if (inside) std::memcpy(smem + addr, src, map->elem_bytes);
-        else std::memset(smem + addr, 0, map->elem_bytes);
+        visit(addr, inside ? global : nullptr);
     }
+}
+
+// One TMA copy into the dynamic shared memory `smem` of some block of the cluster: the box of
+// `map` at `coord` lands at byte `offset`, then complete_tx(box bytes) on the mbarrier at `bar`
+// (in the same block's shared memory).
+inline void tma_copy(unsigned char* smem, unsigned offset, const TensorMap* map, const int* coord,
+                     uint64_t* bar) {
+    const size_t bytes = map->elem_bytes;
+    long long total = 0;
+    tma_box_walk(offset, map, coord, "tma", [&](unsigned addr, const unsigned char* src) {
+        if (src) std::memcpy(smem + addr, src, bytes);
+        else std::memset(smem + addr, 0, bytes);
+        total += (long long)bytes;
+    });
     MbarState s = mbar_read(bar);
-    s.bytes -= (long long)total;
+    s.bytes -= total;
     mbar_store(bar, s);
 }
 
@@ -645,6 +661,91 @@ inline void tma_load_4d(void* dst, const EmmyTensorMap* map, int c0, int c1, int
     if (m->rank != 4) emmy_emu::fail("tma_load_4d with a rank-%u tensor map", m->rank);
     emmy_emu::tma_load(static_cast<unsigned char*>(dst), m, coord, bar);
 }
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// TMA stores (cp.async.bulk.tensor, shared -> global) and named barriers: a warpgroup writes
+// an output tile into shared memory in the layout a tensor map names, and one thread has the
+// copy engine store it while the warpgroup goes on.
+//   tma_store_3d(map, c0, c1, c2, src)  the box of `map` at element coordinates (c0 innermost,
+//                                   c1, c2) from shared memory at src (1024-byte aligned for the
+//                                   128-byte swizzle, laid out as tma_load_3d would place it);
+//                                   elements outside the tensor are not written. Added to the
+//                                   thread's open bulk group.
+//   tma_store_fence()               fence.proxy.async.shared::cta: this thread's shared-memory
+//                                   writes are visible to the copy engine (the async proxy);
+//                                   each writing thread, before the barrier that precedes the
+//                                   store
+//   tma_store_commit()              cp.async.bulk.commit_group: closes the thread's open group
+//   tma_store_wait_read<N>()        cp.async.bulk.wait_group.read N: every committed group but
+//                                   the newest N has read its shared memory (which may then be
+//                                   overwritten)
+//   tma_store_wait<N>()             cp.async.bulk.wait_group N: ... and has written global
+//                                   memory; a thread waits for all its stores (N = 0) before
+//                                   it exits, as the block's shared memory goes with it
+//   warpgroup_bar(g)                bar.sync 1 + g, 128: a barrier over warpgroup g of the block
+//                                   (named barrier 1 + g; 0 is __syncthreads)
+// CPU: a store runs when a wait covers its group (the latest moment the copy engine may read
+// its box), so a box overwritten before the wait stores the wrong values; a thread that exits
+// with stores it never waited for fails the launch. warpgroup_bar is a barrier over the
+// caller's warpgroup (each warpgroup names its own barrier, as the generated code does).
+// ---------------------------------------------------------------------------------------------
+#if defined(__CUDACC__)
+EMMY_FN void tma_store_3d(const EmmyTensorMap* map, int c0, int c1, int c2, const void* src) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+                 :: "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(sm90_smem_addr(src)) : "memory");
+}
+EMMY_FN void tma_store_fence() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+EMMY_FN void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N> EMMY_FN void tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory");
+}
+template <int N> EMMY_FN void tma_store_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory");
+}
+EMMY_FN void warpgroup_bar(unsigned g) {
+    asm volatile("bar.sync %0, 128;\n" :: "r"(1u + g) : "memory");
+}
+#else
+namespace emmy_emu {
+// Runs the thread's stores of every committed bulk group but the newest `newest_pending`.
+inline void bulk_wait(int newest_pending) {
+    Fiber& f = *block().current;
+    const unsigned keep = unsigned(newest_pending);
+    const unsigned limit = f.bulk_groups > keep ? f.bulk_groups - keep : 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < f.bulk_stores.size(); ++i) {
+        const BulkStore st = f.bulk_stores[i];
+        if (st.group >= limit) {
+            f.bulk_stores[kept++] = st;
+            continue;
+        }
+        const unsigned char* smem = dynamic_shared();
+        const size_t bytes = st.map->elem_bytes;
+        tma_box_walk(st.offset, st.map, st.coord, "tma store",
+                     [&](unsigned addr, const unsigned char* dst) {
+                         if (dst) std::memcpy(const_cast<unsigned char*>(dst), smem + addr, bytes);
+                     });
+    }
+    f.bulk_stores.resize(kept);
+}
+}  // namespace emmy_emu
+
+inline void tma_store_3d(const EmmyTensorMap* map, int c0, int c1, int c2, const void* src) {
+    using namespace emmy_emu;
+    const auto* m = reinterpret_cast<const TensorMap*>(map);
+    if (m->magic != TensorMap::kMagic) fail("tma store: %p is not a tensor map", (const void*)m);
+    if (m->rank != 3) fail("tma_store_3d with a rank-%u tensor map", m->rank);
+    Fiber& f = *block().current;
+    f.bulk_stores.push_back(BulkStore{m, {c0, c1, c2, 0}, sm90_smem_addr(src), f.bulk_groups});
+}
+inline void tma_store_fence() {}
+inline void tma_store_commit() { emmy_emu::block().current->bulk_groups++; }
+template <int N> inline void tma_store_wait_read() { emmy_emu::bulk_wait(N); }
+template <int N> inline void tma_store_wait() { emmy_emu::bulk_wait(N); }
+inline void warpgroup_bar(unsigned) { emmy_emu::warpgroup_sync(); }
 #endif
 
 // ---------------------------------------------------------------------------------------------
