@@ -347,7 +347,7 @@ def test_a_skinny_product_default_takes_tiles_that_fill_the_gpu():
     tile = row["TILE"]
     assert tile.startswith("wgmma:") and tile.endswith("x64") and tile != "wgmma:128x256x64"
     m, n = (int(d) for d in tile.split(":")[1].split("x")[:2])
-    assert (4096 // m) * (256 // n) >= 64 and row["STAGE"] == "tma:4", row
+    assert (4096 // m) * (256 // n) >= 64 and row["STAGE"] == "tma:4:store", row
     preferred = Space(k, SM90)._preferred_row()
     assert preferred["TILE"] == "wgmma:128x256x64"
     assert (estimate_kernel(k, row, SM90, nvrtc=False).seconds
