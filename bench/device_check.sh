@@ -86,14 +86,14 @@ if [ "${RUN_BENCH:-1}" = 1 ]; then
             --json "$out/rmsnorm_bench.json"
     fi
     # a wgmma row fed by TMA through the runtime's tensor-map binding (persistent grid,
-    # setmaxnreg), checked and timed against cuBLAS
+    # setmaxnreg), its output tile stored by TMA, checked and timed against cuBLAS
     step tma_bench 90 python3 -m emmy run examples/matmul_half.py --set M=4096 --set K=4096 \
         --set N=4096 --bench --json "$out/tma_bench.json" \
-        --row "WORK=warps:2x4 TILE=wgmma:128x256x64 REDUCE=serial STAGE=tma:4 RASTER=group:8"
+        --row "WORK=warps:2x4 TILE=wgmma:128x256x64 REDUCE=serial STAGE=tma:4:store RASTER=group:8"
     # the same with clusters of two blocks sharing B's tile (TMA multicast)
     step cluster_bench 60 python3 -m emmy run examples/matmul_half.py --set M=4096 --set K=4096 \
         --set N=4096 --bench --json "$out/cluster_bench.json" \
-        --row "WORK=warps:2x4 TILE=wgmma:128x256x64 REDUCE=serial STAGE=tma:4:cluster:2x1 RASTER=group:8"
+        --row "WORK=warps:2x4 TILE=wgmma:128x256x64 REDUCE=serial STAGE=tma:4:cluster:2x1:store RASTER=group:8"
     # FlashAttention-3's order on wgmma + TMA (the attention target's likeliest row, which the
     # suite's sample may miss), checked and timed against torch's SDPA
     step fa3_bench 90 python3 -m emmy run examples/attention_half.py --set batch_size=4 \
