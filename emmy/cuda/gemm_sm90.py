@@ -326,7 +326,7 @@ def gemm_sm90_body(problem: GemmProblem, config: GemmConfig, epilogue: Epilogue,
                                      + _drained(c, release=True))),
                  *_indent(store), "}"]
     if staged is not None:
-        consumers.append(f"if (tid % 128 == 0) tma_store_wait<0>();   // the tile's stores have "
+        consumers.append("if (tid % 128 == 0) tma_store_wait<0>();   // the tile's stores have "
                          "read the buffer before the block's shared memory goes")
     lines = [*_private(head + setup),
              "if (tid < 128) {                     // the producer warpgroup",
@@ -416,7 +416,7 @@ def _staged_store_lines(p: GemmProblem, c: GemmConfig, tile: StoredTile,
              f"const int {P}row = {P}m0 + 64 * {P}cw + {P}lrow, {P}col = {P}n0 + "
              f"{64 * boxes} * {P}r + 8 * {P}i + 2 * (tid % 4);",
              *([f"if ({' && '.join(conds)}) {{", *_indent(pair), "}"] if conds else pair)]
-    issue = [f"if (tid % 128 == 0) {{",
+    issue = ["if (tid % 128 == 0) {",
              "  #pragma unroll",
              f"  for (int {P}b = 0; {P}b < {boxes}; ++{P}b)",
              f"    tma_store_3d({P}tmap_c, {P}n0 + 64 * ({boxes} * {P}r + {P}b), {P}m0 + 64 * "
@@ -431,7 +431,7 @@ def _staged_store_lines(p: GemmProblem, c: GemmConfig, tile: StoredTile,
         f"unsigned char* const {P}cbuf = {P}smem + {P}STAGES * {P}STAGE + {P}cw * {boxes * BOX_BYTES}u;",
         "#pragma unroll",
         f"for (int {P}r = 0; {P}r < {rounds}; ++{P}r) {{",
-        f"  if (tid % 128 == 0) tma_store_wait_read<0>();   // the last stores have read the "
+        "  if (tid % 128 == 0) tma_store_wait_read<0>();   // the last stores have read the "
         "buffer",
         f"  warpgroup_bar({P}cw);",
         "  #pragma unroll",
