@@ -364,6 +364,22 @@ inline void async_wait(int newest_pending) {
     f.async_copies.resize(kept);
 }
 
+// A wait_group N over ops issued in numbered groups (wgmma's, TMA stores'): runs `run` on each
+// op of the committed groups but the newest N (`groups` committed so far), in issue order, and
+// keeps the others in order.
+template <class Op, class Run>
+inline void wait_groups(std::vector<Op>& ops, unsigned groups, int newest_pending, Run run) {
+    const unsigned keep = unsigned(newest_pending);
+    const unsigned limit = groups > keep ? groups - keep : 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+        const Op op = ops[i];
+        if (op.group < limit) run(op);
+        else ops[kept++] = op;
+    }
+    ops.resize(kept);
+}
+
 // What every worker of one launch shares.
 struct Launch {
     dim3 grid_dim, block_dim, cluster_dim;

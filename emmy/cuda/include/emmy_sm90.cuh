@@ -122,15 +122,7 @@ inline void wgmma_collective(const char* name, const WgmmaCall& mine) {
 inline void wgmma_wait(int newest_pending) {
     wgmma_collective("wgmma.wait_group", WgmmaCall{0, 0, 3, newest_pending});
     Fiber& f = *block().current;
-    const unsigned keep = unsigned(newest_pending);
-    const unsigned limit = f.mma_groups > keep ? f.mma_groups - keep : 0;
-    size_t kept = 0;
-    for (size_t i = 0; i < f.async_mmas.size(); ++i) {
-        const AsyncMma op = f.async_mmas[i];
-        if (op.group < limit) op.run(op);
-        else f.async_mmas[kept++] = op;
-    }
-    f.async_mmas.resize(kept);
+    wait_groups(f.async_mmas, f.mma_groups, newest_pending, [](const AsyncMma& op) { op.run(op); });
 }
 }  // namespace emmy_emu
 
@@ -713,23 +705,14 @@ namespace emmy_emu {
 // Runs the thread's stores of every committed bulk group but the newest `newest_pending`.
 inline void bulk_wait(int newest_pending) {
     Fiber& f = *block().current;
-    const unsigned keep = unsigned(newest_pending);
-    const unsigned limit = f.bulk_groups > keep ? f.bulk_groups - keep : 0;
-    size_t kept = 0;
-    for (size_t i = 0; i < f.bulk_stores.size(); ++i) {
-        const BulkStore st = f.bulk_stores[i];
-        if (st.group >= limit) {
-            f.bulk_stores[kept++] = st;
-            continue;
-        }
+    wait_groups(f.bulk_stores, f.bulk_groups, newest_pending, [](const BulkStore& st) {
         const unsigned char* smem = dynamic_shared();
         const size_t bytes = st.map->elem_bytes;
         tma_box_walk(st.offset, st.map, st.coord, "tma store",
                      [&](unsigned addr, const unsigned char* dst) {
                          if (dst) std::memcpy(const_cast<unsigned char*>(dst), smem + addr, bytes);
                      });
-    }
-    f.bulk_stores.resize(kept);
+    });
 }
 }  // namespace emmy_emu
 
