@@ -428,7 +428,8 @@ def _staged_store_lines(p: GemmProblem, c: GemmConfig, tile: StoredTile,
         "warpgroup, stored by TMA",
         f"const int {P}srow = 16 * (tid % 128 / 32) + tid % 32 / 4;   // this thread's first row "
         "of the warpgroup's 64",
-        f"unsigned char* const {P}cbuf = {P}smem + {P}STAGES * {P}STAGE + {P}cw * {boxes * BOX_BYTES}u;",
+        f"unsigned char* const {P}cbuf = {P}smem + {P}STAGES * {P}STAGE + {P}cw * {P}BOXES * "
+        f"{BOX_BYTES}u;",
         "#pragma unroll",
         f"for (int {P}r = 0; {P}r < {rounds}; ++{P}r) {{",
         "  if (tid % 128 == 0) tma_store_wait_read<0>();   // the last stores have read the "
