@@ -31,7 +31,7 @@ Each rule below refuses one thing with its reason; the last one asks the templat
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from emmy.cuda.gemm_spec import ELEMENT_BYTES, GemmConfig, GemmOperand, GemmProblem
 from emmy.dtypes import DType
@@ -193,7 +193,7 @@ class GemmCtx:
     out_f32: bool
     target: Target
     allow_tf32: bool = False   # the workload lets its f32 products round operands to tf32
-    unstaged: str | None = None  # why the epilogue has no staged form (STAGE=...:store), or None
+    tile_kernel: object = field(default=None, compare=False, repr=False)  # for stage.store
     work: tuple[int, int] | None = None
     tile: GemmTile | None = None
     reduce: Reduce | None = None
@@ -453,7 +453,7 @@ def stage_store(c: GemmCtx) -> str | None:
         return None
     if c.stage.kind != "tma":
         return "the output tile is stored by TMA beside the TMA ring: :store needs tma:N"
-    return c.unstaged
+    return _UNSTAGED(c.tile_kernel, None, lambda: unstaged(c.tile_kernel))
 
 
 def held_registers(c: GemmCtx) -> str | None:
@@ -553,11 +553,10 @@ def make_ctx(kernel, target: Target) -> GemmCtx:
     outs = kernel.outputs
     return GemmCtx(kernel.name, problem_of(con), con.plain_store,
                    all(b.type.dtype is DType.F32 for b in outs), target,
-                   allow_tf32=con.allow_tf32, unstaged=_UNSTAGED(kernel, None,
-                                                                lambda: unstaged(kernel)))
+                   allow_tf32=con.allow_tf32, tile_kernel=kernel)
 
 
-_UNSTAGED = ByIdentity()
+_UNSTAGED = ByIdentity()   # unstaged(kernel), asked only of rows with :store
 
 
 def unstaged(kernel) -> str | None:
